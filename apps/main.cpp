@@ -1,0 +1,38 @@
+// The `actorlm` command.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "actorlm/version.hpp"
+#ifdef ACTORLM_HAVE_CUDA
+#include "kernels/cuda/device.cuh"
+#endif
+
+namespace {
+
+int print_version() {
+  std::printf("actorlm %s\n", actorlm::version_string);
+#ifdef ACTORLM_HAVE_CUDA
+  auto report = actorlm::cuda::probe_devices();
+  if (report.device_count > 0) {
+    std::printf("CUDA backend: built (sm_90); device 0: %s (sm_%d%d, %.1f GiB)\n",
+                report.first_device_name.c_str(), report.compute_major, report.compute_minor,
+                report.total_memory_bytes / double(1 << 30));
+  } else {
+    std::printf("CUDA backend: built (sm_90); no usable device (%s)\n", report.error.c_str());
+  }
+#else
+  std::printf("CUDA backend: not built\n");
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "version") == 0 || std::strcmp(argv[1], "--version") == 0) {
+    return print_version();
+  }
+  std::fprintf(stderr, "actorlm: unknown command '%s'\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,21 @@
+# The CUDA backend is compiled when nvcc is present (and ACTORLM_CUDA is not
+# OFF). It targets sm_90 (H100/H200) only, to keep CI builds short.
+set(ACTORLM_HAVE_CUDA OFF)
+if(NOT ACTORLM_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know nvcc 13 speaks C++20
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(ACTORLM_HAVE_CUDA ON)
+  elseif(ACTORLM_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ACTORLM_CUDA=ON but nvcc was not found")
+  endif()
+endif()
+message(STATUS "actorlm: CUDA backend ${ACTORLM_HAVE_CUDA}")

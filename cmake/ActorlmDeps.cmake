@@ -1,0 +1,30 @@
+# Third-party dependencies, all from Debian bookworm packages (scripts/setup.sh
+# installs them). CAF 0.17 ships no CMake config, so it is found by hand.
+find_package(Threads REQUIRED)
+find_package(FlatBuffers 2.0 REQUIRED CONFIG)
+find_package(nlohmann_json 3.11 REQUIRED CONFIG)
+
+find_library(CAF_CORE_LIBRARY caf_core)
+find_library(CAF_IO_LIBRARY caf_io)
+find_library(CAF_OPENSSL_LIBRARY caf_openssl)
+find_path(CAF_INCLUDE_DIR caf/all.hpp)
+if(CAF_CORE_LIBRARY AND CAF_IO_LIBRARY AND CAF_INCLUDE_DIR)
+  add_library(actorlm_caf INTERFACE)
+  target_include_directories(actorlm_caf SYSTEM INTERFACE ${CAF_INCLUDE_DIR})
+  target_link_libraries(actorlm_caf INTERFACE ${CAF_CORE_LIBRARY} ${CAF_IO_LIBRARY} Threads::Threads)
+  if(CAF_OPENSSL_LIBRARY)
+    target_link_libraries(actorlm_caf INTERFACE ${CAF_OPENSSL_LIBRARY})
+  endif()
+else()
+  message(FATAL_ERROR "CAF 0.17 not found: run scripts/setup.sh (apt package libcaf-dev)")
+endif()
+
+# OpenBLAS (pthread variant): the CPU backend's GEMMs.
+find_path(OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas NO_DEFAULT_PATH)
+find_library(OPENBLAS_LIBRARY NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-pthread)
+if(NOT OPENBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS not found: run scripts/setup.sh (apt package libopenblas-dev)")
+endif()
+add_library(actorlm_openblas INTERFACE)
+target_include_directories(actorlm_openblas SYSTEM INTERFACE ${OPENBLAS_INCLUDE_DIR})
+target_link_libraries(actorlm_openblas INTERFACE ${OPENBLAS_LIBRARY})

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what actorlm needs on a fresh Debian bookworm machine (as root) and
+# fetches the default model. Safe to run again: it only installs what is missing.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  libcaf-dev libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev catch2
+  libopenblas-dev libutf8proc-dev libcpp-httplib-dev libedit-dev libssl-dev
+  python3 python3-pip tmux
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "actorlm setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # An old or empty package list makes installs fail on fresh machines: refresh and retry once.
+  apt-get install -y --no-install-recommends "${missing[@]}" ||
+    { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }
+fi
+
+bash "$here/fetch_model.sh"
