@@ -1,0 +1,216 @@
+#include "kvstore/kv_store.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+using actorlm::KvStore;
+using actorlm::KvStoreConfig;
+using actorlm::RequestKv;
+using V = std::vector<int32_t>;
+
+namespace {
+
+// One simulated request: a prompt drawn from a few shared "system prompts"
+// plus a random tail, prefilled in random chunks, then decoded.
+struct SimRequest {
+  V prompt;
+  int32_t output_len = 0;
+  RequestKv kv;
+  bool admitted = false;
+};
+
+struct SimResult {
+  uint64_t trace = 1469598103934665603ull;  // FNV-1a over what happened
+  int64_t operations = 0;
+  int64_t finished = 0, aborted = 0, retracted = 0, evictions = 0, cache_hits = 0;
+};
+
+void mix(SimResult& r, int64_t v) {
+  r.trace ^= static_cast<uint64_t>(v);
+  r.trace *= 1099511628211ull;
+}
+
+SimResult simulate(uint64_t seed, int32_t page_size, int operations) {
+  KvStoreConfig cfg;
+  cfg.capacity_tokens = 768;
+  cfg.page_size = page_size;
+  cfg.max_requests = 12;
+  cfg.max_context_len = 200;
+  KvStore store(cfg);
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+
+  std::vector<V> system_prompts;
+  for (int s = 0; s < 4; ++s) {
+    V p(static_cast<size_t>(uniform(8, 60)));
+    for (auto& t : p) t = uniform(0, 40);
+    system_prompts.push_back(p);
+  }
+
+  std::vector<SimRequest> waiting, running;
+  SimResult result;
+  auto running_kv = [&] {
+    std::vector<const RequestKv*> v;
+    for (auto& r : running) v.push_back(&r.kv);
+    return v;
+  };
+  // Retract: cache what it computed and send it back to wait with its tokens
+  // so far as the new prompt (as the scheduler does when decode runs short).
+  auto retract = [&](size_t i) {
+    SimRequest r = std::move(running[i]);
+    running.erase(running.begin() + static_cast<ptrdiff_t>(i));
+    int32_t produced = static_cast<int32_t>(r.kv.tokens.size()) - static_cast<int32_t>(r.prompt.size());
+    if (produced > 0) {
+      r.prompt = r.kv.tokens;
+      r.output_len = std::max(1, r.output_len - produced);
+    }
+    store.finish(r.kv);
+    r.admitted = false;
+    waiting.push_back(std::move(r));
+    ++result.retracted;
+  };
+
+  for (int op = 0; op < operations; ++op) {
+    int kind = uniform(0, 99);
+    mix(result, kind);
+    if (kind < 15) {  // a request arrives
+      SimRequest r;
+      r.prompt = system_prompts[static_cast<size_t>(uniform(0, 3))];
+      int tail = uniform(1, 40);
+      for (int i = 0; i < tail; ++i) r.prompt.push_back(uniform(0, 40));
+      r.output_len = uniform(1, 30);
+      waiting.push_back(std::move(r));
+    } else if (kind < 30 && !waiting.empty()) {  // admit one waiting request
+      size_t i = static_cast<size_t>(uniform(0, static_cast<int>(waiting.size()) - 1));
+      if (store.admit(waiting[i].kv, waiting[i].prompt)) {
+        waiting[i].admitted = true;
+        result.cache_hits += waiting[i].kv.cached_on_admit;
+        mix(result, waiting[i].kv.cached_on_admit);
+        running.push_back(std::move(waiting[i]));
+        waiting.erase(waiting.begin() + static_cast<ptrdiff_t>(i));
+      }
+    } else if (kind < 80 && !running.empty()) {  // one step of one running request
+      size_t i = static_cast<size_t>(uniform(0, static_cast<int>(running.size()) - 1));
+      SimRequest& r = running[i];
+      size_t have = r.kv.tokens.size();
+      V next;
+      bool prefill = have < r.prompt.size();
+      if (prefill) {
+        size_t chunk = std::min(r.prompt.size() - have, static_cast<size_t>(uniform(1, 24)));
+        next.assign(r.prompt.begin() + static_cast<ptrdiff_t>(have),
+                    r.prompt.begin() + static_cast<ptrdiff_t>(have + chunk));
+      } else {
+        next.push_back(uniform(0, 40));
+      }
+      if (!store.extend(r.kv, next)) {
+        retract(i);  // the pool is short even after eviction
+      } else if (prefill && r.kv.tokens.size() < r.prompt.size()) {
+        store.cache_unfinished(r.kv);
+      } else if (!prefill && static_cast<int32_t>(r.kv.tokens.size()) >=
+                                 static_cast<int32_t>(r.prompt.size()) + r.output_len) {
+        store.finish(r.kv);
+        running.erase(running.begin() + static_cast<ptrdiff_t>(i));
+        ++result.finished;
+      }
+    } else if (kind < 86 && !running.empty()) {  // abort at a random point
+      size_t i = static_cast<size_t>(uniform(0, static_cast<int>(running.size()) - 1));
+      store.abort(running[i].kv);
+      running.erase(running.begin() + static_cast<ptrdiff_t>(i));
+      ++result.aborted;
+    } else if (kind < 90 && !running.empty()) {  // retract under pressure
+      retract(static_cast<size_t>(uniform(0, static_cast<int>(running.size()) - 1)));
+    } else if (kind < 95) {  // evict some cache
+      mix(result, store.evict(uniform(1, 64)));
+      ++result.evictions;
+    }
+    auto rk = running_kv();
+    auto err = store.check_invariant(rk);
+    if (!err.empty()) {
+      FAIL_CHECK("op " << op << " (kind " << kind << "): " << err);
+      return result;
+    }
+    mix(result, store.allocator().available_size());
+    mix(result, store.radix().evictable_size());
+    mix(result, store.radix().protected_size());
+    ++result.operations;
+  }
+
+  // Drain: finish everything, flush the cache, and the pool is full again.
+  while (!running.empty()) {
+    store.finish(running.back().kv);
+    running.pop_back();
+    auto rk = running_kv();
+    REQUIRE(store.check_invariant(rk).empty());
+  }
+  store.evict_all();
+  CHECK(store.allocator().available_size() == store.allocator().capacity());
+  CHECK(store.radix().total_size() == 0);
+  CHECK(store.req_to_token().available_size() == cfg.max_requests);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("Randomized KV store run keeps the pool invariant after every operation", "[kvstore][random]") {
+  int32_t page = GENERATE(1, 4, 16);
+  SimResult r = simulate(42 + static_cast<uint64_t>(page), page, 12000);
+  CHECK(r.operations == 12000);
+  // The run must actually exercise the interesting paths.
+  CHECK(r.finished > 50);
+  CHECK(r.aborted > 50);
+  CHECK(r.retracted > 50);
+  CHECK(r.cache_hits > 0);
+}
+
+TEST_CASE("Same seed, same run; another seed, another run", "[kvstore][random]") {
+  int32_t page = GENERATE(1, 16);
+  SimResult a = simulate(7, page, 3000);
+  SimResult b = simulate(7, page, 3000);
+  SimResult c = simulate(8, page, 3000);
+  CHECK(a.trace == b.trace);
+  CHECK(a.trace != c.trace);
+}
+
+TEST_CASE("Admit matches and locks the cached prefix of a prompt", "[kvstore]") {
+  KvStore store({.capacity_tokens = 64, .page_size = 4, .max_requests = 4, .max_context_len = 64,
+                 .disable_radix_cache = false});
+  V prompt{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  RequestKv first;
+  REQUIRE(store.admit(first, prompt));
+  CHECK(first.prefix_len == 0);
+  REQUIRE(store.extend(first, prompt));
+  store.finish(first);
+  // The same prompt again: 8 tokens (2 pages) are cached; the 9th must be
+  // computed so the model has a position to produce logits from.
+  RequestKv second;
+  REQUIRE(store.admit(second, prompt));
+  CHECK(second.prefix_len == 8);
+  CHECK(store.radix().protected_size() == 8);
+  const RequestKv* running[] = {&second};
+  CHECK(store.check_invariant(running).empty());
+  store.abort(second);
+  CHECK(store.radix().protected_size() == 0);
+  CHECK(store.allocator().available_size() + store.radix().evictable_size() == 64);
+}
+
+TEST_CASE("Extend evicts cache when short and fails cleanly when it cannot", "[kvstore]") {
+  KvStore store({.capacity_tokens = 16, .page_size = 1, .max_requests = 4, .max_context_len = 64,
+                 .disable_radix_cache = false});
+  RequestKv a;
+  REQUIRE(store.admit(a, V{1}));
+  REQUIRE(store.extend(a, V{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  store.finish(a);  // 10 rows now cached, unlocked
+  RequestKv b;
+  REQUIRE(store.admit(b, V{50}));
+  REQUIRE(store.extend(b, V{50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61}));  // needs eviction
+  CHECK(store.radix().total_size() <= 4);
+  std::vector<int32_t> too_many(10, 7);
+  auto free_before = store.allocator().available_size();
+  CHECK_FALSE(store.extend(b, too_many));  // 4 free + evictable < 10: nothing changes
+  CHECK(store.allocator().available_size() == free_before);
+  CHECK(b.tokens.size() == 12);
+  const RequestKv* running[] = {&b};
+  CHECK(store.check_invariant(running).empty());
+}
