@@ -4,6 +4,7 @@
 #include <string>
 
 #include "actorlm/version.hpp"
+#include "apps/kv_demo.hpp"
 #ifdef ACTORLM_HAVE_CUDA
 #include "kernels/cuda/device.cuh"
 #endif
@@ -30,9 +31,14 @@ int print_version() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "version") == 0 || std::strcmp(argv[1], "--version") == 0) {
+  if (argc < 2) {
+    print_version();
+    return actorlm::run_kv_demo();
+  }
+  if (std::strcmp(argv[1], "version") == 0 || std::strcmp(argv[1], "--version") == 0) {
     return print_version();
   }
+  if (std::strcmp(argv[1], "kv-demo") == 0) return actorlm::run_kv_demo();
   std::fprintf(stderr, "actorlm: unknown command '%s'\n", argv[1]);
   return 2;
 }
