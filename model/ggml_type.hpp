@@ -34,6 +34,9 @@ inline std::string ggml_type_name(GgmlType t) { return ggml_type_name(static_cas
 // True for the types dequantize_row supports (F32, F16, BF16, Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 bool ggml_type_supported(uint32_t type_id);
+// True for every type whose block layout is known (so a file holding it can
+// be opened even if its tensors cannot be dequantized).
+bool ggml_type_known(uint32_t type_id);
 
 // Elements per block and bytes per block (1 and sizeof(element) for F32/F16/BF16).
 size_t ggml_block_elements(GgmlType t);
