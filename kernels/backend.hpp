@@ -1,0 +1,82 @@
+#pragma once
+// The compute backend the model runs on: one interface, a CPU implementation
+// (kernels/cpu) and a CUDA one (kernels/cuda). Plain pointers and plans only —
+// no CUDA types, no model types — so every layer above builds with g++ alone.
+//
+// Paged-KV contract (shared with kvstore's TokenToKVPoolAllocator):
+//   - Each layer has K and V buffers of pool_rows rows, a row being
+//     [n_kv_heads][head_dim] floats. Row r holds the token whose KV index
+//     (out_cache_loc) is r. Rows [0, page_size) are the dummy page.
+//   - An attention plan lists, per request, its query rows in the batch, the
+//     position of its first query, and its KV rows in position order as a CSR
+//     table (kv_indptr / kv_indices, gathered from req_to_token). Query j of
+//     a request sits at position prefix_len + j and attends to KV positions
+//     [0, prefix_len + j] (causal); all of those rows, including this pass's
+//     new tokens, are written by store_kv() before attention runs.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace actorlm {
+
+// A row-major matrix [rows][cols] (weights are [out][in]).
+struct MatrixView {
+  const float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t pool_rows = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+// Planned on the host before the layer loop; the same plan serves every layer.
+struct AttentionPlan {
+  std::vector<int32_t> q_start;     // per request: first query row in the batch
+  std::vector<int32_t> q_len;       // per request: queries in this pass
+  std::vector<int32_t> prefix_len;  // per request: positions with KV before this pass
+  std::vector<int32_t> kv_indptr;   // size n_requests + 1
+  std::vector<int32_t> kv_indices;  // KV rows, position order, per request
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 0.0f;               // usually 1/sqrt(head_dim)
+};
+
+struct RopeTable {
+  // inv_freq[i] for rotation pair i (elements 2i, 2i+1 of each head).
+  std::vector<float> inv_freq;
+  int32_t head_dim = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // out[t] = table[tokens[t]]; every token id must be < table.rows.
+  virtual void embed(MatrixView table, std::span<const int32_t> tokens, float* out) = 0;
+  // out[r] = x[r] / rms(x[r]) * weight, for rows x cols.
+  virtual void rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,
+                        float eps) = 0;
+  // out[rows][w.rows] = x[rows][w.cols] · wᵀ  (+ out when accumulate).
+  virtual void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) = 0;
+  // Adds bias[cols] to every row.
+  virtual void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) = 0;
+  // Rotates q [rows][n_heads*hd] and k [rows][n_kv_heads*hd] in place.
+  virtual void rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads,
+                    std::span<const int32_t> positions, const RopeTable& table) = 0;
+  // Writes k, v [rows][n_kv_heads*hd] to the pool rows out_cache_loc.
+  virtual void store_kv(KvLayerView cache, const float* k, const float* v,
+                        std::span<const int32_t> out_cache_loc) = 0;
+  // out [rows][n_heads*hd] = causal paged attention of q over the cache.
+  virtual void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) = 0;
+  // out[i] = silu(gate[i]) * up[i].
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+};
+
+}  // namespace actorlm

@@ -1,0 +1,173 @@
+#include "kernels/cpu/cpu_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace actorlm::cpu {
+namespace {
+
+int resolve_threads(int n) {
+  if (n > 0) return n;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw ? static_cast<int>(hw) : 1;
+}
+
+float dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads) : pool_(resolve_threads(n_threads)) {
+  openblas_set_num_threads(pool_.size());
+}
+
+void CpuBackend::embed(MatrixView table, std::span<const int32_t> tokens, float* out) {
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    int32_t id = tokens[t];
+    if (id < 0 || id >= table.rows) {
+      throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
+                              std::to_string(table.rows));
+    }
+    std::memcpy(out + static_cast<int64_t>(t) * table.cols, table.data + id * table.cols,
+                static_cast<size_t>(table.cols) * sizeof(float));
+  }
+}
+
+void CpuBackend::rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,
+                          float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    double ss = 0.0;
+    for (int64_t i = 0; i < cols; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
+    float* o = out + r * cols;
+    for (int64_t i = 0; i < cols; ++i) o[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) {
+  if (rows <= 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(w.rows), static_cast<blasint>(w.cols), 1.0f, x,
+              static_cast<blasint>(w.cols), w.data, static_cast<blasint>(w.cols), accumulate ? 1.0f : 0.0f,
+              out, static_cast<blasint>(w.rows));
+}
+
+void CpuBackend::add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < cols; ++i) x[r * cols + i] += bias[i];
+  }
+}
+
+void CpuBackend::rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads,
+                      std::span<const int32_t> positions, const RopeTable& table) {
+  const int32_t hd = table.head_dim;
+  const int32_t pairs = hd / 2;
+  std::vector<float> cs(static_cast<size_t>(hd));
+  for (size_t t = 0; t < positions.size(); ++t) {
+    auto pos = static_cast<float>(positions[t]);
+    for (int32_t i = 0; i < pairs; ++i) {
+      float theta = pos * table.inv_freq[static_cast<size_t>(i)];
+      cs[static_cast<size_t>(2 * i)] = std::cos(theta);
+      cs[static_cast<size_t>(2 * i + 1)] = std::sin(theta);
+    }
+    auto rotate = [&](float* head) {
+      for (int32_t i = 0; i < pairs; ++i) {
+        float c = cs[static_cast<size_t>(2 * i)], s = cs[static_cast<size_t>(2 * i + 1)];
+        float x0 = head[2 * i], x1 = head[2 * i + 1];
+        head[2 * i] = x0 * c - x1 * s;
+        head[2 * i + 1] = x0 * s + x1 * c;
+      }
+    };
+    for (int32_t h = 0; h < n_heads; ++h) rotate(q + (static_cast<int64_t>(t) * n_heads + h) * hd);
+    for (int32_t h = 0; h < n_kv_heads; ++h) rotate(k + (static_cast<int64_t>(t) * n_kv_heads + h) * hd);
+  }
+}
+
+void CpuBackend::store_kv(KvLayerView cache, const float* k, const float* v,
+                          std::span<const int32_t> out_cache_loc) {
+  const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
+  for (size_t t = 0; t < out_cache_loc.size(); ++t) {
+    int64_t r = out_cache_loc[t];
+    if (r < 0 || r >= cache.pool_rows) {
+      throw std::out_of_range("KV row " + std::to_string(r) + " outside the pool of " +
+                              std::to_string(cache.pool_rows));
+    }
+    std::memcpy(cache.k + r * row, k + static_cast<int64_t>(t) * row, static_cast<size_t>(row) * sizeof(float));
+    std::memcpy(cache.v + r * row, v + static_cast<int64_t>(t) * row, static_cast<size_t>(row) * sizeof(float));
+  }
+}
+
+// One task per (request, KV head): its group of query heads reads each KV row
+// once, which is what GQA saves in memory traffic.
+void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) {
+  const int32_t hd = plan.head_dim;
+  const int32_t group = plan.n_heads / plan.n_kv_heads;
+  const int64_t kv_row = static_cast<int64_t>(plan.n_kv_heads) * hd;
+  const int64_t q_row = static_cast<int64_t>(plan.n_heads) * hd;
+  const auto n_req = static_cast<int64_t>(plan.q_len.size());
+  for (int32_t idx : plan.kv_indices) {
+    if (idx < 0 || idx >= cache.pool_rows) {
+      throw std::out_of_range("attention plan names KV row " + std::to_string(idx) + " outside the pool");
+    }
+  }
+  pool_.parallel_for(n_req * plan.n_kv_heads, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<float> acc(static_cast<size_t>(hd));
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t r = task / plan.n_kv_heads;
+      int32_t kvh = static_cast<int32_t>(task % plan.n_kv_heads);
+      const int32_t* rows = plan.kv_indices.data() + plan.kv_indptr[static_cast<size_t>(r)];
+      int32_t prefix = plan.prefix_len[static_cast<size_t>(r)];
+      for (int32_t j = 0; j < plan.q_len[static_cast<size_t>(r)]; ++j) {
+        int32_t visible = prefix + j + 1;  // causal: positions [0, prefix + j]
+        int64_t qi = plan.q_start[static_cast<size_t>(r)] + j;
+        scores.resize(static_cast<size_t>(visible));
+        for (int32_t g = 0; g < group; ++g) {
+          int32_t h = kvh * group + g;
+          const float* qv = q + qi * q_row + static_cast<int64_t>(h) * hd;
+          float mx = -INFINITY;
+          for (int32_t p = 0; p < visible; ++p) {
+            const float* kv = cache.k + rows[p] * kv_row + static_cast<int64_t>(kvh) * hd;
+            float s = dot(qv, kv, hd) * plan.scale;
+            scores[static_cast<size_t>(p)] = s;
+            mx = std::max(mx, s);
+          }
+          float sum = 0.0f;
+          for (int32_t p = 0; p < visible; ++p) {
+            float e = std::exp(scores[static_cast<size_t>(p)] - mx);
+            scores[static_cast<size_t>(p)] = e;
+            sum += e;
+          }
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int32_t p = 0; p < visible; ++p) {
+            const float* vv = cache.v + rows[p] * kv_row + static_cast<int64_t>(kvh) * hd;
+            float w = scores[static_cast<size_t>(p)];
+            for (int32_t d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] += w * vv[d];
+          }
+          float* o = out + qi * q_row + static_cast<int64_t>(h) * hd;
+          float inv = 1.0f / sum;
+          for (int32_t d = 0; d < hd; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace actorlm::cpu

@@ -1,0 +1,37 @@
+#pragma once
+// The CPU backend: OpenBLAS sgemm for the projections, own loops (vectorised
+// by the compiler for AVX2/FMA) for the rest, attention spread over a thread
+// pool by (request, KV head). OpenBLAS and the pool get the same thread count
+// and never run at the same time, so the cores are not oversubscribed.
+
+#include <memory>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+
+namespace actorlm::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  // n_threads <= 0: all hardware threads.
+  explicit CpuBackend(int n_threads = 0);
+
+  void embed(MatrixView table, std::span<const int32_t> tokens, float* out) override;
+  void rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,
+                float eps) override;
+  void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) override;
+  void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override;
+  void rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads,
+            std::span<const int32_t> positions, const RopeTable& table) override;
+  void store_kv(KvLayerView cache, const float* k, const float* v,
+                std::span<const int32_t> out_cache_loc) override;
+  void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+
+  int threads() const { return pool_.size(); }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace actorlm::cpu

@@ -1,0 +1,40 @@
+#pragma once
+// What the worker receives for one forward pass (the plain C++ form of the
+// ForwardBatch message). A batch may mix extend (prefill, possibly on top of a
+// cached prefix) and decode (extend_len == 1) requests.
+
+#include <cstdint>
+#include <vector>
+
+namespace actorlm {
+
+struct ForwardRequest {
+  int32_t slot = 0;        // row of req_to_token
+  int32_t prefix_len = 0;  // positions that already have KV
+  int32_t extend_len = 0;  // new tokens in this pass (>= 1)
+};
+
+// req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.
+struct ReqToTokenWrite {
+  int32_t slot = 0;
+  int32_t start = 0;
+  std::vector<int32_t> kv;
+};
+
+struct ForwardBatch {
+  std::vector<ForwardRequest> reqs;
+  std::vector<int32_t> token_ids;      // all new tokens, request by request
+  std::vector<int32_t> out_cache_loc;  // KV row of each new token
+  std::vector<ReqToTokenWrite> writes;
+  bool all_logits = false;             // logits of every token, not only each request's last
+};
+
+struct ForwardOutput {
+  int32_t vocab = 0;
+  // all_logits: one row per token; otherwise one row per request (its last token).
+  std::vector<float> logits;
+  const float* row(size_t i) const { return logits.data() + i * static_cast<size_t>(vocab); }
+  size_t rows() const { return vocab ? logits.size() / static_cast<size_t>(vocab) : 0; }
+};
+
+}  // namespace actorlm

@@ -1,0 +1,90 @@
+#include "model/llama_model.hpp"
+
+#include <cmath>
+
+namespace actorlm {
+namespace {
+
+MatrixView view(const WeightMatrix& w) { return {w.data.data(), w.rows, w.cols}; }
+
+}  // namespace
+
+RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_factors) {
+  RopeTable t;
+  t.head_dim = c.head_dim;
+  const int32_t pairs = c.head_dim / 2;
+  const auto& rs = c.rope_scaling;
+  for (int32_t i = 0; i < pairs; ++i) {
+    double f = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.head_dim);
+    if (!freq_factors.empty()) {
+      f /= freq_factors[static_cast<size_t>(i)];
+    } else if (rs.kind == RopeScaling::Kind::llama3) {
+      // Long wavelengths are stretched by `factor`, short ones kept, and the
+      // band between blended smoothly.
+      double wavelen = 2.0 * M_PI / f;
+      double low_wavelen = rs.original_max_position / rs.low_freq_factor;
+      double high_wavelen = rs.original_max_position / rs.high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f /= rs.factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (rs.original_max_position / wavelen - rs.low_freq_factor) /
+                        (rs.high_freq_factor - rs.low_freq_factor);
+        f = (1 - smooth) * f / rs.factor + smooth * f;
+      }
+    }
+    t.inv_freq.push_back(static_cast<float>(f));
+  }
+  return t;
+}
+
+LlamaModel::LlamaModel(LlamaWeights weights, Backend& backend)
+    : weights_(std::move(weights)), backend_(backend), rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)) {}
+
+std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                                       std::span<const int32_t> out_cache_loc, std::span<const KvLayerView> kv,
+                                       const AttentionPlan& plan, std::span<const int32_t> logit_rows) {
+  const ModelConfig& c = weights_.config;
+  const auto T = static_cast<int64_t>(tokens.size());
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden;
+  std::vector<float> x(static_cast<size_t>(T * H)), h(static_cast<size_t>(T * H));
+  std::vector<float> q(static_cast<size_t>(T * Q)), k(static_cast<size_t>(T * KV)), v(static_cast<size_t>(T * KV));
+  std::vector<float> attn(static_cast<size_t>(T * Q));
+  std::vector<float> gate(static_cast<size_t>(T * F)), up(static_cast<size_t>(T * F));
+
+  backend_.embed(view(weights_.token_embedding), tokens, x.data());
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+    backend_.rms_norm(x.data(), L.attn_norm.data(), h.data(), T, H, c.rms_norm_eps);
+    backend_.matmul(h.data(), T, view(L.wq), q.data(), false);
+    backend_.matmul(h.data(), T, view(L.wk), k.data(), false);
+    backend_.matmul(h.data(), T, view(L.wv), v.data(), false);
+    if (!L.bq.empty()) {
+      backend_.add_bias(q.data(), L.bq.data(), T, Q);
+      backend_.add_bias(k.data(), L.bk.data(), T, KV);
+      backend_.add_bias(v.data(), L.bv.data(), T, KV);
+    }
+    backend_.rope(q.data(), c.n_heads, k.data(), c.n_kv_heads, positions, rope_);
+    backend_.store_kv(kv[static_cast<size_t>(l)], k.data(), v.data(), out_cache_loc);
+    backend_.attention(q.data(), kv[static_cast<size_t>(l)], plan, attn.data());
+    backend_.matmul(attn.data(), T, view(L.wo), x.data(), /*accumulate=*/true);  // residual
+
+    backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
+    backend_.matmul(h.data(), T, view(L.w_gate), gate.data(), false);
+    backend_.matmul(h.data(), T, view(L.w_up), up.data(), false);
+    backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
+    backend_.matmul(gate.data(), T, view(L.w_down), x.data(), /*accumulate=*/true);  // residual
+  }
+
+  // Only the rows that need logits go through the final norm and lm_head.
+  const auto R = static_cast<int64_t>(logit_rows.size());
+  std::vector<float> picked(static_cast<size_t>(R * H));
+  for (int64_t r = 0; r < R; ++r) {
+    std::copy_n(x.data() + logit_rows[static_cast<size_t>(r)] * H, H, picked.data() + r * H);
+  }
+  backend_.rms_norm(picked.data(), weights_.output_norm.data(), picked.data(), R, H, c.rms_norm_eps);
+  std::vector<float> logits(static_cast<size_t>(R * c.vocab_size));
+  backend_.matmul(picked.data(), R, view(weights_.output()), logits.data(), false);
+  return logits;
+}
+
+}  // namespace actorlm

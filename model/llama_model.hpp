@@ -1,0 +1,39 @@
+#pragma once
+// The Llama forward pass (also SmolLM, Qwen2) over a batch of new tokens,
+// reading and writing K/V in a paged pool through a backend. Stateless apart
+// from its weights: the KV buffers and the attention plan come from the caller
+// (ModelRunner).
+
+#include <span>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "model/llama_weights.hpp"
+
+namespace actorlm {
+
+class LlamaModel {
+ public:
+  LlamaModel(LlamaWeights weights, Backend& backend);
+
+  const ModelConfig& config() const { return weights_.config; }
+  const LlamaWeights& weights() const { return weights_; }
+
+  // tokens/positions/out_cache_loc: one entry per new token. kv: one view per
+  // layer. logit_rows: which token rows get logits (in order). Returns
+  // logits [logit_rows.size()][vocab].
+  std::vector<float> forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                             std::span<const int32_t> out_cache_loc, std::span<const KvLayerView> kv,
+                             const AttentionPlan& plan, std::span<const int32_t> logit_rows);
+
+ private:
+  LlamaWeights weights_;
+  Backend& backend_;
+  RopeTable rope_;
+};
+
+// Rotation frequencies for a config (Llama 3 scaling and per-pair GGUF
+// factors applied).
+RopeTable make_rope_table(const ModelConfig& config, const std::vector<float>& freq_factors);
+
+}  // namespace actorlm

@@ -1,0 +1,198 @@
+#include "model/llama_weights.hpp"
+
+#include <filesystem>
+
+#include "model/gguf_file.hpp"
+#include "model/safetensors_file.hpp"
+
+namespace actorlm {
+namespace fs = std::filesystem;
+
+std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                     int32_t n_heads) {
+  int64_t head_dim = rows / n_heads;
+  int64_t half = head_dim / 2;
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t part = 0; part < 2; ++part) {
+        int64_t src = h * head_dim + part * half + i;
+        int64_t dst = h * head_dim + 2 * i + part;
+        std::copy(w.begin() + src * cols, w.begin() + (src + 1) * cols, out.begin() + dst * cols);
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// ---------------------------------------------------------------- GGUF
+class GgufLoader {
+ public:
+  GgufLoader(const std::string& path, const LoadProgress& progress)
+      : file_(GgufFile::open(path)), progress_(progress) {}
+
+  LlamaWeights load() {
+    LlamaWeights w;
+    w.config = config_from_gguf(file_);
+    const auto& c = w.config;
+    total_ = 3 + c.n_layers * 9 + (c.tied_embeddings ? 0 : 1);
+    w.token_embedding = matrix("token_embd.weight", c.vocab_size, c.hidden);
+    w.output_norm = vector("output_norm.weight", c.hidden);
+    if (!c.tied_embeddings) w.lm_head = matrix("output.weight", c.vocab_size, c.hidden);
+    if (file_.find_tensor("rope_freqs.weight")) w.rope_freq_factors = vector("rope_freqs.weight", c.head_dim / 2);
+    // Qwen2 GGUFs keep the half-split RoPE order; bring them to ours.
+    bool permute = c.architecture == "qwen2";
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      std::string p = "blk." + std::to_string(l) + ".";
+      LayerWeights L;
+      L.attn_norm = vector(p + "attn_norm.weight", c.hidden);
+      L.wq = matrix(p + "attn_q.weight", c.q_dim(), c.hidden);
+      L.wk = matrix(p + "attn_k.weight", c.kv_dim(), c.hidden);
+      L.wv = matrix(p + "attn_v.weight", c.kv_dim(), c.hidden);
+      L.wo = matrix(p + "attn_output.weight", c.hidden, c.q_dim());
+      if (c.attention_bias) {
+        L.bq = vector(p + "attn_q.bias", c.q_dim());
+        L.bk = vector(p + "attn_k.bias", c.kv_dim());
+        L.bv = vector(p + "attn_v.bias", c.kv_dim());
+      }
+      if (permute) {
+        L.wq.data = permute_rope_rows(L.wq.data, L.wq.rows, L.wq.cols, c.n_heads);
+        L.wk.data = permute_rope_rows(L.wk.data, L.wk.rows, L.wk.cols, c.n_kv_heads);
+        if (!L.bq.empty()) L.bq = permute_rope_rows(L.bq, c.q_dim(), 1, c.n_heads);
+        if (!L.bk.empty()) L.bk = permute_rope_rows(L.bk, c.kv_dim(), 1, c.n_kv_heads);
+      }
+      L.ffn_norm = vector(p + "ffn_norm.weight", c.hidden);
+      L.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, c.hidden);
+      L.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, c.hidden);
+      L.w_down = matrix(p + "ffn_down.weight", c.hidden, c.ffn_hidden);
+      w.layers.push_back(std::move(L));
+    }
+    return w;
+  }
+
+ private:
+  const GgufTensorInfo& get(const std::string& name, int64_t rows, int64_t cols) {
+    const GgufTensorInfo& t = file_.tensor(name);
+    int64_t ne1 = t.shape.size() > 1 ? static_cast<int64_t>(t.shape[1]) : 1;
+    if (static_cast<int64_t>(t.shape[0]) != cols || ne1 != rows || t.shape.size() > 2) {
+      throw ModelError(file_.path() + ": tensor " + name + " has shape [" + std::to_string(t.shape[0]) +
+                       (t.shape.size() > 1 ? ", " + std::to_string(t.shape[1]) : "") + "], expected [" +
+                       std::to_string(cols) + ", " + std::to_string(rows) + "] (ggml order)");
+    }
+    if (!ggml_type_supported(static_cast<uint32_t>(t.type))) {
+      throw ModelError(file_.path() + ": tensor " + name + " has unsupported type " + ggml_type_name(t.type));
+    }
+    return t;
+  }
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const GgufTensorInfo& t = get(name, rows, cols);
+    WeightMatrix m{rows, cols, t.type, std::vector<float>(static_cast<size_t>(rows * cols))};
+    size_t row_bytes = ggml_row_bytes(t.type, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(t.type, t.data + static_cast<size_t>(r) * row_bytes, m.data.data() + r * cols, cols);
+    }
+    tick();
+    return m;
+  }
+  std::vector<float> vector(const std::string& name, int64_t n) {
+    const GgufTensorInfo& t = get(name, 1, n);
+    std::vector<float> v(static_cast<size_t>(n));
+    dequantize_row(t.type, t.data, v.data(), n);
+    tick();
+    return v;
+  }
+  void tick() {
+    if (progress_) progress_(++done_, total_);
+  }
+
+  GgufFile file_;
+  const LoadProgress& progress_;
+  int done_ = 0, total_ = 0;
+};
+
+// ---------------------------------------------------------------- Hugging Face
+class HfLoader {
+ public:
+  HfLoader(const std::string& dir, const LoadProgress& progress) : dir_(dir), progress_(progress) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == ".safetensors") files_.push_back(SafetensorsFile::open(e.path().string()));
+    }
+    if (files_.empty()) throw ModelError(dir + ": no *.safetensors files");
+  }
+
+  LlamaWeights load() {
+    LlamaWeights w;
+    w.config = config_from_hf_json((fs::path(dir_) / "config.json").string());
+    auto& c = w.config;
+    if (!find("lm_head.weight").second) c.tied_embeddings = true;
+    total_ = 3 + c.n_layers * 9 + (c.tied_embeddings ? 0 : 1);
+    w.token_embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.hidden);
+    w.output_norm = vector("model.norm.weight", c.hidden);
+    if (!c.tied_embeddings) w.lm_head = matrix("lm_head.weight", c.vocab_size, c.hidden);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      std::string p = "model.layers." + std::to_string(l) + ".";
+      LayerWeights L;
+      L.attn_norm = vector(p + "input_layernorm.weight", c.hidden);
+      L.wq = matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.hidden);
+      L.wk = matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.hidden);
+      L.wv = matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.hidden);
+      L.wo = matrix(p + "self_attn.o_proj.weight", c.hidden, c.q_dim());
+      L.wq.data = permute_rope_rows(L.wq.data, L.wq.rows, L.wq.cols, c.n_heads);
+      L.wk.data = permute_rope_rows(L.wk.data, L.wk.rows, L.wk.cols, c.n_kv_heads);
+      if (c.attention_bias) {
+        L.bq = permute_rope_rows(vector(p + "self_attn.q_proj.bias", c.q_dim()), c.q_dim(), 1, c.n_heads);
+        L.bk = permute_rope_rows(vector(p + "self_attn.k_proj.bias", c.kv_dim()), c.kv_dim(), 1, c.n_kv_heads);
+        L.bv = vector(p + "self_attn.v_proj.bias", c.kv_dim());
+      }
+      L.ffn_norm = vector(p + "post_attention_layernorm.weight", c.hidden);
+      L.w_gate = matrix(p + "mlp.gate_proj.weight", c.ffn_hidden, c.hidden);
+      L.w_up = matrix(p + "mlp.up_proj.weight", c.ffn_hidden, c.hidden);
+      L.w_down = matrix(p + "mlp.down_proj.weight", c.hidden, c.ffn_hidden);
+      w.layers.push_back(std::move(L));
+    }
+    return w;
+  }
+
+ private:
+  std::pair<const SafetensorsFile*, const SafetensorsTensor*> find(const std::string& name) const {
+    for (const auto& f : files_) {
+      if (const auto* t = f.find(name)) return {&f, t};
+    }
+    return {nullptr, nullptr};
+  }
+  std::vector<float> read(const std::string& name, std::vector<int64_t> shape) {
+    auto [f, t] = find(name);
+    if (!t) throw ModelError(dir_ + ": missing tensor " + name);
+    if (t->shape != shape) {
+      std::string got, want;
+      for (auto d : t->shape) got += std::to_string(d) + " ";
+      for (auto d : shape) want += std::to_string(d) + " ";
+      throw ModelError(f->path() + ": tensor " + name + " has shape [ " + got + "], expected [ " + want + "]");
+    }
+    auto v = f->read_f32(*t);
+    if (progress_) progress_(++done_, total_);
+    return v;
+  }
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+    return WeightMatrix{rows, cols, GgmlType::F32, read(name, {rows, cols})};
+  }
+  std::vector<float> vector(const std::string& name, int64_t n) { return read(name, {n}); }
+
+  std::string dir_;
+  const LoadProgress& progress_;
+  std::vector<SafetensorsFile> files_;
+  int done_ = 0, total_ = 0;
+};
+
+}  // namespace
+
+LlamaWeights load_llama_weights(const std::string& path, const LoadProgress& progress) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return HfLoader(path, progress).load();
+  if (!fs::exists(path, ec)) throw ModelError(path + ": no such model file or folder");
+  return GgufLoader(path, progress).load();
+}
+
+}  // namespace actorlm

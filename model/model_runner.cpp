@@ -1,0 +1,127 @@
+#include "model/model_runner.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace actorlm {
+
+ModelRunner::ModelRunner(LlamaWeights weights, std::unique_ptr<Backend> backend, const ModelRunnerConfig& config)
+    : backend_(std::move(backend)), model_(std::move(weights), *backend_), config_(config) {
+  const ModelConfig& c = model_.config();
+  max_context_ = config.max_context > 0 ? std::min(config.max_context, c.max_context) : c.max_context;
+  if (config.kv_pool_rows < 2 || config.max_requests < 1) {
+    throw std::invalid_argument("ModelRunner: kv_pool_rows must be >= 2 and max_requests >= 1");
+  }
+  auto per_layer = static_cast<size_t>(config.kv_pool_rows) * static_cast<size_t>(c.kv_dim());
+  k_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
+  v_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
+  req_to_token_.assign(static_cast<size_t>(config.max_requests) * static_cast<size_t>(max_context_), 0);
+}
+
+int64_t ModelRunner::kv_bytes() const {
+  return static_cast<int64_t>((k_cache_.size() + v_cache_.size()) * sizeof(float));
+}
+
+void ModelRunner::write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) {
+  if (slot < 0 || slot >= config_.max_requests || start < 0 ||
+      static_cast<int64_t>(start) + static_cast<int64_t>(kv.size()) > max_context_) {
+    throw std::invalid_argument("req_to_token write out of range: slot " + std::to_string(slot) +
+                                " positions [" + std::to_string(start) + ", " +
+                                std::to_string(start + static_cast<int64_t>(kv.size())) + ")");
+  }
+  for (int32_t r : kv) {
+    if (r < 0 || r >= config_.kv_pool_rows) {
+      throw std::invalid_argument("req_to_token write names KV row " + std::to_string(r) + " outside the pool");
+    }
+  }
+  std::copy(kv.begin(), kv.end(), req_to_token_.begin() + static_cast<int64_t>(slot) * max_context_ + start);
+}
+
+void ModelRunner::validate(const ForwardBatch& b) const {
+  auto fail = [](const std::string& why) { throw std::invalid_argument("invalid forward batch: " + why); };
+  if (b.reqs.empty()) fail("no requests");
+  int64_t total = 0;
+  for (const auto& r : b.reqs) {
+    if (r.slot < 0 || r.slot >= config_.max_requests) fail("slot " + std::to_string(r.slot) + " out of range");
+    if (r.extend_len < 1 || r.prefix_len < 0) fail("extend_len must be >= 1 and prefix_len >= 0");
+    if (static_cast<int64_t>(r.prefix_len) + r.extend_len > max_context_) {
+      fail("request in slot " + std::to_string(r.slot) + " exceeds the context length " + std::to_string(max_context_));
+    }
+    total += r.extend_len;
+  }
+  if (static_cast<int64_t>(b.token_ids.size()) != total) fail("token_ids has " + std::to_string(b.token_ids.size()) + " entries, extend lengths sum to " + std::to_string(total));
+  if (b.out_cache_loc.size() != b.token_ids.size()) fail("out_cache_loc and token_ids differ in length");
+  for (int32_t r : b.out_cache_loc) {
+    if (r < 0 || r >= config_.kv_pool_rows) fail("out_cache_loc row " + std::to_string(r) + " outside the pool");
+  }
+  const int32_t vocab = model_.config().vocab_size;
+  for (int32_t t : b.token_ids) {
+    if (t < 0 || t >= vocab) fail("token id " + std::to_string(t) + " outside the vocabulary");
+  }
+  for (const auto& w : b.writes) {
+    if (w.slot < 0 || w.slot >= config_.max_requests || w.start < 0 ||
+        static_cast<int64_t>(w.start) + static_cast<int64_t>(w.kv.size()) > max_context_) {
+      fail("req_to_token write out of range");
+    }
+    for (int32_t r : w.kv) {
+      if (r < 0 || r >= config_.kv_pool_rows) fail("req_to_token write names a row outside the pool");
+    }
+  }
+}
+
+ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
+  validate(b);
+  for (const auto& w : b.writes) write_req_to_token(w.slot, w.start, w.kv);
+  const ModelConfig& c = model_.config();
+
+  AttentionPlan plan;
+  plan.n_heads = c.n_heads;
+  plan.n_kv_heads = c.n_kv_heads;
+  plan.head_dim = c.head_dim;
+  plan.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  plan.kv_indptr.push_back(0);
+  std::vector<int32_t> positions;
+  std::vector<int32_t> logit_rows;
+  int32_t q_start = 0;
+  for (const auto& r : b.reqs) {
+    plan.q_start.push_back(q_start);
+    plan.q_len.push_back(r.extend_len);
+    plan.prefix_len.push_back(r.prefix_len);
+    const int32_t* row = req_to_token_.data() + static_cast<int64_t>(r.slot) * max_context_;
+    plan.kv_indices.insert(plan.kv_indices.end(), row, row + r.prefix_len + r.extend_len);
+    plan.kv_indptr.push_back(static_cast<int32_t>(plan.kv_indices.size()));
+    for (int32_t j = 0; j < r.extend_len; ++j) {
+      positions.push_back(r.prefix_len + j);
+      if (b.all_logits) logit_rows.push_back(q_start + j);
+    }
+    if (!b.all_logits) logit_rows.push_back(q_start + r.extend_len - 1);
+    q_start += r.extend_len;
+  }
+  // The new tokens' rows in the table must be where this pass writes their
+  // K/V; a mismatch would attend to stale rows.
+  int64_t t = 0;
+  for (size_t i = 0; i < b.reqs.size(); ++i) {
+    const int32_t* kv = plan.kv_indices.data() + plan.kv_indptr[i] + b.reqs[i].prefix_len;
+    for (int32_t j = 0; j < b.reqs[i].extend_len; ++j, ++t) {
+      if (kv[j] != b.out_cache_loc[static_cast<size_t>(t)]) {
+        throw std::invalid_argument("invalid forward batch: req_to_token of slot " + std::to_string(b.reqs[i].slot) +
+                                    " does not point at out_cache_loc for position " +
+                                    std::to_string(b.reqs[i].prefix_len + j));
+      }
+    }
+  }
+
+  std::vector<KvLayerView> views;
+  auto per_layer = static_cast<int64_t>(config_.kv_pool_rows) * c.kv_dim();
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    views.push_back({k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer, config_.kv_pool_rows,
+                     c.n_kv_heads, c.head_dim});
+  }
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  out.logits = model_.forward(b.token_ids, positions, b.out_cache_loc, views, plan, logit_rows);
+  return out;
+}
+
+}  // namespace actorlm
