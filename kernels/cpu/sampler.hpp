@@ -1,0 +1,44 @@
+#pragma once
+// Picks the next token from one request's logits.
+//
+// Order of processing: repetition penalty (HF/llama.cpp: a seen token's
+// positive logit is divided by the penalty, a negative one multiplied),
+// frequency and presence penalties (OpenAI: minus frequency * count and minus
+// presence once, over the generated tokens), then greedy argmax if
+// temperature == 0 or top_k == 1; otherwise temperature, top-k, top-p
+// (smallest set with mass >= top_p), min-p (drop p < min_p * p_max), sample.
+//
+// Randomness is per request and counter-based: the draw for step s of a
+// request with seed k depends only on (k, s), so a request gives the same
+// output whatever it is batched with.
+//
+// logprob is the log-softmax of the RAW logits (the model's distribution, as
+// OpenAI reports it), for the chosen token and for the top_n alternatives.
+// NaN logits count as -inf; if every logit is -inf or NaN, sampling throws
+// std::domain_error.
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/sampling_params.hpp"
+
+namespace actorlm {
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
+};
+
+// history_prompt: prompt tokens (repetition penalty only); history_output:
+// generated tokens (all penalties). step: tokens this request sampled before.
+SampleResult sample_token(std::span<const float> logits, const SamplingParams& params,
+                          std::span<const int32_t> history_prompt, std::span<const int32_t> history_output,
+                          uint64_t step, int top_n = 0);
+
+// The uniform draw in [0, 1) used for (seed, step); exposed for tests.
+double sample_uniform(uint64_t seed, uint64_t step);
+
+}  // namespace actorlm
