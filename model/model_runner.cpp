@@ -68,6 +68,24 @@ void ModelRunner::validate(const ForwardBatch& b) const {
       if (r < 0 || r >= config_.kv_pool_rows) fail("req_to_token write names a row outside the pool");
     }
   }
+  // Each new token's row in req_to_token (as the writes will leave it) must
+  // be where this pass stores its K/V, or attention would read stale rows.
+  auto table_at = [&](int32_t slot, int32_t pos) {
+    for (auto w = b.writes.rbegin(); w != b.writes.rend(); ++w) {
+      if (w->slot == slot && pos >= w->start && pos < w->start + static_cast<int32_t>(w->kv.size()))
+        return w->kv[static_cast<size_t>(pos - w->start)];
+    }
+    return req_to_token_[static_cast<size_t>(slot) * static_cast<size_t>(max_context_) + static_cast<size_t>(pos)];
+  };
+  size_t t = 0;
+  for (const auto& r : b.reqs) {
+    for (int32_t j = 0; j < r.extend_len; ++j, ++t) {
+      if (table_at(r.slot, r.prefix_len + j) != b.out_cache_loc[t]) {
+        fail("req_to_token of slot " + std::to_string(r.slot) + " does not point at out_cache_loc for position " +
+             std::to_string(r.prefix_len + j));
+      }
+    }
+  }
 }
 
 ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
@@ -98,20 +116,6 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
     if (!b.all_logits) logit_rows.push_back(q_start + r.extend_len - 1);
     q_start += r.extend_len;
   }
-  // The new tokens' rows in the table must be where this pass writes their
-  // K/V; a mismatch would attend to stale rows.
-  int64_t t = 0;
-  for (size_t i = 0; i < b.reqs.size(); ++i) {
-    const int32_t* kv = plan.kv_indices.data() + plan.kv_indptr[i] + b.reqs[i].prefix_len;
-    for (int32_t j = 0; j < b.reqs[i].extend_len; ++j, ++t) {
-      if (kv[j] != b.out_cache_loc[static_cast<size_t>(t)]) {
-        throw std::invalid_argument("invalid forward batch: req_to_token of slot " + std::to_string(b.reqs[i].slot) +
-                                    " does not point at out_cache_loc for position " +
-                                    std::to_string(b.reqs[i].prefix_len + j));
-      }
-    }
-  }
-
   std::vector<KvLayerView> views;
   auto per_layer = static_cast<int64_t>(config_.kv_pool_rows) * c.kv_dim();
   for (int32_t l = 0; l < c.n_layers; ++l) {

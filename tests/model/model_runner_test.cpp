@@ -1,0 +1,68 @@
+#include "model/model_runner.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "tests/model/model_test_support.hpp"
+
+using namespace actorlm;
+using Ids = std::vector<int32_t>;
+
+namespace {
+
+ForwardBatch good_batch() {
+  ForwardBatch b;
+  b.reqs = {{0, 0, 3}};
+  b.token_ids = {504, 3575, 282};
+  b.out_cache_loc = {1, 2, 3};
+  b.writes = {{0, 0, {1, 2, 3}}};
+  return b;
+}
+
+void expect_rejected(const ForwardBatch& b, const std::string& fragment) {
+  try {
+    test::default_runner().forward(b);
+    FAIL("batch was accepted");
+  } catch (const std::invalid_argument& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("The runner reports the model it loaded", "[model]") {
+  const ModelConfig& c = test::default_runner().model_config();
+  CHECK(c.n_layers == 30);
+  CHECK(c.hidden == 576);
+  CHECK(c.n_heads == 9);
+  CHECK(c.n_kv_heads == 3);
+  CHECK(c.head_dim == 64);
+  CHECK(c.ffn_hidden == 1536);
+  CHECK(c.vocab_size == 49152);
+  CHECK(c.tied_embeddings);
+  CHECK(test::default_runner().forward(good_batch()).rows() == 1);
+}
+
+TEST_CASE("Inconsistent batches are rejected with a reason and change nothing", "[model]") {
+  ForwardBatch b = good_batch();
+  b.token_ids[1] = 49152;
+  expect_rejected(b, "vocabulary");
+  b = good_batch();
+  b.out_cache_loc[2] = 1 << 20;
+  expect_rejected(b, "outside the pool");
+  b = good_batch();
+  b.token_ids.pop_back();
+  expect_rejected(b, "extend lengths");
+  b = good_batch();
+  b.reqs[0].slot = 99;
+  expect_rejected(b, "slot");
+  b = good_batch();
+  b.reqs[0].prefix_len = 1023;
+  expect_rejected(b, "context length");
+  b = good_batch();
+  b.writes[0].kv = {1, 2, 9};  // the table would not point at row 3
+  expect_rejected(b, "does not point at out_cache_loc");
+  b = good_batch();
+  b.reqs.clear();
+  expect_rejected(b, "no requests");
+}
