@@ -37,7 +37,8 @@ class GgufLoader {
     LlamaWeights w;
     w.config = config_from_gguf(file_);
     const auto& c = w.config;
-    total_ = 3 + c.n_layers * 9 + (c.tied_embeddings ? 0 : 1);
+    total_ = 2 + (c.tied_embeddings ? 0 : 1) + (file_.find_tensor("rope_freqs.weight") ? 1 : 0) +
+             c.n_layers * (9 + (c.attention_bias ? 3 : 0));
     w.token_embedding = matrix("token_embd.weight", c.vocab_size, c.hidden);
     w.output_norm = vector("output_norm.weight", c.hidden);
     if (!c.tied_embeddings) w.lm_head = matrix("output.weight", c.vocab_size, c.hidden);
@@ -127,7 +128,7 @@ class HfLoader {
     w.config = config_from_hf_json((fs::path(dir_) / "config.json").string());
     auto& c = w.config;
     if (!find("lm_head.weight").second) c.tied_embeddings = true;
-    total_ = 3 + c.n_layers * 9 + (c.tied_embeddings ? 0 : 1);
+    total_ = 2 + (c.tied_embeddings ? 0 : 1) + c.n_layers * (9 + (c.attention_bias ? 3 : 0));
     w.token_embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.hidden);
     w.output_norm = vector("model.norm.weight", c.hidden);
     if (!c.tied_embeddings) w.lm_head = matrix("lm_head.weight", c.vocab_size, c.hidden);
