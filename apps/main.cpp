@@ -4,7 +4,10 @@
 #include <string>
 
 #include "actorlm/version.hpp"
+#include "apps/cli_args.hpp"
 #include "apps/kv_demo.hpp"
+#include "apps/run_command.hpp"
+#include "model/gguf_file.hpp"
 #ifdef ACTORLM_HAVE_CUDA
 #include "kernels/cuda/device.cuh"
 #endif
@@ -38,7 +41,19 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "version") == 0 || std::strcmp(argv[1], "--version") == 0) {
     return print_version();
   }
-  if (std::strcmp(argv[1], "kv-demo") == 0) return actorlm::run_kv_demo();
-  std::fprintf(stderr, "actorlm: unknown command '%s'\n", argv[1]);
+  try {
+    if (std::strcmp(argv[1], "kv-demo") == 0) return actorlm::run_kv_demo();
+    if (std::strcmp(argv[1], "run") == 0) return actorlm::run_command(argc, argv, 2);
+  } catch (const actorlm::cli::UsageError& e) {
+    std::fprintf(stderr, "actorlm %s: %s\n", argv[1], e.what());
+    return 2;
+  } catch (const actorlm::ModelError& e) {
+    std::fprintf(stderr, "actorlm %s: %s\n", argv[1], e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "actorlm %s: error: %s\n", argv[1], e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "actorlm: unknown command '%s' (commands: run, kv-demo, version)\n", argv[1]);
   return 2;
 }

@@ -1,0 +1,63 @@
+// `actorlm run` as a user runs it: a child process, stdout and exit code.
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(ACTORLM_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("actorlm run answers a question on the default model", "[apps]") {
+  Result r = run("run -p 'What is the capital of France?' --max-tokens 20 --threads 2");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("Paris") != std::string::npos);
+  CHECK(r.out.find("finish: stop") != std::string::npos);  // ended by the end-of-turn token
+}
+
+TEST_CASE("actorlm run is deterministic for a seed and honours --max-tokens", "[apps]") {
+  std::string args = "run --raw -p 'Once upon a time' --max-tokens 12 --temperature 0.9 --seed 11 --threads 2";
+  Result a = run(args), b = run(args);
+  CHECK(a.code == 0);
+  auto text = [](const std::string& s) { return s.substr(0, s.find("loaded in")); };
+  CHECK(text(a.out) == text(b.out));
+  CHECK(a.out.find("12 generated") != std::string::npos);
+  CHECK(a.out.find("finish: length") != std::string::npos);
+}
+
+TEST_CASE("actorlm run rejects bad input with a message and an exit code", "[apps]") {
+  Result r = run("run -p hi --temperature -1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--temperature must be") != std::string::npos);
+  r = run("run -p hi --model /nonexistent.gguf");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("/nonexistent.gguf") != std::string::npos);
+  r = run("run");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("usage") != std::string::npos);
+  r = run("run -p hi --bogus 1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("unknown argument '--bogus'") != std::string::npos);
+  r = run("frobnicate");
+  CHECK(r.code == 2);
+}
