@@ -1,11 +1,7 @@
 #include "model/gguf_file.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "model/mapped_file.hpp"
 
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -164,16 +160,11 @@ uint64_t GgufTensorInfo::element_count() const {
 
 struct GgufFile::Impl {
   std::string path;
-  void* map = nullptr;
-  size_t size = 0;
+  std::optional<MappedFile> file;
   uint32_t version = 0;
   std::map<std::string, Value, std::less<>> meta;
   std::vector<GgufTensorInfo> tensors;
   std::map<std::string, size_t, std::less<>> tensor_index;
-
-  ~Impl() {
-    if (map) munmap(map, size);
-  }
 
   const Value* find(std::string_view key) const {
     auto it = meta.find(key);
@@ -194,26 +185,11 @@ GgufFile::~GgufFile() = default;
 GgufFile GgufFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw ModelError(path + ": not a regular file");
-  }
-  impl->size = static_cast<size_t>(st.st_size);
-  if (impl->size < 24) {
-    ::close(fd);
-    throw ModelError(path + ": too small to be a GGUF file (" + std::to_string(impl->size) + " bytes)");
-  }
-  impl->map = mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (impl->map == MAP_FAILED) {
-    impl->map = nullptr;
-    throw ModelError(path + ": mmap failed: " + std::strerror(errno));
-  }
-  const auto* base = static_cast<const uint8_t*>(impl->map);
-  Cursor c(base, impl->size, impl->path);
+  impl->file.emplace(path);
+  const size_t size = impl->file->size();
+  if (size < 24) throw ModelError(path + ": too small to be a GGUF file (" + std::to_string(size) + " bytes)");
+  const uint8_t* base = impl->file->data();
+  Cursor c(base, size, impl->path);
 
   if (std::memcmp(base, "GGUF", 4) != 0) throw ModelError(path + ": not a GGUF file (bad magic)");
   c.skip(4, "magic");
@@ -277,8 +253,8 @@ GgufFile GgufFile::open(const std::string& path) {
   }
 
   uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
-  if (data_start > impl->size) throw ModelError(path + ": truncated GGUF file: no tensor data");
-  uint64_t data_size = impl->size - data_start;
+  if (data_start > size) throw ModelError(path + ": truncated GGUF file: no tensor data");
+  uint64_t data_size = size - data_start;
   for (size_t i = 0; i < impl->tensors.size(); ++i) {
     auto& info = impl->tensors[i];
     if (info.offset > data_size || info.byte_size > data_size - info.offset) {

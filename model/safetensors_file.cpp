@@ -1,17 +1,13 @@
 #include "model/safetensors_file.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "model/gguf_file.hpp"
 #include "model/half.hpp"
+#include "model/mapped_file.hpp"
 
 namespace actorlm {
 namespace {
@@ -32,12 +28,8 @@ int64_t SafetensorsTensor::element_count() const {
 
 struct SafetensorsFile::Impl {
   std::string path;
-  void* map = nullptr;
-  size_t size = 0;
+  std::optional<MappedFile> file;
   std::vector<SafetensorsTensor> tensors;
-  ~Impl() {
-    if (map) munmap(map, size);
-  }
 };
 
 SafetensorsFile::SafetensorsFile(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -48,25 +40,13 @@ SafetensorsFile::~SafetensorsFile() = default;
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  fstat(fd, &st);
-  impl->size = static_cast<size_t>(st.st_size);
-  if (impl->size < 8) {
-    ::close(fd);
-    throw ModelError(path + ": too small to be a safetensors file");
-  }
-  impl->map = mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (impl->map == MAP_FAILED) {
-    impl->map = nullptr;
-    throw ModelError(path + ": mmap failed: " + std::strerror(errno));
-  }
-  const auto* base = static_cast<const uint8_t*>(impl->map);
+  impl->file.emplace(path);
+  const size_t size = impl->file->size();
+  if (size < 8) throw ModelError(path + ": too small to be a safetensors file");
+  const uint8_t* base = impl->file->data();
   uint64_t header_len = 0;
   std::memcpy(&header_len, base, 8);
-  if (header_len > impl->size - 8 || header_len > (100u << 20)) {
+  if (header_len > size - 8 || header_len > (100u << 20)) {
     throw ModelError(path + ": corrupt safetensors header length " + std::to_string(header_len));
   }
   nlohmann::json header;
@@ -77,7 +57,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   }
   if (!header.is_object()) throw ModelError(path + ": safetensors header is not a JSON object");
   const uint8_t* data = base + 8 + header_len;
-  uint64_t data_size = impl->size - 8 - header_len;
+  uint64_t data_size = size - 8 - header_len;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
     SafetensorsTensor t;
