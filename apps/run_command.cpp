@@ -9,7 +9,6 @@
 
 #include "apps/cli_args.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "kernels/cpu/sampler.hpp"
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_runner.hpp"
@@ -119,8 +118,8 @@ int run_command(int argc, char** argv, int first) {
       prefill_s = seconds_since(t_prefill);
       t_decode = std::chrono::steady_clock::now();
     }
-    SampleResult s = sample_token(std::span<const float>(out.row(0), static_cast<size_t>(out.vocab)), sp, prompt,
-                                  output, static_cast<uint64_t>(step));
+    SampleRequest req{sp, prompt, output, static_cast<uint64_t>(step), 0};
+    SampleResult s = runner.sample(out, std::span<const SampleRequest>(&req, 1))[0];
     if (std::find(stop_ids.begin(), stop_ids.end(), s.token) != stop_ids.end()) {
       finish = "stop";
       break;

@@ -18,6 +18,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/sampling_params.hpp"
+
 namespace actorlm {
 
 // A row-major matrix [rows][cols] (weights are [out][in]).
@@ -54,6 +56,16 @@ struct RopeTable {
   int32_t head_dim = 0;
 };
 
+// What the sampler needs to know about one request (see kernels/cpu/sampler.hpp
+// for the order of processing and the meaning of each field).
+struct SampleRequest {
+  SamplingParams params;
+  std::span<const int32_t> prompt;  // repetition penalty
+  std::span<const int32_t> output;  // all penalties
+  uint64_t step = 0;                // tokens the request sampled before (seeded RNG position)
+  int top_n = 0;                    // alternatives to report with their logprobs
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -77,6 +89,9 @@ class Backend {
   virtual void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) = 0;
   // out[i] = silu(gate[i]) * up[i].
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // One token per logits row (rows = reqs.size(), each `vocab` wide). On a GPU
+  // this runs on the device so only token ids cross to the host.
+  virtual std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) = 0;
 };
 
 }  // namespace actorlm

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace actorlm {
 
@@ -38,6 +40,15 @@ struct SamplingParams {
     if (bad(presence_penalty, -2.0f, 2.0f)) return "presence_penalty must be in [-2, 2]";
     return std::nullopt;
   }
+};
+
+// One sampled token. logprob is the log-softmax of the raw logits (the
+// model's distribution) at the chosen token; top holds the top_n
+// alternatives as (token, logprob), best first.
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 }  // namespace actorlm

@@ -88,6 +88,14 @@ void ModelRunner::validate(const ForwardBatch& b) const {
   }
 }
 
+std::vector<SampleResult> ModelRunner::sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) {
+  if (reqs.size() != out.rows()) {
+    throw std::invalid_argument("sample: " + std::to_string(reqs.size()) + " requests for " +
+                                std::to_string(out.rows()) + " logits rows");
+  }
+  return backend_->sample(out.logits.data(), out.vocab, reqs);
+}
+
 ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
   validate(b);
   for (const auto& w : b.writes) write_req_to_token(w.slot, w.start, w.kv);

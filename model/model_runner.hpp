@@ -36,6 +36,9 @@ class ModelRunner {
 
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv);
 
+  // One token per row of out (in request order), on the backend.
+  std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs);
+
  private:
   void validate(const ForwardBatch& batch) const;
 

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/cpu/sampler.hpp"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -170,6 +172,20 @@ void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t 
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+// Rows are independent (each request owns its RNG), so they are sampled in
+// parallel; results land in request order.
+std::vector<SampleResult> CpuBackend::sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) {
+  std::vector<SampleResult> out(reqs.size());
+  pool_.parallel_for(static_cast<int64_t>(reqs.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const SampleRequest& r = reqs[static_cast<size_t>(i)];
+      out[static_cast<size_t>(i)] = sample_token(std::span<const float>(logits + i * vocab, static_cast<size_t>(vocab)),
+                                                 r.params, r.prompt, r.output, r.step, r.top_n);
+    }
+  });
+  return out;
 }
 
 }  // namespace actorlm::cpu

@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
                 std::span<const int32_t> out_cache_loc) override;
   void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) override;
 
   int threads() const { return pool_.size(); }
 

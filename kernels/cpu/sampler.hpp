@@ -26,12 +26,6 @@
 
 namespace actorlm {
 
-struct SampleResult {
-  int32_t token = -1;
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
-};
-
 // history_prompt: prompt tokens (repetition penalty only); history_output:
 // generated tokens (all penalties). step: tokens this request sampled before.
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& params,

@@ -155,3 +155,29 @@ TEST_CASE("Out-of-range parameters are rejected by validate", "[sampler]") {
   p.top_k = -5;
   CHECK(p.validate());
 }
+
+#include "kernels/cpu/cpu_backend.hpp"
+
+TEST_CASE("The backend samples each row as the sampler does, in request order", "[sampler]") {
+  cpu::CpuBackend backend(2);
+  const int32_t vocab = 50, rows = 9;
+  std::vector<float> logits(static_cast<size_t>(vocab * rows));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37));
+  std::vector<SampleRequest> reqs;
+  Ids outputs{3, 4, 3};
+  for (int32_t r = 0; r < rows; ++r) {
+    SamplingParams p = random_params(0.8f);
+    p.seed = static_cast<uint64_t>(r);
+    p.frequency_penalty = 0.5f;
+    reqs.push_back({p, {}, outputs, static_cast<uint64_t>(r * 3), 2});
+  }
+  auto got = backend.sample(logits.data(), vocab, reqs);
+  REQUIRE(got.size() == static_cast<size_t>(rows));
+  for (int32_t r = 0; r < rows; ++r) {
+    auto want = sample_token(std::span<const float>(logits.data() + r * vocab, static_cast<size_t>(vocab)),
+                             reqs[static_cast<size_t>(r)].params, {}, outputs, static_cast<uint64_t>(r * 3), 2);
+    CHECK(got[static_cast<size_t>(r)].token == want.token);
+    CHECK(got[static_cast<size_t>(r)].logprob == want.logprob);
+    CHECK(got[static_cast<size_t>(r)].top == want.top);
+  }
+}
