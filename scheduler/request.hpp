@@ -1,0 +1,47 @@
+#pragma once
+// A generation request as the scheduler tracks it: what was asked, what has
+// been produced, and the KV indices it holds (never tensors).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/sampling_params.hpp"
+#include "kvstore/kv_store.hpp"
+
+namespace actorlm {
+
+enum class FinishReason { none, stop, length, abort, error };
+const char* finish_reason_name(FinishReason r);
+
+struct StopConditions {
+  int32_t max_new_tokens = 128;
+  std::vector<int32_t> stop_token_ids;  // besides EOS
+  bool ignore_eos = false;
+};
+
+struct Request {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+  int top_logprobs = 0;
+
+  // Progress.
+  std::vector<int32_t> output;
+  RequestKv kv;            // rows for tokens prompt ++ output with KV so far
+  int64_t arrival = 0;     // admission order (fcfs, retraction victims)
+  int32_t cached_tokens = 0;
+  int32_t retractions = 0;
+  FinishReason finish = FinishReason::none;
+
+  // All tokens the model has seen or produced, in order.
+  std::vector<int32_t> fill_ids() const {
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), output.begin(), output.end());
+    return all;
+  }
+};
+
+}  // namespace actorlm

@@ -1,0 +1,334 @@
+#include "scheduler/scheduler.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace actorlm {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::none: return "none";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::abort: return "abort";
+    case FinishReason::error: return "error";
+  }
+  return "none";
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker)
+    : config_(config), kv_(kv), worker_(worker) {}
+
+std::optional<std::string> Scheduler::submit(Request r) {
+  if (r.prompt.empty()) return "the prompt is empty";
+  if (static_cast<int64_t>(r.prompt.size()) >= config_.max_context) {
+    return "the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+           std::to_string(config_.max_context) + " (prompt + output)";
+  }
+  if (r.stop.max_new_tokens < 1) return "max_new_tokens must be at least 1";
+  if (auto err = r.sampling.validate()) return *err;
+  auto same = [&](uint64_t id) { return id == r.id; };
+  if (std::any_of(waiting_.begin(), waiting_.end(), [&](const Request& w) { return same(w.id); }) ||
+      std::any_of(running_.begin(), running_.end(), [&](const Running& x) { return same(x.req.id); })) {
+    return "request id " + std::to_string(r.id) + " is already in use";
+  }
+  r.arrival = next_arrival_++;
+  waiting_.push_back(std::move(r));
+  return std::nullopt;
+}
+
+void Scheduler::abort(uint64_t id) { aborts_.push_back(id); }
+void Scheduler::stop(uint64_t id) { stops_.push_back(id); }
+
+TokenEvent Scheduler::event_for(const Request& r) const {
+  TokenEvent e;
+  e.id = r.id;
+  e.prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  e.completion_tokens = static_cast<int32_t>(r.output.size());
+  e.cached_tokens = r.cached_tokens;
+  return e;
+}
+
+void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error) {
+  RequestKv* kv[] = {&r.req.kv};
+  if (reason == FinishReason::abort || reason == FinishReason::error) {
+    kv_.abort(kv);
+    ++stats_.aborted;
+  } else {
+    kv_.finish(kv);
+    ++stats_.finished;
+  }
+  r.req.finish = reason;
+  TokenEvent e = event_for(r.req);
+  e.finish = reason;
+  e.error = error;
+  events.push_back(std::move(e));
+}
+
+void Scheduler::apply_controls(std::vector<TokenEvent>& events) {
+  auto apply = [&](const std::vector<uint64_t>& ids, FinishReason reason) {
+    for (uint64_t id : ids) {
+      auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const Request& r) { return r.id == id; });
+      if (w != waiting_.end()) {
+        // Waiting requests hold nothing (retracted ones gave everything back).
+        TokenEvent e = event_for(*w);
+        e.finish = reason;
+        events.push_back(std::move(e));
+        waiting_.erase(w);
+        if (reason == FinishReason::abort) ++stats_.aborted;
+        continue;
+      }
+      auto r = std::find_if(running_.begin(), running_.end(), [&](const Running& x) { return x.req.id == id; });
+      if (r != running_.end()) {
+        finish(*r, reason, events);
+        running_.erase(r);
+      }
+    }
+  };
+  apply(aborts_, FinishReason::abort);
+  apply(stops_, FinishReason::stop);
+  aborts_.clear();
+  stops_.clear();
+}
+
+// Which waiting requests to start and how much of each to prefill now.
+std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
+  std::vector<Planned> plan;
+  int64_t budget = config_.max_prefill_tokens;
+  auto chunk_of = [&](size_t remaining) {
+    size_t n = remaining;
+    if (config_.chunked_prefill_size > 0) n = std::min(n, static_cast<size_t>(config_.chunked_prefill_size));
+    return std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>(budget, 0)));
+  };
+
+  // A request in the middle of a chunked prefill goes first.
+  for (auto& r : running_) {
+    if (r.decoding) continue;
+    auto fill = r.req.fill_ids();
+    size_t n = chunk_of(fill.size() - r.prefilled);
+    if (n == 0) return plan;
+    plan.push_back({&r, std::vector<int32_t>(fill.begin() + static_cast<ptrdiff_t>(r.prefilled),
+                                             fill.begin() + static_cast<ptrdiff_t>(r.prefilled + n)),
+                    r.prefilled + n == fill.size()});
+    budget -= static_cast<int64_t>(n);
+  }
+  if (waiting_.empty() || budget <= 0 || memory_short_) return plan;
+  size_t room = static_cast<size_t>(config_.max_running_requests) - std::min(running_.size(), static_cast<size_t>(config_.max_running_requests));
+  if (room == 0) return plan;
+
+  // Order the queue: longest cached prefix first (lpm) or arrival (fcfs).
+  std::vector<std::vector<int32_t>> fills;
+  for (const auto& w : waiting_) fills.push_back(w.fill_ids());
+  std::vector<size_t> order(waiting_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<int32_t> cached(waiting_.size(), 0);
+  if (config_.policy == SchedulePolicy::lpm) cached = kv_.match_lengths(fills);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (config_.policy == SchedulePolicy::lpm && cached[a] != cached[b]) return cached[a] > cached[b];
+    return waiting_[a].arrival < waiting_[b].arrival;
+  });
+  std::vector<size_t> chosen;
+  int64_t estimate = budget;
+  for (size_t i : order) {
+    if (chosen.size() == room || estimate <= 0) break;
+    int64_t need = static_cast<int64_t>(fills[i].size()) - cached[i];
+    if (config_.chunked_prefill_size == 0 && need > estimate && !chosen.empty()) break;
+    chosen.push_back(i);
+    estimate -= need;
+  }
+  if (chosen.empty()) return plan;
+
+  // Admit (slot + match + lock) in one call; move the admitted to running.
+  std::vector<RequestKv> kvs(chosen.size());
+  std::vector<RequestKv*> kv_ptrs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    kv_ptrs.push_back(&kvs[k]);
+    prompts.push_back(fills[chosen[k]]);
+  }
+  size_t admitted = kv_.admit(kv_ptrs, prompts);
+  std::vector<size_t> taken(chosen.begin(), chosen.begin() + static_cast<ptrdiff_t>(admitted));
+  for (size_t k = 0; k < admitted; ++k) {
+    Running r;
+    r.req = std::move(waiting_[chosen[k]]);
+    r.req.kv = std::move(kvs[k]);
+    r.prefilled = static_cast<size_t>(r.req.kv.prefix_len);
+    if (r.req.retractions == 0) r.req.cached_tokens = r.req.kv.prefix_len;
+    stats_.prompt_tokens += r.req.retractions == 0 ? static_cast<int64_t>(r.req.prompt.size()) : 0;
+    stats_.cached_tokens += r.req.retractions == 0 ? r.req.kv.prefix_len : 0;
+    running_.push_back(std::move(r));
+    Running& back = running_.back();
+    auto fill = back.req.fill_ids();
+    size_t n = chunk_of(fill.size() - back.prefilled);
+    if (n == 0) continue;  // out of budget: it waits in running for the next step
+    plan.push_back({&back, std::vector<int32_t>(fill.begin() + static_cast<ptrdiff_t>(back.prefilled),
+                                                fill.begin() + static_cast<ptrdiff_t>(back.prefilled + n)),
+                    back.prefilled + n == fill.size()});
+    budget -= static_cast<int64_t>(n);
+  }
+  std::sort(taken.rbegin(), taken.rend());
+  for (size_t i : taken) waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
+  // Pointers into running_ stay valid: deque::push_back keeps references.
+  return plan;
+}
+
+size_t Scheduler::newest_running() const {
+  size_t victim = 0;
+  for (size_t i = 1; i < running_.size(); ++i) {
+    if (running_[i].req.arrival > running_[victim].req.arrival) victim = i;
+  }
+  return victim;
+}
+
+void Scheduler::retract(size_t index) {
+  Running r = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<ptrdiff_t>(index));
+  RequestKv* kv[] = {&r.req.kv};
+  kv_.finish(kv);  // its KV stays in the radix cache for a cheap re-prefill
+  r.req.kv = RequestKv{};
+  ++r.req.retractions;
+  ++stats_.retractions;
+  waiting_.push_front(std::move(r.req));
+}
+
+std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& events) {
+  for (;;) {
+    std::vector<Planned> plan;
+    std::vector<RequestKv*> kvs;
+    std::vector<std::vector<int32_t>> toks;
+    for (auto& r : running_) {
+      if (!r.decoding) continue;
+      plan.push_back({&r, {r.req.output.back()}, true});
+      kvs.push_back(&r.req.kv);
+      toks.push_back(plan.back().tokens);
+    }
+    if (plan.empty() || kv_.extend(kvs, toks)) return plan;
+    // Short of KV rows: send the newest request back to wait. Alone, the
+    // pool cannot hold it at all.
+    if (running_.size() == 1) {
+      finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request");
+      running_.clear();
+      return {};
+    }
+    retract(newest_running());
+  }
+}
+
+std::vector<TokenEvent> Scheduler::step() {
+  std::vector<TokenEvent> events;
+  apply_controls(events);
+  if (idle()) return events;
+  ++stats_.steps;
+
+  std::vector<Planned> plan = plan_prefill();
+  bool prefill = !plan.empty();
+  if (prefill) {
+    std::vector<RequestKv*> kvs;
+    std::vector<std::vector<int32_t>> toks;
+    for (auto& p : plan) {
+      kvs.push_back(&p.run->req.kv);
+      toks.push_back(p.tokens);
+    }
+    if (!kv_.extend(kvs, toks)) {
+      // Not enough KV even after eviction. With requests decoding, decode
+      // instead (finishing requests frees memory) and retry next step. With
+      // only prefills, send the newest back to wait; a lone request that
+      // cannot fit is an error rather than a livelock.
+      plan.clear();
+      prefill = false;
+      memory_short_ = true;
+      bool any_decoding = std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
+      if (!any_decoding) {
+        if (running_.size() == 1) {
+          finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request");
+          running_.clear();
+        } else {
+          retract(newest_running());
+        }
+        return events;
+      }
+    }
+  }
+  if (prefill) memory_short_ = false;
+  if (!prefill) plan = plan_decode(events);
+  if (plan.empty()) return events;
+  if (!prefill && std::none_of(running_.begin(), running_.end(), [](const Running& r) { return !r.decoding; })) {
+    memory_short_ = false;  // nothing half-prefilled is waiting for room: admit again
+  }
+  prefill ? ++stats_.prefill_steps : ++stats_.decode_steps;
+
+  // Build the forward batch: the new rows of req_to_token plus any the worker
+  // has not seen (after admission or a cache_unfinished rewrite).
+  ForwardBatch batch;
+  std::vector<SampleRequest> sampling;
+  for (auto& p : plan) {
+    Request& q = p.run->req;
+    auto n = static_cast<int32_t>(p.tokens.size());
+    auto len = static_cast<int32_t>(q.kv.kv.size());
+    batch.reqs.push_back({q.kv.slot, len - n, n});
+    batch.token_ids.insert(batch.token_ids.end(), p.tokens.begin(), p.tokens.end());
+    batch.out_cache_loc.insert(batch.out_cache_loc.end(), q.kv.kv.end() - n, q.kv.kv.end());
+    int32_t from = std::min(p.run->table_synced, len - n);
+    batch.writes.push_back({q.kv.slot, from, std::vector<int32_t>(q.kv.kv.begin() + from, q.kv.kv.end())});
+    p.run->table_synced = len;
+    sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs});
+  }
+  std::vector<SampleResult> results = worker_.run(batch, sampling);
+
+  std::vector<RequestKv*> to_cache;
+  std::vector<uint64_t> done;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Running& r = *plan[i].run;
+    Request& q = r.req;
+    if (!r.decoding) r.prefilled += plan[i].tokens.size();
+    if (!plan[i].sample) {  // a chunk that is not the last: share it, sample nothing
+      to_cache.push_back(&q.kv);
+      continue;
+    }
+    const SampleResult& s = results[i];
+    q.output.push_back(s.token);
+    ++stats_.generated_tokens;
+    TokenEvent e = event_for(q);
+    e.token = s.token;
+    e.logprob = s.logprob;
+    e.top = s.top;
+    bool eos = config_.eos_id && s.token == *config_.eos_id && !q.stop.ignore_eos;
+    bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), s.token) != q.stop.stop_token_ids.end();
+    if (eos || stop_id) {
+      e.finish = FinishReason::stop;
+    } else if (static_cast<int32_t>(q.output.size()) >= q.stop.max_new_tokens ||
+               static_cast<int64_t>(q.prompt.size() + q.output.size()) >= config_.max_context) {
+      e.finish = FinishReason::length;
+    }
+    events.push_back(std::move(e));
+    if (events.back().finish != FinishReason::none) {
+      done.push_back(q.id);
+    } else if (!r.decoding) {
+      r.decoding = true;
+      to_cache.push_back(&q.kv);  // its prompt becomes matchable by others
+    }
+  }
+  if (!to_cache.empty()) {
+    // cache_unfinished may point req_to_token [prefix_len, new prefix_len)
+    // at the tree's rows instead of duplicates: the worker must be resent
+    // that range.
+    for (auto& p : plan) {
+      if (std::find(to_cache.begin(), to_cache.end(), &p.run->req.kv) != to_cache.end()) {
+        p.run->table_synced = std::min(p.run->table_synced, p.run->req.kv.prefix_len);
+      }
+    }
+    kv_.cache_unfinished(to_cache);
+  }
+  if (!done.empty()) {
+    std::vector<RequestKv*> kvs;
+    for (auto& r : running_) {
+      if (std::find(done.begin(), done.end(), r.req.id) != done.end()) kvs.push_back(&r.req.kv);
+    }
+    kv_.finish(kvs);
+    stats_.finished += static_cast<int64_t>(kvs.size());
+    std::erase_if(running_, [&](const Running& r) { return std::find(done.begin(), done.end(), r.req.id) != done.end(); });
+  }
+  return events;
+}
+
+}  // namespace actorlm

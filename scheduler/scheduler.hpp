@@ -1,0 +1,109 @@
+#pragma once
+// Continuous batching. Each step():
+//   1. applies aborts and external stops (freeing what those requests held);
+//   2. forms a prefill batch from the waiting queue — ordered by longest
+//      cached prefix (lpm) or arrival (fcfs), bounded by max_prefill_tokens
+//      and max_running_requests, long prompts cut into chunks of
+//      chunked_prefill_size — or, if there is none, decodes every running
+//      request one token, retracting the newest requests to the waiting queue
+//      when the KV pool runs short (their KV stays in the radix cache, so
+//      re-prefill is mostly cache hits);
+//   3. runs the worker once;
+//   4. appends sampled tokens, checks stop conditions, caches finished
+//      requests (cache_finished) and prefilled ones (cache_unfinished, so
+//      later requests can share their prefix).
+// The scheduler holds indices only; the pools and the tree live behind
+// KvService, the model behind Worker. Single-threaded (the scheduler actor).
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/kv_service.hpp"
+#include "scheduler/request.hpp"
+#include "scheduler/worker.hpp"
+
+namespace actorlm {
+
+enum class SchedulePolicy { lpm, fcfs };
+
+struct SchedulerConfig {
+  SchedulePolicy policy = SchedulePolicy::lpm;
+  int32_t max_running_requests = 32;
+  int32_t max_prefill_tokens = 2048;   // new tokens per prefill step
+  int32_t chunked_prefill_size = 512;  // most tokens of one request per step; 0 = never chunk
+  int32_t max_context = 2048;          // prompt + output
+  std::optional<int32_t> eos_id;
+};
+
+// What happened to a request in one step.
+struct TokenEvent {
+  uint64_t id = 0;
+  int32_t token = -1;  // -1: no new token (finish without one, e.g. abort)
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+  FinishReason finish = FinishReason::none;
+  std::string error;
+  int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+struct SchedulerStats {
+  int64_t steps = 0, prefill_steps = 0, decode_steps = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  int64_t retractions = 0, finished = 0, aborted = 0;
+  double cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker);
+
+  // Queues a request; an error message when it can never run (empty prompt,
+  // prompt not shorter than the context, bad sampling parameters, id in use).
+  std::optional<std::string> submit(Request request);
+  // Takes effect at the start of the next step; unknown ids are ignored.
+  void abort(uint64_t id);
+  // Finish a running request as stopped (a stop string matched downstream).
+  void stop(uint64_t id);
+
+  std::vector<TokenEvent> step();
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  size_t waiting() const { return waiting_.size(); }
+  size_t running() const { return running_.size(); }
+  const SchedulerStats& stats() const { return stats_; }
+
+ private:
+  struct Running {
+    Request req;
+    size_t prefilled = 0;      // tokens of fill_ids with KV (prefill progress)
+    int32_t table_synced = 0;  // leading req_to_token entries the worker already has
+    bool decoding = false;
+  };
+  struct Planned {
+    Running* run;
+    std::vector<int32_t> tokens;  // new tokens this step
+    bool sample;                  // false for a prefill chunk that is not the last
+  };
+
+  void apply_controls(std::vector<TokenEvent>& events);
+  std::vector<Planned> plan_prefill();
+  std::vector<Planned> plan_decode(std::vector<TokenEvent>& events);
+  size_t newest_running() const;
+  void retract(size_t index);
+  void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {});
+  TokenEvent event_for(const Request& r) const;
+
+  SchedulerConfig config_;
+  KvService& kv_;
+  Worker& worker_;
+  std::deque<Request> waiting_;
+  std::deque<Running> running_;  // stable addresses for Planned pointers within a step
+  std::vector<uint64_t> aborts_, stops_;
+  int64_t next_arrival_ = 0;
+  bool memory_short_ = false;  // the last prefill did not fit: finish what is running first
+  SchedulerStats stats_;
+};
+
+}  // namespace actorlm
