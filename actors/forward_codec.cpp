@@ -1,0 +1,119 @@
+#include "actors/forward_codec.hpp"
+
+#include "messages/sampling_conversion.hpp"
+
+namespace actorlm {
+
+std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std::string* error) {
+  auto fail = [&](const std::string& why) -> std::optional<DecodedForward> {
+    if (error) *error = why;
+    return std::nullopt;
+  };
+  auto opened = msg::open<fb::ForwardBatch>(bytes);
+  if (!opened) return fail(opened.error);
+  const fb::ForwardBatch* m = opened.message;
+  DecodedForward d;
+  d.batch_id = m->batch_id();
+  if (!m->reqs() || m->reqs()->size() == 0) return fail("forward batch has no requests");
+  auto n = m->reqs()->size();
+  d.params.reserve(n);
+  d.outputs.reserve(n);
+  for (const fb::ForwardReq* r : *m->reqs()) {
+    d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len()});
+    d.request_ids.push_back(r->request_id());
+    SamplingParams p = msg::from_fb(r->sampling());
+    if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
+    if (r->top_logprobs() < 0 || r->top_logprobs() > 20) return fail("top_logprobs must be in [0, 20]");
+    d.params.push_back(p);
+    d.outputs.emplace_back(r->output_ids() ? std::vector<int32_t>(r->output_ids()->begin(), r->output_ids()->end())
+                                           : std::vector<int32_t>{});
+    d.sample.push_back(r->sample());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const fb::ForwardReq* r = m->reqs()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    d.sampling.push_back({d.params[i], {}, d.outputs[i], static_cast<uint64_t>(std::max(0, r->sample_step())),
+                          r->top_logprobs()});
+  }
+  auto copy = [](const flatbuffers::Vector<int32_t>* v) {
+    return v ? std::vector<int32_t>(v->begin(), v->end()) : std::vector<int32_t>{};
+  };
+  d.batch.token_ids = copy(m->token_ids());
+  d.batch.out_cache_loc = copy(m->out_cache_loc());
+  if (m->writes()) {
+    for (const fb::ReqToTokenWrite* w : *m->writes()) d.batch.writes.push_back({w->slot(), w->start(), copy(w->kv_indices())});
+  }
+  return d;
+}
+
+std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch,
+                                    const std::vector<uint64_t>& request_ids,
+                                    const std::vector<SampleRequest>& sampling) {
+  fb::ForwardBatchT m;
+  m.batch_id = batch_id;
+  for (size_t i = 0; i < batch.reqs.size(); ++i) {
+    auto r = std::make_unique<fb::ForwardReqT>();
+    r->request_id = request_ids[i];
+    r->slot = batch.reqs[i].slot;
+    r->prefix_len = batch.reqs[i].prefix_len;
+    r->extend_len = batch.reqs[i].extend_len;
+    r->sampling = msg::to_fb(sampling[i].params);
+    r->sample_step = static_cast<int32_t>(sampling[i].step);
+    r->output_ids.assign(sampling[i].output.begin(), sampling[i].output.end());
+    r->top_logprobs = sampling[i].top_n;
+    m.reqs.push_back(std::move(r));
+  }
+  m.token_ids = batch.token_ids;
+  m.out_cache_loc = batch.out_cache_loc;
+  for (const auto& w : batch.writes) {
+    auto t = std::make_unique<fb::ReqToTokenWriteT>();
+    t->slot = w.slot;
+    t->start = w.start;
+    t->kv_indices = w.kv;
+    m.writes.push_back(std::move(t));
+  }
+  return msg::pack(m);
+}
+
+std::vector<uint8_t> encode_result(uint64_t batch_id, const std::vector<uint64_t>& request_ids,
+                                   const std::vector<SampleResult>& results, const std::vector<bool>& sampled,
+                                   int64_t forward_us, const std::string& error) {
+  fb::BatchResultT m;
+  m.batch_id = batch_id;
+  m.forward_us = forward_us;
+  m.error = error;
+  for (size_t i = 0; i < results.size(); ++i) {
+    auto t = std::make_unique<fb::TokenResultT>();
+    t->request_id = request_ids[i];
+    t->next_token_id = i < sampled.size() && !sampled[i] ? -1 : results[i].token;
+    t->logprob = results[i].logprob;
+    for (auto [id, lp] : results[i].top) t->top_logprobs.emplace_back(id, lp);
+    m.results.push_back(std::move(t));
+  }
+  return msg::pack(m);
+}
+
+std::optional<DecodedResult> decode_result(std::span<const uint8_t> bytes, std::string* error) {
+  auto opened = msg::open<fb::BatchResult>(bytes);
+  if (!opened) {
+    if (error) *error = opened.error;
+    return std::nullopt;
+  }
+  DecodedResult d;
+  d.batch_id = opened.message->batch_id();
+  if (opened.message->error()) d.error = opened.message->error()->str();
+  if (opened.message->results()) {
+    for (const fb::TokenResult* t : *opened.message->results()) {
+      d.request_ids.push_back(t->request_id());
+      SampleResult s;
+      s.token = t->next_token_id();
+      s.logprob = t->logprob();
+      if (t->top_logprobs()) {
+        for (const fb::TokenLogprob* lp : *t->top_logprobs()) s.top.emplace_back(lp->token_id(), lp->logprob());
+      }
+      d.results.push_back(std::move(s));
+    }
+  }
+  return d;
+}
+
+}  // namespace actorlm

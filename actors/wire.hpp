@@ -1,0 +1,26 @@
+#pragma once
+// What actually travels between actorlm actors: one sealed FlatBuffers message
+// (messages/envelope.hpp) in an inspectable wrapper, so it serializes across
+// nodes with CAF's middleman, plus the atoms that name each interface's
+// operations (CAF 0.17 atoms: at most 10 characters).
+
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace actorlm {
+
+struct WireMessage {
+  std::vector<uint8_t> bytes;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireMessage& x) {
+  return f(caf::meta::type_name("actorlm.WireMessage"), x.bytes);
+}
+
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+
+}  // namespace actorlm

@@ -1,0 +1,79 @@
+// The worker actor in a real CAF actor system: FlatBuffers in, FlatBuffers out.
+
+#include "actors/worker_actor.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <numeric>
+
+#include "actors/forward_codec.hpp"
+#include "actors/wire.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/default_model.hpp"
+
+using namespace actorlm;
+
+namespace {
+
+WireMessage call(caf::scoped_actor& self, const caf::actor& worker, const WireMessage& in) {
+  WireMessage out;
+  self->request(worker, std::chrono::seconds(60), forward_atom::value, in)
+      .receive([&](const WireMessage& reply) { out = reply; },
+               [&](const caf::error& err) { FAIL("worker request failed: " << self->system().render(err)); });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]") {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  auto runner = std::make_shared<ModelRunner>(load_llama_weights(default_model_path()),
+                                              std::make_unique<cpu::CpuBackend>(2),
+                                              ModelRunnerConfig{.kv_pool_rows = 256, .max_requests = 4, .max_context = 128});
+  caf::actor worker = spawn_worker(system, runner);
+  caf::scoped_actor self{system};
+
+  // "The capital of France is" -> " Paris" (7042) greedily.
+  ForwardBatch b;
+  b.reqs = {{0, 0, 5}};
+  b.token_ids = {504, 3575, 282, 4649, 314};
+  b.out_cache_loc = {1, 2, 3, 4, 5};
+  b.writes = {{0, 0, {1, 2, 3, 4, 5}}};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<SampleRequest> sampling{{greedy, {}, {}, 0, 3}};
+  WireMessage reply = call(self, worker, {encode_forward(77, b, {9}, sampling)});
+  std::string error;
+  auto result = decode_result(reply.bytes, &error);
+  REQUIRE(result);
+  CHECK(result->error.empty());
+  CHECK(result->batch_id == 77);
+  REQUIRE(result->results.size() == 1);
+  CHECK(result->request_ids[0] == 9);
+  CHECK(result->results[0].token == 7042);
+  CHECK(result->results[0].top.size() == 3);
+  CHECK(result->results[0].logprob < 0.0f);
+
+  SECTION("a damaged message gets an error reply and changes nothing") {
+    auto bytes = encode_forward(78, b, {9}, sampling);
+    bytes[bytes.size() / 2] ^= 0x10;
+    auto bad = decode_result(call(self, worker, {bytes}).bytes, &error);
+    REQUIRE(bad);
+    CHECK(bad->error.find("checksum") != std::string::npos);
+  }
+  SECTION("an inconsistent batch is refused by the runner with its reason") {
+    ForwardBatch wrong = b;
+    wrong.out_cache_loc[4] = 100000;
+    auto bad = decode_result(call(self, worker, {encode_forward(79, wrong, {9}, sampling)}).bytes, &error);
+    REQUIRE(bad);
+    CHECK(bad->error.find("outside the pool") != std::string::npos);
+  }
+  SECTION("out-of-range sampling parameters from a message are refused") {
+    std::vector<SampleRequest> hot{{greedy, {}, {}, 0, 0}};
+    hot[0].params.temperature = 1000;
+    auto bad = decode_result(call(self, worker, {encode_forward(80, b, {9}, hot)}).bytes, &error);
+    REQUIRE(bad);
+    CHECK(bad->error.find("temperature") != std::string::npos);
+  }
+}
