@@ -22,5 +22,8 @@ typename Inspector::result_type inspect(Inspector& f, WireMessage& x) {
 }
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+// Requests to the radix-cache and memory-pool managers; the message kind in
+// the envelope says which operation.
+using kv_atom = caf::atom_constant<caf::atom("kv")>;
 
 }  // namespace actorlm

@@ -1,0 +1,65 @@
+#pragma once
+// KvService over the radix-cache and memory-pool manager actors. Each call is
+// a fixed number of message round trips whatever the number of requests:
+//   match_lengths     MatchPrefix (no lock)
+//   admit             AllocReqSlots (+1 retry with what is free), MatchPrefix (lock)
+//   extend            AllocTokens; if short: Evict, Free, AllocTokens
+//   cache_unfinished  CacheReqs(unfinished), Free
+//   finish / abort    CacheReqs(finished / release), Free
+// Runs on a blocking actor (a scoped_actor or the scheduler's own); every
+// request has a timeout, and an unreachable or failing manager throws
+// std::runtime_error naming it.
+
+#include <caf/actor.hpp>
+#include <caf/blocking_actor.hpp>
+#include <chrono>
+
+#include "actors/wire.hpp"
+#include "scheduler/kv_service.hpp"
+#include "scheduler/worker.hpp"
+
+namespace actorlm {
+
+class ActorKvService final : public KvService {
+ public:
+  ActorKvService(caf::blocking_actor* self, caf::actor pool, caf::actor radix,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  std::vector<int32_t> match_lengths(std::span<const std::vector<int32_t>> keys) override;
+  size_t admit(std::span<RequestKv* const> reqs, std::span<const std::vector<int32_t>> prompts) override;
+  bool extend(std::span<RequestKv* const> reqs, std::span<const std::vector<int32_t>> new_tokens) override;
+  void cache_unfinished(std::span<RequestKv* const> reqs) override;
+  void finish(std::span<RequestKv* const> reqs) override;
+  void abort(std::span<RequestKv* const> reqs) override;
+  KvUsage usage() override;
+  int64_t flush_cache() override;
+  std::string check_idle() override;
+
+  int64_t round_trips() const { return round_trips_; }
+
+ private:
+  std::vector<uint8_t> ask(const caf::actor& to, const char* who, std::vector<uint8_t> bytes);
+  void free_rows(std::vector<int32_t> rows, std::vector<int32_t> slots);
+  void cache(std::span<RequestKv* const> reqs, int mode);
+
+  caf::blocking_actor* self_;
+  caf::actor pool_, radix_;
+  std::chrono::milliseconds timeout_;
+  int64_t round_trips_ = 0;
+};
+
+// Worker over the worker actor: one ForwardBatch message per call.
+class ActorWorker final : public Worker {
+ public:
+  ActorWorker(caf::blocking_actor* self, caf::actor worker,
+              std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override;
+
+ private:
+  caf::blocking_actor* self_;
+  caf::actor worker_;
+  std::chrono::milliseconds timeout_;
+  uint64_t next_batch_ = 1;
+};
+
+}  // namespace actorlm

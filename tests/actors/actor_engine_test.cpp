@@ -1,0 +1,183 @@
+// The scheduler driving the radix-cache manager, memory-pool manager and
+// worker actors purely through FlatBuffers messages.
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <map>
+#include <random>
+
+#include "actors/actor_kv_service.hpp"
+#include "actors/pool_actor.hpp"
+#include "actors/radix_actor.hpp"
+#include "actors/worker_actor.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "messages/envelope.hpp"
+#include "model/default_model.hpp"
+#include "model/gguf_file.hpp"
+#include "scheduler/scheduler.hpp"
+#include "tokenizer/chat_template.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actorlm;
+using Ids = std::vector<int32_t>;
+using Outputs = std::map<uint64_t, std::pair<Ids, FinishReason>>;
+
+namespace {
+
+const LlamaWeights& weights() {
+  static LlamaWeights w = load_llama_weights(default_model_path());
+  return w;
+}
+
+std::vector<Ids> prompts(int n) {
+  static Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(default_model_path()));
+  ChatTemplate tpl = ChatTemplate::from_source(tok.chat_template(), nullptr);
+  std::vector<Ids> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<ChatMessage> m{{"system", "You are a terse assistant for a museum; answer in one sentence, with care."},
+                               {"user", "Name one thing about item " + std::to_string(i * 7) + "."}};
+    out.push_back(tok.encode(tpl.render(m, true), false, true));
+  }
+  return out;
+}
+
+Request make(uint64_t id, const Ids& p, int max_new) {
+  Request r;
+  r.id = id;
+  r.prompt = p;
+  r.sampling.temperature = 0;
+  r.stop.max_new_tokens = max_new;
+  return r;
+}
+
+SchedulerConfig sched_config() {
+  SchedulerConfig c;
+  c.max_running_requests = 16;
+  c.max_prefill_tokens = 512;
+  c.chunked_prefill_size = 64;
+  c.max_context = 256;
+  c.eos_id = 2;
+  return c;
+}
+
+Outputs drain(Scheduler& s, const std::function<void()>& each = {}) {
+  Outputs out;
+  while (!s.idle()) {
+    if (each) each();
+    for (const auto& e : s.step()) {
+      if (e.token >= 0) out[e.id].first.push_back(e.token);
+      if (e.finish != FinishReason::none) out[e.id].second = e.finish;
+    }
+  }
+  return out;
+}
+
+struct ActorEngine {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  KvStoreConfig kv;
+  caf::actor pool, radix, worker;
+  caf::scoped_actor self{system};
+  ActorKvService kv_service;
+  ActorWorker worker_service;
+  Scheduler scheduler;
+
+  ActorEngine(int64_t tokens, int32_t page)
+      : kv{tokens, page, 20, 256, false},
+        pool(spawn_pool_manager(system, kv)),
+        radix(spawn_radix_manager(system, page, false)),
+        worker(spawn_worker(system, std::make_shared<ModelRunner>(
+                                        LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
+                                        ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(tokens, page).pool_rows(),
+                                                          .max_requests = 20, .max_context = 256}))),
+        kv_service(self.ptr(), pool, radix),
+        worker_service(self.ptr(), worker),
+        scheduler(sched_config(), kv_service, worker_service) {}
+};
+
+Outputs in_process(const std::vector<Ids>& ps, int max_new) {
+  LocalKvService kv({4096, 1, 20, 256, false});
+  ModelRunner runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
+                     {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = 20, .max_context = 256});
+  LocalWorker worker(runner);
+  Scheduler s(sched_config(), kv, worker);
+  for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(s.submit(make(i, ps[i], max_new)));
+  return drain(s);
+}
+
+}  // namespace
+
+TEST_CASE("Through actors, concurrent requests get the in-process engine's outputs", "[actors][engine]") {
+  auto ps = prompts(16);
+  Outputs want = in_process(ps, 10);
+  ActorEngine e(4096, 1);
+  for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i], 10)));
+  int64_t steps_before = e.scheduler.stats().steps;
+  Outputs got = drain(e.scheduler);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].first == want[i].first);
+  }
+  CHECK(e.scheduler.stats().cache_hit_rate() > 0.0);
+  // Round trips per step do not grow with the number of requests.
+  double per_step = double(e.kv_service.round_trips()) / double(e.scheduler.stats().steps - steps_before);
+  INFO("manager round trips per step: " << per_step);
+  CHECK(per_step <= 8.0);
+  CHECK(e.kv_service.check_idle().empty());
+  e.kv_service.flush_cache();
+  KvUsage u = e.kv_service.usage();
+  CHECK(u.free == u.capacity);
+}
+
+TEST_CASE("Through actors, retraction and 100 random aborts leave the pool full", "[actors][engine]") {
+  ActorEngine e(384, 4);
+  auto ps = prompts(8);
+  std::mt19937 rng(3);
+  for (uint64_t i = 0; i < 100; ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i % 8], 2 + static_cast<int>(rng() % 10))));
+  std::vector<uint64_t> order(100);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t next = 0;
+  Outputs got = drain(e.scheduler, [&] {
+    if (next < order.size() && rng() % 2) e.scheduler.abort(order[next++]);
+  });
+  CHECK(got.size() == 100);
+  CHECK(e.scheduler.stats().retractions > 0);
+  CHECK(e.kv_service.check_idle().empty());
+  e.kv_service.flush_cache();
+  KvUsage u = e.kv_service.usage();
+  CHECK(u.free == u.capacity);
+  CHECK(u.free_slots == 20);
+}
+
+TEST_CASE("A manager that answers garbage is reported, not trusted", "[actors]") {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  caf::actor pool = spawn_pool_manager(system, {64, 1, 2, 16, false});
+  caf::scoped_actor self{system};
+  // The pool manager refuses a message meant for the radix manager.
+  fb::EvictT evict;
+  evict.num_tokens = 4;
+  self->request(pool, std::chrono::seconds(5), kv_atom::value, WireMessage{msg::pack(evict)})
+      .receive(
+          [&](const WireMessage& reply) {
+            std::string err;
+            auto r = msg::unpack<fb::FreeReply>(reply.bytes, &err);
+            REQUIRE(r);
+            CHECK(r->error.find("does not handle Evict") != std::string::npos);
+          },
+          [&](const caf::error&) { FAIL("no reply"); });
+  // Freeing a slot that was never handed out is refused with the reason.
+  fb::FreeT bad;
+  bad.req_slots = {1};
+  self->request(pool, std::chrono::seconds(5), kv_atom::value, WireMessage{msg::pack(bad)})
+      .receive(
+          [&](const WireMessage& reply) {
+            std::string err;
+            auto r = msg::unpack<fb::FreeReply>(reply.bytes, &err);
+            REQUIRE(r);
+            CHECK(r->error.find("not allocated") != std::string::npos);
+            CHECK(r->free_req_slots == 2);
+          },
+          [&](const caf::error&) { FAIL("no reply"); });
+}
