@@ -25,5 +25,16 @@ using forward_atom = caf::atom_constant<caf::atom("forward")>;
 // Requests to the radix-cache and memory-pool managers; the message kind in
 // the envelope says which operation.
 using kv_atom = caf::atom_constant<caf::atom("kv")>;
+// Engine traffic: a client's GenerateRequest (to the tokenizer), its
+// TokenizedRequest (to the scheduler), TokenStream batches (to the
+// detokenizer), TextDelta (to the client), and control.
+using generate_atom = caf::atom_constant<caf::atom("generate")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using stream_atom = caf::atom_constant<caf::atom("stream")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 }  // namespace actorlm

@@ -200,7 +200,7 @@ void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) co
 void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
   std::string key(word);
   {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
+    std::lock_guard<std::mutex> lock(*cache_mutex_);
     if (auto it = word_cache_.find(key); it != word_cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
@@ -243,7 +243,7 @@ void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  std::lock_guard<std::mutex> lock(*cache_mutex_);
   if (word_cache_.size() >= max_cached_words) word_cache_.clear();
   word_cache_.emplace(std::move(key), std::move(ids));
 }

@@ -79,7 +79,8 @@ class Tokenizer {
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
   std::vector<int32_t> specials_;                        // matched in raw text, longest first
   std::vector<int32_t> byte_tokens_;                     // spm: <0xNN> ids, -1 if missing
-  mutable std::mutex cache_mutex_;
+  // Behind a pointer so a Tokenizer can be moved.
+  mutable std::unique_ptr<std::mutex> cache_mutex_ = std::make_unique<std::mutex>();
   mutable std::unordered_map<std::string, std::vector<int32_t>> word_cache_;
 };
 

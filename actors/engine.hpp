@@ -1,0 +1,91 @@
+#pragma once
+// The whole engine inside an application's caf::actor_system:
+//
+//   client ─GenerateRequest─► tokenizer ─TokenizedRequest─► scheduler ◄─► radix / pool / worker
+//                               │ register (stops, client)      │ TokenStream
+//                               ▼                               ▼
+//                           detokenizer ────────TextDelta──────► client
+//
+// Apps that speak CAF send (generate_atom, WireMessage{GenerateRequest},
+// client) to handle() and receive (WireMessage{TextDelta}) until a delta
+// carries a finish reason. Apps that do not can use generate() below, which
+// does exactly that on their behalf.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/sampling_params.hpp"
+#include "model/llama_weights.hpp"
+#include "scheduler/scheduler.hpp"
+#include "tokenizer/chat_template.hpp"
+
+namespace actorlm {
+
+struct EngineConfig {
+  std::string model_path;          // GGUF file or Hugging Face folder
+  int threads = 0;                 // CPU backend threads; 0 = all
+  int64_t kv_tokens = 16384;       // KV pool rows
+  int32_t page_size = 1;
+  int32_t max_requests = 64;       // request slots
+  bool disable_radix_cache = false;
+  SchedulerConfig scheduler;       // max_context 0 = the model's
+  LoadProgress progress;
+};
+
+struct GenerateOptions {
+  std::string prompt;                 // used when messages is empty
+  std::vector<ChatMessage> messages;  // rendered through the model's chat template
+  bool chat = true;                   // prompt as one user message through the template
+  SamplingParams sampling;
+  int32_t max_new_tokens = 256;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+struct TextDeltaEvent {
+  uint64_t request_id = 0;
+  std::string text;
+  FinishReason finish = FinishReason::none;
+  std::string error;
+  int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+struct EngineStatsSnapshot {
+  int32_t running = 0, waiting = 0;
+  SchedulerStats scheduler;
+  KvUsage kv;
+  std::string invariant_error;  // filled by self_check when idle
+};
+
+class Engine {
+ public:
+  Engine(caf::actor_system& system, EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  caf::actor handle() const;
+  const ModelConfig& model_config() const;
+
+  // Streams one request; blocks until it finishes. Thread-safe: many threads
+  // may call it at once (they are batched together). Returns the last delta.
+  TextDeltaEvent generate(const GenerateOptions& options, const std::function<void(const TextDeltaEvent&)>& on_delta);
+  // Blocking convenience: the whole text (and the final delta in *last).
+  std::string generate_text(const GenerateOptions& options, TextDeltaEvent* last = nullptr);
+  void abort(uint64_t request_id);
+  // self_check: also verify the KV pool invariant (meaningful when idle).
+  EngineStatsSnapshot stats(bool self_check = false);
+  // Frees every unlocked cached row.
+  void flush_cache();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorlm

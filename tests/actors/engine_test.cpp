@@ -1,0 +1,134 @@
+// The engine embedded in an application's actor system, used through its
+// plain C++ facade: real model, all six actors, FlatBuffers everywhere.
+
+#include "actors/engine.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "model/default_model.hpp"
+
+using namespace actorlm;
+
+namespace {
+
+struct App {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  Engine engine;
+  App()
+      : engine(system, [] {
+          EngineConfig c;
+          c.model_path = default_model_path();
+          c.threads = 2;
+          c.kv_tokens = 4096;
+          c.page_size = 4;
+          c.max_requests = 16;
+          c.scheduler.max_context = 512;
+          c.scheduler.max_running_requests = 16;
+          return c;
+        }()) {}
+};
+
+// One app per test case: an actor system must not outlive main (static
+// teardown would destroy it after the libraries it relies on).
+
+GenerateOptions ask(const std::string& q, int max_new = 24) {
+  GenerateOptions o;
+  o.messages = {{"system", "You are a concise assistant. Answer in one sentence."}, {"user", q}};
+  o.sampling.temperature = 0;
+  o.max_new_tokens = max_new;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("The embedded engine answers through the facade", "[actors][engine]") {
+  App a;
+  TextDeltaEvent last;
+  std::string text = a.engine.generate_text(ask("What is the capital of France?"), &last);
+  INFO(text);
+  CHECK(text.find("Paris") != std::string::npos);
+  CHECK(last.finish == FinishReason::stop);
+  CHECK(last.prompt_tokens > 10);
+  CHECK(last.completion_tokens > 0);
+}
+
+TEST_CASE("Concurrent callers are batched and each gets its solo answer", "[actors][engine]") {
+  App a;
+  std::vector<std::string> questions;
+  for (int i = 0; i < 8; ++i) questions.push_back("Give one fact about the number " + std::to_string(i * 11) + ".");
+  std::vector<std::string> solo;
+  for (const auto& q : questions) solo.push_back(a.engine.generate_text(ask(q, 16)));
+  std::vector<std::string> together(questions.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < questions.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = a.engine.generate_text(ask(questions[i], 16)); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < questions.size(); ++i) CHECK(together[i] == solo[i]);
+  auto st = a.engine.stats();
+  CHECK(st.scheduler.cached_tokens > 0);  // the shared system prompt was reused
+}
+
+TEST_CASE("Stop strings end the answer before the stop text", "[actors][engine]") {
+  App a;
+  GenerateOptions o = ask("What is the capital of France?");
+  o.stop = {"Paris"};
+  TextDeltaEvent last;
+  std::string text = a.engine.generate_text(o, &last);
+  CHECK(text.find("Paris") == std::string::npos);
+  CHECK(last.finish == FinishReason::stop);
+}
+
+TEST_CASE("Bad requests get a clear error and cost nothing", "[actors][engine]") {
+  App a;
+  GenerateOptions o = ask(std::string(4000, 'x'));
+  TextDeltaEvent last;
+  a.engine.generate_text(o, &last);
+  CHECK(last.finish == FinishReason::error);
+  CHECK(last.error.find("context") != std::string::npos);
+  o = ask("hi");
+  o.sampling.top_p = 0;
+  a.engine.generate_text(o, &last);
+  CHECK(last.finish == FinishReason::error);
+  CHECK(last.error.find("top_p") != std::string::npos);
+}
+
+TEST_CASE("An aborted request ends as aborted", "[actors][engine]") {
+  App a;
+  GenerateOptions o = ask("Write a long story about a lighthouse keeper.", 400);
+  TextDeltaEvent last;
+  bool sent = false;
+  last = a.engine.generate(o, [&](const TextDeltaEvent& d) {
+    if (!sent && d.finish == FinishReason::none) {
+      a.engine.abort(d.request_id);
+      sent = true;
+    }
+  });
+  CHECK(last.finish == FinishReason::abort);
+  CHECK(last.completion_tokens < 400);
+}
+
+TEST_CASE("When idle and flushed, the engine's own check finds the pool full", "[actors][engine]") {
+  App a;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] { a.engine.generate_text(ask("Name a color, number " + std::to_string(i) + ".", 12)); });
+  }
+  bool sent = false;
+  a.engine.generate(ask("Count to one hundred.", 200), [&](const TextDeltaEvent& d) {
+    if (!sent) a.engine.abort(d.request_id);
+    sent = true;
+  });
+  for (auto& t : threads) t.join();
+  auto busy = a.engine.stats();
+  CHECK(busy.kv.evictable > 0);  // finished requests left their KV cached
+  a.engine.flush_cache();
+  auto st = a.engine.stats(/*self_check=*/true);
+  CHECK(st.invariant_error.empty());
+  CHECK(st.running == 0);
+  CHECK(st.waiting == 0);
+  CHECK(st.kv.free == st.kv.capacity);
+}
