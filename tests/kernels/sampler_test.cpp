@@ -28,7 +28,7 @@ std::map<int32_t, int> histogram(const V& logits, const SamplingParams& p, int n
 
 }  // namespace
 
-TEST_CASE("Greedy picks the argmax; top_k = 1 is greedy", "[sampler]") {
+TEST_CASE("Greedy picks the argmax and top_k = 1 is greedy", "[sampler]") {
   V logits{0.1f, 2.0f, -1.0f, 1.9f};
   SamplingParams p;
   p.temperature = 0;
@@ -96,7 +96,7 @@ TEST_CASE("Penalties change the logits exactly as specified", "[sampler]") {
   CHECK(sample_token(neg, p, Ids{0}, {}, 0).token == 1);  // -1.5 < -1.2
 }
 
-TEST_CASE("Same seed and step give the same token; other seeds differ", "[sampler]") {
+TEST_CASE("Same seed and step give the same token, other seeds differ", "[sampler]") {
   V logits(100);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.7));
   SamplingParams a = random_params();

@@ -164,7 +164,7 @@ TEST_CASE("Randomized KV store run keeps the pool invariant after every operatio
   CHECK(r.cache_hits > 0);
 }
 
-TEST_CASE("Same seed, same run; another seed, another run", "[kvstore][random]") {
+TEST_CASE("Same seed gives the same run, another seed another run", "[kvstore][random]") {
   int32_t page = GENERATE(1, 16);
   SimResult a = simulate(7, page, 3000);
   SimResult b = simulate(7, page, 3000);

@@ -142,7 +142,7 @@ TEST_CASE("32 concurrent requests sharing a system prompt each get their solo gr
   require_no_leak(e);
 }
 
-TEST_CASE("A pool too small for everyone forces retraction; outputs stay identical", "[scheduler]") {
+TEST_CASE("A pool too small for everyone forces retraction and outputs stay identical", "[scheduler]") {
   auto prompts = shared_prefix_prompts(8);
   auto solo = solo_outputs(prompts, 24);
   int32_t page = GENERATE(1, 16);

@@ -33,7 +33,7 @@ TEST_CASE("SmolLM2's template renders as Jinja2 renders the model's own template
   }
 }
 
-TEST_CASE("Llama 3 templates are recognised; unknown ones fall back with a warning", "[tokenizer][chat]") {
+TEST_CASE("Llama 3 templates are recognised and unknown ones fall back with a warning", "[tokenizer][chat]") {
   std::string warning;
   auto l3 = ChatTemplate::from_source("{{ '<|start_header_id|>' + message['role'] }}", &warning);
   CHECK(warning.empty());
