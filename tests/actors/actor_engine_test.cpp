@@ -52,7 +52,7 @@ Request make(uint64_t id, const Ids& p, int max_new) {
 
 SchedulerConfig sched_config() {
   SchedulerConfig c;
-  c.max_running_requests = 16;
+  c.max_running_requests = 32;
   c.max_prefill_tokens = 512;
   c.chunked_prefill_size = 64;
   c.max_context = 256;
@@ -83,22 +83,22 @@ struct ActorEngine {
   Scheduler scheduler;
 
   ActorEngine(int64_t tokens, int32_t page)
-      : kv{tokens, page, 20, 256, false},
+      : kv{tokens, page, 40, 256, false},
         pool(spawn_pool_manager(system, kv)),
         radix(spawn_radix_manager(system, page, false)),
         worker(spawn_worker(system, std::make_shared<ModelRunner>(
                                         LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
                                         ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(tokens, page).pool_rows(),
-                                                          .max_requests = 20, .max_context = 256}))),
+                                                          .max_requests = 40, .max_context = 256}))),
         kv_service(self.ptr(), pool, radix),
         worker_service(self.ptr(), worker),
         scheduler(sched_config(), kv_service, worker_service) {}
 };
 
 Outputs in_process(const std::vector<Ids>& ps, int max_new) {
-  LocalKvService kv({4096, 1, 20, 256, false});
+  LocalKvService kv({8192, 1, 40, 256, false});
   ModelRunner runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
-                     {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = 20, .max_context = 256});
+                     {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = 40, .max_context = 256});
   LocalWorker worker(runner);
   Scheduler s(sched_config(), kv, worker);
   for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(s.submit(make(i, ps[i], max_new)));
@@ -108,9 +108,9 @@ Outputs in_process(const std::vector<Ids>& ps, int max_new) {
 }  // namespace
 
 TEST_CASE("Through actors, concurrent requests get the in-process engine's outputs", "[actors][engine]") {
-  auto ps = prompts(16);
+  auto ps = prompts(32);
   Outputs want = in_process(ps, 10);
-  ActorEngine e(4096, 1);
+  ActorEngine e(8192, 1);
   for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i], 10)));
   int64_t steps_before = e.scheduler.stats().steps;
   Outputs got = drain(e.scheduler);
@@ -147,7 +147,21 @@ TEST_CASE("Through actors, retraction and 100 random aborts leave the pool full"
   e.kv_service.flush_cache();
   KvUsage u = e.kv_service.usage();
   CHECK(u.free == u.capacity);
-  CHECK(u.free_slots == 20);
+  CHECK(u.free_slots == 40);
+}
+
+TEST_CASE("Through actors, retraction under a small pool keeps every output identical", "[actors][engine]") {
+  auto ps = prompts(8);
+  Outputs want = in_process(ps, 16);
+  ActorEngine e(320, 4);
+  for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i], 16)));
+  Outputs got = drain(e.scheduler);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].first == want[i].first);
+  }
+  CHECK(e.scheduler.stats().retractions > 0);
+  CHECK(e.kv_service.check_idle().empty());
 }
 
 TEST_CASE("A manager that answers garbage is reported, not trusted", "[actors]") {
