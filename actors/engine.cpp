@@ -101,8 +101,9 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.stop->stop_token_ids.insert(t.stop->stop_token_ids.end(), end_ids.begin(), end_ids.end());
     t.logprobs = g.logprobs();
     t.top_logprobs = g.top_logprobs();
-    self->send(s.detokenizer, register_atom::value, g.request_id(), t.stop->stop_strings, client);
-    self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(t)}, client);
+    WireMessage tokenized{msg::pack(t)};
+    self->send(s.detokenizer, register_atom::value, tokenized, client);
+    self->send(s.scheduler, generate_atom::value, std::move(tokenized), client);
   }};
 }
 
@@ -138,7 +139,10 @@ void deliver(caf::stateful_actor<DetokenizerState>* self, const fb::TokenStreamI
       if (delta.stopped) {
         d.finish_reason = fb::FinishReason::Stop;
         d.matched_stop = delta.matched_stop;
-        self->send(s.scheduler, stop_atom::value, item.request_id());
+        fb::AbortT stop;
+        stop.request_ids = {item.request_id()};
+        stop.reason = "stop string";
+        self->send(s.scheduler, stop_atom::value, WireMessage{msg::pack(stop)});
       }
     }
   }
@@ -155,8 +159,15 @@ void deliver(caf::stateful_actor<DetokenizerState>* self, const fb::TokenStreamI
 caf::behavior detokenizer_actor(caf::stateful_actor<DetokenizerState>* self, std::shared_ptr<const Tokenizer> tok) {
   self->state.tok = std::move(tok);
   return {
-      [self](register_atom, uint64_t id, const std::vector<std::string>& stops, const caf::actor& client) {
+      [self](register_atom, const WireMessage& in, const caf::actor& client) {
         auto& s = self->state;
+        auto t = msg::open<fb::TokenizedRequest>(in.bytes);
+        if (!t) return;
+        uint64_t id = t.message->request_id();
+        std::vector<std::string> stops;
+        if (t.message->stop() && t.message->stop()->stop_strings()) {
+          for (const auto* str : *t.message->stop()->stop_strings()) stops.push_back(str->str());
+        }
         s.streams[id] = Stream{client, std::make_unique<IncrementalDetokenizer>(*s.tok, stops)};
         auto e = s.early.find(id);
         if (e == s.early.end()) return;
@@ -237,9 +248,21 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       rejected.push_back(e);
     }
   };
-  auto on_abort = [&](abort_atom, uint64_t id) { sched.abort(id); };
-  auto on_stop = [&](stop_atom, uint64_t id) { sched.stop(id); };
-  auto on_stats = [&](stats_atom, bool self_check) -> WireMessage {
+  auto ids_of = [](const WireMessage& in) {
+    std::vector<uint64_t> ids;
+    auto a = msg::open<fb::Abort>(in.bytes);
+    if (a && a.message->request_ids()) ids.assign(a.message->request_ids()->begin(), a.message->request_ids()->end());
+    return ids;
+  };
+  auto on_abort = [&](abort_atom, const WireMessage& in) {
+    for (uint64_t id : ids_of(in)) sched.abort(id);
+  };
+  auto on_stop = [&](stop_atom, const WireMessage& in) {
+    for (uint64_t id : ids_of(in)) sched.stop(id);
+  };
+  auto on_stats = [&](stats_atom, const WireMessage& in) -> WireMessage {
+    auto q = msg::open<fb::StatsRequest>(in.bytes);
+    bool self_check = q && q.message->self_check();
     fb::EngineStatsT st;
     st.running = static_cast<int32_t>(sched.running());
     st.waiting = static_cast<int32_t>(sched.waiting());
@@ -394,12 +417,19 @@ std::string Engine::generate_text(const GenerateOptions& o, TextDeltaEvent* last
   return text;
 }
 
-void Engine::abort(uint64_t request_id) { caf::anon_send(impl_->scheduler, abort_atom::value, request_id); }
+void Engine::abort(uint64_t request_id) {
+  fb::AbortT a;
+  a.request_ids = {request_id};
+  a.reason = "aborted by the client";
+  caf::anon_send(impl_->scheduler, abort_atom::value, WireMessage{msg::pack(a)});
+}
 
 EngineStatsSnapshot Engine::stats(bool self_check) {
   caf::scoped_actor self{impl_->system};
   EngineStatsSnapshot out;
-  self->request(impl_->scheduler, std::chrono::seconds(30), stats_atom::value, self_check)
+  fb::StatsRequestT q;
+  q.self_check = self_check;
+  self->request(impl_->scheduler, std::chrono::seconds(30), stats_atom::value, WireMessage{msg::pack(q)})
       .receive(
           [&](const WireMessage& in) {
             std::string err;

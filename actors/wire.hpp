@@ -25,9 +25,12 @@ using forward_atom = caf::atom_constant<caf::atom("forward")>;
 // Requests to the radix-cache and memory-pool managers; the message kind in
 // the envelope says which operation.
 using kv_atom = caf::atom_constant<caf::atom("kv")>;
-// Engine traffic: a client's GenerateRequest (to the tokenizer), its
-// TokenizedRequest (to the scheduler), TokenStream batches (to the
-// detokenizer), TextDelta (to the client), and control.
+// Engine traffic, every payload a FlatBuffers message: GenerateRequest (client
+// to tokenizer), TokenizedRequest (tokenizer to scheduler, and to the
+// detokenizer as the registration of its stop strings), TokenStream
+// (scheduler to detokenizer), TextDelta (to the client), Abort (client abort,
+// detokenizer stop), StatsRequest / EngineStats. flush_atom and shutdown_atom
+// carry no data: lifecycle orders from the Engine that owns the actors.
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using stream_atom = caf::atom_constant<caf::atom("stream")>;
