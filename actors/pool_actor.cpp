@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/wire.hpp"
+#include "actors/dispatch.hpp"
 #include "kvstore/kv_error.hpp"
 #include "messages/envelope.hpp"
 
@@ -14,11 +14,6 @@ struct PoolState {
   std::unique_ptr<TokenToKVPoolAllocator> allocator;
   static inline const char* name = "actorlm.pool";
 };
-
-template <class T>
-std::vector<int32_t> ints(const flatbuffers::Vector<T>* v) {
-  return v ? std::vector<int32_t>(v->begin(), v->end()) : std::vector<int32_t>{};
-}
 
 std::vector<uint8_t> alloc_slots(PoolState& s, const fb::AllocReqSlots& m) {
   fb::AllocReqSlotsReplyT r;
@@ -59,9 +54,9 @@ std::vector<uint8_t> alloc_tokens(PoolState& s, const fb::AllocTokens& m) {
 std::vector<uint8_t> free_rows(PoolState& s, const fb::Free& m) {
   fb::FreeReplyT r;
   try {
-    auto rows = ints(m.kv_indices());
+    auto rows = to_ints(m.kv_indices());
     if (!rows.empty()) s.allocator->free(rows);
-    for (int32_t slot : ints(m.req_slots())) s.slots->free(slot);
+    for (int32_t slot : to_ints(m.req_slots())) s.slots->free(slot);
   } catch (const KvStoreError& e) {
     r.error = e.what();
   }
@@ -81,23 +76,16 @@ std::vector<uint8_t> stats(PoolState& s, const fb::PoolStatsRequest& m) {
   return msg::pack(r);
 }
 
-template <class T, class F>
-std::vector<uint8_t> handle(const WireMessage& in, F&& f) {
-  auto opened = msg::open<T>(in.bytes);
-  if (!opened) return {};
-  return f(*opened.message);
-}
-
 WireMessage dispatch(PoolState& s, const WireMessage& in) {
   std::string error;
   auto kind = msg::peek_kind(in.bytes, &error);
   std::vector<uint8_t> out;
   if (kind) {
     switch (*kind) {
-      case msg::Kind::AllocReqSlots: out = handle<fb::AllocReqSlots>(in, [&](auto& m) { return alloc_slots(s, m); }); break;
-      case msg::Kind::AllocTokens: out = handle<fb::AllocTokens>(in, [&](auto& m) { return alloc_tokens(s, m); }); break;
-      case msg::Kind::Free: out = handle<fb::Free>(in, [&](auto& m) { return free_rows(s, m); }); break;
-      case msg::Kind::PoolStatsRequest: out = handle<fb::PoolStatsRequest>(in, [&](auto& m) { return stats(s, m); }); break;
+      case msg::Kind::AllocReqSlots: out = with_message<fb::AllocReqSlots>(in, [&](auto& m) { return alloc_slots(s, m); }); break;
+      case msg::Kind::AllocTokens: out = with_message<fb::AllocTokens>(in, [&](auto& m) { return alloc_tokens(s, m); }); break;
+      case msg::Kind::Free: out = with_message<fb::Free>(in, [&](auto& m) { return free_rows(s, m); }); break;
+      case msg::Kind::PoolStatsRequest: out = with_message<fb::PoolStatsRequest>(in, [&](auto& m) { return stats(s, m); }); break;
       default: error = std::string("the pool manager does not handle ") + msg::kind_name(static_cast<uint16_t>(*kind));
     }
   }

@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/wire.hpp"
+#include "actors/dispatch.hpp"
 #include "kvstore/kv_error.hpp"
 #include "kvstore/radix_cache.hpp"
 #include "messages/envelope.hpp"
@@ -15,16 +15,12 @@ struct RadixState {
   static inline const char* name = "actorlm.radix";
 };
 
-std::vector<int32_t> ints(const flatbuffers::Vector<int32_t>* v) {
-  return v ? std::vector<int32_t>(v->begin(), v->end()) : std::vector<int32_t>{};
-}
-
 std::vector<uint8_t> match(RadixCache& t, const fb::MatchPrefix& m) {
   fb::MatchPrefixReplyT r;
   try {
     if (m.queries()) {
       for (const fb::PrefixQuery* q : *m.queries()) {
-        auto res = t.match_prefix(ints(q->tokens()));
+        auto res = t.match_prefix(to_ints(q->tokens()));
         if (q->lock()) t.inc_lock_ref(res.last_node);
         auto pm = std::make_unique<fb::PrefixMatchT>();
         pm->request_id = q->request_id();
@@ -46,8 +42,8 @@ std::vector<uint8_t> cache(RadixCache& t, const fb::CacheReqs& m) {
   try {
     if (m.reqs()) {
       for (const fb::CacheReq* q : *m.reqs()) {
-        auto tokens = ints(q->tokens());
-        auto kv = ints(q->kv_indices());
+        auto tokens = to_ints(q->tokens());
+        auto kv = to_ints(q->kv_indices());
         auto res = std::make_unique<fb::CacheReqResultT>();
         res->request_id = q->request_id();
         if (q->mode() == fb::CacheMode::Release) {
@@ -77,22 +73,15 @@ std::vector<uint8_t> evict(RadixCache& t, const fb::Evict& m) {
   return msg::pack(r);
 }
 
-template <class T, class F>
-std::vector<uint8_t> handle(const WireMessage& in, F&& f) {
-  auto opened = msg::open<T>(in.bytes);
-  if (!opened) return {};
-  return f(*opened.message);
-}
-
 WireMessage dispatch(RadixCache& t, const WireMessage& in) {
   std::string error;
   auto kind = msg::peek_kind(in.bytes, &error);
   std::vector<uint8_t> out;
   if (kind) {
     switch (*kind) {
-      case msg::Kind::MatchPrefix: out = handle<fb::MatchPrefix>(in, [&](auto& m) { return match(t, m); }); break;
-      case msg::Kind::CacheReqs: out = handle<fb::CacheReqs>(in, [&](auto& m) { return cache(t, m); }); break;
-      case msg::Kind::Evict: out = handle<fb::Evict>(in, [&](auto& m) { return evict(t, m); }); break;
+      case msg::Kind::MatchPrefix: out = with_message<fb::MatchPrefix>(in, [&](auto& m) { return match(t, m); }); break;
+      case msg::Kind::CacheReqs: out = with_message<fb::CacheReqs>(in, [&](auto& m) { return cache(t, m); }); break;
+      case msg::Kind::Evict: out = with_message<fb::Evict>(in, [&](auto& m) { return evict(t, m); }); break;
       default: error = std::string("the radix manager does not handle ") + msg::kind_name(static_cast<uint16_t>(*kind));
     }
   }
