@@ -8,6 +8,7 @@
 #include "apps/cli_args.hpp"
 #include "apps/kv_demo.hpp"
 #include "apps/run_command.hpp"
+#include "apps/serve_command.hpp"
 #include "model/gguf_file.hpp"
 #ifdef ACTORLM_HAVE_CUDA
 #include "kernels/cuda/device.cuh"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], "kv-demo") == 0) return actorlm::run_kv_demo();
     if (std::strcmp(argv[1], "run") == 0) return actorlm::run_command(argc, argv, 2);
     if (std::strcmp(argv[1], "chat") == 0) return actorlm::chat_command(argc, argv, 2);
+    if (std::strcmp(argv[1], "serve") == 0) return actorlm::serve_command(argc, argv, 2);
   } catch (const actorlm::cli::UsageError& e) {
     std::fprintf(stderr, "actorlm %s: %s\n", argv[1], e.what());
     return 2;
@@ -56,6 +58,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "actorlm %s: error: %s\n", argv[1], e.what());
     return 1;
   }
-  std::fprintf(stderr, "actorlm: unknown command '%s' (commands: chat, run, kv-demo, version)\n", argv[1]);
+  std::fprintf(stderr, "actorlm: unknown command '%s' (commands: chat, serve, run, kv-demo, version)\n", argv[1]);
   return 2;
 }

@@ -23,4 +23,11 @@ if ((${#missing[@]})); then
     { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }
 fi
 
+# The HTTP tests use the official openai client (test-only, never a runtime dependency).
+if ! python3 -c "import openai" 2>/dev/null; then
+  echo "actorlm setup: installing the openai Python client (tests only)"
+  python3 -m pip install --quiet openai 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages openai
+fi
+
 bash "$here/fetch_model.sh"

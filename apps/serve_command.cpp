@@ -1,0 +1,81 @@
+#include "apps/serve_command.hpp"
+
+#include <caf/all.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "apps/cli_args.hpp"
+#include "model/default_model.hpp"
+#include "server/http_server.hpp"
+
+namespace actorlm {
+namespace {
+
+constexpr const char* usage =
+    "usage: actorlm serve [--model PATH] [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
+    "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests N]\n"
+    "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
+    "                     [--context-length N] [--disable-radix-cache]\n";
+
+HttpServer* running_server = nullptr;
+void on_signal(int) {
+  if (running_server) running_server->stop();
+}
+
+}  // namespace
+
+int serve_command(int argc, char** argv, int first) {
+  cli::Args args(argc, argv, first,
+                 {"--model", "--host", "--port", "--api-key", "--threads", "--kv-tokens", "--page-size",
+                  "--max-running-requests", "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy",
+                  "--context-length"},
+                 {"--disable-radix-cache", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+  if (args.has("--help")) {
+    std::fputs(usage, stdout);
+    return 0;
+  }
+  EngineConfig ec;
+  ec.model_path = args.str("--model").value_or(default_model_path());
+  ec.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
+  ec.kv_tokens = args.integer("--kv-tokens", 32768, 256, int64_t{1} << 28);
+  ec.page_size = static_cast<int32_t>(args.integer("--page-size", 1, 1, 256));
+  ec.max_requests = static_cast<int32_t>(args.integer("--max-running-requests", 64, 1, 4096)) + 8;
+  ec.disable_radix_cache = args.has("--disable-radix-cache");
+  ec.scheduler.max_running_requests = ec.max_requests - 8;
+  ec.scheduler.max_prefill_tokens = static_cast<int32_t>(args.integer("--max-prefill-tokens", 4096, 16, 1 << 20));
+  ec.scheduler.chunked_prefill_size = static_cast<int32_t>(args.integer("--chunked-prefill-size", 512, 0, 1 << 20));
+  ec.scheduler.max_context = static_cast<int32_t>(args.integer("--context-length", 0, 0, 1 << 22));
+  std::string policy = args.str("--schedule-policy").value_or("lpm");
+  if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
+  ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
+
+  ServerConfig sc;
+  sc.host = args.str("--host").value_or("127.0.0.1");
+  sc.port = static_cast<int>(args.integer("--port", 30000, 0, 65535));
+  sc.api_key = args.str("--api-key").value_or("");
+  sc.model_id = std::filesystem::path(ec.model_path).filename().string();
+
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  Engine engine(system, ec);
+  HttpServer server(engine, sc);
+  running_server = &server;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::thread announce([&] {
+    for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::fprintf(stderr, "actorlm serve: model %s on http://%s:%d\n", sc.model_id.c_str(), sc.host.c_str(), server.bound_port());
+  });
+  bool ok = server.listen();
+  announce.join();
+  running_server = nullptr;
+  if (!ok) {
+    std::fprintf(stderr, "actorlm serve: cannot listen on %s:%d\n", sc.host.c_str(), sc.port);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace actorlm

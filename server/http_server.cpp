@@ -1,0 +1,122 @@
+#include "server/http_server.hpp"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "server/openai_api.hpp"
+
+namespace actorlm {
+
+using nlohmann::json;
+
+struct HttpServer::Impl {
+  Engine& engine;
+  ServerConfig config;
+  httplib::Server http;
+  std::atomic<uint64_t> next_id{1};
+  int port = 0;
+  Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {}
+
+  void send_error(httplib::Response& res, const api::ApiError& e) {
+    res.status = e.status;
+    res.set_content(e.body().dump(), "application/json");
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (config.api_key.empty()) return true;
+    if (req.get_header_value("Authorization") == "Bearer " + config.api_key) return true;
+    send_error(res, {401, "invalid or missing API key", "authentication_error", ""});
+    return false;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    if (!authorized(req, res)) return;
+    auto parsed = api::parse_request(req.body, chat, config.model_id);
+    if (auto* e = std::get_if<api::ApiError>(&parsed)) return send_error(res, *e);
+    auto r = std::get<api::ParsedRequest>(std::move(parsed));
+    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+    if (!r.stream) {
+      TextDeltaEvent last;
+      std::string text = engine.generate_text(r.options, &last);
+      if (last.finish == FinishReason::error) {
+        int status = last.error.find("context") != std::string::npos || last.error.find("must") != std::string::npos ? 400 : 500;
+        return send_error(res, {status, last.error, status == 400 ? "invalid_request_error" : "server_error", ""});
+      }
+      res.set_content(api::completion_response(id, config.model_id, chat, text, last, created).dump(), "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, chat](size_t, httplib::DataSink& sink) {
+      bool first = true;
+      bool gone = false;
+      TextDeltaEvent last = engine.generate(r.options, [&](const TextDeltaEvent& d) {
+        if (gone) return;
+        std::string out;
+        if (d.finish == FinishReason::error) {
+          out = "data: " + api::ApiError{400, d.error, "invalid_request_error", ""}.body().dump() + "\n\n";
+        } else {
+          if (!d.text.empty() || first) out += api::stream_chunk(id, config.model_id, chat, d.text, std::nullopt, created, first);
+          if (d.finish != FinishReason::none) out += api::stream_chunk(id, config.model_id, chat, "", d.finish, created, false);
+        }
+        first = false;
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          gone = true;  // the client went away: stop generating and free its KV
+          engine.abort(d.request_id);
+        }
+      });
+      if (!gone) {
+        std::string tail;
+        if (r.include_usage && last.finish != FinishReason::error) tail += api::usage_chunk(id, config.model_id, chat, last, created);
+        tail += "data: [DONE]\n\n";
+        sink.write(tail.data(), tail.size());
+      }
+      sink.done();
+      return true;
+    });
+  }
+};
+
+HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_unique<Impl>(engine, std::move(config))) {
+  auto& m = *impl_;
+  m.http.set_payload_max_length(m.config.max_body_bytes);
+  m.http.new_task_queue = [n = m.config.threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+  m.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  m.http.Get("/v1/models", [&m](const httplib::Request& req, httplib::Response& res) {
+    if (!m.authorized(req, res)) return;
+    json models = {{"object", "list"},
+                   {"data", json::array({{{"id", m.config.model_id}, {"object", "model"}, {"owned_by", "actorlm"}, {"created", 0}}})}};
+    res.set_content(models.dump(), "application/json");
+  });
+  m.http.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, true); });
+  m.http.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, false); });
+  m.http.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = res.status == 404 ? "no such route" : res.status == 413 ? "request body too large" : "bad request";
+    res.set_content(api::ApiError{res.status, message, "invalid_request_error", ""}.body().dump(), "application/json");
+  });
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+bool HttpServer::listen() {
+  auto& m = *impl_;
+  if (m.config.port == 0) {
+    m.port = m.http.bind_to_any_port(m.config.host.c_str());
+    if (m.port <= 0) return false;
+  } else {
+    if (!m.http.bind_to_port(m.config.host.c_str(), m.config.port)) return false;
+    m.port = m.config.port;
+  }
+  return m.http.listen_after_bind();
+}
+
+void HttpServer::stop() { impl_->http.stop(); }
+int HttpServer::bound_port() const { return impl_->port; }
+
+}  // namespace actorlm

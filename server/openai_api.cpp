@@ -1,0 +1,196 @@
+#include "server/openai_api.hpp"
+
+#include <cmath>
+
+namespace actorlm::api {
+
+using nlohmann::json;
+
+json ApiError::body() const {
+  json e = {{"message", message}, {"type", type}, {"code", status}};
+  e["param"] = param.empty() ? json(nullptr) : json(param);
+  return {{"error", e}};
+}
+
+std::string finish_reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::length: return "length";
+    case FinishReason::abort: return "abort";
+    case FinishReason::error: return "error";
+    default: return "stop";
+  }
+}
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& message) { return {400, message, "invalid_request_error", param}; }
+
+// Reads an optional number field, checking type and range.
+std::optional<ApiError> number(const json& j, const char* key, double lo, double hi, double* out) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number()) return bad(key, std::string("'") + key + "' must be a number");
+  double v = j[key].get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    return bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number_integer()) return bad(key, std::string("'") + key + "' must be an integer");
+  auto v = j[key].get<int64_t>();
+  if (v < lo || v > hi) {
+    return bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+  *out = v;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const std::string& model_id) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("", "the request body is not valid JSON");
+  if (!j.is_object()) return bad("", "the request body must be a JSON object");
+  ParsedRequest r;
+  r.chat = chat;
+  GenerateOptions& o = r.options;
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) return bad("model", "'model' must be a string");
+    auto m = j["model"].get<std::string>();
+    if (m != model_id && m != "default") return ApiError{404, "the model '" + m + "' does not exist", "invalid_request_error", "model"};
+  }
+  if (chat) {
+    if (!j.contains("messages") || !j["messages"].is_array()) return bad("messages", "'messages' must be an array");
+    if (j["messages"].empty()) return bad("messages", "'messages' must not be empty");
+    for (const auto& m : j["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return bad("messages", "each message needs a string 'role'");
+      std::string role = m["role"];
+      if (role != "system" && role != "user" && role != "assistant") return bad("messages", "unknown role '" + role + "'");
+      std::string content;
+      if (m.contains("content") && m["content"].is_string()) {
+        content = m["content"];
+      } else if (m.contains("content") && m["content"].is_array()) {  // [{type: text, text: ...}]
+        for (const auto& part : m["content"]) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+            return bad("messages", "only text content parts are supported");
+          content += part["text"].get<std::string>();
+        }
+      } else {
+        return bad("messages", "each message needs string 'content'");
+      }
+      o.messages.push_back({role, content});
+    }
+  } else {
+    if (!j.contains("prompt") || !j["prompt"].is_string()) return bad("prompt", "'prompt' must be a string");
+    o.prompt = j["prompt"];
+    o.chat = false;
+  }
+  double v = 0;
+  int64_t n = 0;
+  o.sampling.temperature = 1.0f;
+  if (auto e = number(j, "temperature", 0, 2, &v)) return *e;
+  if (j.contains("temperature") && !j["temperature"].is_null()) o.sampling.temperature = static_cast<float>(v);
+  if (auto e = number(j, "top_p", 1e-9, 1, &v)) return *e;
+  if (j.contains("top_p") && !j["top_p"].is_null()) o.sampling.top_p = static_cast<float>(v);
+  if (auto e = integer(j, "top_k", -1, 1 << 20, &n)) return *e;
+  if (j.contains("top_k") && !j["top_k"].is_null()) o.sampling.top_k = static_cast<int32_t>(n);
+  if (auto e = number(j, "min_p", 0, 1, &v)) return *e;
+  if (j.contains("min_p") && !j["min_p"].is_null()) o.sampling.min_p = static_cast<float>(v);
+  if (auto e = number(j, "frequency_penalty", -2, 2, &v)) return *e;
+  if (j.contains("frequency_penalty") && !j["frequency_penalty"].is_null()) o.sampling.frequency_penalty = static_cast<float>(v);
+  if (auto e = number(j, "presence_penalty", -2, 2, &v)) return *e;
+  if (j.contains("presence_penalty") && !j["presence_penalty"].is_null()) o.sampling.presence_penalty = static_cast<float>(v);
+  if (auto e = number(j, "repetition_penalty", 1e-3, 10, &v)) return *e;
+  if (j.contains("repetition_penalty") && !j["repetition_penalty"].is_null()) o.sampling.repetition_penalty = static_cast<float>(v);
+  if (auto e = integer(j, "seed", 0, INT64_MAX, &n)) return *e;
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    o.sampling.seed = static_cast<uint64_t>(n);
+    o.sampling.has_seed = true;
+  }
+  o.max_new_tokens = 256;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (auto e = integer(j, key, 1, 1 << 20, &n)) return *e;
+    if (j.contains(key) && !j[key].is_null()) o.max_new_tokens = static_cast<int32_t>(n);
+  }
+  if (auto e = integer(j, "n", 1, 1, &n)) return ApiError{400, "only n = 1 is supported for now", "invalid_request_error", "n"};
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const auto& s = j["stop"];
+    if (s.is_string()) {
+      o.stop.push_back(s);
+    } else if (s.is_array() && s.size() <= 16) {
+      for (const auto& x : s) {
+        if (!x.is_string()) return bad("stop", "'stop' must be a string or a list of strings");
+        o.stop.push_back(x);
+      }
+    } else {
+      return bad("stop", "'stop' must be a string or a list of at most 16 strings");
+    }
+  }
+  if (j.contains("stream") && !j["stream"].is_null()) {
+    if (!j["stream"].is_boolean()) return bad("stream", "'stream' must be a boolean");
+    r.stream = j["stream"];
+  }
+  if (j.contains("stream_options") && j["stream_options"].is_object()) {
+    r.include_usage = j["stream_options"].value("include_usage", false);
+  }
+  if (auto err = o.sampling.validate()) return bad("", *err);
+  return r;
+}
+
+json completion_response(const std::string& id, const std::string& model, bool chat, const std::string& text,
+                         const TextDeltaEvent& last, int64_t created) {
+  json choice = {{"index", 0}, {"finish_reason", finish_reason_text(last.finish)}, {"logprobs", nullptr}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  return {{"id", id},
+          {"object", chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})},
+          {"usage",
+           {{"prompt_tokens", last.prompt_tokens},
+            {"completion_tokens", last.completion_tokens},
+            {"total_tokens", last.prompt_tokens + last.completion_tokens}}}};
+}
+
+std::string stream_chunk(const std::string& id, const std::string& model, bool chat, const std::string& text,
+                         const std::optional<FinishReason>& finish, int64_t created, bool first) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish ? json(finish_reason_text(*finish)) : json(nullptr);
+  if (chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || !finish) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  json chunk = {{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})}};
+  return "data: " + chunk.dump() + "\n\n";
+}
+
+std::string usage_chunk(const std::string& id, const std::string& model, bool chat, const TextDeltaEvent& last,
+                        int64_t created) {
+  json chunk = {{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array()},
+                {"usage",
+                 {{"prompt_tokens", last.prompt_tokens},
+                  {"completion_tokens", last.completion_tokens},
+                  {"total_tokens", last.prompt_tokens + last.completion_tokens}}}};
+  return "data: " + chunk.dump() + "\n\n";
+}
+
+}  // namespace actorlm::api
