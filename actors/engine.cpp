@@ -297,7 +297,10 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       auto stepped = sched.step();
       events.insert(events.end(), stepped.begin(), stepped.end());
     } catch (const std::exception& e) {
+      // Nothing may hang: every request in flight ends with the error.
       std::fprintf(stderr, "actorlm scheduler: step failed: %s\n", e.what());
+      auto failed = sched.fail_all(std::string("engine failure: ") + e.what());
+      events.insert(events.end(), failed.begin(), failed.end());
     }
     if (!events.empty()) self->send(detokenizer, stream_atom::value, WireMessage{token_stream(events)});
   }

@@ -214,6 +214,32 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
   }
 }
 
+std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
+  std::vector<TokenEvent> events;
+  for (auto& r : running_) {
+    try {
+      RequestKv* kv[] = {&r.req.kv};
+      kv_.abort(kv);
+    } catch (const std::exception&) {
+      // The KV service itself is failing; the request still gets its answer.
+    }
+    TokenEvent e = event_for(r.req);
+    e.finish = FinishReason::error;
+    e.error = error;
+    events.push_back(std::move(e));
+  }
+  for (const auto& w : waiting_) {
+    TokenEvent e = event_for(w);
+    e.finish = FinishReason::error;
+    e.error = error;
+    events.push_back(std::move(e));
+  }
+  stats_.aborted += static_cast<int64_t>(events.size());
+  running_.clear();
+  waiting_.clear();
+  return events;
+}
+
 std::vector<TokenEvent> Scheduler::step() {
   std::vector<TokenEvent> events;
   apply_controls(events);

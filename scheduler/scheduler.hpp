@@ -69,6 +69,10 @@ class Scheduler {
   void stop(uint64_t id);
 
   std::vector<TokenEvent> step();
+  // Ends every request with an error (after a step failed): each gets a final
+  // event, and what they hold is released as far as the KV service still
+  // answers.
+  std::vector<TokenEvent> fail_all(const std::string& error);
   bool idle() const { return waiting_.empty() && running_.empty(); }
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }

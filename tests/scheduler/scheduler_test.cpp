@@ -202,3 +202,31 @@ TEST_CASE("Requests that can never run are refused with a reason", "[scheduler]"
   CHECK(got[5].first.size() == 4);
   require_no_leak(e);
 }
+
+namespace {
+// A worker whose forward pass fails, as a dead device or node would.
+struct FailingWorker final : Worker {
+  std::vector<SampleResult> run(const ForwardBatch&, std::span<const SampleRequest>) override {
+    throw std::runtime_error("device lost");
+  }
+};
+}  // namespace
+
+TEST_CASE("When a step fails, every request ends with the error and nothing leaks", "[scheduler]") {
+  LocalKvService kv({512, 1, 8, 128, false});
+  FailingWorker worker;
+  Scheduler s(config(), kv, worker);
+  s.submit(make(1, {1, 2, 3}, 4));
+  s.submit(make(2, {1, 2, 4}, 4));
+  CHECK_THROWS_WITH(s.step(), "device lost");
+  auto events = s.fail_all("engine failure: device lost");
+  REQUIRE(events.size() == 2);
+  for (const auto& e : events) {
+    CHECK(e.finish == FinishReason::error);
+    CHECK(e.error.find("device lost") != std::string::npos);
+  }
+  CHECK(s.idle());
+  CHECK(kv.check_idle().empty());
+  kv.flush_cache();
+  CHECK(kv.usage().free == kv.usage().capacity);
+}
