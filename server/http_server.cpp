@@ -17,6 +17,8 @@ struct HttpServer::Impl {
   httplib::Server http;
   std::atomic<uint64_t> next_id{1};
   int port = 0;
+  // Served-request counters for /metrics (the engine reports the rest).
+  std::atomic<int64_t> requests_ok{0}, requests_failed{0};
   Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {}
 
   void send_error(httplib::Response& res, const api::ApiError& e) {
@@ -34,8 +36,12 @@ struct HttpServer::Impl {
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     if (!authorized(req, res)) return;
     auto parsed = api::parse_request(req.body, chat, config.model_id);
-    if (auto* e = std::get_if<api::ApiError>(&parsed)) return send_error(res, *e);
+    if (auto* e = std::get_if<api::ApiError>(&parsed)) {
+      ++requests_failed;
+      return send_error(res, *e);
+    }
     auto r = std::get<api::ParsedRequest>(std::move(parsed));
+    ++requests_ok;
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
@@ -95,6 +101,59 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
   });
   m.http.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, true); });
   m.http.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, false); });
+  // SGLang's native API: {"text": ..., "sampling_params": {...}, "stream": bool}.
+  m.http.Post("/generate", [&m](const httplib::Request& req, httplib::Response& res) {
+    auto body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("text") || !body["text"].is_string()) {
+      return m.send_error(res, {400, "/generate needs a JSON object with a string 'text'", "invalid_request_error", "text"});
+    }
+    json openai = body.value("sampling_params", json::object());
+    if (!openai.is_object()) return m.send_error(res, {400, "'sampling_params' must be an object", "invalid_request_error", "sampling_params"});
+    if (openai.contains("max_new_tokens")) openai["max_tokens"] = openai["max_new_tokens"];
+    openai.erase("max_new_tokens");
+    openai["prompt"] = body["text"];
+    openai["stream"] = body.value("stream", false);
+    httplib::Request inner = req;
+    inner.body = openai.dump();
+    if (openai["stream"].get<bool>()) return m.generate(inner, res, false);
+    httplib::Response out;
+    m.generate(inner, out, false);
+    if (out.status >= 400) {
+      res.status = out.status;
+      res.set_content(out.body, "application/json");
+      return;
+    }
+    auto r = json::parse(out.body);
+    res.set_content(json{{"text", r["choices"][0]["text"]},
+                         {"meta_info", {{"finish_reason", r["choices"][0]["finish_reason"]},
+                                        {"prompt_tokens", r["usage"]["prompt_tokens"]},
+                                        {"completion_tokens", r["usage"]["completion_tokens"]}}}}
+                        .dump(),
+                    "application/json");
+  });
+  // Prometheus text format.
+  m.http.Get("/metrics", [&m](const httplib::Request& req, httplib::Response& res) {
+    if (!m.authorized(req, res)) return;
+    EngineStatsSnapshot st = m.engine.stats();
+    std::string out;
+    auto metric = [&](const char* name, const char* type, const char* help, double value) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+             std::to_string(value) + "\n";
+    };
+    metric("actorlm_requests_total", "counter", "Generation requests accepted.", double(m.requests_ok));
+    metric("actorlm_requests_rejected_total", "counter", "Generation requests rejected as invalid.", double(m.requests_failed));
+    metric("actorlm_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(st.scheduler.prompt_tokens));
+    metric("actorlm_cached_prompt_tokens_total", "counter", "Prompt tokens served from the radix cache.", double(st.scheduler.cached_tokens));
+    metric("actorlm_generation_tokens_total", "counter", "Tokens generated.", double(st.scheduler.generated_tokens));
+    metric("actorlm_running_requests", "gauge", "Requests being decoded or prefilled.", st.running);
+    metric("actorlm_waiting_requests", "gauge", "Requests queued.", st.waiting);
+    metric("actorlm_cache_hit_rate", "gauge", "Fraction of prompt tokens served from the radix cache.", st.scheduler.cache_hit_rate());
+    metric("actorlm_kv_pool_capacity_tokens", "gauge", "KV pool rows.", double(st.kv.capacity));
+    metric("actorlm_kv_pool_free_tokens", "gauge", "KV pool rows free.", double(st.kv.free));
+    metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.", double(st.kv.evictable));
+    metric("actorlm_kv_pool_locked_tokens", "gauge", "KV rows held by running requests through the cache.", double(st.kv.protected_));
+    res.set_content(out, "text/plain; version=0.0.4");
+  });
   m.http.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string message = res.status == 404 ? "no such route" : res.status == 413 ? "request body too large" : "bad request";

@@ -1,8 +1,10 @@
 #pragma once
 // `actorlm serve`: the OpenAI-compatible HTTP front-end over an Engine.
 // Routes: POST /v1/chat/completions, POST /v1/completions (both with SSE
-// streaming), GET /v1/models, GET /health. Binds 127.0.0.1 unless told
-// otherwise; with an API key every /v1 route needs "Authorization: Bearer".
+// streaming), GET /v1/models, POST /generate (SGLang's native form),
+// GET /metrics (Prometheus text), GET /health. Binds 127.0.0.1 unless told
+// otherwise; with an API key every route but /health needs
+// "Authorization: Bearer <key>".
 // A streaming client that disconnects aborts its request (its KV is freed).
 
 #include <cstdint>

@@ -129,6 +129,29 @@ def main():
         r3 = client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24)
         assert r3.choices[0].message.content == text
         checks += 1
+
+        # The native /generate API and Prometheus /metrics.
+        auth = {"Authorization": f"Bearer {KEY}"}
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", method="POST", headers=auth,
+                                     data=json.dumps({"text": "The capital of France is",
+                                                      "sampling_params": {"temperature": 0, "max_new_tokens": 4}}).encode())
+        g = json.loads(urllib.request.urlopen(req).read())
+        assert g["text"] == c.choices[0].text and g["meta_info"]["finish_reason"] == "length", g
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics")
+            raise AssertionError("/metrics answered without the API key")
+        except urllib.error.HTTPError as he:
+            assert he.code == 401
+        metrics = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                                                headers=auth)).read().decode()
+        values = dict(line.split(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
+        assert float(values["actorlm_requests_total"]) >= 10, metrics
+        assert float(values["actorlm_requests_rejected_total"]) >= 4, metrics
+        assert float(values["actorlm_generation_tokens_total"]) > 0
+        assert float(values["actorlm_cached_prompt_tokens_total"]) > 0  # repeated questions hit the cache
+        assert float(values["actorlm_running_requests"]) == 0
+        assert float(values["actorlm_kv_pool_locked_tokens"]) == 0  # the dropped stream released its KV
+        checks += 1
     finally:
         proc.terminate()
         proc.wait(timeout=30)
