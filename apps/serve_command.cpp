@@ -17,7 +17,8 @@ constexpr const char* usage =
     "usage: actorlm serve [--model PATH] [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
     "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests N]\n"
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
-    "                     [--context-length N] [--disable-radix-cache]\n";
+    "                     [--context-length N] [--disable-radix-cache]\n"
+    "                     [--max-concurrent-requests N] [--max-body-bytes N]\n";
 
 HttpServer* running_server = nullptr;
 void on_signal(int) {
@@ -30,7 +31,7 @@ int serve_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
                  {"--model", "--host", "--port", "--api-key", "--threads", "--kv-tokens", "--page-size",
                   "--max-running-requests", "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy",
-                  "--context-length"},
+                  "--context-length", "--max-concurrent-requests", "--max-body-bytes"},
                  {"--disable-radix-cache", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -56,6 +57,9 @@ int serve_command(int argc, char** argv, int first) {
   sc.port = static_cast<int>(args.integer("--port", 30000, 0, 65535));
   sc.api_key = args.str("--api-key").value_or("");
   sc.model_id = std::filesystem::path(ec.model_path).filename().string();
+  sc.max_concurrent_requests = static_cast<int>(args.integer("--max-concurrent-requests", 256, 1, 1 << 20));
+  sc.max_body_bytes = static_cast<size_t>(args.integer("--max-body-bytes", 8 << 20, 1024, int64_t{1} << 30));
+  sc.threads = std::max(16, std::min(sc.max_concurrent_requests + 4, 512));
 
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};

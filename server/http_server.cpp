@@ -19,6 +19,16 @@ struct HttpServer::Impl {
   int port = 0;
   // Served-request counters for /metrics (the engine reports the rest).
   std::atomic<int64_t> requests_ok{0}, requests_failed{0};
+  std::atomic<int> in_flight{0};
+
+  // Holds one of the max_concurrent_requests places for a request's lifetime
+  // (for a stream: until its last chunk is written).
+  struct Place {
+    std::atomic<int>* counter;
+    explicit Place(std::atomic<int>* c) : counter(c) {}
+    Place(const Place&) = delete;
+    ~Place() { --*counter; }
+  };
   Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {}
 
   void send_error(httplib::Response& res, const api::ApiError& e) {
@@ -41,6 +51,13 @@ struct HttpServer::Impl {
       return send_error(res, *e);
     }
     auto r = std::get<api::ParsedRequest>(std::move(parsed));
+    if (++in_flight > config.max_concurrent_requests) {
+      --in_flight;
+      ++requests_failed;
+      return send_error(res, {503, "the server is at its limit of " + std::to_string(config.max_concurrent_requests) +
+                                       " concurrent requests; retry later", "server_error", ""});
+    }
+    auto place = std::make_shared<Place>(&in_flight);
     ++requests_ok;
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -56,7 +73,7 @@ struct HttpServer::Impl {
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, chat](size_t, httplib::DataSink& sink) {
+    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, chat, place](size_t, httplib::DataSink& sink) {
       bool first = true;
       bool gone = false;
       TextDeltaEvent last = engine.generate(r.options, [&](const TextDeltaEvent& d) {

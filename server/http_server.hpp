@@ -20,7 +20,8 @@ struct ServerConfig {
   int port = 30000;
   std::string api_key;              // empty: no authentication
   std::string model_id;             // reported by /v1/models
-  size_t max_body_bytes = 8u << 20;
+  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  int max_concurrent_requests = 256;  // generation requests in flight; more get 503
   int threads = 16;                 // concurrent HTTP requests
 };
 
