@@ -2,24 +2,37 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <limits>
-#include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "model/gguf_file.hpp"
+#include "tokenizer/symbol_merger.hpp"
 #include "tokenizer/unicode.hpp"
 
 namespace actorlm {
 namespace {
 
 constexpr size_t max_cached_words = 1 << 16;
-const std::string spm_space = "\xE2\x96\x81";  // U+2581
+constexpr size_t max_text_bytes = size_t{1} << 30;
+const std::string spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// Texts llama.cpp treats as end-of-turn / end-of-generation tokens, and the
+// fill-in-the-middle tokens it also stops on (pad, repo, file separator).
+const char* const eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+    "<|end_of_text|>", "<end_of_utterance>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+    "<reponame>", "<|file_sep|>"};
+// Fill-in-the-middle markers that are control tokens whatever the file says.
+const char* const fim_texts[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "<|fim_suffix|>",
+                                 "<fim-suffix>",   "<fim_suffix>", "<SUF>",        "<|fim_middle|>", "<fim-middle>",
+                                 "<fim_middle>",   "<MID>"};
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
   std::string out;
+  out.reserve(s.size());
   size_t i = 0;
   while (i < s.size()) {
-    if (s.substr(i, from.size()) == from) {
+    if (s.compare(i, from.size(), from) == 0) {
       out += to;
       i += from.size();
     } else {
@@ -29,33 +42,52 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
   return out;
 }
 
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// "<0xNN>" -> NN, or -1.
+int byte_token_value(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  int hi = hex_digit(t[3]), lo = hex_digit(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 }  // namespace
 
+Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
+  try {
+    return Tokenizer(vocab_from_gguf(file));
+  } catch (const std::invalid_argument& e) {
+    throw ModelError(file.path() + ": " + e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_hf_json(const std::string& path) {
+  try {
+    return Tokenizer(vocab_from_hf_json(path));
+  } catch (const std::invalid_argument& e) {
+    throw ModelError(path + ": " + e.what());
+  }
+}
+
 Tokenizer::Tokenizer(VocabData data) : data_(std::move(data)) {
-  if (data_.tokens.empty()) throw std::invalid_argument("tokenizer: empty vocabulary");
-  if (!data_.types.empty() && data_.types.size() != data_.tokens.size()) {
-    throw std::invalid_argument("tokenizer: token types and tokens differ in length");
+  const size_t n = data_.tokens.size();
+  if (n == 0) throw std::invalid_argument("tokenizer: empty vocabulary");
+  if (n > static_cast<size_t>(INT32_MAX)) throw std::invalid_argument("tokenizer: more than 2^31 tokens");
+  if (data_.types.empty()) data_.types.assign(n, TokenType::normal);
+  if (data_.types.size() != n) throw std::invalid_argument("tokenizer: token types and tokens differ in length");
+  if (data_.kind == VocabData::Kind::byte_bpe && data_.merges.empty()) {
+    throw std::invalid_argument("tokenizer: a byte-level BPE vocabulary needs merges");
   }
-  for (size_t i = 0; i < data_.tokens.size(); ++i) token_to_id_.emplace(data_.tokens[i], static_cast<int32_t>(i));
-  for (size_t r = 0; r < data_.merges.size(); ++r) merge_rank_.emplace(data_.merges[r], static_cast<int32_t>(r));
-  for (size_t i = 0; i < data_.types.size(); ++i) {
-    if (data_.types[i] == TokenType::control || data_.types[i] == TokenType::user_defined) {
-      if (!data_.tokens[i].empty()) specials_.push_back(static_cast<int32_t>(i));
-    }
-  }
-  std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
-    return data_.tokens[static_cast<size_t>(a)].size() > data_.tokens[static_cast<size_t>(b)].size();
-  });
-  if (data_.kind == VocabData::Kind::spm) {
-    byte_tokens_.assign(256, -1);
-    char name[8];
-    for (int b = 0; b < 256; ++b) {
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      if (auto it = token_to_id_.find(name); it != token_to_id_.end()) byte_tokens_[static_cast<size_t>(b)] = it->second;
-    }
+  if (data_.kind == VocabData::Kind::spm && data_.merges.empty() && data_.scores.size() != n) {
+    throw std::invalid_argument("tokenizer: a SentencePiece vocabulary needs one score per token (or merges)");
   }
   auto check_id = [&](std::optional<int32_t>& id, const char* what) {
-    if (id && (*id < 0 || *id >= vocab_size())) {
+    if (id && (*id < 0 || static_cast<size_t>(*id) >= n)) {
       data_.warnings.push_back(std::string(what) + " id " + std::to_string(*id) + " is outside the vocabulary; ignored");
       id.reset();
     }
@@ -63,223 +95,299 @@ Tokenizer::Tokenizer(VocabData data) : data_(std::move(data)) {
   check_id(data_.bos, "BOS");
   check_id(data_.eos, "EOS");
   check_id(data_.unk, "UNK");
-}
+  check_id(data_.eot, "EOT");
+  check_id(data_.eom, "EOM");
+  index_tokens();
+  find_end_of_generation();
 
-Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
-  VocabData d;
-  std::string model = f.get_string("tokenizer.ggml.model").value_or("");
-  if (model == "gpt2") {
-    d.kind = VocabData::Kind::byte_bpe;
-  } else if (model == "llama") {
-    d.kind = VocabData::Kind::spm;
-  } else {
-    throw ModelError(f.path() + ": unsupported tokenizer model '" + model + "' (gpt2 and llama are)");
+  for (size_t i = 0; i < n; ++i) {
+    TokenType t = data_.types[i];
+    if ((t == TokenType::control || t == TokenType::user_defined || t == TokenType::unknown) && !data_.tokens[i].empty()) {
+      specials_.push_back(static_cast<int32_t>(i));
+      special_first_byte_[static_cast<uint8_t>(data_.tokens[i][0])] = true;
+    }
   }
-  auto tokens = f.get_string_array("tokenizer.ggml.tokens");
-  if (!tokens || tokens->empty()) throw ModelError(f.path() + ": missing tokenizer.ggml.tokens");
-  d.tokens = std::move(*tokens);
-  if (auto types = f.get_int_array("tokenizer.ggml.token_type")) {
-    for (int64_t t : *types) d.types.push_back(static_cast<TokenType>(t));
-  }
-  if (auto scores = f.get_float_array("tokenizer.ggml.scores")) {
-    for (double s : *scores) d.scores.push_back(static_cast<float>(s));
-  }
-  if (auto merges = f.get_string_array("tokenizer.ggml.merges")) d.merges = std::move(*merges);
-  if (d.kind == VocabData::Kind::byte_bpe && d.merges.empty()) throw ModelError(f.path() + ": BPE vocabulary without merges");
-  if (d.kind == VocabData::Kind::spm && d.scores.size() != d.tokens.size()) throw ModelError(f.path() + ": SentencePiece vocabulary without scores");
-  bool known = true;
-  std::string pre = f.get_string("tokenizer.ggml.pre").value_or("default");
-  d.pre = pre_tokenizer_from_name(pre, &known);
-  if (!known) d.warnings.push_back("unknown pre-tokenizer '" + pre + "'; using GPT-2 rules");
-  if (auto v = f.get_int("tokenizer.ggml.bos_token_id")) d.bos = static_cast<int32_t>(*v);
-  if (auto v = f.get_int("tokenizer.ggml.eos_token_id")) d.eos = static_cast<int32_t>(*v);
-  if (auto v = f.get_int("tokenizer.ggml.unknown_token_id")) d.unk = static_cast<int32_t>(*v);
-  d.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(d.kind == VocabData::Kind::spm);
-  d.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(d.kind == VocabData::Kind::spm);
-  d.chat_template = f.get_string("tokenizer.chat_template").value_or("");
-  if (d.types.size() != d.tokens.size()) d.types.assign(d.tokens.size(), TokenType::normal);
-  return Tokenizer(std::move(d));
-}
+  std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
+    return data_.tokens[static_cast<size_t>(a)].size() > data_.tokens[static_cast<size_t>(b)].size();
+  });
 
-Tokenizer Tokenizer::from_hf_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ModelError(path + ": cannot open");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-    const auto& m = j.at("model");
-    if (m.value("type", "") != "BPE") throw ModelError("only BPE tokenizer.json models are supported");
-    VocabData d;
-    d.kind = VocabData::Kind::byte_bpe;
-    std::vector<std::pair<int32_t, std::string>> vocab;
-    for (const auto& [tok, id] : m.at("vocab").items()) vocab.emplace_back(id.get<int32_t>(), tok);
-    int32_t n = 0;
-    for (const auto& [id, tok] : vocab) n = std::max(n, id + 1);
-    for (const auto& t : j.value("added_tokens", nlohmann::json::array())) n = std::max(n, t.at("id").get<int32_t>() + 1);
-    d.tokens.assign(static_cast<size_t>(n), "");
-    d.types.assign(static_cast<size_t>(n), TokenType::normal);
-    for (auto& [id, tok] : vocab) d.tokens[static_cast<size_t>(id)] = tok;
-    for (const auto& t : j.value("added_tokens", nlohmann::json::array())) {
-      auto id = static_cast<size_t>(t.at("id").get<int32_t>());
-      d.tokens[id] = t.at("content").get<std::string>();
-      d.types[id] = t.value("special", false) ? TokenType::control : TokenType::user_defined;
+  pieces_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& t = data_.tokens[i];
+    switch (data_.types[i]) {
+      case TokenType::control:
+      case TokenType::unknown:
+      case TokenType::user_defined: pieces_[i] = t; break;
+      case TokenType::unused:
+      case TokenType::undefined: break;
+      case TokenType::byte:
+        if (int b = byte_token_value(t); b >= 0) {
+          pieces_[i] = std::string(1, static_cast<char>(b));
+          break;
+        }
+        [[fallthrough]];
+      case TokenType::normal:
+        if (data_.kind == VocabData::Kind::spm) {
+          pieces_[i] = replace_all(t, spm_space, " ");
+        } else {
+          for (char32_t cp : unicode::decode_utf8(t)) {
+            int b = unicode::char_to_byte(cp);
+            if (b >= 0) {
+              pieces_[i].push_back(static_cast<char>(b));
+            } else {
+              unicode::append_utf8(pieces_[i], cp);  // not a byte image: keep the character
+            }
+          }
+        }
+        break;
     }
-    for (const auto& mg : m.at("merges")) {
-      d.merges.push_back(mg.is_string() ? mg.get<std::string>() : mg.at(0).get<std::string>() + " " + mg.at(1).get<std::string>());
-    }
-    // The pre-tokenizer regex tells the family apart.
-    std::string pre = j.value("pre_tokenizer", nlohmann::json()).dump();
-    if (pre.find("\\\\p{N}{1,3}") != std::string::npos) {
-      d.pre = PreTokenizer::llama3;
-    } else if (pre.find("Digits") != std::string::npos && pre.find("individual_digits\":true") != std::string::npos) {
-      d.pre = PreTokenizer::smollm;
-    } else if (pre.find("[\\\\r\\\\n\\\\p{L}\\\\p{N}]") != std::string::npos) {
-      d.pre = PreTokenizer::qwen2;
-    }
-    return Tokenizer(std::move(d));
-  } catch (const ModelError& e) {
-    throw ModelError(path + ": " + e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw ModelError(path + ": " + e.what());
   }
 }
 
-bool Tokenizer::is_control(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < data_.types.size() && data_.types[static_cast<size_t>(id)] == TokenType::control;
+void Tokenizer::index_tokens() {
+  const size_t n = data_.tokens.size();
+  token_to_id_.reserve(n);
+  for (size_t i = 0; i < n; ++i) token_to_id_[data_.tokens[i]] = static_cast<int32_t>(i);  // last wins, as llama.cpp
+
+  byte_token_.assign(256, -1);
+  for (int b = 0; b < 256; ++b) {
+    std::optional<int32_t> id;
+    if (data_.kind == VocabData::Kind::byte_bpe) {
+      id = token_id(unicode::encode_utf8(unicode::byte_to_char(static_cast<uint8_t>(b))));
+    } else {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      id = token_id(name);
+      if (!id) id = token_id(std::string(1, static_cast<char>(b)));
+    }
+    if (id) byte_token_[static_cast<size_t>(b)] = *id;
+  }
+
+  size_t unusable = 0;
+  pair_rank_.reserve(data_.merges.size());
+  for (size_t r = 0; r < data_.merges.size(); ++r) {
+    const auto& [left, right] = data_.merges[r];
+    auto l = token_id(left), rt = token_id(right);
+    if (!l || !rt) {
+      ++unusable;
+      continue;
+    }
+    auto merged = token_id(left + right);
+    uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(*l)) << 32) | static_cast<uint32_t>(*rt);
+    pair_rank_.emplace(key, std::make_pair(static_cast<int32_t>(r), merged.value_or(-1)));  // first rank wins
+  }
+  if (unusable > 0) {
+    data_.warnings.push_back(std::to_string(unusable) + " merges name tokens outside the vocabulary; ignored");
+  }
 }
+
+void Tokenizer::find_end_of_generation() {
+  auto mark = [&](const char* text, bool end_of_generation) {
+    auto id = token_id(text);
+    if (!id) return;
+    data_.types[static_cast<size_t>(*id)] = TokenType::control;
+    if (end_of_generation) eog_.push_back(*id);
+  };
+  for (const char* t : eog_texts) mark(t, true);
+  for (const char* t : fim_texts) mark(t, false);
+  for (const auto& id : {data_.eos, data_.eot, data_.eom}) {
+    if (id) eog_.push_back(*id);
+  }
+  std::sort(eog_.begin(), eog_.end());
+  eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return TokenType::undefined;
+  return data_.types[static_cast<size_t>(id)];
+}
+
+bool Tokenizer::is_control(int32_t id) const { return token_type(id) == TokenType::control; }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token_text) const {
-  auto it = token_to_id_.find(std::string(token_text));
+  auto it = token_to_id_.find(token_text);
   if (it == token_to_id_.end()) return std::nullopt;
   return it->second;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
-  std::vector<int32_t> out;
-  if (add_bos && data_.bos) out.push_back(*data_.bos);
-  // Partition the text at special tokens (longest first at each position);
-  // plain stretches in between are tokenized as text.
-  size_t plain_start = 0, i = 0;
-  while (i < text.size()) {
-    int32_t hit = -1;
-    for (int32_t id : specials_) {
-      if (!parse_special && data_.types[static_cast<size_t>(id)] == TokenType::control) continue;
-      const std::string& s = data_.tokens[static_cast<size_t>(id)];
-      if (text.compare(i, s.size(), s) == 0) {
-        hit = id;
-        break;
-      }
-    }
-    if (hit < 0) {
-      ++i;
-      continue;
-    }
-    if (plain_start < i) encode_text(text.substr(plain_start, i - plain_start), out);
-    out.push_back(hit);
-    i += data_.tokens[static_cast<size_t>(hit)].size();
-    plain_start = i;
+std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+  TokenType t = token_type(id);
+  if (t == TokenType::undefined && (id < 0 || id >= vocab_size())) return {};
+  if (!render_special && (t == TokenType::control || t == TokenType::unknown)) return {};
+  return pieces_[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
+  std::string out;
+  for (int32_t id : ids) {
+    TokenType t = token_type(id);
+    if (t == TokenType::undefined && (id < 0 || id >= vocab_size())) continue;
+    if (!render_special && (t == TokenType::control || t == TokenType::unknown)) continue;
+    out += pieces_[static_cast<size_t>(id)];
   }
-  if (plain_start < text.size()) encode_text(text.substr(plain_start), out);
   return out;
 }
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
-  if (data_.kind == VocabData::Kind::spm) {
-    spm_text(text, out);
-    return;
+// Splits text at special tokens: each special (longest first) is cut out of
+// every raw stretch left by the ones before it. Same order as llama.cpp, so
+// overlapping candidates resolve the same way.
+std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, bool parse_special) const {
+  std::vector<Fragment> frags;
+  if (text.empty()) return frags;
+  frags.push_back({0, text.size(), -1});
+  bool possible = false;
+  for (char c : text) {
+    if (special_first_byte_[static_cast<uint8_t>(c)]) {
+      possible = true;
+      break;
+    }
   }
-  for (std::string_view piece : pre_tokenize(data_.pre, text)) {
-    std::string mapped;
-    for (char c : piece) unicode::append_utf8(mapped, unicode::byte_to_char(static_cast<uint8_t>(c)));
-    bpe_word(mapped, out);
+  if (!possible) return frags;
+
+  std::vector<Fragment> next;
+  for (int32_t id : specials_) {
+    TokenType type = data_.types[static_cast<size_t>(id)];
+    if (!parse_special && (type == TokenType::control || type == TokenType::unknown)) continue;
+    const std::string& s = data_.tokens[static_cast<size_t>(id)];
+    if (text.find(s) == std::string_view::npos) continue;
+    next.clear();
+    for (const Fragment& f : frags) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      const size_t end = f.start + f.len;
+      const std::string_view window = text.substr(0, end);
+      size_t pos = f.start;
+      for (size_t at = window.find(s, pos); at != std::string_view::npos; at = window.find(s, pos)) {
+        if (at > pos) next.push_back({pos, at - pos, -1});
+        next.push_back({at, s.size(), id});
+        pos = at + s.size();
+      }
+      if (pos < end) next.push_back({pos, end - pos, -1});
+    }
+    frags.swap(next);
   }
+  return frags;
 }
 
-// Merges adjacent symbols, always the pair with the lowest merge rank first
-// (leftmost on ties), until no pair has a rank.
-void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
-  std::string key(word);
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  if (text.size() > max_text_bytes) {
+    throw std::invalid_argument("tokenizer: text of " + std::to_string(text.size()) + " bytes is over the 1 GiB limit");
+  }
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos && data_.bos) out.push_back(*data_.bos);
+  bool after_special = true;  // SentencePiece puts its space prefix here
+  for (const Fragment& f : partition(text, parse_special)) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      after_special = true;
+      continue;
+    }
+    std::string_view raw = text.substr(f.start, f.len);
+    if (data_.kind == VocabData::Kind::spm) {
+      spm_fragment(raw, data_.add_space_prefix && after_special, out);
+    } else {
+      for (std::string_view piece : pre_tokenize(data_.pre, raw)) bpe_piece(piece, out);
+    }
+    after_special = false;
+  }
+  return out;
+}
+
+std::optional<int32_t> Tokenizer::pair_merge(int32_t left, int32_t right, int32_t* rank) const {
+  if (left < 0 || right < 0) return std::nullopt;
+  uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  auto it = pair_rank_.find(key);
+  if (it == pair_rank_.end()) return std::nullopt;
+  *rank = it->second.first;
+  return it->second.second;
+}
+
+// One pre-tokenized piece of byte-level BPE: a symbol per byte, merged by
+// rank. Results are cached per piece (words repeat a lot in real text).
+void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) const {
   {
     std::lock_guard<std::mutex> lock(*cache_mutex_);
-    if (auto it = word_cache_.find(key); it != word_cache_.end()) {
+    if (auto it = word_cache_.find(piece); it != word_cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
   }
-  std::vector<size_t> offsets = unicode::utf8_offsets(word);
-  std::vector<std::string> sym;
-  for (size_t k = 0; k + 1 < offsets.size(); ++k) sym.emplace_back(word.substr(offsets[k], offsets[k + 1] - offsets[k]));
-  std::string pair;
-  while (sym.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max();
-    size_t best = 0;
-    for (size_t k = 0; k + 1 < sym.size(); ++k) {
-      pair.assign(sym[k]).append(" ").append(sym[k + 1]);
-      auto it = merge_rank_.find(pair);
-      if (it != merge_rank_.end() && it->second < best_rank) {
-        best_rank = it->second;
-        best = k;
-      }
-    }
-    if (best_rank == std::numeric_limits<int32_t>::max()) break;
-    sym[best] += sym[best + 1];
-    sym.erase(sym.begin() + static_cast<ptrdiff_t>(best) + 1);
-  }
   std::vector<int32_t> ids;
-  for (const auto& s : sym) {
-    if (auto it = token_to_id_.find(s); it != token_to_id_.end()) {
-      ids.push_back(it->second);
-      continue;
+  std::optional<int32_t> whole;
+  if (data_.ignore_merges) {
+    std::string mapped;
+    for (char c : piece) unicode::append_utf8(mapped, unicode::byte_to_char(static_cast<uint8_t>(c)));
+    whole = token_id(mapped);
+  }
+  if (whole) {
+    ids.push_back(*whole);
+  } else {
+    std::vector<MergeSymbol> syms(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i) {
+      syms[i] = {static_cast<uint32_t>(i), 1, byte_token_[static_cast<uint8_t>(piece[i])], static_cast<int32_t>(i) - 1,
+                 i + 1 < piece.size() ? static_cast<int32_t>(i) + 1 : -1};
     }
-    // Not in the vocabulary as a whole: one token per byte character.
-    std::vector<size_t> o = unicode::utf8_offsets(s);
-    for (size_t k = 0; k + 1 < o.size(); ++k) {
-      auto it = token_to_id_.find(s.substr(o[k], o[k + 1] - o[k]));
-      if (it != token_to_id_.end()) {
-        ids.push_back(it->second);
-      } else if (data_.unk) {
-        ids.push_back(*data_.unk);
+    merge_symbols(syms, [&](const MergeSymbol& l, const MergeSymbol& r) -> std::optional<MergeCandidate> {
+      int32_t rank = 0;
+      auto merged = pair_merge(l.id, r.id, &rank);
+      if (!merged) return std::nullopt;
+      return MergeCandidate{static_cast<double>(rank), *merged};
+    });
+    for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[static_cast<size_t>(i)].next) {
+      const MergeSymbol& s = syms[static_cast<size_t>(i)];
+      if (s.id >= 0) {
+        ids.push_back(s.id);
+        continue;
+      }
+      for (uint32_t k = s.start; k < s.start + s.len; ++k) {  // not a token: byte by byte
+        int32_t b = byte_token_[static_cast<uint8_t>(piece[k])];
+        if (b >= 0) {
+          ids.push_back(b);
+        } else if (data_.unk) {
+          ids.push_back(*data_.unk);
+        }
       }
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());
   std::lock_guard<std::mutex> lock(*cache_mutex_);
   if (word_cache_.size() >= max_cached_words) word_cache_.clear();
-  word_cache_.emplace(std::move(key), std::move(ids));
+  word_cache_.emplace(std::string(piece), std::move(ids));
 }
 
-// SentencePiece BPE: start from characters, repeatedly merge the adjacent
-// pair whose concatenation is the highest-scoring vocabulary entry (leftmost
-// on ties); leftovers not in the vocabulary become <0xNN> byte tokens.
-void Tokenizer::spm_text(std::string_view text, std::vector<int32_t>& out) const {
-  std::string s = replace_all(text, " ", spm_space);
-  if (data_.add_space_prefix && !s.empty()) s = spm_space + s;
-  std::vector<size_t> offsets = unicode::utf8_offsets(s);
-  std::vector<std::string> sym;
-  for (size_t k = 0; k + 1 < offsets.size(); ++k) sym.emplace_back(s.substr(offsets[k], offsets[k + 1] - offsets[k]));
-  while (sym.size() > 1) {
-    float best_score = -std::numeric_limits<float>::infinity();
-    size_t best = sym.size();
-    for (size_t k = 0; k + 1 < sym.size(); ++k) {
-      auto it = token_to_id_.find(sym[k] + sym[k + 1]);
-      if (it == token_to_id_.end()) continue;
-      float score = data_.scores[static_cast<size_t>(it->second)];
-      if (score > best_score) {
-        best_score = score;
-        best = k;
-      }
+// SentencePiece BPE over one stretch of raw text: characters, merged while
+// some adjacent pair spells a token (best score first, or best merge rank
+// for tokenizer.json vocabularies); leftovers become <0xNN> byte tokens.
+void Tokenizer::spm_fragment(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const {
+  std::string s = (space_prefix ? spm_space : std::string()) + replace_all(text, " ", spm_space);
+  std::vector<MergeSymbol> syms = utf8_symbols(s.data(), s.size());
+  const std::string_view sv(s);
+  for (MergeSymbol& sym : syms) sym.id = token_id(sv.substr(sym.start, sym.len)).value_or(-1);
+  const bool by_rank = !data_.merges.empty();
+  merge_symbols(syms, [&](const MergeSymbol& l, const MergeSymbol& r) -> std::optional<MergeCandidate> {
+    if (by_rank) {
+      int32_t rank = 0;
+      auto merged = pair_merge(l.id, r.id, &rank);
+      if (!merged || *merged < 0) return std::nullopt;
+      return MergeCandidate{static_cast<double>(rank), *merged};
     }
-    if (best == sym.size()) break;
-    sym[best] += sym[best + 1];
-    sym.erase(sym.begin() + static_cast<ptrdiff_t>(best) + 1);
-  }
-  for (const auto& p : sym) {
-    if (auto it = token_to_id_.find(p); it != token_to_id_.end()) {
-      out.push_back(it->second);
+    auto id = token_id(sv.substr(l.start, l.len + r.len));
+    if (!id) return std::nullopt;
+    return MergeCandidate{-static_cast<double>(data_.scores[static_cast<size_t>(*id)]), *id};
+  });
+  for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[static_cast<size_t>(i)].next) {
+    const MergeSymbol& sym = syms[static_cast<size_t>(i)];
+    if (sym.id >= 0) {
+      out.push_back(sym.id);
       continue;
     }
-    for (char c : p) {
-      int32_t b = byte_tokens_[static_cast<uint8_t>(c)];
+    for (uint32_t k = sym.start; k < sym.start + sym.len; ++k) {
+      int32_t b = byte_token_[static_cast<uint8_t>(s[k])];
       if (b >= 0) {
         out.push_back(b);
       } else if (data_.unk) {
@@ -287,36 +395,6 @@ void Tokenizer::spm_text(std::string_view text, std::vector<int32_t>& out) const
       }
     }
   }
-}
-
-std::string Tokenizer::token_bytes(int32_t id, bool render_special) const {
-  if (id < 0 || id >= vocab_size()) return {};
-  const std::string& t = data_.tokens[static_cast<size_t>(id)];
-  TokenType type = data_.types.empty() ? TokenType::normal : data_.types[static_cast<size_t>(id)];
-  if (type == TokenType::control) return render_special ? t : std::string();
-  if (type == TokenType::user_defined || type == TokenType::unknown) return t;
-  if (data_.kind == VocabData::Kind::spm) {
-    if (type == TokenType::byte && t.size() == 6) {
-      return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
-    }
-    return replace_all(t, spm_space, " ");
-  }
-  std::string bytes;
-  for (char32_t cp : unicode::decode_utf8(t)) {
-    int b = unicode::char_to_byte(cp);
-    if (b >= 0) {
-      bytes.push_back(static_cast<char>(b));
-    } else {
-      unicode::append_utf8(bytes, cp);  // not a byte image: keep as text
-    }
-  }
-  return bytes;
-}
-
-std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
-  std::string out;
-  for (int32_t id : ids) out += token_bytes(id, render_special);
-  return out;
 }
 
 }  // namespace actorlm

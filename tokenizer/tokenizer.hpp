@@ -1,13 +1,18 @@
 #pragma once
-// Text <-> token ids for Llama-family vocabularies:
-//   - byte-level BPE (GPT-2 family: SmolLM, Llama 3, Qwen2): pre-tokenize,
-//     map bytes to printable characters, merge by rank;
-//   - SentencePiece-style BPE (Llama 2, "llama" in GGUF): spaces become U+2581,
-//     merge the highest-scoring pairs, unknown characters fall back to
+// Text <-> token ids for Llama-family vocabularies, giving the ids llama.cpp
+// gives for the same GGUF:
+//   - byte-level BPE (GPT-2 family: SmolLM, Llama 3, Qwen2): split with the
+//     family's pre-tokenizer rules, map bytes to printable characters, merge
+//     by rank;
+//   - SentencePiece-style BPE (Llama 2, "llama" in GGUF): spaces become
+//     U+2581 ("▁", one is put in front when add_space_prefix), merge the
+//     highest-scoring pairs, characters outside the vocabulary fall back to
 //     <0xNN> byte tokens.
-// Loaded from GGUF metadata (tokenizer.ggml.*) or a Hugging Face
-// tokenizer.json. Immutable after construction; encode/decode are const and
-// thread-safe (the word cache is guarded).
+// Special tokens (control, user-defined, unknown) are found in the raw text
+// first, longest first, as llama.cpp does.
+//
+// Thread-safety: immutable after construction; every const member may be
+// called concurrently (the word cache is guarded by a mutex).
 
 #include <cstdint>
 #include <memory>
@@ -19,69 +24,84 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tokenizer/pre_tokenizer.hpp"
+#include "tokenizer/vocab.hpp"
 
 namespace actorlm {
 
-class GgufFile;
-
-enum class TokenType : int32_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
-
-struct VocabData {
-  enum class Kind { byte_bpe, spm } kind = Kind::byte_bpe;
-  PreTokenizer pre = PreTokenizer::gpt2;
-  std::vector<std::string> tokens;
-  std::vector<TokenType> types;       // empty = all normal
-  std::vector<float> scores;          // spm
-  std::vector<std::string> merges;    // byte_bpe: "left right", in rank order
-  std::optional<int32_t> bos, eos, unk;
-  bool add_bos = false;
-  bool add_space_prefix = false;      // spm
-  std::string chat_template;          // tokenizer.chat_template, if present
-  std::vector<std::string> warnings;  // e.g. an unknown pre-tokenizer name
-};
-
 class Tokenizer {
  public:
+  // Throws std::invalid_argument naming the problem (empty vocabulary,
+  // lengths that disagree, a byte_bpe vocabulary without merges).
   explicit Tokenizer(VocabData data);
+  // Throw ModelError naming the file and what is wrong.
   static Tokenizer from_gguf(const GgufFile& file);
-  // A Hugging Face tokenizer.json (byte-level BPE models).
-  static Tokenizer from_hf_json(const std::string& path);
+  static Tokenizer from_hf_json(const std::string& tokenizer_json_path);
 
-  // parse_special: control-token text (e.g. "<|im_start|>") becomes that
-  // token; otherwise it is tokenized as plain text. User-defined tokens are
-  // always matched. add_bos prepends BOS when the vocabulary has one.
+  // add_bos: put BOS first (when the vocabulary has one); the model's own
+  // preference is add_bos_by_default().
+  // parse_special: text of control/unknown tokens (e.g. "<|im_start|>")
+  // becomes that token; otherwise it is tokenized as plain text.
+  // User-defined tokens are matched either way (as llama.cpp does).
+  // Throws std::invalid_argument for text over 1 GiB.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
-  // Bytes of the tokens (not necessarily valid UTF-8 at token boundaries).
-  // render_special: include the text of control tokens.
+
+  // The bytes a token stands for (may be part of a UTF-8 character).
+  // Control and unknown tokens give their text only with render_special;
+  // unused tokens and ids out of range give "".
+  std::string token_to_piece(int32_t id, bool render_special = true) const;
+  std::string token_bytes(int32_t id, bool render_special = true) const { return token_to_piece(id, render_special); }
+  // Concatenated pieces; not necessarily valid UTF-8 (see
+  // IncrementalDetokenizer / sanitize_utf8 for text to show).
   std::string decode(std::span<const int32_t> ids, bool render_special = true) const;
-  // Raw bytes of one token; empty for an id out of range.
-  std::string token_bytes(int32_t id, bool render_special = true) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(data_.tokens.size()); }
   std::optional<int32_t> bos_id() const { return data_.bos; }
   std::optional<int32_t> eos_id() const { return data_.eos; }
-  bool add_bos_by_default() const { return data_.add_bos; }
+  bool add_bos_by_default() const { return data_.add_bos && data_.bos.has_value(); }
+  // Tokens that end generation as llama.cpp counts them: EOS, end-of-turn
+  // and end-of-message tokens by id or by their well-known texts
+  // ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", ...). Sorted.
+  const std::vector<int32_t>& end_of_generation_ids() const { return eog_; }
+  bool is_end_of_generation(int32_t id) const;
   bool is_control(int32_t id) const;
+  TokenType token_type(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view token_text) const;
+  // Throws std::out_of_range for an id outside the vocabulary.
   const std::string& token_text(int32_t id) const { return data_.tokens.at(static_cast<size_t>(id)); }
   const std::string& chat_template() const { return data_.chat_template; }
   const std::vector<std::string>& warnings() const { return data_.warnings; }
   VocabData::Kind kind() const { return data_.kind; }
+  PreTokenizer pre_tokenizer() const { return data_.pre; }
 
  private:
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
-  void bpe_word(std::string_view word, std::vector<int32_t>& out) const;
-  void spm_text(std::string_view text, std::vector<int32_t>& out) const;
+  struct Fragment {
+    size_t start = 0, len = 0;
+    int32_t token = -1;  // >= 0: a special token; else raw text
+  };
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  void index_tokens();
+  void find_end_of_generation();
+  std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  void bpe_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void spm_fragment(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const;
+  std::optional<int32_t> pair_merge(int32_t left, int32_t right, int32_t* rank) const;
 
   VocabData data_;
-  std::unordered_map<std::string, int32_t> token_to_id_;
-  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
-  std::vector<int32_t> specials_;                        // matched in raw text, longest first
-  std::vector<int32_t> byte_tokens_;                     // spm: <0xNN> ids, -1 if missing
-  // Behind a pointer so a Tokenizer can be moved.
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
+  // (left id << 32 | right id) -> {rank, merged id}
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> pair_rank_;
+  std::vector<int32_t> specials_;        // matched in raw text, longest first
+  bool special_first_byte_[256] = {};
+  std::vector<int32_t> byte_token_;      // byte -> token id (byte image / <0xNN>), -1 if none
+  std::vector<std::string> pieces_;      // token_to_piece with render_special
+  std::vector<int32_t> eog_;
+  // Behind a pointer so a Tokenizer stays movable.
   mutable std::unique_ptr<std::mutex> cache_mutex_ = std::make_unique<std::mutex>();
-  mutable std::unordered_map<std::string, std::vector<int32_t>> word_cache_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> word_cache_;
 };
 
 }  // namespace actorlm
