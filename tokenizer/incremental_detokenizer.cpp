@@ -1,29 +1,12 @@
 #include "tokenizer/incremental_detokenizer.hpp"
 
-#include <utf8proc.h>
+#include <algorithm>
 
 #include "tokenizer/unicode.hpp"
 
 namespace actorlm {
 
-std::string sanitize_utf8(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    utf8proc_int32_t cp;
-    auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                              static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
-    if (n <= 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(s, i, static_cast<size_t>(n));
-      i += static_cast<size_t>(n);
-    }
-  }
-  return out;
-}
+std::string sanitize_utf8(std::string_view s) { return unicode::sanitize_utf8(s); }
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
                                                bool render_special)
@@ -39,27 +22,30 @@ IncrementalDetokenizer::Delta IncrementalDetokenizer::push(int32_t token_id) {
     d.stopped = true;
     return d;
   }
-  pending_ += tokenizer_.token_bytes(token_id, render_special_);
+  pending_ += tokenizer_.token_to_piece(token_id, render_special_);
 
-  // Earliest complete stop string wins.
+  // pending_ never holds a whole stop string from before (it would have
+  // matched then), so searching it all finds only matches this token made.
   size_t stop_at = std::string::npos;
   for (const auto& s : stops_) {
     size_t at = pending_.find(s);
-    if (at != std::string::npos && at < stop_at) {
+    if (at < stop_at) {
       stop_at = at;
       d.matched_stop = s;
     }
   }
   if (stop_at != std::string::npos) {
-    d.text = sanitize_utf8(pending_.substr(0, stop_at));
+    d.text = unicode::sanitize_utf8(std::string_view(pending_).substr(0, stop_at));
     d.stopped = stopped_ = true;
     pending_.clear();
     emitted_ += d.text;
     return d;
   }
 
-  // Emit what is certain: complete characters that cannot begin a stop string.
-  size_t ready = unicode::complete_utf8_prefix(pending_);
+  // Emit what is certain: whole characters that cannot be the start of a
+  // stop string. hold = the longest tail of the ready bytes that is a proper
+  // prefix of some stop string.
+  const size_t ready = unicode::complete_utf8_prefix(pending_);
   size_t hold = 0;
   for (const auto& s : stops_) {
     for (size_t k = std::min(s.size() - 1, ready); k > hold; --k) {
@@ -69,8 +55,8 @@ IncrementalDetokenizer::Delta IncrementalDetokenizer::push(int32_t token_id) {
       }
     }
   }
-  size_t emit = ready - hold;
-  d.text = sanitize_utf8(pending_.substr(0, emit));
+  const size_t emit = ready - hold;
+  d.text = unicode::sanitize_utf8(std::string_view(pending_).substr(0, emit));
   pending_.erase(0, emit);
   emitted_ += d.text;
   return d;
@@ -78,7 +64,7 @@ IncrementalDetokenizer::Delta IncrementalDetokenizer::push(int32_t token_id) {
 
 std::string IncrementalDetokenizer::flush() {
   if (stopped_) return {};
-  std::string rest = sanitize_utf8(pending_);
+  std::string rest = unicode::sanitize_utf8(pending_);
   pending_.clear();
   emitted_ += rest;
   return rest;

@@ -51,16 +51,60 @@ std::string encode_utf8(char32_t cp) {
   return s;
 }
 
-size_t complete_utf8_prefix(std::string_view s) {
-  // Look at most 3 bytes back for the start of an unfinished sequence.
-  size_t n = s.size();
-  for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking
-    size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-    return back < need ? n - back : n;
+Utf8Step utf8_step(std::string_view s, size_t at) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = byte(at);
+  if (b0 < 0x80) return {1, Utf8Step::Kind::valid};
+  // Allowed range of the second byte by lead byte; it excludes overlong
+  // forms, surrogates and code points above U+10FFFF.
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return {1, Utf8Step::Kind::invalid};
   }
-  return n;
+  for (size_t k = 1; k < need; ++k) {
+    if (at + k >= s.size()) return {k, Utf8Step::Kind::truncated};
+    const unsigned char b = byte(at + k);
+    const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    if (!ok) return {k, Utf8Step::Kind::invalid};
+  }
+  return {need, Utf8Step::Kind::valid};
+}
+
+size_t complete_utf8_prefix(std::string_view s) {
+  size_t at = 0;
+  while (at < s.size()) {
+    Utf8Step step = utf8_step(s, at);
+    if (step.kind == Utf8Step::Kind::truncated) return at;
+    at += step.len;
+  }
+  return at;
+}
+
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t at = 0;
+  while (at < s.size()) {
+    Utf8Step step = utf8_step(s, at);
+    if (step.kind == Utf8Step::Kind::valid) {
+      out.append(s.substr(at, step.len));
+    } else {
+      out += "\xEF\xBF\xBD";
+    }
+    at += step.len;
+  }
+  return out;
 }
 
 bool is_letter(char32_t cp) {

@@ -16,9 +16,22 @@ std::vector<char32_t> decode_utf8(std::string_view s);
 std::vector<size_t> utf8_offsets(std::string_view s);
 void append_utf8(std::string& out, char32_t cp);
 std::string encode_utf8(char32_t cp);
-// Length of the complete UTF-8 prefix of s (an incomplete trailing sequence
-// is excluded; invalid bytes count as complete so they are not held forever).
+// One step of strict UTF-8 decoding at s[at] (at < s.size()): the length of
+// the well-formed character there, or of the maximal ill-formed subpart (the
+// bytes one U+FFFD replaces, as Python's "replace" and the Unicode standard's
+// recommended practice count them), or of a well-formed but unfinished
+// sequence cut by the end of s.
+struct Utf8Step {
+  size_t len;
+  enum class Kind { valid, invalid, truncated } kind;
+};
+Utf8Step utf8_step(std::string_view s, size_t at);
+// Length of the prefix of s that ends on a character boundary: a trailing
+// sequence that may still be completed by more bytes is excluded; bytes that
+// can never form a character count as complete, so they are not held forever.
 size_t complete_utf8_prefix(std::string_view s);
+// s with every ill-formed subpart (and an unfinished tail) replaced by U+FFFD.
+std::string sanitize_utf8(std::string_view s);
 
 bool is_letter(char32_t cp);      // \p{L}
 bool is_number(char32_t cp);      // \p{N}
