@@ -85,7 +85,7 @@ TEST_CASE("llama.cpp's built-in renderer differs only where its docs say it does
   }
 }
 
-TEST_CASE("A name overrides the model's template; unknown names and templates fall back to ChatML", "[tokenizer][chat]") {
+TEST_CASE("A name overrides the model's template, unknown names and templates fall back to ChatML", "[tokenizer][chat]") {
   std::string warning;
   ChatTemplate l3 = ChatTemplate::choose(smollm().chat_template(), "llama3", &warning);
   CHECK(warning.empty());

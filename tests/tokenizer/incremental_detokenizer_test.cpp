@@ -4,6 +4,9 @@
 
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
+#include "tests/test_paths.hpp"
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include "tokenizer/unicode.hpp"
 
 using namespace actorlm;
@@ -84,4 +87,85 @@ TEST_CASE("Byte tokens that never form a character become U+FFFD", "[tokenizer][
   IncrementalDetokenizer d(tok(), {});
   std::string out = d.push(*id).text + d.flush();
   CHECK(out == "\xEF\xBF\xBD");
+}
+
+TEST_CASE("Streaming every fixture string token by token gives the whole text", "[tokenizer][detok]") {
+  std::ifstream in(actorlm::test::fixture_path("tokenizer/smollm2_llamacpp.json"));
+  REQUIRE(in);
+  auto fx = nlohmann::json::parse(in);
+  for (const auto& c : fx["cases"]) {
+    std::string text = c["text"];
+    INFO(text);
+    IncrementalDetokenizer d(tok(), {}, /*render_special=*/true);
+    std::string joined;
+    for (int32_t id : c["ids"].get<std::vector<int32_t>>()) {
+      auto delta = d.push(id);
+      CHECK(valid_utf8(delta.text));
+      joined += delta.text;
+    }
+    joined += d.flush();
+    CHECK(joined == text);
+    CHECK(d.text() == text);
+  }
+}
+
+TEST_CASE("A stop string spanning a multi-token character is found and nothing of it leaks", "[tokenizer][detok]") {
+  // "你好" is several byte-level tokens; the stop string is its second character.
+  auto ids = tok().encode("ab你好cd", false, true);
+  IncrementalDetokenizer d(tok(), {"好"});
+  std::string all;
+  bool stopped = false;
+  for (int32_t id : ids) {
+    auto delta = d.push(id);
+    all += delta.text;
+    if (delta.stopped) {
+      stopped = true;
+      CHECK(delta.matched_stop == "好");
+      break;
+    }
+  }
+  CHECK(stopped);
+  CHECK(all == "ab你");
+  CHECK(d.text() == "ab你");
+}
+
+TEST_CASE("The earliest stop string wins, held text comes out on flush", "[tokenizer][detok]") {
+  IncrementalDetokenizer d(tok(), {"world", "lo w"});
+  std::string all;
+  for (int32_t id : tok().encode("hello world", false, true)) {
+    auto delta = d.push(id);
+    all += delta.text;
+    if (delta.stopped) {
+      CHECK(delta.matched_stop == "lo w");
+      break;
+    }
+  }
+  CHECK(all == "hel");
+
+  IncrementalDetokenizer e(tok(), {"END"});
+  std::string out;
+  for (int32_t id : tok().encode("the E", false, true)) out += e.push(id).text;
+  CHECK(out == "the ");       // "E" might begin "END"
+  CHECK(e.flush() == "E");    // the stream ended: it was not a stop
+  CHECK_FALSE(e.stopped());
+}
+
+TEST_CASE("A stream cut inside a character ends with U+FFFD, once", "[tokenizer][detok]") {
+  auto ids = tok().encode("🙂", false, true);
+  REQUIRE(ids.size() >= 2);
+  IncrementalDetokenizer d(tok(), {});
+  CHECK(d.push(ids[0]).text.empty());
+  CHECK(d.flush() == "\xEF\xBF\xBD");
+  CHECK(d.flush().empty());
+}
+
+TEST_CASE("Control tokens stream as text only when asked", "[tokenizer][detok]") {
+  IncrementalDetokenizer plain(tok(), {});
+  CHECK(plain.push(2).text.empty());  // <|im_end|>
+  IncrementalDetokenizer shown(tok(), {}, true);
+  CHECK(shown.push(2).text == "<|im_end|>");
+  IncrementalDetokenizer stop_on_text(tok(), {"<|im_end|>"}, true);
+  auto delta = stop_on_text.push(2);
+  CHECK(delta.stopped);
+  CHECK(delta.text.empty());
 }
