@@ -11,7 +11,10 @@
 namespace actorlm {
 namespace {
 
+// The word cache holds at most this many pieces, each at most this long (so
+// it stays a few MB: long pieces are rare and merging them dominates anyway).
 constexpr size_t max_cached_words = 1 << 16;
+constexpr size_t max_cached_word_bytes = 64;
 constexpr size_t max_text_bytes = size_t{1} << 30;
 const std::string spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
@@ -310,7 +313,8 @@ std::optional<int32_t> Tokenizer::pair_merge(int32_t left, int32_t right, int32_
 // One pre-tokenized piece of byte-level BPE: a symbol per byte, merged by
 // rank. Results are cached per piece (words repeat a lot in real text).
 void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  {
+  const bool cacheable = piece.size() <= max_cached_word_bytes;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(*cache_mutex_);
     if (auto it = word_cache_.find(piece); it != word_cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
@@ -355,6 +359,7 @@ void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) con
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());
+  if (!cacheable) return;
   std::lock_guard<std::mutex> lock(*cache_mutex_);
   if (word_cache_.size() >= max_cached_words) word_cache_.clear();
   word_cache_.emplace(std::string(piece), std::move(ids));
