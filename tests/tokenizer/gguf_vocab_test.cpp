@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "model/default_model.hpp"
@@ -27,7 +28,8 @@ TEST_CASE("The default model's vocabulary metadata is read as llama.cpp reads it
   CHECK(v.pre == PreTokenizer::smollm);
   CHECK(v.tokens.size() == 49152);
   CHECK(v.merges.size() == 48900);
-  CHECK(v.merges[0].first + v.merges[0].second == v.tokens[static_cast<size_t>(*Tokenizer(v).token_id(v.merges[0].first + v.merges[0].second))]);
+  const std::string first_merge = v.merges[0].first + v.merges[0].second;
+  CHECK(std::find(v.tokens.begin(), v.tokens.end(), first_merge) != v.tokens.end());
   CHECK_FALSE(v.add_bos);
   CHECK_FALSE(v.ignore_merges);
   CHECK(v.bos == 1);
@@ -36,7 +38,7 @@ TEST_CASE("The default model's vocabulary metadata is read as llama.cpp reads it
   CHECK(v.warnings.empty());
 }
 
-TEST_CASE("SentencePiece GGUF defaults: space prefix on, BOS on", "[tokenizer][gguf]") {
+TEST_CASE("SentencePiece GGUF defaults: space prefix and BOS on", "[tokenizer][gguf]") {
   VocabData v = vocab_from_gguf(GgufFile::open(test::fixture_path("tokenizer/spm_tiny.gguf")));
   CHECK(v.kind == VocabData::Kind::spm);
   CHECK(v.add_space_prefix);  // not in the file: llama.cpp's default for "llama"
