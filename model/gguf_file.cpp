@@ -36,6 +36,9 @@ struct Value {
   std::vector<double> floats;
   std::vector<std::string> strings;
   uint64_t array_len = 0;
+  // A u64 (or an array holding one) beyond int64 range: the file still opens,
+  // reading the key as an integer is the error.
+  bool beyond_int64 = false;
 };
 
 // Bounds-checked cursor over the mapped file.
@@ -98,10 +101,8 @@ void read_scalar(Cursor& c, uint32_t t, Value& v, const std::string& path, const
     case kI32: v.i = c.read<int32_t>("i32"); break;
     case kU64: {
       auto u = c.read<uint64_t>("u64");
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        throw ModelError(path + ": metadata " + key + " holds a u64 beyond int64 range");
-      }
-      v.i = static_cast<int64_t>(u);
+      v.beyond_int64 = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      v.i = v.beyond_int64 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(u);
       break;
     }
     case kI64: v.i = c.read<int64_t>("i64"); break;
@@ -137,6 +138,7 @@ Value read_value(Cursor& c, uint32_t type, const std::string& path, const std::s
       } else {
         Value e;
         read_scalar(c, v.elem_type, e, path, key);
+        v.beyond_int64 = v.beyond_int64 || e.beyond_int64;
         if (is_float(v.elem_type)) {
           v.floats.push_back(e.f);
         } else {
@@ -175,6 +177,9 @@ struct GgufFile::Impl {
     if (v.type == kArray) got += std::string(" of ") + value_type_name(v.elem_type);
     throw ModelError(path + ": metadata " + std::string(key) + " is " + got + ", expected " + wanted);
   }
+  void range_check(std::string_view key, const Value& v) const {
+    if (v.beyond_int64) throw ModelError(path + ": metadata " + std::string(key) + " holds a u64 beyond int64 range");
+  }
 };
 
 GgufFile::GgufFile(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -194,6 +199,9 @@ GgufFile GgufFile::open(const std::string& path) {
   if (std::memcmp(base, "GGUF", 4) != 0) throw ModelError(path + ": not a GGUF file (bad magic)");
   c.skip(4, "magic");
   impl->version = c.read<uint32_t>("the version");
+  if (impl->version == 0x02000000u || impl->version == 0x03000000u) {
+    throw ModelError(path + ": big-endian GGUF files are not supported");
+  }
   if (impl->version != 2 && impl->version != 3) {
     throw ModelError(path + ": unsupported GGUF version " + std::to_string(impl->version) + " (2 and 3 are)");
   }
@@ -229,7 +237,8 @@ GgufFile GgufFile::open(const std::string& path) {
     uint64_t elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       auto dim = c.read<uint64_t>("a tensor dimension");
-      if (dim == 0 || dim > (uint64_t{1} << 40) || elements > (uint64_t{1} << 62) / dim) {
+      // 2^56 elements bounds byte_size well below 2^64 for every type.
+      if (dim == 0 || dim > (uint64_t{1} << 40) || elements > (uint64_t{1} << 56) / dim) {
         throw ModelError(path + ": tensor " + info.name + " has an invalid shape");
       }
       elements *= dim;
@@ -284,6 +293,7 @@ std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
   const Value* v = impl_->find(key);
   if (!v) return std::nullopt;
   if (!is_int(v->type)) impl_->type_error(key, *v, "an integer");
+  impl_->range_check(key, *v);
   return v->i;
 }
 
@@ -291,7 +301,10 @@ std::optional<double> GgufFile::get_float(std::string_view key) const {
   const Value* v = impl_->find(key);
   if (!v) return std::nullopt;
   if (is_float(v->type)) return v->f;
-  if (is_int(v->type)) return static_cast<double>(v->i);
+  if (is_int(v->type)) {
+    impl_->range_check(key, *v);
+    return static_cast<double>(v->i);
+  }
   impl_->type_error(key, *v, "a number");
 }
 
@@ -328,6 +341,7 @@ std::optional<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key
   if (!v) return std::nullopt;
   if (v->type != kArray || !(is_int(v->elem_type) || v->elem_type == kBool))
     impl_->type_error(key, *v, "an array of integers");
+  impl_->range_check(key, *v);
   return v->ints;
 }
 

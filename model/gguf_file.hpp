@@ -54,7 +54,10 @@ class GgufFile {
   bool has_key(std::string_view key) const;
   // Typed getters return nullopt when the key is absent; a key present with an
   // incompatible type throws ModelError naming the key. Integers of any width
-  // and signedness convert to int64_t; f32/f64 to double.
+  // and signedness convert to int64_t (a u64 beyond its range throws); f32/f64
+  // to double, and get_float also accepts integers. Arrays of arrays are parsed
+  // and bounds-checked at open() but no getter returns them (asking for one
+  // throws the type error); nesting deeper than three levels is refused.
   std::optional<int64_t> get_int(std::string_view key) const;
   std::optional<double> get_float(std::string_view key) const;
   std::optional<bool> get_bool(std::string_view key) const;

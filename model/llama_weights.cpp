@@ -10,8 +10,13 @@ namespace fs = std::filesystem;
 
 std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, int64_t cols,
                                      int32_t n_heads) {
-  int64_t head_dim = rows / n_heads;
-  int64_t half = head_dim / 2;
+  if (n_heads <= 0 || rows <= 0 || cols <= 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 ||
+      static_cast<int64_t>(w.size()) != rows * cols) {
+    throw ModelError("permute_rope_rows: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                     " rows cannot be split into " + std::to_string(n_heads) + " heads of even size");
+  }
+  const int64_t head_dim = rows / n_heads;
+  const int64_t half = head_dim / 2;
   std::vector<float> out(w.size());
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < half; ++i) {
@@ -27,7 +32,27 @@ std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, 
 
 namespace {
 
+// Counts tensors for the progress callback; total is known before the first.
+class Progress {
+ public:
+  explicit Progress(const LoadProgress& cb) : cb_(cb) {}
+  void set_total(int total) { total_ = total; }
+  void tick() {
+    if (cb_) cb_(++done_, total_);
+  }
+
+ private:
+  const LoadProgress& cb_;
+  int done_ = 0, total_ = 0;
+};
+
+int tensor_total(const ModelConfig& c, bool freq_factors) {
+  return 2 + (c.tied_embeddings ? 0 : 1) + (freq_factors ? 1 : 0) + c.n_layers * (9 + (c.attention_bias ? 3 : 0));
+}
+
 // ---------------------------------------------------------------- GGUF
+// Tensor names as llama.cpp writes them (blk.N.attn_q.weight, ...); shapes in
+// ggml order, so [out][in] appears as {in, out}.
 class GgufLoader {
  public:
   GgufLoader(const std::string& path, const LoadProgress& progress)
@@ -37,14 +62,18 @@ class GgufLoader {
     LlamaWeights w;
     w.config = config_from_gguf(file_);
     const auto& c = w.config;
-    total_ = 2 + (c.tied_embeddings ? 0 : 1) + (file_.find_tensor("rope_freqs.weight") ? 1 : 0) +
-             c.n_layers * (9 + (c.attention_bias ? 3 : 0));
+    for (const char* extra : {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {
+      if (file_.find_tensor(extra)) throw ModelError(file_.path() + ": tensor " + extra + " is not supported");
+    }
+    const bool freq_factors = file_.find_tensor("rope_freqs.weight") != nullptr;
+    progress_.set_total(tensor_total(c, freq_factors));
     w.token_embedding = matrix("token_embd.weight", c.vocab_size, c.hidden);
     w.output_norm = vector("output_norm.weight", c.hidden);
     if (!c.tied_embeddings) w.lm_head = matrix("output.weight", c.vocab_size, c.hidden);
-    if (file_.find_tensor("rope_freqs.weight")) w.rope_freq_factors = vector("rope_freqs.weight", c.head_dim / 2);
-    // Qwen2 GGUFs keep the half-split RoPE order; bring them to ours.
-    bool permute = c.architecture == "qwen2";
+    if (freq_factors) w.rope_freq_factors = vector("rope_freqs.weight", c.head_dim / 2);
+    // llama.cpp permutes Llama q/k at conversion but runs Qwen2 with NEOX
+    // rotation on unpermuted rows; bring Qwen2 to the adjacent-pair layout.
+    const bool permute = c.architecture == "qwen2";
     for (int32_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
       LayerWeights L;
@@ -78,9 +107,10 @@ class GgufLoader {
     const GgufTensorInfo& t = file_.tensor(name);
     int64_t ne1 = t.shape.size() > 1 ? static_cast<int64_t>(t.shape[1]) : 1;
     if (static_cast<int64_t>(t.shape[0]) != cols || ne1 != rows || t.shape.size() > 2) {
-      throw ModelError(file_.path() + ": tensor " + name + " has shape [" + std::to_string(t.shape[0]) +
-                       (t.shape.size() > 1 ? ", " + std::to_string(t.shape[1]) : "") + "], expected [" +
-                       std::to_string(cols) + ", " + std::to_string(rows) + "] (ggml order)");
+      std::string got;
+      for (uint64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw ModelError(file_.path() + ": tensor " + name + " has shape [" + got + "], expected [" +
+                       std::to_string(cols) + (rows > 1 ? ", " + std::to_string(rows) : "") + "] (ggml order)");
     }
     if (!ggml_type_supported(static_cast<uint32_t>(t.type))) {
       throw ModelError(file_.path() + ": tensor " + name + " has unsupported type " + ggml_type_name(t.type));
@@ -90,45 +120,49 @@ class GgufLoader {
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
     const GgufTensorInfo& t = get(name, rows, cols);
     WeightMatrix m{rows, cols, t.type, std::vector<float>(static_cast<size_t>(rows * cols))};
-    size_t row_bytes = ggml_row_bytes(t.type, cols);
+    const size_t row_bytes = ggml_row_bytes(t.type, cols);
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(t.type, t.data + static_cast<size_t>(r) * row_bytes, m.data.data() + r * cols, cols);
     }
-    tick();
+    progress_.tick();
     return m;
   }
   std::vector<float> vector(const std::string& name, int64_t n) {
     const GgufTensorInfo& t = get(name, 1, n);
     std::vector<float> v(static_cast<size_t>(n));
     dequantize_row(t.type, t.data, v.data(), n);
-    tick();
+    progress_.tick();
     return v;
-  }
-  void tick() {
-    if (progress_) progress_(++done_, total_);
   }
 
   GgufFile file_;
-  const LoadProgress& progress_;
-  int done_ = 0, total_ = 0;
+  Progress progress_;
 };
 
 // ---------------------------------------------------------------- Hugging Face
+GgmlType storage_type(const std::string& dtype) {
+  if (dtype == "F16") return GgmlType::F16;
+  if (dtype == "BF16") return GgmlType::BF16;
+  return GgmlType::F32;
+}
+
+// Tensor names as transformers writes them (model.layers.N.self_attn.q_proj.weight, ...).
 class HfLoader {
  public:
-  HfLoader(const std::string& dir, const LoadProgress& progress) : dir_(dir), progress_(progress) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.path().extension() == ".safetensors") files_.push_back(SafetensorsFile::open(e.path().string()));
-    }
-    if (files_.empty()) throw ModelError(dir + ": no *.safetensors files");
-  }
+  HfLoader(const std::string& dir, const LoadProgress& progress)
+      : dir_(dir), checkpoint_(SafetensorsCheckpoint::open(dir)), progress_(progress) {}
 
   LlamaWeights load() {
     LlamaWeights w;
     w.config = config_from_hf_json((fs::path(dir_) / "config.json").string());
     auto& c = w.config;
-    if (!find("lm_head.weight").second) c.tied_embeddings = true;
-    total_ = 2 + (c.tied_embeddings ? 0 : 1) + c.n_layers * (9 + (c.attention_bias ? 3 : 0));
+    for (const char* extra : {"model.layers.0.self_attn.o_proj.bias", "model.layers.0.mlp.gate_proj.bias",
+                              "model.layers.0.mlp.up_proj.bias", "model.layers.0.mlp.down_proj.bias"}) {
+      if (checkpoint_.find(extra)) throw ModelError(dir_ + ": tensor " + extra + " is not supported");
+    }
+    // Checkpoints saved with tied weights often omit lm_head whatever the config says.
+    if (!checkpoint_.find("lm_head.weight")) c.tied_embeddings = true;
+    progress_.set_total(tensor_total(c, false));
     w.token_embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.hidden);
     w.output_norm = vector("model.norm.weight", c.hidden);
     if (!c.tied_embeddings) w.lm_head = matrix("lm_head.weight", c.vocab_size, c.hidden);
@@ -140,6 +174,7 @@ class HfLoader {
       L.wk = matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.hidden);
       L.wv = matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.hidden);
       L.wo = matrix(p + "self_attn.o_proj.weight", c.hidden, c.q_dim());
+      // rotate_half order -> adjacent pairs (see the header).
       L.wq.data = permute_rope_rows(L.wq.data, L.wq.rows, L.wq.cols, c.n_heads);
       L.wk.data = permute_rope_rows(L.wk.data, L.wk.rows, L.wk.cols, c.n_kv_heads);
       if (c.attention_bias) {
@@ -157,34 +192,33 @@ class HfLoader {
   }
 
  private:
-  std::pair<const SafetensorsFile*, const SafetensorsTensor*> find(const std::string& name) const {
-    for (const auto& f : files_) {
-      if (const auto* t = f.find(name)) return {&f, t};
+  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape, GgmlType* type = nullptr) {
+    auto e = checkpoint_.find(name);
+    if (!e) throw ModelError(dir_ + ": missing tensor " + name);
+    if (e.tensor->shape != shape) {
+      auto str = [](const std::vector<int64_t>& s) {
+        std::string out;
+        for (int64_t d : s) out += (out.empty() ? "" : ", ") + std::to_string(d);
+        return "[" + out + "]";
+      };
+      throw ModelError(e.file->path() + ": tensor " + name + " has shape " + str(e.tensor->shape) + ", expected " +
+                       str(shape));
     }
-    return {nullptr, nullptr};
-  }
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape) {
-    auto [f, t] = find(name);
-    if (!t) throw ModelError(dir_ + ": missing tensor " + name);
-    if (t->shape != shape) {
-      std::string got, want;
-      for (auto d : t->shape) got += std::to_string(d) + " ";
-      for (auto d : shape) want += std::to_string(d) + " ";
-      throw ModelError(f->path() + ": tensor " + name + " has shape [ " + got + "], expected [ " + want + "]");
-    }
-    auto v = f->read_f32(*t);
-    if (progress_) progress_(++done_, total_);
+    auto v = e.file->read_f32(*e.tensor);
+    if (type) *type = storage_type(e.tensor->dtype);
+    progress_.tick();
     return v;
   }
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    return WeightMatrix{rows, cols, GgmlType::F32, read(name, {rows, cols})};
+    WeightMatrix m{rows, cols, GgmlType::F32, {}};
+    m.data = read(name, {rows, cols}, &m.source_type);
+    return m;
   }
   std::vector<float> vector(const std::string& name, int64_t n) { return read(name, {n}); }
 
   std::string dir_;
-  const LoadProgress& progress_;
-  std::vector<SafetensorsFile> files_;
-  int done_ = 0, total_ = 0;
+  SafetensorsCheckpoint checkpoint_;
+  Progress progress_;
 };
 
 }  // namespace

@@ -1,17 +1,30 @@
 #pragma once
 // Weights of a Llama-family model (Llama 2/3, SmolLM, Qwen2) in float32,
 // loaded from a GGUF file or a Hugging Face folder (config.json +
-// *.safetensors).
+// *.safetensors, sharded or not).
 //
-// Layout contract for the forward pass:
-// - Matrices are row-major [out_features][in_features]: y = W x.
-// - RoPE convention: rows of wq / wk (and bq / bk) are ordered so that within
-//   each head the rotation pairs are ADJACENT elements (x[2i], x[2i+1]) with
-//   frequency theta^(-2i/head_dim). This is how llama.cpp stores Llama in GGUF.
-//   Hugging Face checkpoints (and Qwen2 GGUFs) pair x[i] with x[i + d/2]; the
-//   loader permutes their q/k rows into the adjacent-pair order, so there is
-//   one RoPE code path and the attention scores are unchanged.
+// Contract for the forward pass (the same whichever file the weights came from):
+// - Matrices are row-major [out_features][in_features]: y = W x, and
+//   row(r) is output feature r. Norm weights and biases are plain vectors.
+// - RoPE layout: ADJACENT PAIRS ("interleaved", llama.cpp's LLAMA_ROPE_TYPE_NORM,
+//   Meta's original complex-number form). Within each head h, q/k elements
+//   x[h*head_dim + 2i] and x[h*head_dim + 2i + 1] form pair i and rotate by
+//   angle pos * rope_theta^(-2i/head_dim) (divided by rope_freq_factors[i]
+//   when present, or by the Llama 3 scaling in config.rope_scaling):
+//     x'[2i]   = x[2i] cos - x[2i+1] sin
+//     x'[2i+1] = x[2i] sin + x[2i+1] cos
+//   llama.cpp's converter already stores Llama q/k rows this way in GGUF, so
+//   they load unchanged. Hugging Face checkpoints (and Qwen2 GGUFs, which
+//   llama.cpp runs with NEOX rotation) use the "rotate_half" layout that pairs
+//   x[i] with x[i + head_dim/2]; the loader reorders their wq/wk rows (and
+//   bq/bk) per head with permute_rope_rows(), which turns the half-split order
+//   into the adjacent order. Attention scores are unchanged because q and k
+//   are permuted alike and v/wo are untouched; so there is ONE RoPE code path.
 // - A tied model has an empty lm_head; output() returns the embedding.
+// - source_type records how a matrix was stored (Q4_1, Q8_0, F16, BF16, ...)
+//   so a quantized path can tell; data is always the dequantized float32.
+// - Unsupported pieces (o_proj / FFN biases, partial RoPE, other
+//   architectures, tensor types without a dequantizer) are ModelErrors.
 
 #include <cstdint>
 #include <functional>
@@ -61,7 +74,11 @@ using LoadProgress = std::function<void(int, int)>;
 LlamaWeights load_llama_weights(const std::string& path, const LoadProgress& progress = {});
 
 // Reorders the rows of a q or k projection (or bias, cols == 1) from the
-// half-split RoPE pairing to the adjacent-pair pairing, per head.
+// half-split RoPE pairing to the adjacent-pair pairing, per head: output row
+// h*d + 2i + j is input row h*d + j*d/2 + i (d = rows / n_heads, j in {0,1}).
+// This is the row order llama.cpp's convert_hf_to_gguf.py writes for Llama.
+// Throws ModelError unless n_heads divides rows into even head sizes and
+// w.size() == rows * cols.
 std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, int64_t cols,
                                      int32_t n_heads);
 

@@ -1,26 +1,112 @@
 #include "model/model_config.hpp"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model/gguf_file.hpp"
 
 namespace actorlm {
+namespace {
+
+[[noreturn]] void invalid(const std::string& why) { throw ModelError("invalid model config: " + why); }
+
+void check_range(const char* name, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    invalid(std::string(name) + " " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+            std::to_string(hi) + "]");
+  }
+}
+
+// Integers in metadata are int64; anything a config field cannot hold is an
+// error rather than a silent wrap.
+int32_t to_i32(int64_t v, const std::string& where) {
+  if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+    throw ModelError(where + " = " + std::to_string(v) + " is out of range");
+  }
+  return static_cast<int32_t>(v);
+}
+
+// head_dim when the file does not state it: hidden split evenly over heads.
+int32_t implied_head_dim(int32_t hidden, int32_t n_heads) {
+  if (n_heads <= 0) invalid("n_heads " + std::to_string(n_heads));
+  if (hidden % n_heads != 0) {
+    invalid("hidden " + std::to_string(hidden) + " is not a multiple of n_heads " + std::to_string(n_heads) +
+            " and no head_dim is given");
+  }
+  return hidden / n_heads;
+}
+
+// ---------------------------------------------------------------- config.json
+const nlohmann::json* member(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+int32_t json_i32(const nlohmann::json& v, const char* key) {
+  if (!v.is_number_integer()) throw ModelError(std::string(key) + " is not an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    throw ModelError(std::string(key) + " = " + std::to_string(v.get<uint64_t>()) + " is out of range");
+  }
+  return to_i32(v.get<int64_t>(), key);
+}
+
+int32_t json_i32(const nlohmann::json& j, const char* key, std::optional<int32_t> fallback) {
+  const nlohmann::json* v = member(j, key);
+  if (!v) {
+    if (!fallback) throw ModelError(std::string("missing ") + key);
+    return *fallback;
+  }
+  return json_i32(*v, key);
+}
+
+float json_float(const nlohmann::json& j, const char* key, float fallback) {
+  const nlohmann::json* v = member(j, key);
+  if (!v) return fallback;
+  if (!v->is_number()) throw ModelError(std::string(key) + " is not a number");
+  return v->get<float>();
+}
+
+// A token id, or the first of a list of them (Llama 3.1 lists several eos ids).
+std::optional<int32_t> json_token(const nlohmann::json& j, const char* key) {
+  const nlohmann::json* v = member(j, key);
+  if (!v) return std::nullopt;
+  if (v->is_array()) {
+    if (v->empty()) return std::nullopt;
+    return json_i32(v->front(), key);
+  }
+  return json_i32(*v, key);
+}
+
+}  // namespace
 
 void ModelConfig::validate() const {
-  auto fail = [](const std::string& why) { throw ModelError("invalid model config: " + why); };
-  if (n_layers < 1 || n_layers > 1024) fail("n_layers " + std::to_string(n_layers));
-  if (hidden < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) fail("hidden, heads and head_dim must be positive");
-  if (n_heads % n_kv_heads != 0) fail("n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv_heads " + std::to_string(n_kv_heads));
-  if (head_dim % 2 != 0) fail("head_dim must be even for RoPE");
-  if (ffn_hidden < 1) fail("ffn_hidden must be positive");
-  if (vocab_size < 2) fail("vocab_size " + std::to_string(vocab_size));
-  if (max_context < 1) fail("max_context must be positive");
-  if (!(rope_theta > 0)) fail("rope_theta must be positive");
-  if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) fail("rms_norm_eps out of range");
-  if (rope_scaling.kind == RopeScaling::Kind::llama3 &&
-      !(rope_scaling.factor >= 1 && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))
-    fail("llama3 rope scaling needs factor >= 1 and high_freq_factor > low_freq_factor");
+  if (architecture != "llama" && architecture != "qwen2") invalid("architecture '" + architecture + "'");
+  check_range("n_layers", n_layers, 1, 1024);
+  check_range("hidden", hidden, 1, 65536);
+  check_range("n_heads", n_heads, 1, 1024);
+  check_range("n_kv_heads", n_kv_heads, 1, n_heads);
+  if (n_heads % n_kv_heads != 0) {
+    invalid("n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv_heads " + std::to_string(n_kv_heads));
+  }
+  check_range("head_dim", head_dim, 2, 1024);
+  if (head_dim % 2 != 0) invalid("head_dim " + std::to_string(head_dim) + " must be even for RoPE");
+  check_range("ffn_hidden", ffn_hidden, 1, 1 << 20);
+  check_range("vocab_size", vocab_size, 2, 1 << 23);
+  check_range("max_context", max_context, 1, 1 << 24);
+  if (!(std::isfinite(rope_theta) && rope_theta > 0)) invalid("rope_theta must be positive");
+  if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) invalid("rms_norm_eps " + std::to_string(rms_norm_eps) + " out of (0, 1)");
+  if (rope_scaling.kind == RopeScaling::Kind::llama3) {
+    const auto& rs = rope_scaling;
+    if (!(std::isfinite(rs.factor) && rs.factor >= 1 && rs.low_freq_factor > 0 &&
+          rs.high_freq_factor > rs.low_freq_factor && std::isfinite(rs.high_freq_factor))) {
+      invalid("llama3 rope scaling needs factor >= 1 and 0 < low_freq_factor < high_freq_factor");
+    }
+    check_range("original_max_position_embeddings", rs.original_max_position, 1, 1 << 24);
+  }
+  if (bos_token_id) check_range("bos_token_id", *bos_token_id, 0, vocab_size - 1);
+  if (eos_token_id) check_range("eos_token_id", *eos_token_id, 0, vocab_size - 1);
 }
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -30,38 +116,61 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     throw ModelError(f.path() + ": unsupported architecture '" + c.architecture + "' (llama and qwen2 are)");
   }
   const std::string a = c.architecture + ".";
-  auto need_int = [&](const std::string& key) {
+  auto opt_int = [&](const std::string& key) -> std::optional<int32_t> {
     auto v = f.get_int(key);
-    if (!v) throw ModelError(f.path() + ": missing metadata " + key);
-    return static_cast<int32_t>(*v);
+    if (!v) return std::nullopt;
+    return to_i32(*v, f.path() + ": metadata " + key);
   };
-  c.n_layers = need_int(a + "block_count");
-  c.hidden = need_int(a + "embedding_length");
-  c.n_heads = need_int(a + "attention.head_count");
-  c.n_kv_heads = static_cast<int32_t>(f.get_int(a + "attention.head_count_kv").value_or(c.n_heads));
-  c.ffn_hidden = need_int(a + "feed_forward_length");
-  c.max_context = need_int(a + "context_length");
-  c.head_dim = static_cast<int32_t>(f.get_int(a + "attention.key_length").value_or(c.n_heads ? c.hidden / c.n_heads : 0));
-  c.rope_theta = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
-  c.rms_norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (auto v = f.get_int(a + "vocab_size")) {
-    c.vocab_size = static_cast<int32_t>(*v);
-  } else if (auto toks = f.get_string_array("tokenizer.ggml.tokens")) {
-    c.vocab_size = static_cast<int32_t>(toks->size());
-  }
-  if (auto t = f.get_string(a + "rope.scaling.type"); t && *t != "none") {
-    if (*t != "llama3") throw ModelError(f.path() + ": unsupported rope scaling '" + *t + "'");
-    c.rope_scaling.kind = RopeScaling::Kind::llama3;
-    c.rope_scaling.factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(8.0));
-  }
-  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
-  c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  if (auto v = f.get_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int32_t>(*v);
-  if (auto v = f.get_int("tokenizer.ggml.eos_token_id")) c.eos_token_id = static_cast<int32_t>(*v);
+  auto need_int = [&](const std::string& key) {
+    auto v = opt_int(key);
+    if (!v) throw ModelError(f.path() + ": missing metadata " + key);
+    return *v;
+  };
   try {
+    c.n_layers = need_int(a + "block_count");
+    c.hidden = need_int(a + "embedding_length");
+    c.n_heads = need_int(a + "attention.head_count");
+    c.n_kv_heads = opt_int(a + "attention.head_count_kv").value_or(c.n_heads);
+    c.ffn_hidden = need_int(a + "feed_forward_length");
+    c.max_context = need_int(a + "context_length");
+    if (auto k = opt_int(a + "attention.key_length")) {
+      c.head_dim = *k;
+      if (auto v = opt_int(a + "attention.value_length"); v && *v != *k) {
+        throw ModelError(f.path() + ": value_length " + std::to_string(*v) + " differs from key_length " +
+                         std::to_string(*k) + " (not supported)");
+      }
+    } else {
+      c.head_dim = implied_head_dim(c.hidden, c.n_heads);
+    }
+    if (auto rot = opt_int(a + "rope.dimension_count"); rot && *rot != c.head_dim) {
+      throw ModelError(f.path() + ": " + a + "rope.dimension_count " + std::to_string(*rot) +
+                       " differs from head_dim " + std::to_string(c.head_dim) + " (partial RoPE is not supported)");
+    }
+    c.rope_theta = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
+    c.rms_norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+    if (auto v = opt_int(a + "vocab_size")) {
+      c.vocab_size = *v;
+    } else if (auto toks = f.get_string_array("tokenizer.ggml.tokens")) {
+      c.vocab_size = to_i32(static_cast<int64_t>(toks->size()), f.path() + ": tokenizer.ggml.tokens length");
+    } else if (const GgufTensorInfo* e = f.find_tensor("token_embd.weight"); e && e->shape.size() == 2) {
+      c.vocab_size = to_i32(static_cast<int64_t>(e->shape[1]), f.path() + ": token_embd.weight rows");
+    }
+    // Llama 3.1 GGUFs carry their scaling as the rope_freqs tensor instead.
+    if (auto t = f.get_string(a + "rope.scaling.type"); t && *t != "none") {
+      if (*t != "llama3") throw ModelError(f.path() + ": unsupported rope scaling '" + *t + "'");
+      c.rope_scaling.kind = RopeScaling::Kind::llama3;
+      c.rope_scaling.factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(8.0));
+      if (auto n = opt_int(a + "rope.scaling.original_context_length")) c.rope_scaling.original_max_position = *n;
+    }
+    c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+    c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.bos_token_id = opt_int("tokenizer.ggml.bos_token_id");
+    c.eos_token_id = opt_int("tokenizer.ggml.eos_token_id");
     c.validate();
   } catch (const ModelError& e) {
-    throw ModelError(f.path() + ": " + e.what());
+    std::string what = e.what();
+    if (what.rfind(f.path(), 0) == 0) throw;
+    throw ModelError(f.path() + ": " + what);
   }
   return c;
 }
@@ -77,37 +186,42 @@ ModelConfig config_from_hf_json(const std::string& path) {
   }
   ModelConfig c;
   try {
+    if (!j.is_object()) throw ModelError("not a JSON object");
     std::string type = j.value("model_type", "llama");
     if (type != "llama" && type != "qwen2") throw ModelError("unsupported model_type '" + type + "'");
     c.architecture = type;
-    c.n_layers = j.at("num_hidden_layers").get<int32_t>();
-    c.hidden = j.at("hidden_size").get<int32_t>();
-    c.n_heads = j.at("num_attention_heads").get<int32_t>();
-    c.n_kv_heads = j.value("num_key_value_heads", c.n_heads);
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int32_t>()
-                                                                      : (c.n_heads ? c.hidden / c.n_heads : 0);
-    c.ffn_hidden = j.at("intermediate_size").get<int32_t>();
-    c.vocab_size = j.at("vocab_size").get<int32_t>();
-    c.max_context = j.value("max_position_embeddings", 2048);
-    c.rope_theta = j.value("rope_theta", 10000.0f);
-    c.rms_norm_eps = j.value("rms_norm_eps", 1e-5f);
+    if (std::string act = j.value("hidden_act", "silu"); act != "silu") {
+      throw ModelError("unsupported hidden_act '" + act + "' (silu is)");
+    }
+    c.n_layers = json_i32(j, "num_hidden_layers", std::nullopt);
+    c.hidden = json_i32(j, "hidden_size", std::nullopt);
+    c.n_heads = json_i32(j, "num_attention_heads", std::nullopt);
+    c.n_kv_heads = json_i32(j, "num_key_value_heads", c.n_heads);
+    c.head_dim = member(j, "head_dim") ? json_i32(j, "head_dim", std::nullopt) : implied_head_dim(c.hidden, c.n_heads);
+    c.ffn_hidden = json_i32(j, "intermediate_size", std::nullopt);
+    c.vocab_size = json_i32(j, "vocab_size", std::nullopt);
+    c.max_context = json_i32(j, "max_position_embeddings", 2048);
+    c.rope_theta = json_float(j, "rope_theta", 10000.0f);
+    c.rms_norm_eps = json_float(j, "rms_norm_eps", 1e-5f);
     c.tied_embeddings = j.value("tie_word_embeddings", false);
-    c.attention_bias = j.value("attention_bias", type == "qwen2");
-    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-      const auto& rs = j["rope_scaling"];
-      std::string kind = rs.value("rope_type", rs.value("type", ""));
+    // Qwen2 always has q/k/v biases; a Llama with attention_bias would also
+    // bias o_proj, which the loader refuses when it finds that tensor.
+    c.attention_bias = type == "qwen2" || j.value("attention_bias", false);
+    if (const nlohmann::json* rs = member(j, "rope_scaling")) {
+      if (!rs->is_object()) throw ModelError("rope_scaling is not an object");
+      std::string kind = rs->value("rope_type", rs->value("type", ""));
       if (kind == "llama3") {
         c.rope_scaling.kind = RopeScaling::Kind::llama3;
-        c.rope_scaling.factor = rs.value("factor", 8.0f);
-        c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
-        c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
-        c.rope_scaling.original_max_position = rs.value("original_max_position_embeddings", 8192);
+        c.rope_scaling.factor = json_float(*rs, "factor", 8.0f);
+        c.rope_scaling.low_freq_factor = json_float(*rs, "low_freq_factor", 1.0f);
+        c.rope_scaling.high_freq_factor = json_float(*rs, "high_freq_factor", 4.0f);
+        c.rope_scaling.original_max_position = json_i32(*rs, "original_max_position_embeddings", 8192);
       } else if (!kind.empty() && kind != "default") {
         throw ModelError("unsupported rope_scaling type '" + kind + "'");
       }
     }
-    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int32_t>();
-    if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) c.eos_token_id = j["eos_token_id"].get<int32_t>();
+    c.bos_token_id = json_token(j, "bos_token_id");
+    c.eos_token_id = json_token(j, "eos_token_id");
     c.validate();
   } catch (const ModelError& e) {
     throw ModelError(path + ": " + e.what());
