@@ -18,9 +18,16 @@ void KvStore::free_rows(std::span<const int32_t> rows) {
 
 bool KvStore::admit(RequestKv& req, std::span<const int32_t> prompt) {
   if (req.slot >= 0) throw KvStoreError("KvStore::admit: request already holds a slot");
+  if (static_cast<int64_t>(prompt.size()) > req_to_token_.max_context_len()) {
+    throw KvStoreError("KvStore::admit: prompt of " + std::to_string(prompt.size()) +
+                       " tokens exceeds the context length " +
+                       std::to_string(req_to_token_.max_context_len()));
+  }
   auto slot = req_to_token_.alloc(1);
   if (!slot) return false;
   req.slot = (*slot)[0];
+  // The last prompt token is always computed: its forward pass yields the
+  // logits of the first output token.
   auto match = radix_.match_prefix(prompt.empty() ? prompt : prompt.first(prompt.size() - 1));
   radix_.inc_lock_ref(match.last_node);
   req.prefix_len = static_cast<int32_t>(match.indices.size());
@@ -30,6 +37,17 @@ bool KvStore::admit(RequestKv& req, std::span<const int32_t> prompt) {
   req.kv = std::move(match.indices);
   req_to_token_.write(req.slot, 0, req.kv);
   return true;
+}
+
+void KvStore::require_running(const RequestKv& req, const char* what) const {
+  if (!req_to_token_.in_use(req.slot)) {
+    throw KvStoreError(std::string("KvStore::") + what + ": request holds no slot (slot " +
+                       std::to_string(req.slot) + ")");
+  }
+  if (req.tokens.size() != req.kv.size()) {
+    throw KvStoreError(std::string("KvStore::") + what + ": request has " + std::to_string(req.tokens.size()) +
+                       " tokens but " + std::to_string(req.kv.size()) + " rows");
+  }
 }
 
 bool KvStore::extend(RequestKv& req, std::span<const int32_t> new_tokens) {
@@ -42,8 +60,14 @@ bool KvStore::extend_batch(std::span<RequestKv* const> reqs,
                            std::span<const std::span<const int32_t>> new_tokens) {
   if (reqs.size() != new_tokens.size()) throw KvStoreError("KvStore::extend_batch: size mismatch");
   std::vector<int32_t> prefix_lens, seq_lens, last_locs;
+  // Everything is checked before the allocator is asked, so a bad request
+  // cannot leave rows allocated but unrecorded.
   for (size_t i = 0; i < reqs.size(); ++i) {
     const RequestKv& r = *reqs[i];
+    require_running(r, "extend");
+    for (size_t j = 0; j < i; ++j) {
+      if (reqs[j]->slot == r.slot) throw KvStoreError("KvStore::extend: a request appears twice in one batch");
+    }
     auto len = static_cast<int64_t>(r.kv.size());
     if (len + static_cast<int64_t>(new_tokens[i].size()) > req_to_token_.max_context_len()) {
       throw KvStoreError("KvStore::extend: request exceeds the context length");
@@ -73,6 +97,7 @@ bool KvStore::extend_batch(std::span<RequestKv* const> reqs,
 }
 
 void KvStore::cache_unfinished(RequestKv& req) {
+  require_running(req, "cache_unfinished");
   auto res = radix_.cache_unfinished_req(req.tokens, req.kv, req.prefix_len, req.last_node);
   free_rows(res.to_free);
   if (res.new_prefix_len > req.prefix_len) {
@@ -86,6 +111,7 @@ void KvStore::cache_unfinished(RequestKv& req) {
 }
 
 void KvStore::finish(RequestKv& req) {
+  require_running(req, "finish");
   auto res = radix_.cache_finished_req(req.tokens, req.kv, req.prefix_len, req.last_node);
   free_rows(res.to_free);
   req_to_token_.free(req.slot);
@@ -94,6 +120,7 @@ void KvStore::finish(RequestKv& req) {
 
 void KvStore::abort(RequestKv& req) {
   if (req.slot < 0) return;
+  require_running(req, "abort");
   auto rows = radix_.release_req(req.kv, req.prefix_len, req.last_node);
   free_rows(rows);
   req_to_token_.free(req.slot);
@@ -121,6 +148,14 @@ int64_t KvStore::private_rows(const RequestKv& req) const {
 std::string KvStore::check_invariant(std::span<const RequestKv* const> running) const {
   if (auto e = allocator_.check_integrity(); !e.empty()) return "allocator: " + e;
   if (auto e = radix_.check_integrity(); !e.empty()) return "radix: " + e;
+  std::vector<int32_t> slots;
+  for (const RequestKv* r : running) slots.push_back(r->slot);
+  std::sort(slots.begin(), slots.end());
+  if (std::adjacent_find(slots.begin(), slots.end()) != slots.end()) return "two running requests share a slot";
+  if (static_cast<int32_t>(slots.size()) != req_to_token_.size() - req_to_token_.available_size()) {
+    return std::to_string(req_to_token_.size() - req_to_token_.available_size()) + " slots in use but " +
+           std::to_string(slots.size()) + " running requests listed";
+  }
   int64_t held = 0;
   for (const RequestKv* r : running) held += private_rows(*r);
   int64_t sum = allocator_.available_size() + radix_.evictable_size() + radix_.protected_size() + held;
@@ -147,8 +182,13 @@ std::string KvStore::check_invariant(std::span<const RequestKv* const> running) 
   std::vector<int8_t> tree_page(owner);
   for (const RequestKv* r : running) {
     if (r->kv.size() != r->tokens.size()) return "request tokens and kv differ in length";
+    if (!req_to_token_.in_use(r->slot)) return "a running request holds no slot";
+    if (static_cast<int64_t>(r->kv.size()) > req_to_token_.max_context_len()) return "a request is longer than its row";
     auto row = req_to_token_.read(r->slot, static_cast<int32_t>(r->kv.size()));
     if (!std::equal(row.begin(), row.end(), r->kv.begin())) return "req_to_token disagrees with a request";
+    if (auto e = radix_.check_request_prefix(r->tokens, r->kv, r->prefix_len, r->last_node); !e.empty()) {
+      return "request prefix: " + e;
+    }
     for (size_t i = static_cast<size_t>(r->prefix_len); i < r->kv.size(); ++i) {
       int64_t page = r->kv[i] / p;
       if (page >= 1 && page <= allocator_.num_pages() && tree_page[static_cast<size_t>(page)]) {

@@ -4,11 +4,26 @@
 // (prefill chunks and decode steps, evicting LRU cache when short), cache
 // between chunks, finish, abort.
 //
-// In the actor system the same steps are split between the memory-pool
-// manager (ReqToTokenPool, TokenToKVPoolAllocator) and the radix-cache manager
-// (RadixCache) and travel as messages; KvStore is their single-process form,
-// used by tests, benchmarks and the engine's self-check, and the reference for
-// what the message protocol must preserve.
+// Why the request-level operations are split this way: RadixCache's
+// cache_finished_req / cache_unfinished_req / release_req do the tree's half
+// and RETURN the rows to free; KvStore::finish / cache_unfinished / abort add
+// the other half (free those rows through the allocator, rewrite or free the
+// request's req_to_token row). In the actor system the same split is the
+// message protocol: the radix-cache manager runs the tree's half and the
+// memory-pool manager the rest, so the tree never touches the allocator and
+// each table keeps a single writer. KvStore is the single-process form, used
+// by tests, benchmarks, the in-process scheduler service and the engine's
+// self-check, and the reference for what the messages must preserve.
+//
+//   SGLang                      here
+//   cache_finished_req(req)     KvStore::finish      (RadixCache::cache_finished_req + frees + slot)
+//   cache_unfinished_req(req)   KvStore::cache_unfinished (RadixCache::cache_unfinished_req + req_to_token)
+//   (abort path)                KvStore::abort       (RadixCache::release_req + frees + slot)
+//
+// Not thread-safe; one owner. Contract violations (a request without a slot,
+// a prompt longer than the context, a request listed twice in a batch, a
+// prefix that disagrees with the tree) throw KvStoreError before anything
+// changes.
 
 #include <cstdint>
 #include <span>
@@ -30,8 +45,11 @@ struct KvStoreConfig {
 };
 
 // What the scheduler keeps per request about its KV. Positions
-// [0, prefix_len) are shared with the tree and locked through last_node; the
-// rest of kv is owned by the request alone.
+// [0, prefix_len) are shared with the tree and locked through last_node
+// (kv[0, prefix_len) are the tree's rows, the request's "prefix indices");
+// the rest of kv is owned by the request alone, in whole pages. prefix_len is
+// always a multiple of the page size. A default-constructed RequestKv (slot
+// -1) is one that holds nothing.
 struct RequestKv {
   int32_t slot = -1;
   std::vector<int32_t> tokens;  // tokens whose KV is computed or allocated
@@ -76,15 +94,19 @@ class KvStore {
   int64_t evict(int64_t num_tokens);
   int64_t evict_all() { return evict(radix_.evictable_size()); }
 
-  // Rows a running request owns privately, counted in whole pages.
+  // Rows a running request owns privately (kv[prefix_len, end)), counted in
+  // whole pages: a partly used last page is held entirely.
   int64_t private_rows(const RequestKv& req) const;
   // Checks free + evictable + protected + private rows of `running` ==
-  // capacity, that no row has two owners, and each structure's own
-  // integrity. Empty string when all hold.
+  // capacity, that no page has two owners (free list, tree, requests), that
+  // each request's req_to_token row equals its kv and its prefix is the
+  // tree's locked path, and each structure's own integrity. `running` must
+  // list every request that holds a slot. Empty string when all hold.
   std::string check_invariant(std::span<const RequestKv* const> running) const;
 
  private:
   void free_rows(std::span<const int32_t> rows);
+  void require_running(const RequestKv& req, const char* what) const;
 
   KvStoreConfig config_;
   ReqToTokenPool req_to_token_;

@@ -4,26 +4,40 @@
 //
 // - Keys are token ids, values KV rows, always the same length per node.
 //   Nodes are split only at page boundaries; a child is found by its first
-//   page of tokens. match_prefix and insert work on whole pages.
+//   page of tokens (page_size tokens). match_prefix and insert work on whole
+//   pages, so every node's rows are whole pages of the allocator.
 // - The tree holds indices only. It never frees rows itself: evict() and the
 //   cache_*_req operations RETURN the rows the caller must give back to the
 //   TokenToKVPoolAllocator (in the actor system, the radix manager sends them
-//   to the memory-pool manager).
+//   to the memory-pool manager; in one process, KvStore does it).
 // - lock_ref counts the requests using a node; inc/dec walk to the root.
-//   Every row in the tree is either evictable (lock_ref == 0) or protected.
-// - LRU uses a logical clock (one tick per match/insert), so runs repeat
-//   exactly for the same sequence of calls.
-// - Node ids are stable across splits (a split creates the new *upper* node;
-//   the lower one keeps its id) and carry a generation, so an id from a node
-//   that was since evicted is detected instead of aliasing a new node.
+//   Every row in the tree is either evictable (its node's lock_ref == 0) or
+//   protected (lock_ref > 0): total_size() == evictable + protected.
+// - LRU uses a logical clock (one tick per match/insert, never wall time), and
+//   ties between equally old leaves are broken by node index, so the same
+//   sequence of calls always evicts the same rows in the same order.
+// - Node ids are uint64 values that can travel in messages. They are stable
+//   across splits (a split creates the new *upper* node; the lower one keeps
+//   its id, so a request's last_node still names the end of its prefix) and
+//   carry a generation, so an id of a node that was since evicted is reported
+//   as stale instead of aliasing a new node that reuses its storage.
+// - Request-level operations (cache_finished_req, cache_unfinished_req,
+//   release_req) do the tree's half of SGLang's cache_*_req and return what
+//   the allocator and the request table must do; KvStore composes them with
+//   the two pools. They check the request's claimed prefix (prefix_len,
+//   last_node, the tokens and rows) against the tree before changing
+//   anything, so a wrong message is an error, never a corrupted tree.
 //
 // Owned by the radix-cache manager (single writer); not thread-safe.
+// Errors: KvStoreError (kvstore/kv_error.hpp) with a message naming the fault.
 
 #include <cstdint>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace actorlm {
@@ -47,41 +61,63 @@ class RadixCache {
     NodeId new_last_node = root_id;           // unfinished: now locked for the request
   };
 
-  // disabled: no reuse — match finds nothing, insert stores nothing, and
-  // cache_finished_req returns every row to be freed.
+  // A node as seen from outside, by id.
+  struct NodeInfo {
+    NodeId id = root_id;
+    NodeId parent = root_id;  // root's parent is root
+    int32_t key_len = 0;      // tokens (== rows) held by this node
+    int32_t prefix_len = 0;   // tokens from the root to the end of this node
+    int32_t lock_ref = 0;
+    uint64_t last_access = 0;  // logical clock
+    int32_t num_children = 0;
+  };
+
+  // page_size >= 1. disabled: no reuse — match finds nothing, insert stores
+  // nothing, locks are no-ops, and cache_finished_req returns every row.
   explicit RadixCache(int32_t page_size, bool disabled = false);
 
   int32_t page_size() const { return page_size_; }
   bool disabled() const { return disabled_; }
 
   // Longest cached prefix of tokens, truncated to whole pages. Splits the
-  // last node when the match ends inside it; refreshes access times.
+  // last node when the match ends inside it; refreshes access times along
+  // the path. Does not lock: call inc_lock_ref(last_node) to keep the rows.
   MatchResult match_prefix(std::span<const int32_t> tokens);
 
-  // Adds (tokens -> values); both the same length, a multiple of page_size.
-  // Returns how many leading tokens were already cached: the caller's
-  // values[old_prefix, returned) are duplicates it should free. New nodes
-  // are unlocked (evictable).
+  // Adds (tokens -> values); both the same length, a multiple of page_size
+  // (else KvStoreError). Returns how many leading tokens were already cached:
+  // the tree keeps its own rows for them, so the caller's
+  // values[its_prefix_len, returned) are duplicates it must free, and only
+  // values[returned, end) now belong to the tree. New nodes are unlocked
+  // (evictable).
   int32_t insert(std::span<const int32_t> tokens, std::span<const int32_t> values);
 
   // Lock / unlock the path root..node. Return the change in evictable size.
-  // dec on an unlocked path throws KvStoreError and changes nothing.
+  // A stale id throws; dec on a path that is not locked throws. Both change
+  // nothing when they throw.
   int64_t inc_lock_ref(NodeId node);
   int64_t dec_lock_ref(NodeId node);
 
-  // Removes least-recently-used unlocked leaves until at least num_tokens
-  // rows are freed or nothing evictable is left. Returns the freed rows.
+  // Removes least-recently-used unlocked leaves (a parent left childless
+  // becomes a candidate) until at least num_tokens rows are freed or nothing
+  // evictable is left. Returns the freed rows, whole nodes at a time; the
+  // caller frees them through the allocator. Locked paths are never touched.
   std::vector<int32_t> evict(int64_t num_tokens);
 
-  // A request (holding rows kv for tokens, the first prefix_len of them from
-  // the tree, locked through last_node) finished or is being retracted:
-  // insert its whole pages, return duplicates and its unaligned tail, unlock.
+  // A request that holds rows kv for tokens (same length; the first
+  // prefix_len of them the tree's own rows on the path root..last_node,
+  // locked by this request) finished or is being retracted: insert its whole
+  // pages, unlock. to_free = its duplicates kv[prefix_len, cached) plus its
+  // unaligned tail kv[aligned, end) — everything it owned that the tree did
+  // not take. Disabled: to_free = all of kv. The caller also frees the
+  // request's slot.
   CacheResult cache_finished_req(std::span<const int32_t> tokens, std::span<const int32_t> kv,
                                  int32_t prefix_len, NodeId last_node);
   // A request continues (between prefill chunks): insert its whole pages,
-  // return duplicates, move its lock to the new deepest node. The caller
-  // rewrites req_to_token[prefix_len, new_prefix_len) with new_prefix_indices
-  // and keeps owning its unaligned tail.
+  // return duplicates kv[prefix_len, cached) in to_free, move its lock to the
+  // new deepest node. The caller rewrites its rows (and req_to_token) for
+  // [prefix_len, new_prefix_len) with new_prefix_indices and keeps owning its
+  // unaligned tail. Disabled: nothing changes.
   CacheResult cache_unfinished_req(std::span<const int32_t> tokens, std::span<const int32_t> kv,
                                    int32_t prefix_len, NodeId last_node);
   // A request is aborted: unlock its prefix and return the rows it owns
@@ -89,19 +125,35 @@ class RadixCache {
   std::vector<int32_t> release_req(std::span<const int32_t> kv, int32_t prefix_len,
                                    NodeId last_node);
 
+  // Empty when the request's claimed prefix is what the tree holds:
+  // prefix_len is page-aligned and within tokens/kv, last_node is a live node
+  // exactly prefix_len tokens deep, whose path spells tokens[0, prefix_len)
+  // with rows kv[0, prefix_len), locked all the way up (unless it is the
+  // root). Otherwise what is wrong. Pass an empty tokens span to skip the
+  // token comparison (release_req has no tokens).
+  std::string check_request_prefix(std::span<const int32_t> tokens, std::span<const int32_t> kv,
+                                   int32_t prefix_len, NodeId last_node) const;
+
   int64_t evictable_size() const { return evictable_size_; }
   int64_t protected_size() const { return protected_size_; }
   int64_t total_size() const { return evictable_size_ + protected_size_; }
-  size_t node_count() const { return nodes_.size() - free_nodes_.size(); }
+  size_t node_count() const { return nodes_.size() - free_nodes_.size(); }  // incl. root
+  uint64_t clock() const { return clock_; }
+
+  // Lookups by id. valid() never throws; the others throw for a stale id.
   bool valid(NodeId id) const;
   int32_t lock_ref(NodeId id) const;
+  NodeInfo node_info(NodeId id) const;
+  // The rows of the path root..node (what match_prefix returned for it).
+  std::vector<int32_t> path_values(NodeId id) const;
   // Every row held by the tree (for integrity checks in tests).
   std::vector<int32_t> all_rows() const;
 
   // Empty when every structural invariant holds, else the first violation:
-  // key/value lengths agree, children are keyed by their first page, sizes
-  // add up, lock refs are non-negative and never exceed the parent's, no row
-  // appears twice.
+  // key and value lengths agree, keys are whole pages, children are keyed by
+  // their first page, parent links agree, sizes add up, lock refs are
+  // non-negative and never exceed the parent's, no row appears twice, and
+  // the LRU list holds exactly the unlocked leaves.
   std::string check_integrity() const;
 
  private:
@@ -109,7 +161,11 @@ class RadixCache {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
+  // Child lookup by the raw bytes of its first page: one hash of page_size
+  // ints, no per-token nodes. Strings of <= 15 bytes (page_size <= 3) stay
+  // inline.
   using ChildMap = std::unordered_map<std::string, int32_t, PageHash, std::equal_to<>>;
+  using LruKey = std::pair<uint64_t, int32_t>;  // (last access, node index)
 
   struct Node {
     std::vector<int32_t> key;
@@ -120,6 +176,8 @@ class RadixCache {
     uint64_t last_access = 0;
     uint32_t generation = 0;
     bool alive = false;
+    bool listed = false;     // in lru_, under (listed_at, index)
+    uint64_t listed_at = 0;
   };
 
   std::string_view page_key(std::span<const int32_t> tokens) const;
@@ -128,15 +186,20 @@ class RadixCache {
   int32_t new_node();
   int32_t split(int32_t child, size_t at);
   void delete_leaf(int32_t node);
+  void touch(int32_t node);
+  void sync_lru(int32_t node);
   int32_t index_of(NodeId id) const;  // throws for stale or unknown ids
   NodeId id_of(int32_t index) const;
   void check_aligned(std::span<const int32_t> tokens, std::span<const int32_t> values,
                      const char* what) const;
+  void require_request_prefix(std::span<const int32_t> tokens, std::span<const int32_t> kv,
+                              int32_t prefix_len, NodeId last_node, const char* what) const;
 
   int32_t page_size_;
   bool disabled_;
   std::vector<Node> nodes_;  // [0] is the root
   std::vector<int32_t> free_nodes_;
+  std::set<LruKey> lru_;     // unlocked leaves, oldest first
   uint64_t clock_ = 0;
   int64_t evictable_size_ = 0;
   int64_t protected_size_ = 0;

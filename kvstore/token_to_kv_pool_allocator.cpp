@@ -10,6 +10,19 @@ namespace {
 
 int64_t pages_for(int64_t tokens, int32_t page_size) { return (tokens + page_size - 1) / page_size; }
 
+// Decode is an extend by one token: [seq_len - 1, seq_len).
+std::vector<int32_t> decode_prefix_lens(std::span<const int32_t> seq_lens) {
+  std::vector<int32_t> prefix(seq_lens.begin(), seq_lens.end());
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (prefix[i] < 1) {
+      throw KvStoreError("alloc_decode: request " + std::to_string(i) + " has seq_len " +
+                         std::to_string(prefix[i]) + " (must be >= 1: it includes the new token)");
+    }
+    --prefix[i];
+  }
+  return prefix;
+}
+
 }  // namespace
 
 TokenToKVPoolAllocator::TokenToKVPoolAllocator(int64_t capacity_tokens, int32_t page_size)
@@ -20,7 +33,7 @@ TokenToKVPoolAllocator::TokenToKVPoolAllocator(int64_t capacity_tokens, int32_t 
                        " is less than one page of " + std::to_string(page_size));
   }
   // Rows are int32 everywhere downstream (req_to_token, out_cache_loc).
-  if ((num_pages_ + 1) * page_size_ > std::numeric_limits<int32_t>::max()) {
+  if (num_pages_ >= std::numeric_limits<int32_t>::max() / page_size_) {
     throw KvStoreError("TokenToKVPoolAllocator: capacity exceeds int32 rows");
   }
   clear();
@@ -122,17 +135,13 @@ std::optional<std::vector<int32_t>> TokenToKVPoolAllocator::alloc_extend(
   return rows;
 }
 
-bool TokenToKVPoolAllocator::can_alloc_decode(std::span<const int32_t> cur_lens) const {
-  int64_t pages = 0;
-  for (int32_t len : cur_lens) pages += (len % page_size_ == 0) ? 1 : 0;
-  return pages <= free_pages();
+bool TokenToKVPoolAllocator::can_alloc_decode(std::span<const int32_t> seq_lens) const {
+  return can_alloc_extend(decode_prefix_lens(seq_lens), seq_lens);
 }
 
 std::optional<std::vector<int32_t>> TokenToKVPoolAllocator::alloc_decode(
-    std::span<const int32_t> cur_lens, std::span<const int32_t> last_locs) {
-  std::vector<int32_t> seq_lens(cur_lens.begin(), cur_lens.end());
-  for (auto& s : seq_lens) ++s;
-  return alloc_extend(cur_lens, seq_lens, last_locs);
+    std::span<const int32_t> seq_lens, std::span<const int32_t> last_locs) {
+  return alloc_extend(decode_prefix_lens(seq_lens), seq_lens, last_locs);
 }
 
 void TokenToKVPoolAllocator::free(std::span<const int32_t> rows) {

@@ -209,7 +209,7 @@ GgufFile GgufFile::open(const std::string& path) {
   auto n_kv = c.read<uint64_t>("the metadata count");
   // Each entry takes at least 12 (metadata) or 28 (tensor info) bytes.
   if (n_kv > c.remaining() / 12 || n_tensors > c.remaining() / 28) {
-    throw ModelError(path + ": corrupt GGUF header: " + std::to_string(n_kv) + " metadata entries and " +
+    throw ModelError(path + ": truncated or corrupt GGUF header: " + std::to_string(n_kv) + " metadata entries and " +
                      std::to_string(n_tensors) + " tensors cannot fit in the file");
   }
   for (uint64_t k = 0; k < n_kv; ++k) {

@@ -27,6 +27,16 @@ TEST_CASE("Allocator reserves page 0 and rounds capacity to pages", "[kvstore]")
   CHECK(a.check_integrity().empty());
 }
 
+TEST_CASE("Allocator rejects bad construction", "[kvstore]") {
+  CHECK_THROWS_AS(TokenToKVPoolAllocator(100, 0), KvStoreError);
+  CHECK_THROWS_AS(TokenToKVPoolAllocator(3, 4), KvStoreError);   // less than one page
+  CHECK_THROWS_AS(TokenToKVPoolAllocator(-8, 1), KvStoreError);
+  CHECK_THROWS_AS(TokenToKVPoolAllocator(int64_t{1} << 40, 16), KvStoreError);  // rows must fit int32
+  TokenToKVPoolAllocator a(17, 4);
+  CHECK(a.capacity() == 16);
+  CHECK_THROWS_AS(a.alloc(-1), KvStoreError);
+}
+
 TEST_CASE("Extend fills the partial last page before taking new pages", "[kvstore]") {
   TokenToKVPoolAllocator a(64, 4);
   // Request 0: 6 tokens -> pages 1 (rows 4..7) and 2 (rows 8, 9).
@@ -59,7 +69,8 @@ TEST_CASE("Decode takes a new page only at page boundaries", "[kvstore]") {
   int32_t len = 3;
   for (int step = 0; step < 40; ++step) {
     int64_t before = a.free_pages();
-    auto next = a.alloc_decode(Rows{len}, Rows{rows.back()});
+    // seq_len counts the new token: the request grows from len to len + 1.
+    auto next = a.alloc_decode(Rows{len + 1}, Rows{rows.back()});
     REQUIRE(next);
     REQUIRE(next->size() == 1);
     bool boundary = len % page == 0;
@@ -71,6 +82,109 @@ TEST_CASE("Decode takes a new page only at page boundaries", "[kvstore]") {
   }
   std::set<int32_t> distinct(rows.begin(), rows.end());
   CHECK(distinct.size() == rows.size());
+  CHECK(a.check_integrity().empty());
+}
+
+TEST_CASE("Batch decode needs pages only for full last pages and is all-or-nothing", "[kvstore]") {
+  TokenToKVPoolAllocator a(16, 4);  // pages 1..4
+  auto full = *a.alloc(4);          // request A: 4 tokens, its page is full
+  auto part = *a.alloc(3);          // request B: 3 tokens, one row left in its page
+  auto other = *a.alloc(8);         // two more pages: the pool is now empty
+  CHECK(a.free_pages() == 0);
+  // B fits in place, A needs a page: the batch cannot be served, and nothing
+  // is taken (B's in-place row stays unused).
+  CHECK_FALSE(a.can_alloc_decode(Rows{5, 4}));
+  CHECK_FALSE(a.alloc_decode(Rows{5, 4}, Rows{full.back(), part.back()}));
+  CHECK(a.can_alloc_decode(Rows{4}));
+  auto b = a.alloc_decode(Rows{4}, Rows{part.back()});
+  REQUIRE(b);
+  CHECK(*b == Rows{part.back() + 1});
+  a.free(other);
+  CHECK(a.can_alloc_decode(Rows{5}));
+  auto na = a.alloc_decode(Rows{5}, Rows{full.back()});
+  REQUIRE(na);
+  CHECK((*na)[0] % 4 == 0);  // first row of a fresh page
+  CHECK_THROWS_AS(a.alloc_decode(Rows{0}, Rows{-1}), KvStoreError);  // seq_len counts the new token
+  CHECK_THROWS_AS(a.can_alloc_decode(Rows{0}), KvStoreError);
+  CHECK(a.check_integrity().empty());
+}
+
+TEST_CASE("Chunked extends of interleaved requests keep each request's pages its own", "[kvstore]") {
+  int32_t page = GENERATE(1, 4, 16);
+  TokenToKVPoolAllocator a(128 * page, page);  // 94 tokens need at most 94 pages
+  // Three requests grow in uneven chunks, batched together.
+  std::vector<Rows> rows(3);
+  const int32_t chunks[][3] = {{5, 1, 17}, {0, 3, 2}, {9, 16, 1}, {1, 1, 1}, {30, 0, 7}};
+  for (const auto& chunk : chunks) {
+    Rows prefix, seq, last;
+    for (size_t r = 0; r < 3; ++r) {
+      prefix.push_back(static_cast<int32_t>(rows[r].size()));
+      seq.push_back(prefix.back() + chunk[r]);
+      last.push_back(rows[r].empty() ? -1 : rows[r].back());
+    }
+    int64_t pages = a.pages_needed(prefix, seq);
+    int64_t before = a.free_pages();
+    REQUIRE(a.can_alloc_extend(prefix, seq));
+    auto got = a.alloc_extend(prefix, seq, last);
+    REQUIRE(got);
+    CHECK(a.free_pages() == before - pages);  // the "can" arithmetic is what was taken
+    size_t at = 0;
+    for (size_t r = 0; r < 3; ++r) {
+      for (int32_t i = 0; i < chunk[r]; ++i) rows[r].push_back((*got)[at++]);
+    }
+    CHECK(at == got->size());
+  }
+  std::set<int32_t> all;
+  std::vector<std::set<int32_t>> pages_of(3);
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t pos = 0; pos < rows[r].size(); ++pos) {
+      int32_t row = rows[r][pos];
+      CHECK(row >= page);                                      // never the reserved page
+      CHECK(row % page == static_cast<int32_t>(pos) % page);   // offset in page == position in page
+      if (pos % static_cast<size_t>(page) != 0) CHECK(row == rows[r][pos - 1] + 1);  // a page is filled in order
+      CHECK(all.insert(row).second);
+      pages_of[r].insert(row / page);
+    }
+    CHECK(static_cast<int64_t>(pages_of[r].size()) ==
+          (static_cast<int64_t>(rows[r].size()) + page - 1) / page);
+  }
+  for (int32_t p : pages_of[0]) CHECK((pages_of[1].count(p) + pages_of[2].count(p)) == 0);
+  for (int32_t p : pages_of[1]) CHECK(pages_of[2].count(p) == 0);
+  // Freeing each request's rows returns exactly its pages.
+  int64_t before = a.free_pages();
+  a.free(rows[1]);
+  CHECK(a.free_pages() == before + static_cast<int64_t>(pages_of[1].size()));
+  CHECK_THROWS_AS(a.free(Rows{rows[1].front()}), KvStoreError);
+  a.free(rows[0]);
+  a.free(rows[2]);
+  CHECK(a.available_size() == a.capacity());
+  CHECK(a.check_integrity().empty());
+}
+
+TEST_CASE("Exhaustion fails without a partial allocation at every page size", "[kvstore]") {
+  int32_t page = GENERATE(1, 4, 16);
+  TokenToKVPoolAllocator a(8 * page, page);
+  // 5 pages; at page sizes > 1 the last one is short by a row.
+  auto held = *a.alloc(page == 1 ? 5 : 5 * page - 1);
+  CHECK(a.free_pages() == 3);
+  CHECK_FALSE(a.can_alloc(3 * page + 1));
+  CHECK_FALSE(a.alloc(3 * page + 1));
+  // Growing the held request to 8 pages: its partial page absorbs a row,
+  // then exactly the 3 free pages are needed. With one more request in the
+  // batch it does not fit, and the batch takes nothing.
+  auto len = static_cast<int32_t>(held.size());
+  CHECK(a.pages_needed(Rows{len}, Rows{8 * page}) == 3);
+  CHECK_FALSE(a.can_alloc_extend(Rows{len, 0}, Rows{8 * page, 1}));
+  CHECK_FALSE(a.alloc_extend(Rows{len, 0}, Rows{8 * page, 1}, Rows{held.back(), -1}));
+  CHECK(a.free_pages() == 3);
+  auto ok = a.alloc_extend(Rows{len}, Rows{8 * page}, Rows{held.back()});
+  REQUIRE(ok);
+  CHECK(ok->size() == static_cast<size_t>(8 * page - len));
+  if (page > 1) CHECK(ok->front() == held.back() + 1);
+  CHECK(a.free_pages() == 0);
+  CHECK_FALSE(a.alloc(1));
+  CHECK(a.alloc(0));  // nothing asked, nothing needed
+  CHECK(a.check_integrity().empty());
 }
 
 TEST_CASE("Free returns whole pages and detects double frees", "[kvstore]") {
