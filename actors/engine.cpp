@@ -7,6 +7,7 @@
 #include <map>
 
 #include "actors/actor_kv_service.hpp"
+#include "actors/executor_factory.hpp"
 #include "actors/pool_actor.hpp"
 #include "actors/radix_actor.hpp"
 #include "actors/wire.hpp"
@@ -314,6 +315,8 @@ struct Engine::Impl {
   std::shared_ptr<const Tokenizer> tok;
   caf::actor pool, radix, worker, scheduler, detokenizer, tokenizer;
   std::atomic<uint64_t> next_id{1};
+  std::string device;
+  int64_t kv_tokens = 0;
   explicit Impl(caf::actor_system& s) : system(s) {}
 };
 
@@ -328,12 +331,17 @@ Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make
   SchedulerConfig sc = config.scheduler;
   if (sc.max_context <= 0 || sc.max_context > m.model.max_context) sc.max_context = m.model.max_context;
   if (!sc.eos_id) sc.eos_id = m.tok->eos_id();
-  KvStoreConfig kv{config.kv_tokens, config.page_size, config.max_requests, sc.max_context, config.disable_radix_cache};
+  MadeExecutor made = make_executor(std::move(weights),
+                                    {config.device, config.threads, config.mem_fraction_static, config.kv_cache_dtype},
+                                    config.kv_tokens, config.page_size, config.max_requests, sc.max_context);
+  m.device = made.description;
+  KvStoreConfig kv{made.kv_tokens, config.page_size, config.max_requests, sc.max_context, config.disable_radix_cache};
   auto runner = std::make_shared<ModelRunner>(
-      std::move(weights), std::make_unique<cpu::CpuBackend>(config.threads),
+      std::move(made.executor),
       ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(kv.capacity_tokens, kv.page_size).pool_rows(),
                         .max_requests = kv.max_requests,
                         .max_context = sc.max_context});
+  m.kv_tokens = kv.capacity_tokens;
   m.pool = spawn_pool_manager(system, kv);
   m.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache);
   m.worker = spawn_worker(system, runner);
@@ -351,6 +359,8 @@ Engine::~Engine() {
 
 caf::actor Engine::handle() const { return impl_->tokenizer; }
 const ModelConfig& Engine::model_config() const { return impl_->model; }
+const std::string& Engine::device() const { return impl_->device; }
+int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
 
 TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<void(const TextDeltaEvent&)>& on_delta) {
   caf::scoped_actor self{impl_->system};

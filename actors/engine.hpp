@@ -29,7 +29,10 @@ namespace actorlm {
 struct EngineConfig {
   std::string model_path;          // GGUF file or Hugging Face folder
   int threads = 0;                 // CPU backend threads; 0 = all
-  int64_t kv_tokens = 16384;       // KV pool rows
+  int64_t kv_tokens = 16384;       // KV pool rows; 0 = as many as the device holds (cpu: 16384)
+  std::string device = "cpu";      // "cpu" or "cuda"
+  double mem_fraction_static = 0.85;    // cuda, kv_tokens 0: weights + KV share of GPU memory
+  std::string kv_cache_dtype = "auto";  // cuda: auto or bf16
   int32_t page_size = 1;
   int32_t max_requests = 64;       // request slots
   bool disable_radix_cache = false;
@@ -71,6 +74,9 @@ class Engine {
 
   caf::actor handle() const;
   const ModelConfig& model_config() const;
+  // What the worker runs on ("cpu" or "cuda: <device name>") and its KV pool size in tokens.
+  const std::string& device() const;
+  int64_t kv_tokens() const;
 
   // Streams one request; blocks until it finishes. Thread-safe: many threads
   // may call it at once (they are batched together). Returns the last delta.

@@ -12,6 +12,7 @@
 
 #include "actors/engine.hpp"
 #include "apps/cli_args.hpp"
+#include "apps/device_flags.hpp"
 #include "model/default_model.hpp"
 
 namespace actorlm {
@@ -19,7 +20,8 @@ namespace {
 
 constexpr const char* usage =
     "usage: actorlm chat [--model PATH] [--system TEXT] [--temperature T] [--max-tokens N]\n"
-    "                    [--threads N] [--kv-tokens N] [--seed S]\n";
+    "                    [--threads N] [--kv-tokens N] [--seed S]\n"
+    "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n";
 
 constexpr const char* help =
     "commands:\n"
@@ -44,7 +46,8 @@ bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 
 
 int chat_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
-                 {"--model", "--system", "--temperature", "--max-tokens", "--threads", "--kv-tokens", "--seed"},
+                 with_device_flags({"--model", "--system", "--temperature", "--max-tokens", "--threads", "--kv-tokens",
+                                    "--seed"}),
                  {"--help"}, {{"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -54,7 +57,7 @@ int chat_command(int argc, char** argv, int first) {
   EngineConfig config;
   config.model_path = args.str("--model").value_or(default_model_path());
   config.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
-  config.kv_tokens = args.integer("--kv-tokens", 16384, 256, int64_t{1} << 28);
+  apply_device_flags(args, config, 16384);
   config.scheduler.max_context = 0;  // the model's
   int shown = -1;
   config.progress = [&](int done, int total) {

@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "apps/cli_args.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
+#include "actors/executor_factory.hpp"
+#include "apps/device_flags.hpp"
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_runner.hpp"
@@ -21,7 +22,7 @@ namespace {
 constexpr const char* usage =
     "usage: actorlm run -p PROMPT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
     "                   [--min-p P] [--repetition-penalty R] [--seed S] [--stop STR]\n"
-    "                   [--model PATH] [--threads N] [--raw]\n"
+    "                   [--model PATH] [--threads N] [--raw] [--device cpu|cuda]\n"
     "  PROMPT is sent as one user message through the model's chat template;\n"
     "  --raw sends it as plain text instead.\n";
 
@@ -40,8 +41,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 int run_command(int argc, char** argv, int first) {
   using cli::Args;
   Args args(argc, argv, first,
-            {"--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--min-p", "--repetition-penalty",
-             "--seed", "--stop", "--model", "--threads"},
+            with_device_flags({"--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--min-p",
+                               "--repetition-penalty", "--seed", "--stop", "--model", "--threads"}),
             {"--raw", "--help"}, {{"-p", "--prompt"}, {"-n", "--max-tokens"}, {"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help") || !args.str("--prompt")) {
     std::fputs(usage, args.has("--help") ? stdout : stderr);
@@ -94,9 +95,15 @@ int run_command(int argc, char** argv, int first) {
   }
   const auto context = static_cast<int32_t>(std::min<int64_t>(need, cfg.max_context));
 
-  ModelRunner runner(std::move(weights), std::make_unique<cpu::CpuBackend>(threads),
-                     {.kv_pool_rows = context + 1, .max_requests = 1, .max_context = context});
-  std::fprintf(stderr, "loaded in %.2f s (%d layers, %d KV rows)\n", seconds_since(t0), cfg.n_layers, context);
+  EngineConfig ec;
+  ec.threads = threads;
+  apply_device_flags(args, ec, context);
+  ec.kv_tokens = context;  // one request: its context is the whole pool
+  MadeExecutor made = make_executor(std::move(weights), {ec.device, threads, ec.mem_fraction_static, ec.kv_cache_dtype},
+                                    ec.kv_tokens, 1, 1, context);
+  ModelRunner runner(std::move(made.executor), {.kv_pool_rows = context + 1, .max_requests = 1, .max_context = context});
+  std::fprintf(stderr, "loaded in %.2f s (%d layers, %d KV rows, %s)\n", seconds_since(t0), cfg.n_layers, context,
+               made.description.c_str());
 
   // Rows 1.. hold the request's KV in position order (row 0 is the dummy).
   std::vector<int32_t> rows(static_cast<size_t>(context));

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "apps/cli_args.hpp"
+#include "apps/device_flags.hpp"
 #include "model/default_model.hpp"
 #include "server/http_server.hpp"
 
@@ -18,7 +19,8 @@ constexpr const char* usage =
     "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests N]\n"
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
     "                     [--context-length N] [--disable-radix-cache]\n"
-    "                     [--max-concurrent-requests N] [--max-body-bytes N]\n";
+    "                     [--max-concurrent-requests N] [--max-body-bytes N]\n"
+    "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n";
 
 HttpServer* running_server = nullptr;
 void on_signal(int) {
@@ -29,9 +31,10 @@ void on_signal(int) {
 
 int serve_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
-                 {"--model", "--host", "--port", "--api-key", "--threads", "--kv-tokens", "--page-size",
-                  "--max-running-requests", "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy",
-                  "--context-length", "--max-concurrent-requests", "--max-body-bytes"},
+                 with_device_flags({"--model", "--host", "--port", "--api-key", "--threads", "--kv-tokens", "--page-size",
+                                    "--max-running-requests", "--max-prefill-tokens", "--chunked-prefill-size",
+                                    "--schedule-policy", "--context-length", "--max-concurrent-requests",
+                                    "--max-body-bytes"}),
                  {"--disable-radix-cache", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -40,7 +43,7 @@ int serve_command(int argc, char** argv, int first) {
   EngineConfig ec;
   ec.model_path = args.str("--model").value_or(default_model_path());
   ec.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
-  ec.kv_tokens = args.integer("--kv-tokens", 32768, 256, int64_t{1} << 28);
+  apply_device_flags(args, ec, 32768);
   ec.page_size = static_cast<int32_t>(args.integer("--page-size", 1, 1, 256));
   ec.max_requests = static_cast<int32_t>(args.integer("--max-running-requests", 64, 1, 4096)) + 8;
   ec.disable_radix_cache = args.has("--disable-radix-cache");

@@ -20,8 +20,16 @@ else()
 endif()
 
 # OpenBLAS (pthread variant): the CPU backend's GEMMs.
-find_path(OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas NO_DEFAULT_PATH)
-find_library(OPENBLAS_LIBRARY NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-pthread)
+# (Also under CMAKE_PREFIX_PATH: scripts/gpu/device_build.sh unpacks the
+# packages into a private prefix on machines without package access.)
+set(_blas_inc "")
+set(_blas_lib "")
+foreach(p ${CMAKE_PREFIX_PATH} /usr)
+  list(APPEND _blas_inc ${p}/include/x86_64-linux-gnu/openblas-pthread ${p}/include/openblas)
+  list(APPEND _blas_lib ${p}/lib/x86_64-linux-gnu/openblas-pthread)
+endforeach()
+find_path(OPENBLAS_INCLUDE_DIR cblas.h PATHS ${_blas_inc} NO_DEFAULT_PATH)
+find_library(OPENBLAS_LIBRARY NAMES openblas PATHS ${_blas_lib} NO_DEFAULT_PATH)
 if(NOT OPENBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
   message(FATAL_ERROR "OpenBLAS not found: run scripts/setup.sh (apt package libopenblas-dev)")
 endif()

@@ -32,9 +32,12 @@ struct ForwardBatch {
 struct ForwardOutput {
   int32_t vocab = 0;
   // all_logits: one row per token; otherwise one row per request (its last token).
+  // Empty when a device executor kept them on the device (device_rows rows
+  // there, for its sampler).
   std::vector<float> logits;
+  size_t device_rows = 0;
   const float* row(size_t i) const { return logits.data() + i * static_cast<size_t>(vocab); }
-  size_t rows() const { return vocab ? logits.size() / static_cast<size_t>(vocab) : 0; }
+  size_t rows() const { return !logits.empty() && vocab ? logits.size() / static_cast<size_t>(vocab) : device_rows; }
 };
 
 }  // namespace actorlm

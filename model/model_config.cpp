@@ -201,13 +201,19 @@ ModelConfig config_from_hf_json(const std::string& path) {
     c.ffn_hidden = json_i32(j, "intermediate_size", std::nullopt);
     c.vocab_size = json_i32(j, "vocab_size", std::nullopt);
     c.max_context = json_i32(j, "max_position_embeddings", 2048);
-    c.rope_theta = json_float(j, "rope_theta", 10000.0f);
+    // transformers 5 writes RoPE settings (theta and scaling together) as
+    // rope_parameters; older configs use rope_theta and rope_scaling.
+    const nlohmann::json* rope_params = member(j, "rope_parameters");
+    if (rope_params && !rope_params->is_object()) throw ModelError("rope_parameters is not an object");
+    c.rope_theta = json_float(j, "rope_theta", rope_params ? json_float(*rope_params, "rope_theta", 10000.0f) : 10000.0f);
     c.rms_norm_eps = json_float(j, "rms_norm_eps", 1e-5f);
     c.tied_embeddings = j.value("tie_word_embeddings", false);
     // Qwen2 always has q/k/v biases; a Llama with attention_bias would also
     // bias o_proj, which the loader refuses when it finds that tensor.
     c.attention_bias = type == "qwen2" || j.value("attention_bias", false);
-    if (const nlohmann::json* rs = member(j, "rope_scaling")) {
+    const nlohmann::json* scaling = member(j, "rope_scaling");
+    if (!scaling) scaling = rope_params;
+    if (const nlohmann::json* rs = scaling) {
       if (!rs->is_object()) throw ModelError("rope_scaling is not an object");
       std::string kind = rs->value("rope_type", rs->value("type", ""));
       if (kind == "llama3") {

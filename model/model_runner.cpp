@@ -1,5 +1,7 @@
 #include "model/model_runner.hpp"
 
+#include "model/host_executor.hpp"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -7,21 +9,20 @@
 namespace actorlm {
 
 ModelRunner::ModelRunner(LlamaWeights weights, std::unique_ptr<Backend> backend, const ModelRunnerConfig& config)
-    : backend_(std::move(backend)), model_(std::move(weights), *backend_), config_(config) {
-  const ModelConfig& c = model_.config();
+    : ModelRunner(std::make_unique<HostExecutor>(std::move(weights), std::move(backend)), config) {}
+
+ModelRunner::ModelRunner(std::unique_ptr<ModelExecutor> executor, const ModelRunnerConfig& config)
+    : executor_(std::move(executor)), config_(config) {
+  const ModelConfig& c = executor_->config();
   max_context_ = config.max_context > 0 ? std::min(config.max_context, c.max_context) : c.max_context;
   if (config.kv_pool_rows < 2 || config.max_requests < 1) {
     throw std::invalid_argument("ModelRunner: kv_pool_rows must be >= 2 and max_requests >= 1");
   }
-  auto per_layer = static_cast<size_t>(config.kv_pool_rows) * static_cast<size_t>(c.kv_dim());
-  k_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
-  v_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
   req_to_token_.assign(static_cast<size_t>(config.max_requests) * static_cast<size_t>(max_context_), 0);
+  executor_->allocate(config.kv_pool_rows, config.max_requests, max_context_);
 }
 
-int64_t ModelRunner::kv_bytes() const {
-  return static_cast<int64_t>((k_cache_.size() + v_cache_.size()) * sizeof(float));
-}
+int64_t ModelRunner::kv_bytes() const { return executor_->kv_bytes(); }
 
 void ModelRunner::write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) {
   if (slot < 0 || slot >= config_.max_requests || start < 0 ||
@@ -36,6 +37,7 @@ void ModelRunner::write_req_to_token(int32_t slot, int32_t start, std::span<cons
     }
   }
   std::copy(kv.begin(), kv.end(), req_to_token_.begin() + static_cast<int64_t>(slot) * max_context_ + start);
+  executor_->write_req_to_token(slot, start, kv);
 }
 
 void ModelRunner::validate(const ForwardBatch& b) const {
@@ -55,7 +57,7 @@ void ModelRunner::validate(const ForwardBatch& b) const {
   for (int32_t r : b.out_cache_loc) {
     if (r < 0 || r >= config_.kv_pool_rows) fail("out_cache_loc row " + std::to_string(r) + " outside the pool");
   }
-  const int32_t vocab = model_.config().vocab_size;
+  const int32_t vocab = executor_->config().vocab_size;
   for (int32_t t : b.token_ids) {
     if (t < 0 || t >= vocab) fail("token id " + std::to_string(t) + " outside the vocabulary");
   }
@@ -93,47 +95,46 @@ std::vector<SampleResult> ModelRunner::sample(const ForwardOutput& out, std::spa
     throw std::invalid_argument("sample: " + std::to_string(reqs.size()) + " requests for " +
                                 std::to_string(out.rows()) + " logits rows");
   }
-  return backend_->sample(out.logits.data(), out.vocab, reqs);
+  return executor_->sample(out, reqs);
 }
 
 ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
   validate(b);
-  for (const auto& w : b.writes) write_req_to_token(w.slot, w.start, w.kv);
-  const ModelConfig& c = model_.config();
+  // The mirror only: the executor applies b.writes to its own table.
+  for (const auto& w : b.writes) {
+    std::copy(w.kv.begin(), w.kv.end(), req_to_token_.begin() + static_cast<int64_t>(w.slot) * max_context_ + w.start);
+  }
+  const ModelConfig& c = executor_->config();
+  const bool want_rows = executor_->wants_kv_indices();
 
-  AttentionPlan plan;
+  StepPlan step;
+  AttentionPlan& plan = step.attention;
   plan.n_heads = c.n_heads;
   plan.n_kv_heads = c.n_kv_heads;
   plan.head_dim = c.head_dim;
   plan.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   plan.kv_indptr.push_back(0);
-  std::vector<int32_t> positions;
-  std::vector<int32_t> logit_rows;
   int32_t q_start = 0;
+  int64_t kv_total = 0;
   for (const auto& r : b.reqs) {
+    step.slots.push_back(r.slot);
     plan.q_start.push_back(q_start);
     plan.q_len.push_back(r.extend_len);
     plan.prefix_len.push_back(r.prefix_len);
-    const int32_t* row = req_to_token_.data() + static_cast<int64_t>(r.slot) * max_context_;
-    plan.kv_indices.insert(plan.kv_indices.end(), row, row + r.prefix_len + r.extend_len);
-    plan.kv_indptr.push_back(static_cast<int32_t>(plan.kv_indices.size()));
-    for (int32_t j = 0; j < r.extend_len; ++j) {
-      positions.push_back(r.prefix_len + j);
-      if (b.all_logits) logit_rows.push_back(q_start + j);
+    kv_total += r.prefix_len + r.extend_len;
+    if (want_rows) {
+      const int32_t* row = req_to_token_.data() + static_cast<int64_t>(r.slot) * max_context_;
+      plan.kv_indices.insert(plan.kv_indices.end(), row, row + r.prefix_len + r.extend_len);
     }
-    if (!b.all_logits) logit_rows.push_back(q_start + r.extend_len - 1);
+    plan.kv_indptr.push_back(static_cast<int32_t>(kv_total));
+    for (int32_t j = 0; j < r.extend_len; ++j) {
+      step.positions.push_back(r.prefix_len + j);
+      if (b.all_logits) step.logit_rows.push_back(q_start + j);
+    }
+    if (!b.all_logits) step.logit_rows.push_back(q_start + r.extend_len - 1);
     q_start += r.extend_len;
   }
-  std::vector<KvLayerView> views;
-  auto per_layer = static_cast<int64_t>(config_.kv_pool_rows) * c.kv_dim();
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    views.push_back({k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer, config_.kv_pool_rows,
-                     c.n_kv_heads, c.head_dim});
-  }
-  ForwardOutput out;
-  out.vocab = c.vocab_size;
-  out.logits = model_.forward(b.token_ids, positions, b.out_cache_loc, views, plan, logit_rows);
-  return out;
+  return executor_->forward(b, step);
 }
 
 }  // namespace actorlm

@@ -1,9 +1,9 @@
 #pragma once
-// The worker's model state: weights, the KV pool buffers (one K and one V
-// buffer per layer, pool_rows rows each), and the device-side req_to_token
-// table. forward() applies a batch's req_to_token writes, plans attention from
-// the table, runs the model and returns logits. Single-threaded use (the
-// worker actor); the backend parallelises inside each op.
+// The worker's model state, whichever device runs it: an executor (weights,
+// the KV pool, the device's req_to_token) plus a host mirror of req_to_token.
+// forward() validates a batch against the mirror, applies its req_to_token
+// writes, plans attention and hands the batch to the executor. Single-threaded
+// use (the worker actor); executors parallelise inside each op.
 
 #include <memory>
 #include <span>
@@ -12,6 +12,7 @@
 #include "kernels/backend.hpp"
 #include "model/forward_batch.hpp"
 #include "model/llama_model.hpp"
+#include "model/model_executor.hpp"
 
 namespace actorlm {
 
@@ -23,9 +24,12 @@ struct ModelRunnerConfig {
 
 class ModelRunner {
  public:
+  // The host path: the model over `backend` with the KV pool in host memory.
   ModelRunner(LlamaWeights weights, std::unique_ptr<Backend> backend, const ModelRunnerConfig& config);
+  // Any executor (e.g. kernels/cuda's); allocates its KV pool.
+  ModelRunner(std::unique_ptr<ModelExecutor> executor, const ModelRunnerConfig& config);
 
-  const ModelConfig& model_config() const { return model_.config(); }
+  const ModelConfig& model_config() const { return executor_->config(); }
   int32_t max_context() const { return max_context_; }
   int64_t kv_bytes() const;
 
@@ -42,12 +46,10 @@ class ModelRunner {
  private:
   void validate(const ForwardBatch& batch) const;
 
-  std::unique_ptr<Backend> backend_;
-  LlamaModel model_;
+  std::unique_ptr<ModelExecutor> executor_;
   ModelRunnerConfig config_;
   int32_t max_context_;
-  std::vector<float> k_cache_, v_cache_;   // [layers][pool_rows][kv_heads][head_dim]
-  std::vector<int32_t> req_to_token_;      // [max_requests][max_context]
+  std::vector<int32_t> req_to_token_;      // host mirror, [max_requests][max_context]
 };
 
 }  // namespace actorlm

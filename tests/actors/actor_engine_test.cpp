@@ -11,6 +11,9 @@
 #include "actors/radix_actor.hpp"
 #include "actors/worker_actor.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#if ACTORLM_HAVE_CUDA
+#include "kernels/cuda/cuda_executor.hpp"
+#endif
 #include "messages/envelope.hpp"
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
@@ -72,6 +75,17 @@ Outputs drain(Scheduler& s, const std::function<void()>& each = {}) {
   return out;
 }
 
+// The worker's runner on the CPU backend or, for the [gpu] cases, the CUDA
+// executor: the runtime must not care which.
+std::shared_ptr<ModelRunner> make_runner(bool cuda, int64_t tokens, int32_t page) {
+  ModelRunnerConfig rc{.kv_pool_rows = TokenToKVPoolAllocator(tokens, page).pool_rows(), .max_requests = 40, .max_context = 256};
+#if ACTORLM_HAVE_CUDA
+  if (cuda) return std::make_shared<ModelRunner>(cuda::CudaExecutor::create(weights()), rc);
+#endif
+  REQUIRE_FALSE(cuda);
+  return std::make_shared<ModelRunner>(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2), rc);
+}
+
 struct ActorEngine {
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
@@ -82,35 +96,29 @@ struct ActorEngine {
   ActorWorker worker_service;
   Scheduler scheduler;
 
-  ActorEngine(int64_t tokens, int32_t page)
+  ActorEngine(int64_t tokens, int32_t page, bool cuda = false)
       : kv{tokens, page, 40, 256, false},
         pool(spawn_pool_manager(system, kv)),
         radix(spawn_radix_manager(system, page, false)),
-        worker(spawn_worker(system, std::make_shared<ModelRunner>(
-                                        LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
-                                        ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(tokens, page).pool_rows(),
-                                                          .max_requests = 40, .max_context = 256}))),
+        worker(spawn_worker(system, make_runner(cuda, tokens, page))),
         kv_service(self.ptr(), pool, radix),
         worker_service(self.ptr(), worker),
         scheduler(sched_config(), kv_service, worker_service) {}
 };
 
-Outputs in_process(const std::vector<Ids>& ps, int max_new) {
+Outputs in_process(const std::vector<Ids>& ps, int max_new, bool cuda = false) {
   LocalKvService kv({8192, 1, 40, 256, false});
-  ModelRunner runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
-                     {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = 40, .max_context = 256});
-  LocalWorker worker(runner);
+  auto runner = make_runner(cuda, 8192, 1);
+  LocalWorker worker(*runner);
   Scheduler s(sched_config(), kv, worker);
   for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(s.submit(make(i, ps[i], max_new)));
   return drain(s);
 }
 
-}  // namespace
-
-TEST_CASE("Through actors, concurrent requests get the in-process engine's outputs", "[actors][engine]") {
+void concurrent_through_actors(bool cuda) {
   auto ps = prompts(32);
-  Outputs want = in_process(ps, 10);
-  ActorEngine e(8192, 1);
+  Outputs want = in_process(ps, 10, cuda);
+  ActorEngine e(8192, 1, cuda);
   for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i], 10)));
   int64_t steps_before = e.scheduler.stats().steps;
   Outputs got = drain(e.scheduler);
@@ -129,8 +137,8 @@ TEST_CASE("Through actors, concurrent requests get the in-process engine's outpu
   CHECK(u.free == u.capacity);
 }
 
-TEST_CASE("Through actors, retraction and 100 random aborts leave the pool full", "[actors][engine]") {
-  ActorEngine e(384, 4);
+void aborts_through_actors(bool cuda) {
+  ActorEngine e(384, 4, cuda);
   auto ps = prompts(8);
   std::mt19937 rng(3);
   for (uint64_t i = 0; i < 100; ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i % 8], 2 + static_cast<int>(rng() % 10))));
@@ -150,10 +158,10 @@ TEST_CASE("Through actors, retraction and 100 random aborts leave the pool full"
   CHECK(u.free_slots == 40);
 }
 
-TEST_CASE("Through actors, retraction under a small pool keeps every output identical", "[actors][engine]") {
+void retraction_through_actors(bool cuda) {
   auto ps = prompts(8);
-  Outputs want = in_process(ps, 16);
-  ActorEngine e(320, 4);
+  Outputs want = in_process(ps, 16, cuda);
+  ActorEngine e(320, 4, cuda);
   for (size_t i = 0; i < ps.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, ps[i], 16)));
   Outputs got = drain(e.scheduler);
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -162,6 +170,32 @@ TEST_CASE("Through actors, retraction under a small pool keeps every output iden
   }
   CHECK(e.scheduler.stats().retractions > 0);
   CHECK(e.kv_service.check_idle().empty());
+}
+
+}  // namespace
+
+TEST_CASE("Through actors, concurrent requests get the in-process engine's outputs", "[actors][engine]") {
+  concurrent_through_actors(false);
+}
+
+TEST_CASE("Through actors, retraction and 100 random aborts leave the pool full", "[actors][engine]") {
+  aborts_through_actors(false);
+}
+
+TEST_CASE("Through actors, retraction under a small pool keeps every output identical", "[actors][engine]") {
+  retraction_through_actors(false);
+}
+
+TEST_CASE("With the CUDA worker, concurrent requests get the in-process engine's outputs", "[gpu][actors][engine]") {
+  concurrent_through_actors(true);
+}
+
+TEST_CASE("With the CUDA worker, retraction and 100 random aborts leave the pool full", "[gpu][actors][engine]") {
+  aborts_through_actors(true);
+}
+
+TEST_CASE("With the CUDA worker, retraction under a small pool keeps every output identical", "[gpu][actors][engine]") {
+  retraction_through_actors(true);
 }
 
 TEST_CASE("A manager that answers garbage is reported, not trusted", "[actors]") {

@@ -297,7 +297,7 @@ TEST_CASE("Request operations reject a prefix the tree does not hold, changing n
   require_sound(t);
 }
 
-TEST_CASE("Eviction order follows the logical clock; equal times go by node index", "[kvstore][radix]") {
+TEST_CASE("Eviction order follows the logical clock, equal times go by node index", "[kvstore][radix]") {
   RadixCache t(1);
   // Two leaves created by one insert each, then a split that makes a third.
   t.insert(V{1, 2, 3}, V{11, 12, 13});  // clock 1

@@ -1,0 +1,470 @@
+#include "kernels/cuda/cuda_executor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "kernels/cpu/sampler.hpp"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_buffer.cuh"
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/sampling.cuh"
+#include "model/llama_model.hpp"
+
+namespace actorlm::cuda {
+namespace {
+
+DeviceBuffer<bf16> upload_bf16(const std::vector<const WeightMatrix*>& parts) {
+  size_t n = 0;
+  for (const auto* p : parts) n += p->data.size();
+  std::vector<bf16> host(n);
+  size_t at = 0;
+  for (const auto* p : parts) {
+    for (float v : p->data) host[at++] = __float2bfloat16(v);
+  }
+  DeviceBuffer<bf16> d(n);
+  ACTORLM_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  return d;
+}
+
+DeviceBuffer<float> upload_f32(const std::vector<const std::vector<float>*>& parts) {
+  size_t n = 0;
+  for (const auto* p : parts) n += p->size();
+  DeviceBuffer<float> d(std::max<size_t>(n, 1));
+  size_t at = 0;
+  for (const auto* p : parts) {
+    ACTORLM_CUDA_CHECK(cudaMemcpy(d.get() + at, p->data(), p->size() * sizeof(float), cudaMemcpyHostToDevice));
+    at += p->size();
+  }
+  return d;
+}
+
+struct DeviceLayer {
+  DeviceBuffer<float> attn_norm, ffn_norm, bqkv;  // bqkv empty unless the model has q/k/v biases
+  DeviceBuffer<bf16> wqkv, wo, wgu, wdown;        // [q+2kv][h], [h][q], [2f][h], [h][f]
+  bool has_bias = false;
+};
+
+// Host-pinned staging for one step's inputs: one H2D copy per step.
+class Staging {
+ public:
+  ~Staging() {
+    if (host_) cudaFreeHost(host_);
+  }
+  void reset() { used_ = 0; }
+  // Reserves n bytes (16-aligned) and returns their offset.
+  size_t take(size_t n) {
+    size_t at = used_;
+    used_ += (n + 15) / 16 * 16;
+    return at;
+  }
+  void reserve_host() {
+    if (used_ <= cap_) return;
+    if (host_) cudaFreeHost(host_);
+    host_ = nullptr;
+    cap_ = used_ * 2;
+    ACTORLM_CUDA_CHECK(cudaMallocHost(&host_, cap_));
+    device_.grow(cap_);
+  }
+  char* host(size_t at) { return static_cast<char*>(host_) + at; }
+  template <typename T>
+  T* device(size_t at) { return reinterpret_cast<T*>(device_.get() + at); }
+  void upload(cudaStream_t s) {
+    if (used_) ACTORLM_CUDA_CHECK(cudaMemcpyAsync(device_.get(), host_, used_, cudaMemcpyHostToDevice, s));
+  }
+
+ private:
+  void* host_ = nullptr;
+  size_t cap_ = 0, used_ = 0;
+  DeviceBuffer<char> device_;
+};
+
+}  // namespace
+
+struct CudaExecutor::Impl {
+  int device = 0;
+  ModelConfig cfg;
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  DeviceBuffer<bf16> embedding, lm_head;  // lm_head empty when tied
+  DeviceBuffer<float> out_norm, inv_freq;
+  std::vector<DeviceLayer> layers;
+  int64_t weight_bytes = 0;
+
+  int64_t pool_rows = 0;
+  int32_t max_requests = 0, max_context = 0;
+  DeviceBuffer<bf16> k_pool, v_pool;  // [layers][pool_rows][kv_dim]
+  DeviceBuffer<int32_t> table;        // [max_requests][max_context]
+
+  // Per-step scratch, grown to the largest batch seen.
+  DeviceBuffer<float> x, qkv, gu, logits, sample_work, attn_ws, sample_lp;
+  DeviceBuffer<bf16> act;
+  DeviceBuffer<int32_t> sample_tok;
+  Staging staging, sample_staging;
+  int32_t logit_rows = 0;  // rows of `logits` from the latest forward
+
+  ~Impl() {
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void init(int dev) {
+    device = dev;
+    std::string why;
+    if (!cuda_device_usable(&why)) throw std::runtime_error("CUDA executor: " + why);
+    ACTORLM_CUDA_CHECK(cudaSetDevice(dev));
+    ACTORLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    ACTORLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ACTORLM_CUBLAS_CHECK(cublasCreate(&blas));
+    ACTORLM_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  }
+
+  const bf16* output_matrix() const { return lm_head.size() ? lm_head.get() : embedding.get(); }
+
+  // y[rows][n] = x[rows][k] · w[n][k]ᵀ (+ beta * y): cuBLAS is column-major,
+  // so this is yᵀ = w · xᵀ with w read transposed.
+  void gemm(const bf16* xin, int32_t rows, const bf16* w, int64_t n, int64_t k, float* y, float beta) {
+    const float alpha = 1.0f;
+    ACTORLM_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), rows, static_cast<int>(k),
+                                      &alpha, w, CUDA_R_16BF, static_cast<int>(k), xin, CUDA_R_16BF,
+                                      static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(n),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+};
+
+CudaExecutor::CudaExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaExecutor::~CudaExecutor() {
+  if (impl_) cudaSetDevice(impl_->device);
+}
+
+bool cuda_device_usable(std::string* why) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    if (why) *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err) : "no CUDA device";
+    cudaGetLastError();
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major < 9) {
+    if (why) *why = std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
+                    "; actorlm's CUDA backend is built for sm_90 (H100/H200)";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<CudaExecutor> CudaExecutor::create(const LlamaWeights& w, int device) {
+  auto impl = std::make_unique<Impl>();
+  impl->init(device);
+  const ModelConfig& c = w.config;
+  impl->cfg = c;
+  impl->embedding = upload_bf16({&w.token_embedding});
+  if (!w.lm_head.empty()) impl->lm_head = upload_bf16({&w.lm_head});
+  impl->out_norm = upload_f32({&w.output_norm});
+  RopeTable rope = make_rope_table(c, w.rope_freq_factors);
+  impl->inv_freq = upload_f32({&rope.inv_freq});
+  for (const LayerWeights& L : w.layers) {
+    DeviceLayer d;
+    d.attn_norm = upload_f32({&L.attn_norm});
+    d.ffn_norm = upload_f32({&L.ffn_norm});
+    d.wqkv = upload_bf16({&L.wq, &L.wk, &L.wv});
+    d.wo = upload_bf16({&L.wo});
+    d.wgu = upload_bf16({&L.w_gate, &L.w_up});
+    d.wdown = upload_bf16({&L.w_down});
+    if (!L.bq.empty()) {
+      d.bqkv = upload_f32({&L.bq, &L.bk, &L.bv});
+      d.has_bias = true;
+    }
+    impl->layers.push_back(std::move(d));
+  }
+  int64_t bytes = static_cast<int64_t>(impl->embedding.bytes() + impl->lm_head.bytes());
+  for (const auto& d : impl->layers) bytes += static_cast<int64_t>(d.wqkv.bytes() + d.wo.bytes() + d.wgu.bytes() + d.wdown.bytes());
+  impl->weight_bytes = bytes;
+  return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
+}
+
+std::unique_ptr<CudaExecutor> CudaExecutor::create_random(const ModelConfig& c, uint64_t seed, int device) {
+  auto impl = std::make_unique<Impl>();
+  impl->init(device);
+  impl->cfg = c;
+  cudaStream_t s = impl->stream;
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, V = c.vocab_size;
+  auto rnd = [&](int64_t n, int64_t fan_in) {
+    DeviceBuffer<bf16> b(static_cast<size_t>(n));
+    fill_random(b.get(), n, 1.0f / std::sqrt(static_cast<float>(fan_in)), seed++, s);
+    return b;
+  };
+  auto ones = [&](int64_t n) {
+    DeviceBuffer<float> b(static_cast<size_t>(n));
+    fill_random_f32(b.get(), n, 0.0f, 1.0f, seed++, s);
+    return b;
+  };
+  impl->embedding = rnd(V * H, 1);
+  impl->lm_head = rnd(V * H, H);
+  impl->out_norm = ones(H);
+  RopeTable rope = make_rope_table(c, {});
+  impl->inv_freq = upload_f32({&rope.inv_freq});
+  int64_t bytes = 2 * V * H * 2;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    DeviceLayer d;
+    d.attn_norm = ones(H);
+    d.ffn_norm = ones(H);
+    d.wqkv = rnd((Q + 2 * KV) * H, H);
+    d.wo = rnd(H * Q, Q);
+    d.wgu = rnd(2 * F * H, H);
+    d.wdown = rnd(H * F, F);
+    bytes += 2 * ((Q + 2 * KV) * H + H * Q + 3 * F * H);
+    impl->layers.push_back(std::move(d));
+  }
+  impl->weight_bytes = bytes;
+  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
+}
+
+const ModelConfig& CudaExecutor::config() const { return impl_->cfg; }
+int64_t CudaExecutor::weight_bytes() const { return impl_->weight_bytes; }
+std::string CudaExecutor::device_name() const { return impl_->prop.name; }
+void CudaExecutor::synchronize() const { ACTORLM_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+int64_t CudaExecutor::kv_bytes_per_row() const {
+  return static_cast<int64_t>(impl_->cfg.n_layers) * 2 * impl_->cfg.kv_dim() * static_cast<int64_t>(sizeof(bf16));
+}
+
+int64_t CudaExecutor::kv_rows_that_fit(double fraction, int32_t max_requests, int32_t max_context) const {
+  if (!(fraction > 0.0 && fraction < 1.0)) throw std::invalid_argument("mem_fraction_static must be in (0, 1)");
+  ACTORLM_CUDA_CHECK(cudaSetDevice(impl_->device));
+  size_t free_b = 0, total_b = 0;
+  ACTORLM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const double used = static_cast<double>(total_b - free_b);  // weights, context, other processes
+  const double table = static_cast<double>(max_requests) * max_context * sizeof(int32_t);
+  const double budget = fraction * static_cast<double>(total_b) - used - table;
+  return budget > 0 ? static_cast<int64_t>(budget / static_cast<double>(kv_bytes_per_row())) : 0;
+}
+
+void CudaExecutor::allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t max_context) {
+  Impl& m = *impl_;
+  ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
+  const auto n = static_cast<size_t>(m.cfg.n_layers) * static_cast<size_t>(kv_pool_rows) * static_cast<size_t>(m.cfg.kv_dim());
+  try {
+    m.k_pool.grow(n);
+    m.v_pool.grow(n);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("CUDA executor: a KV pool of " + std::to_string(kv_pool_rows) + " rows (" +
+                             std::to_string(2 * n * sizeof(bf16) >> 20) + " MiB) does not fit: " + e.what());
+  }
+  // Rows never written are read only by masked lanes; zero them anyway so a
+  // bug reads zeros, not NaN bit patterns.
+  ACTORLM_CUDA_CHECK(cudaMemset(m.k_pool.get(), 0, m.k_pool.bytes()));
+  ACTORLM_CUDA_CHECK(cudaMemset(m.v_pool.get(), 0, m.v_pool.bytes()));
+  m.table.grow(static_cast<size_t>(max_requests) * static_cast<size_t>(max_context));
+  ACTORLM_CUDA_CHECK(cudaMemset(m.table.get(), 0, m.table.bytes()));
+  m.pool_rows = kv_pool_rows;
+  m.max_requests = max_requests;
+  m.max_context = max_context;
+}
+
+int64_t CudaExecutor::kv_bytes() const { return static_cast<int64_t>(impl_->k_pool.bytes() + impl_->v_pool.bytes()); }
+
+void CudaExecutor::write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) {
+  Impl& m = *impl_;
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(m.table.get() + static_cast<int64_t>(slot) * m.max_context + start, kv.data(),
+                                     kv.size() * sizeof(int32_t), cudaMemcpyHostToDevice, m.stream));
+  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // kv is the caller's memory
+}
+
+ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.cfg;
+  ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
+  const auto T = static_cast<int32_t>(b.token_ids.size());
+  const auto R = static_cast<int32_t>(plan.logit_rows.size());
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, V = c.vocab_size;
+  const int64_t QKV = Q + 2 * KV;
+
+  // Host-side inputs of the step, packed for one upload.
+  std::vector<int32_t> writes, values;
+  int32_t max_write = 0;
+  for (const auto& w : b.writes) {
+    writes.insert(writes.end(), {w.slot, w.start, static_cast<int32_t>(w.kv.size()), static_cast<int32_t>(values.size())});
+    values.insert(values.end(), w.kv.begin(), w.kv.end());
+    max_write = std::max(max_write, static_cast<int32_t>(w.kv.size()));
+  }
+  std::vector<AttnRequest> reqs;
+  for (size_t r = 0; r < plan.slots.size(); ++r) {
+    reqs.push_back({plan.slots[r], plan.attention.q_start[r], plan.attention.q_len[r], plan.attention.prefix_len[r]});
+  }
+  AttnSchedule sched = plan_attention(reqs, c.n_heads, c.n_kv_heads, c.head_dim, m.prop.multiProcessorCount);
+
+  Staging& st = m.staging;
+  st.reset();
+  std::vector<std::pair<size_t, const void*>> copies;
+  std::vector<size_t> sizes;
+  auto add = [&](const void* data, size_t bytes) {
+    size_t at = st.take(std::max<size_t>(bytes, 1));
+    copies.emplace_back(at, data);
+    sizes.push_back(bytes);
+    return at;
+  };
+  const size_t o_tok = add(b.token_ids.data(), b.token_ids.size() * 4);
+  const size_t o_pos = add(plan.positions.data(), plan.positions.size() * 4);
+  const size_t o_loc = add(b.out_cache_loc.data(), b.out_cache_loc.size() * 4);
+  const size_t o_rows = add(plan.logit_rows.data(), plan.logit_rows.size() * 4);
+  const size_t o_wr = add(writes.data(), writes.size() * 4);
+  const size_t o_val = add(values.data(), values.size() * 4);
+  const size_t o_req = add(reqs.data(), reqs.size() * sizeof(AttnRequest));
+  const size_t o_items = add(sched.items.data(), sched.items.size() * sizeof(AttnWorkItem));
+  st.reserve_host();
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (sizes[i]) std::memcpy(st.host(copies[i].first), copies[i].second, sizes[i]);
+  }
+  st.upload(m.stream);
+
+  m.x.grow(static_cast<size_t>(T) * H);
+  m.qkv.grow(static_cast<size_t>(T) * QKV);
+  m.gu.grow(static_cast<size_t>(T) * 2 * F);
+  m.act.grow(static_cast<size_t>(T) * std::max({H, Q, F}));
+  m.logits.grow(static_cast<size_t>(std::max(R, 1)) * V);
+  m.attn_ws.grow(std::max<size_t>(sched.workspace_floats(), 1));
+  cudaStream_t s = m.stream;
+
+  scatter_table(m.table.get(), m.max_context, st.device<int32_t>(o_wr), static_cast<int32_t>(b.writes.size()),
+                st.device<int32_t>(o_val), max_write, s);
+  embed(m.embedding.get(), H, st.device<int32_t>(o_tok), T, m.x.get(), s);
+  PagedAttentionArgs attn;
+  attn.q = m.qkv.get();
+  attn.q_ld = QKV;
+  attn.req_to_token = m.table.get();
+  attn.table_ld = m.max_context;
+  attn.reqs = st.device<AttnRequest>(o_req);
+  attn.items = st.device<AttnWorkItem>(o_items);
+  attn.n_heads = c.n_heads;
+  attn.n_kv_heads = c.n_kv_heads;
+  attn.head_dim = c.head_dim;
+  attn.scale = plan.attention.scale;
+  attn.workspace = m.attn_ws.get();
+  attn.out = m.act.get();
+  const int64_t layer_stride = m.pool_rows * KV;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    DeviceLayer& L = m.layers[static_cast<size_t>(l)];
+    bf16* kc = m.k_pool.get() + l * layer_stride;
+    bf16* vc = m.v_pool.get() + l * layer_stride;
+    rms_norm(m.x.get(), nullptr, L.attn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
+    m.gemm(m.act.get(), T, L.wqkv.get(), QKV, H, m.qkv.get(), 0.0f);
+    if (L.has_bias) add_bias(m.qkv.get(), QKV, L.bqkv.get(), T, QKV, s);
+    rope(m.qkv.get(), QKV, c.n_heads, Q, c.n_kv_heads, c.head_dim, st.device<int32_t>(o_pos), m.inv_freq.get(), T, s);
+    store_kv(m.qkv.get() + Q, m.qkv.get() + Q + KV, QKV, static_cast<int32_t>(KV), st.device<int32_t>(o_loc), T, kc, vc, s);
+    attn.k_cache = kc;
+    attn.v_cache = vc;
+    paged_attention(attn, sched, s);
+    m.gemm(m.act.get(), T, L.wo.get(), H, Q, m.x.get(), 1.0f);  // residual add in the GEMM's epilogue
+    rms_norm(m.x.get(), nullptr, L.ffn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
+    m.gemm(m.act.get(), T, L.wgu.get(), 2 * F, H, m.gu.get(), 0.0f);
+    swiglu(m.gu.get(), m.gu.get() + F, 2 * F, m.act.get(), T, F, s);
+    m.gemm(m.act.get(), T, L.wdown.get(), H, F, m.x.get(), 1.0f);
+  }
+  rms_norm(m.x.get(), st.device<int32_t>(o_rows), m.out_norm.get(), m.act.get(), R, H, c.rms_norm_eps, s);
+  m.gemm(m.act.get(), R, m.output_matrix(), V, H, m.logits.get(), 0.0f);
+  m.logit_rows = R;
+
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  out.device_rows = static_cast<size_t>(R);
+  if (b.all_logits) {
+    out.logits.resize(static_cast<size_t>(R) * V);
+    ACTORLM_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), m.logits.get(), out.logits.size() * sizeof(float),
+                                       cudaMemcpyDeviceToHost, s));
+  }
+  // The staging buffer is reused by the next step: the upload must be done.
+  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  return out;
+}
+
+std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) {
+  Impl& m = *impl_;
+  ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
+  const auto R = static_cast<int32_t>(reqs.size());
+  if (R != m.logit_rows || static_cast<int32_t>(out.rows()) != R) {
+    throw std::invalid_argument("CUDA sample: " + std::to_string(R) + " requests for " + std::to_string(m.logit_rows) +
+                                " logits rows of the latest forward");
+  }
+  const int32_t V = m.cfg.vocab_size;
+  std::vector<SampleRowParams> params(static_cast<size_t>(R));
+  std::vector<HistoryEntry> history;
+  for (int32_t r = 0; r < R; ++r) {
+    const SampleRequest& q = reqs[static_cast<size_t>(r)];
+    SampleRowParams& p = params[static_cast<size_t>(r)];
+    p.temperature = q.params.temperature;
+    p.top_p = q.params.top_p;
+    p.min_p = q.params.min_p;
+    p.repetition_penalty = q.params.repetition_penalty;
+    p.frequency_penalty = q.params.frequency_penalty;
+    p.presence_penalty = q.params.presence_penalty;
+    p.top_k = q.params.top_k;
+    p.greedy = q.params.greedy() ? 1 : 0;
+    p.seed = q.params.has_seed ? q.params.seed : 0;
+    p.step = q.step;
+    p.hist_begin = p.hist_end = static_cast<int32_t>(history.size());
+    const bool rep = q.params.repetition_penalty != 1.0f;
+    const bool occ = q.params.frequency_penalty != 0.0f || q.params.presence_penalty != 0.0f;
+    if (!rep && !occ) continue;
+    std::unordered_map<int32_t, int32_t> seen;  // token -> output count
+    if (rep) {
+      for (int32_t t : q.prompt) {
+        if (t >= 0 && t < V) seen.emplace(t, 0);
+      }
+    }
+    for (int32_t t : q.output) {
+      if (t >= 0 && t < V) ++seen[t];
+    }
+    for (auto [t, n] : seen) {
+      // Prompt-only tokens matter only to the repetition penalty.
+      if (n > 0 || rep) history.push_back({t, occ ? n : 0});
+    }
+    p.hist_end = static_cast<int32_t>(history.size());
+  }
+  Staging& st = m.sample_staging;
+  st.reset();
+  const size_t o_p = st.take(params.size() * sizeof(SampleRowParams));
+  const size_t o_h = st.take(std::max<size_t>(history.size() * sizeof(HistoryEntry), 1));
+  st.reserve_host();
+  std::memcpy(st.host(o_p), params.data(), params.size() * sizeof(SampleRowParams));
+  if (!history.empty()) std::memcpy(st.host(o_h), history.data(), history.size() * sizeof(HistoryEntry));
+  st.upload(m.stream);
+  m.sample_work.grow(static_cast<size_t>(R) * V);
+  m.sample_tok.grow(static_cast<size_t>(R));
+  m.sample_lp.grow(static_cast<size_t>(R));
+  sample_rows(m.logits.get(), V, R, st.device<SampleRowParams>(o_p), st.device<HistoryEntry>(o_h), m.sample_work.get(),
+              m.sample_tok.get(), m.sample_lp.get(), m.stream);
+  std::vector<int32_t> tok(static_cast<size_t>(R));
+  std::vector<float> lp(static_cast<size_t>(R));
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(tok.data(), m.sample_tok.get(), tok.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(lp.data(), m.sample_lp.get(), lp.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+
+  std::vector<SampleResult> results(static_cast<size_t>(R));
+  for (int32_t r = 0; r < R; ++r) {
+    const SampleRequest& q = reqs[static_cast<size_t>(r)];
+    SampleResult& res = results[static_cast<size_t>(r)];
+    if (tok[static_cast<size_t>(r)] < 0) throw std::domain_error("sampler: every logit is -inf or NaN");
+    res.token = tok[static_cast<size_t>(r)];
+    res.logprob = lp[static_cast<size_t>(r)];
+    if (q.top_n > 0) {
+      // Alternatives are rare and small: the row comes to the host and the
+      // CPU sampler ranks them (the token stays the device's pick).
+      std::vector<float> row(static_cast<size_t>(V));
+      ACTORLM_CUDA_CHECK(cudaMemcpy(row.data(), m.logits.get() + static_cast<int64_t>(r) * V, row.size() * 4,
+                                    cudaMemcpyDeviceToHost));
+      SamplingParams greedy;
+      greedy.temperature = 0.0f;
+      res.top = sample_token(row, greedy, {}, {}, 0, q.top_n).top;
+    }
+  }
+  return results;
+}
+
+}  // namespace actorlm::cuda

@@ -1,0 +1,57 @@
+#pragma once
+// Launchers for actorlm's own CUDA kernels. Everything takes device pointers
+// and a stream and returns at once; launch errors throw (cuda_check.cuh).
+//
+// Types: the residual stream, projections' outputs (q/k/v, gate/up) and
+// logits are float32; anything that feeds a cuBLAS GEMM (normed activations,
+// attention output, SwiGLU output) is bf16, as are weights and the KV pool.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace actorlm::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// out[t][:] = table[tokens[t]][:] as float32.
+void embed(const bf16* table, int64_t hidden, const int32_t* tokens, int32_t n_tokens, float* out, cudaStream_t s);
+
+// out[r] = x[src_row(r)] / rms * weight as bf16, for r < rows; src_row(r) is
+// rows_idx[r] when rows_idx is not null (the rows that need logits), else r.
+void rms_norm(const float* x, const int32_t* rows_idx, const float* weight, bf16* out, int32_t rows, int64_t cols,
+              float eps, cudaStream_t s);
+
+// x[r][c] += bias[c] for a row-major [rows][cols] block with row stride ld.
+void add_bias(float* x, int64_t ld, const float* bias, int32_t rows, int64_t cols, cudaStream_t s);
+
+// Adjacent-pair RoPE (see model/llama_weights.hpp) in place on q and k, both
+// inside rows of stride ld: q heads start at column 0, k heads at k_col.
+// The angle is taken in double, as the CPU backend does.
+void rope(float* qk, int64_t ld, int32_t n_heads, int64_t k_col, int32_t n_kv_heads, int32_t head_dim,
+          const int32_t* positions, const float* inv_freq, int32_t n_tokens, cudaStream_t s);
+
+// k_cache[loc[t]] = k[t], v_cache[loc[t]] = v[t] (kv_dim values, to bf16);
+// k/v rows have stride ld.
+void store_kv(const float* k, const float* v, int64_t ld, int32_t kv_dim, const int32_t* loc, int32_t n_tokens,
+              bf16* k_cache, bf16* v_cache, cudaStream_t s);
+
+// out[r][i] = silu(gate[r*ld+i]) * up[r*ld+i] as bf16 (out is [rows][cols]).
+void swiglu(const float* gate, const float* up, int64_t ld, bf16* out, int32_t rows, int64_t cols, cudaStream_t s);
+
+void to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t s);
+void to_f32(const bf16* in, float* out, int64_t n, cudaStream_t s);
+
+// Applies packed req_to_token writes: for write w, table[slot*ld + start + i]
+// = values[offset + i] for i < len. `writes` holds 4 ints per write
+// (slot, start, len, offset).
+void scatter_table(int32_t* table, int64_t ld, const int32_t* writes, int32_t n_writes, const int32_t* values,
+                   int32_t max_len, cudaStream_t s);
+
+// Fills n bf16 values with uniform noise in [-scale, scale) from a seed
+// (random weights for benchmarks and device tests).
+void fill_random(bf16* out, int64_t n, float scale, uint64_t seed, cudaStream_t s);
+void fill_random_f32(float* out, int64_t n, float scale, float offset, uint64_t seed, cudaStream_t s);
+
+}  // namespace actorlm::cuda

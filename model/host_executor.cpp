@@ -1,0 +1,38 @@
+#include "model/host_executor.hpp"
+
+namespace actorlm {
+
+HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)), model_(std::move(weights), *backend_) {}
+
+void HostExecutor::allocate(int64_t kv_pool_rows, int32_t, int32_t) {
+  const ModelConfig& c = model_.config();
+  pool_rows_ = kv_pool_rows;
+  auto per_layer = static_cast<size_t>(kv_pool_rows) * static_cast<size_t>(c.kv_dim());
+  k_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
+  v_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
+}
+
+int64_t HostExecutor::kv_bytes() const {
+  return static_cast<int64_t>((k_cache_.size() + v_cache_.size()) * sizeof(float));
+}
+
+ForwardOutput HostExecutor::forward(const ForwardBatch& b, const StepPlan& plan) {
+  const ModelConfig& c = model_.config();
+  std::vector<KvLayerView> views;
+  auto per_layer = pool_rows_ * c.kv_dim();
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    views.push_back({k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer, pool_rows_, c.n_kv_heads,
+                     c.head_dim});
+  }
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  out.logits = model_.forward(b.token_ids, plan.positions, b.out_cache_loc, views, plan.attention, plan.logit_rows);
+  return out;
+}
+
+std::vector<SampleResult> HostExecutor::sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) {
+  return backend_->sample(out.logits.data(), out.vocab, reqs);
+}
+
+}  // namespace actorlm

@@ -1,0 +1,31 @@
+#pragma once
+// The host executor: LlamaModel over a Backend (the CPU one), with the KV pool
+// in host memory as float32, one K and one V buffer per layer.
+
+#include <memory>
+
+#include "model/llama_model.hpp"
+#include "model/model_executor.hpp"
+
+namespace actorlm {
+
+class HostExecutor final : public ModelExecutor {
+ public:
+  HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend);
+
+  const ModelConfig& config() const override { return model_.config(); }
+  void allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t max_context) override;
+  int64_t kv_bytes() const override;
+  bool wants_kv_indices() const override { return true; }
+  void write_req_to_token(int32_t, int32_t, std::span<const int32_t>) override {}  // rows come with the plan
+  ForwardOutput forward(const ForwardBatch& batch, const StepPlan& plan) override;
+  std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) override;
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  LlamaModel model_;
+  int64_t pool_rows_ = 0;
+  std::vector<float> k_cache_, v_cache_;  // [layers][pool_rows][kv_heads][head_dim]
+};
+
+}  // namespace actorlm

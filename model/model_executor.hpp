@@ -1,0 +1,48 @@
+#pragma once
+// What runs a ModelRunner's forward passes: the host path (HostExecutor:
+// LlamaModel over a Backend, KV in host memory) or a device one
+// (kernels/cuda's CudaExecutor: weights, KV pool, req_to_token and logits in
+// device memory). ModelRunner validates every batch and plans it before an
+// executor sees it, so executors may assume a consistent batch.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "model/forward_batch.hpp"
+#include "model/model_config.hpp"
+
+namespace actorlm {
+
+// The host-side plan of one validated batch.
+struct StepPlan {
+  AttentionPlan attention;           // kv_indices only when wants_kv_indices()
+  std::vector<int32_t> slots;        // per request
+  std::vector<int32_t> positions;    // per new token
+  std::vector<int32_t> logit_rows;   // token rows that get logits, in order
+};
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // Called once, by ModelRunner, before any other call below.
+  virtual void allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t max_context) = 0;
+  virtual int64_t kv_bytes() const = 0;
+  // A device executor keeps its own req_to_token and reads KV rows from it;
+  // the host one takes them from the plan.
+  virtual bool wants_kv_indices() const = 0;
+  // Range-checked by the caller.
+  virtual void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) = 0;
+  // Applies batch.writes to the executor's table, then runs the pass. A
+  // device executor may leave the logits on the device (ForwardOutput::
+  // device_rows) unless batch.all_logits asks for them.
+  virtual ForwardOutput forward(const ForwardBatch& batch, const StepPlan& plan) = 0;
+  // One token per row of `out`, which must come from this executor's latest
+  // forward().
+  virtual std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) = 0;
+};
+
+}  // namespace actorlm
