@@ -218,10 +218,13 @@ void paged_attention(const PagedAttentionArgs& a, const AttnSchedule& sc, cudaSt
   if (sc.items.empty()) return;
   if (a.n_heads % a.n_kv_heads != 0) throw std::invalid_argument("paged_attention: n_heads must be a multiple of n_kv_heads");
   switch (a.head_dim) {
+    case 32: launch<32>(a, sc, s); break;
     case 64: launch<64>(a, sc, s); break;
     case 128: launch<128>(a, sc, s); break;
+    case 256: launch<256>(a, sc, s); break;
     default:
-      throw std::invalid_argument("CUDA paged attention supports head_dim 64 and 128, not " + std::to_string(a.head_dim));
+      throw std::invalid_argument("CUDA paged attention supports head_dim 32, 64, 128 and 256, not " +
+                                  std::to_string(a.head_dim));
   }
 }
 

@@ -62,7 +62,7 @@ struct PagedAttentionArgs {
   bf16* out = nullptr;         // [tokens][n_heads * head_dim]
 };
 
-// head_dim must be 64 or 128 (throws otherwise).
+// head_dim must be 32, 64, 128 or 256 (throws otherwise).
 void paged_attention(const PagedAttentionArgs& args, const AttnSchedule& schedule, cudaStream_t s);
 
 }  // namespace actorlm::cuda

@@ -24,10 +24,10 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(1234)
     cfg = transformers.LlamaConfig(
-        vocab_size=512, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+        vocab_size=512, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-        initializer_range=0.08, bos_token_id=1, eos_token_id=2,
+        initializer_range=0.05, bos_token_id=1, eos_token_id=2,
     )
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
     # Norm weights away from 1 so a missing or misplaced norm shows.
