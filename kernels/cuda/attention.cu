@@ -21,8 +21,7 @@ struct Layout {
   static constexpr int kStates = kWarps * kTokensPerWarp;  // independent softmax states per block
 };
 
-__device__ inline void load8(const bf16* p, float* out) {
-  uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ inline void to_f32x8(const uint4& raw, float* out) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -32,13 +31,22 @@ __device__ inline void load8(const bf16* p, float* out) {
   }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(PagedAttentionArgs a, int32_t chunk, int32_t n_splits) {
+// KV rows of the block's positions are staged in shared memory this many at
+// a time, so the K/V loads do not wait on a req_to_token load each.
+constexpr int kTableChunk = 1024;
+// Warp steps whose loads are issued before the first is consumed.
+constexpr int kUnroll = 4;
+
+// SLOTS: (query row, head) pairs per item, rounded up (4 or 8); fewer slots
+// mean fewer registers and more resident blocks for decode.
+template <int HD, int SLOTS>
+__global__ void __launch_bounds__(kWarps * 32, SLOTS <= 4 ? 4 : 2) attention_kernel(PagedAttentionArgs a, int32_t chunk, int32_t n_splits) {
   using L = Layout<HD>;
   constexpr int LPT = L::kLanesPerToken, TPW = L::kTokensPerWarp;
-  __shared__ float sm_acc[L::kStates][kSlots][HD];
-  __shared__ float sm_m[L::kStates][kSlots];
-  __shared__ float sm_l[L::kStates][kSlots];
+  __shared__ float sm_acc[L::kStates][SLOTS][HD];
+  __shared__ float sm_m[L::kStates][SLOTS];
+  __shared__ float sm_l[L::kStates][SLOTS];
+  __shared__ int32_t sm_rows[kTableChunk];
 
   const AttnWorkItem it = a.items[blockIdx.x];
   const AttnRequest rq = a.reqs[it.req];
@@ -50,10 +58,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(PagedAttentionAr
   const int sub = lane / LPT, d0 = (lane % LPT) * 8;
   const float qscale = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2 below
 
-  float q[kSlots][8], acc[kSlots][8], m[kSlots], l[kSlots];
-  int lim[kSlots];
+  float q[SLOTS][8], acc[SLOTS][8], m[SLOTS], l[SLOTS];
+  int lim[SLOTS];
 #pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
+  for (int s = 0; s < SLOTS; ++s) {
     m[s] = -INFINITY;
     l[s] = 0.0f;
     lim[s] = 0;
@@ -69,11 +77,15 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(PagedAttentionAr
   }
 
   const int32_t* table = a.req_to_token + static_cast<int64_t>(rq.slot) * a.table_ld;
-  const int64_t head_off = static_cast<int64_t>(it.kv_head) * HD + d0;
-  auto consume = [&](int pos, const float* kf, const float* vf) {
-    const bool valid = pos < end;
+  const bf16* kbase = a.k_cache + static_cast<int64_t>(it.kv_head) * HD + d0;
+  const bf16* vbase = a.v_cache + static_cast<int64_t>(it.kv_head) * HD + d0;
+  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * HD;
+  auto consume = [&](int pos, bool valid, const uint4& kraw, const uint4& vraw) {
+    float kf[8], vf[8];
+    to_f32x8(kraw, kf);
+    to_f32x8(vraw, vf);
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
+    for (int s = 0; s < SLOTS; ++s) {
       if (s >= n_slots) break;  // uniform across the block
       float dot = 0.0f;
 #pragma unroll
@@ -90,29 +102,38 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(PagedAttentionAr
       }
     }
   };
-  // Two warp steps per iteration so the second step's loads are in flight
-  // while the first is consumed. `base` is warp-uniform (shuffles need it).
-  constexpr int kStride = kWarps * TPW;
-  for (int base = begin + warp * TPW; base < end; base += 2 * kStride) {
-    const int p0 = base + sub, p1 = base + kStride + sub;
-    float k0[8] = {}, v0[8] = {}, k1[8] = {}, v1[8] = {};
-    if (p0 < end) {
-      const int64_t r = static_cast<int64_t>(table[p0]) * a.n_kv_heads * HD + head_off;
-      load8(a.k_cache + r, k0);
-      load8(a.v_cache + r, v0);
+  constexpr int kStride = kWarps * TPW;  // positions per block step
+  for (int c0 = begin; c0 < end; c0 += kTableChunk) {
+    const int c1 = min(end, c0 + kTableChunk);
+    __syncthreads();  // the previous chunk's rows are no longer read
+    for (int i = threadIdx.x; i < c1 - c0; i += blockDim.x) sm_rows[i] = table[c0 + i];
+    __syncthreads();
+    // `base` is warp-uniform (the shuffles need every lane); kUnroll steps
+    // of loads are in flight before the first is consumed.
+    for (int base = c0 + warp * TPW; base < c1; base += kUnroll * kStride) {
+      uint4 kr[kUnroll], vr[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int pos = base + u * kStride + sub;
+        if (pos < c1) {
+          const int64_t r = static_cast<int64_t>(sm_rows[pos - c0]) * row_stride;
+          kr[u] = *reinterpret_cast<const uint4*>(kbase + r);
+          vr[u] = *reinterpret_cast<const uint4*>(vbase + r);
+        } else {
+          kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int pos = base + u * kStride + sub;
+        consume(pos, pos < c1, kr[u], vr[u]);
+      }
     }
-    if (p1 < end) {
-      const int64_t r = static_cast<int64_t>(table[p1]) * a.n_kv_heads * HD + head_off;
-      load8(a.k_cache + r, k1);
-      load8(a.v_cache + r, v1);
-    }
-    consume(p0, k0, v0);
-    consume(p1, k1, v1);
   }
 
   const int state = warp * TPW + sub;
 #pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
+  for (int s = 0; s < SLOTS; ++s) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) sm_acc[state][s][d0 + i] = acc[s][i];
     if (d0 == 0) {
@@ -169,7 +190,12 @@ __global__ void merge_kernel(PagedAttentionArgs a, int32_t n_splits) {
 template <int HD>
 void launch(const PagedAttentionArgs& a, const AttnSchedule& sc, cudaStream_t s) {
   const auto n_items = static_cast<unsigned>(sc.items.size());
-  attention_kernel<HD><<<dim3(n_items, static_cast<unsigned>(sc.n_splits)), kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+  const dim3 grid(n_items, static_cast<unsigned>(sc.n_splits));
+  if (sc.max_slots <= 4) {
+    attention_kernel<HD, 4><<<grid, kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+  } else {
+    attention_kernel<HD, 8><<<grid, kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+  }
   ACTORLM_CUDA_LAUNCHED();
   merge_kernel<HD><<<n_items, 256, 0, s>>>(a, sc.n_splits);
   ACTORLM_CUDA_LAUNCHED();
@@ -195,20 +221,22 @@ AttnSchedule plan_attention(const std::vector<AttnRequest>& reqs, int32_t n_head
     for (int32_t kvh = 0; kvh < n_kv_heads; ++kvh) {
       for (int32_t h = 0; h < group; h += heads_per_item) {
         for (int32_t row = 0; row < rq.q_len; row += rows_per_item) {
-          sc.items.push_back({r, kvh, row, std::min(rows_per_item, rq.q_len - row), kvh * group + h,
-                              std::min(heads_per_item, group - h)});
+          const AttnWorkItem item{r, kvh, row, std::min(rows_per_item, rq.q_len - row), kvh * group + h,
+                                  std::min(heads_per_item, group - h)};
+          sc.max_slots = std::max(sc.max_slots, item.n_rows * item.n_qheads);
+          sc.items.push_back(item);
         }
       }
     }
   }
-  // Split the sequence only when the items alone leave SMs idle: aim for two
-  // blocks per SM, never splits shorter than 256 positions (the merge and the
-  // partial states cost more than they save below that).
+  // Split the sequence only when the items alone leave SMs idle: aim for
+  // four blocks per SM, never splits shorter than 128 positions (the merge
+  // and the partial states cost more than they save below that).
   const auto n_items = static_cast<int64_t>(sc.items.size());
-  const int64_t want = 2LL * sm_count;
+  const int64_t want = 4LL * sm_count;
   int64_t splits = n_items >= want ? 1 : (want + n_items - 1) / n_items;
   int64_t chunk = (max_kv + splits - 1) / splits;
-  chunk = std::max<int64_t>(256, (chunk + 63) / 64 * 64);
+  chunk = std::max<int64_t>(128, (chunk + 63) / 64 * 64);
   sc.chunk = static_cast<int32_t>(chunk);
   sc.n_splits = static_cast<int32_t>((max_kv + chunk - 1) / chunk);
   return sc;

@@ -39,6 +39,7 @@ struct AttnSchedule {
   std::vector<AttnWorkItem> items;
   int32_t n_splits = 1;
   int32_t chunk = 0;  // KV positions per split
+  int32_t max_slots = 1;  // most (row, head) pairs in one item
   size_t workspace_floats() const;
   int32_t head_dim = 0;
 };
