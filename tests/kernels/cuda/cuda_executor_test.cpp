@@ -242,7 +242,7 @@ TEST_CASE("On the GPU a random Llama gives Hugging Face transformers' logits and
     std::printf("HF random Llama, prompt of %zu: GPU vs transformers relative L2 mean %.4f, worst %.4f (row %zu); "
                 "CPU backend vs transformers worst %.5f; greedy %zu/%zu tokens identical\n",
                 prompt.size(), mean, worst, worst_row, worst_cpu, same, cont.size());
-    CHECK(worst_cpu < 1e-3);
+    CHECK(worst_cpu < 1e-4);  // float32 against float64
     CHECK(worst < 3e-2);
     if (same < cont.size()) {
       // Only a near tie in transformers' own logits may part them.
