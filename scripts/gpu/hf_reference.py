@@ -44,7 +44,10 @@ def main() -> None:
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=1)
 
-    model = model.double().eval()
+    # Reload instead of model.double(): .to(bfloat16) above also rounded the
+    # rotary inv_freq buffer to bf16, an angle error that grows with the
+    # position. Loading recomputes it.
+    model = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float64).eval()
     gen = torch.Generator().manual_seed(99)
     cases = []
     for n in (1, 5, 16, 200):
