@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cuda_check.cuh"
@@ -179,26 +178,7 @@ std::vector<SampleResult> CudaBackend::sample(const float* logits, int32_t vocab
   const auto R = static_cast<int32_t>(reqs.size());
   std::vector<SampleRowParams> params;
   std::vector<HistoryEntry> history;
-  for (const SampleRequest& q : reqs) {
-    SampleRowParams p;
-    p.temperature = q.params.temperature;
-    p.top_p = q.params.top_p;
-    p.min_p = q.params.min_p;
-    p.repetition_penalty = q.params.repetition_penalty;
-    p.frequency_penalty = q.params.frequency_penalty;
-    p.presence_penalty = q.params.presence_penalty;
-    p.top_k = q.params.top_k;
-    p.greedy = q.params.greedy() ? 1 : 0;
-    p.seed = q.params.has_seed ? q.params.seed : 0;
-    p.step = q.step;
-    p.hist_begin = static_cast<int32_t>(history.size());
-    std::unordered_map<int32_t, int32_t> seen;
-    for (int32_t t : q.prompt) seen.emplace(t, 0);
-    for (int32_t t : q.output) ++seen[t];
-    for (auto [t, n] : seen) history.push_back({t, n});
-    p.hist_end = static_cast<int32_t>(history.size());
-    params.push_back(p);
-  }
+  for (const SampleRequest& q : reqs) params.push_back(plan_sample_row(q, vocab, history));
   auto dl = to_device(logits, static_cast<size_t>(R) * vocab);
   auto dp = to_device(params.data(), params.size());
   auto dh = to_device(history.data(), history.size());

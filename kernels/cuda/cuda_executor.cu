@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "kernels/cpu/sampler.hpp"
 #include "kernels/cuda/attention.cuh"
@@ -393,40 +392,9 @@ std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::sp
                                 " logits rows of the latest forward");
   }
   const int32_t V = m.cfg.vocab_size;
-  std::vector<SampleRowParams> params(static_cast<size_t>(R));
+  std::vector<SampleRowParams> params;
   std::vector<HistoryEntry> history;
-  for (int32_t r = 0; r < R; ++r) {
-    const SampleRequest& q = reqs[static_cast<size_t>(r)];
-    SampleRowParams& p = params[static_cast<size_t>(r)];
-    p.temperature = q.params.temperature;
-    p.top_p = q.params.top_p;
-    p.min_p = q.params.min_p;
-    p.repetition_penalty = q.params.repetition_penalty;
-    p.frequency_penalty = q.params.frequency_penalty;
-    p.presence_penalty = q.params.presence_penalty;
-    p.top_k = q.params.top_k;
-    p.greedy = q.params.greedy() ? 1 : 0;
-    p.seed = q.params.has_seed ? q.params.seed : 0;
-    p.step = q.step;
-    p.hist_begin = p.hist_end = static_cast<int32_t>(history.size());
-    const bool rep = q.params.repetition_penalty != 1.0f;
-    const bool occ = q.params.frequency_penalty != 0.0f || q.params.presence_penalty != 0.0f;
-    if (!rep && !occ) continue;
-    std::unordered_map<int32_t, int32_t> seen;  // token -> output count
-    if (rep) {
-      for (int32_t t : q.prompt) {
-        if (t >= 0 && t < V) seen.emplace(t, 0);
-      }
-    }
-    for (int32_t t : q.output) {
-      if (t >= 0 && t < V) ++seen[t];
-    }
-    for (auto [t, n] : seen) {
-      // Prompt-only tokens matter only to the repetition penalty.
-      if (n > 0 || rep) history.push_back({t, occ ? n : 0});
-    }
-    p.hist_end = static_cast<int32_t>(history.size());
-  }
+  for (const SampleRequest& q : reqs) params.push_back(plan_sample_row(q, V, history));
   Staging& st = m.sample_staging;
   st.reset();
   const size_t o_p = st.take(params.size() * sizeof(SampleRowParams));

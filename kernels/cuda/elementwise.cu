@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/random.cuh"
 
 namespace actorlm::cuda {
 namespace {
@@ -116,15 +117,8 @@ __global__ void scatter_table_kernel(int32_t* table, int64_t ld, const int32_t* 
     table[static_cast<int64_t>(slot) * ld + start + i] = values[offset + i];
 }
 
-__device__ uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 __device__ float uniform_at(uint64_t seed, int64_t i) {
-  return static_cast<float>(mix64(seed ^ mix64(static_cast<uint64_t>(i))) >> 40) * (1.0f / 16777216.0f);
+  return static_cast<float>(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(i))) >> 40) * (1.0f / 16777216.0f);
 }
 
 __global__ void fill_random_kernel(bf16* out, int64_t n, float scale, uint64_t seed) {

@@ -1,7 +1,9 @@
 #include <cfloat>
 #include <climits>
+#include <unordered_map>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/random.cuh"
 #include "kernels/cuda/sampling.cuh"
 
 namespace actorlm::cuda {
@@ -13,12 +15,6 @@ constexpr int kBisections = 32;
 __device__ float clean(float v) { return v != v ? -INFINITY : v; }
 
 // The CPU sampler's uniform (kernels/cpu/sampler.cpp), bit for bit.
-__device__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 __device__ double uniform(uint64_t seed, uint64_t step) {
   uint64_t bits = splitmix64(splitmix64(seed) ^ (step * 0xd1b54a32d192ed03ull));
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
@@ -177,6 +173,36 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 }
 
 }  // namespace
+
+SampleRowParams plan_sample_row(const SampleRequest& q, int32_t vocab, std::vector<HistoryEntry>& history) {
+  SampleRowParams p;
+  p.temperature = q.params.temperature;
+  p.top_p = q.params.top_p;
+  p.min_p = q.params.min_p;
+  p.repetition_penalty = q.params.repetition_penalty;
+  p.frequency_penalty = q.params.frequency_penalty;
+  p.presence_penalty = q.params.presence_penalty;
+  p.top_k = q.params.top_k;
+  p.greedy = q.params.greedy() ? 1 : 0;
+  p.seed = q.params.has_seed ? q.params.seed : 0;
+  p.step = q.step;
+  p.hist_begin = p.hist_end = static_cast<int32_t>(history.size());
+  const bool rep = q.params.repetition_penalty != 1.0f;
+  const bool occ = q.params.frequency_penalty != 0.0f || q.params.presence_penalty != 0.0f;
+  if (!rep && !occ) return p;
+  std::unordered_map<int32_t, int32_t> seen;  // token -> occurrences in the output
+  if (rep) {
+    for (int32_t t : q.prompt) {
+      if (t >= 0 && t < vocab) seen.emplace(t, 0);
+    }
+  }
+  for (int32_t t : q.output) {
+    if (t >= 0 && t < vocab) ++seen[t];
+  }
+  for (auto [t, n] : seen) history.push_back({t, occ ? n : 0});
+  p.hist_end = static_cast<int32_t>(history.size());
+  return p;
+}
 
 void sample_rows(const float* logits, int32_t vocab, int32_t rows, const SampleRowParams* params,
                  const HistoryEntry* history, float* work, int32_t* tokens, float* logprobs, cudaStream_t s) {

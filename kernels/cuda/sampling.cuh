@@ -12,7 +12,9 @@
 // a threshold instead of a sort: tokens tied with the k-th keep together.
 
 #include <cstdint>
+#include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/ops.cuh"
 
 namespace actorlm::cuda {
@@ -37,6 +39,10 @@ struct HistoryEntry {
   int32_t token = 0;
   int32_t output_count = 0;  // occurrences in the output (0: prompt only)
 };
+
+// The row's parameters from a request, its penalty history appended to
+// `history` (distinct in-vocabulary tokens, only when a penalty is on).
+SampleRowParams plan_sample_row(const SampleRequest& q, int32_t vocab, std::vector<HistoryEntry>& history);
 
 // work: rows * vocab floats of scratch.
 void sample_rows(const float* logits, int32_t vocab, int32_t rows, const SampleRowParams* params,
