@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <stdexcept>
 
 #include "kernels/cpu/sampler.hpp"
@@ -60,13 +63,14 @@ class Staging {
     used_ += (n + 15) / 16 * 16;
     return at;
   }
-  void reserve_host() {
-    if (used_ <= cap_) return;
+  // Returns whether the device side moved.
+  bool reserve_host() {
+    if (used_ <= cap_) return false;
     if (host_) cudaFreeHost(host_);
     host_ = nullptr;
     cap_ = used_ * 2;
     ACTORLM_CUDA_CHECK(cudaMallocHost(&host_, cap_));
-    device_.grow(cap_);
+    return device_.grow(cap_);
   }
   char* host(size_t at) { return static_cast<char*>(host_) + at; }
   template <typename T>
@@ -106,7 +110,25 @@ struct CudaExecutor::Impl {
   Staging staging, sample_staging;
   int32_t logit_rows = 0;  // rows of `logits` from the latest forward
 
+  // Decode steps replay CUDA graphs, one per (padded batch size, attention
+  // splits, split length): a step of a small model is otherwise dominated by
+  // launching ~11 kernels per layer. A graph holds device addresses, so any
+  // scratch buffer that moves bumps `generation` and stale graphs are
+  // captured again.
+  bool use_graphs = true;
+  uint64_t generation = 0;
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t generation = 0;
+  };
+  std::map<std::tuple<int32_t, int32_t, int32_t>, Graph> graphs;
+  DeviceBuffer<char> blas_workspace;  // cuBLAS must not allocate while a graph is captured
+  int64_t graph_replays = 0, graph_captures = 0;
+
   ~Impl() {
+    for (auto& [key, g] : graphs) {
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+    }
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -120,6 +142,16 @@ struct CudaExecutor::Impl {
     ACTORLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     ACTORLM_CUBLAS_CHECK(cublasCreate(&blas));
     ACTORLM_CUBLAS_CHECK(cublasSetStream(blas, stream));
+    blas_workspace.grow(size_t{32} << 20);
+    ACTORLM_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_workspace.get(), blas_workspace.bytes()));
+    const char* env = std::getenv("ACTORLM_CUDA_GRAPHS");
+    use_graphs = !(env && std::string(env) == "0");
+  }
+
+  // Grows a scratch buffer; a move invalidates captured graphs.
+  template <typename T>
+  void scratch(DeviceBuffer<T>& b, size_t n) {
+    if (b.grow(n)) ++generation;
   }
 
   const bf16* output_matrix() const { return lm_head.size() ? lm_head.get() : embedding.get(); }
@@ -260,7 +292,9 @@ void CudaExecutor::allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t 
   // bug reads zeros, not NaN bit patterns.
   ACTORLM_CUDA_CHECK(cudaMemset(m.k_pool.get(), 0, m.k_pool.bytes()));
   ACTORLM_CUDA_CHECK(cudaMemset(m.v_pool.get(), 0, m.v_pool.bytes()));
-  m.table.grow(static_cast<size_t>(max_requests) * static_cast<size_t>(max_context));
+  // One spare row past the last slot: padding requests of graph-replayed
+  // decode steps read it (all zeros: the dummy KV row).
+  m.table.grow(static_cast<size_t>(max_requests + 1) * static_cast<size_t>(max_context));
   ACTORLM_CUDA_CHECK(cudaMemset(m.table.get(), 0, m.table.bytes()));
   m.pool_rows = kv_pool_rows;
   m.max_requests = max_requests;
@@ -276,16 +310,49 @@ void CudaExecutor::write_req_to_token(int32_t slot, int32_t start, std::span<con
   ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // kv is the caller's memory
 }
 
+namespace {
+
+// Decode batches are padded up to these sizes so a few graphs serve all.
+int32_t graph_bucket(int32_t n) {
+  for (int32_t b : {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256}) {
+    if (n <= b) return b;
+  }
+  return 0;  // too large: launched directly
+}
+
+}  // namespace
+
 ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan) {
   Impl& m = *impl_;
   const ModelConfig& c = m.cfg;
   ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
-  const auto T = static_cast<int32_t>(b.token_ids.size());
   const auto R = static_cast<int32_t>(plan.logit_rows.size());
   const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, V = c.vocab_size;
   const int64_t QKV = Q + 2 * KV;
 
-  // Host-side inputs of the step, packed for one upload.
+  // A pure decode step (one new token per request, logits kept here) runs as
+  // a graph, padded with requests on the spare table row that write their
+  // KV to the dummy row 0.
+  bool decode = !b.all_logits && m.use_graphs;
+  for (const auto& r : b.reqs) decode = decode && r.extend_len == 1;
+  const int32_t bucket = decode ? graph_bucket(static_cast<int32_t>(b.reqs.size())) : 0;
+  const bool graph = bucket > 0;
+  std::vector<int32_t> tokens = b.token_ids, positions = plan.positions, loc = b.out_cache_loc, rows = plan.logit_rows;
+  std::vector<AttnRequest> reqs;
+  for (size_t r = 0; r < plan.slots.size(); ++r) {
+    reqs.push_back({plan.slots[r], plan.attention.q_start[r], plan.attention.q_len[r], plan.attention.prefix_len[r]});
+  }
+  if (graph) {
+    for (auto i = static_cast<int32_t>(reqs.size()); i < bucket; ++i) {
+      tokens.push_back(0);
+      positions.push_back(0);
+      loc.push_back(0);
+      rows.push_back(i);
+      reqs.push_back({m.max_requests, i, 1, 0});
+    }
+  }
+  const auto T = static_cast<int32_t>(tokens.size());
+  const auto logits_rows = static_cast<int32_t>(rows.size());
   std::vector<int32_t> writes, values;
   int32_t max_write = 0;
   for (const auto& w : b.writes) {
@@ -293,47 +360,42 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
     values.insert(values.end(), w.kv.begin(), w.kv.end());
     max_write = std::max(max_write, static_cast<int32_t>(w.kv.size()));
   }
-  std::vector<AttnRequest> reqs;
-  for (size_t r = 0; r < plan.slots.size(); ++r) {
-    reqs.push_back({plan.slots[r], plan.attention.q_start[r], plan.attention.q_len[r], plan.attention.prefix_len[r]});
-  }
   AttnSchedule sched = plan_attention(reqs, c.n_heads, c.n_kv_heads, c.head_dim, m.prop.multiProcessorCount);
 
+  // One upload. What a graph reads comes first, at offsets fixed by the
+  // bucket; the req_to_token writes (read before the graph) come last.
   Staging& st = m.staging;
   st.reset();
-  std::vector<std::pair<size_t, const void*>> copies;
-  std::vector<size_t> sizes;
+  std::vector<std::pair<size_t, std::pair<const void*, size_t>>> copies;
   auto add = [&](const void* data, size_t bytes) {
     size_t at = st.take(std::max<size_t>(bytes, 1));
-    copies.emplace_back(at, data);
-    sizes.push_back(bytes);
+    copies.push_back({at, {data, bytes}});
     return at;
   };
-  const size_t o_tok = add(b.token_ids.data(), b.token_ids.size() * 4);
-  const size_t o_pos = add(plan.positions.data(), plan.positions.size() * 4);
-  const size_t o_loc = add(b.out_cache_loc.data(), b.out_cache_loc.size() * 4);
-  const size_t o_rows = add(plan.logit_rows.data(), plan.logit_rows.size() * 4);
-  const size_t o_wr = add(writes.data(), writes.size() * 4);
-  const size_t o_val = add(values.data(), values.size() * 4);
+  const size_t o_tok = add(tokens.data(), tokens.size() * 4);
+  const size_t o_pos = add(positions.data(), positions.size() * 4);
+  const size_t o_loc = add(loc.data(), loc.size() * 4);
+  const size_t o_rows = add(rows.data(), rows.size() * 4);
   const size_t o_req = add(reqs.data(), reqs.size() * sizeof(AttnRequest));
   const size_t o_items = add(sched.items.data(), sched.items.size() * sizeof(AttnWorkItem));
-  st.reserve_host();
-  for (size_t i = 0; i < copies.size(); ++i) {
-    if (sizes[i]) std::memcpy(st.host(copies[i].first), copies[i].second, sizes[i]);
+  const size_t o_wr = add(writes.data(), writes.size() * 4);
+  const size_t o_val = add(values.data(), values.size() * 4);
+  if (st.reserve_host()) ++m.generation;
+  for (const auto& [at, src] : copies) {
+    if (src.second) std::memcpy(st.host(at), src.first, src.second);
   }
   st.upload(m.stream);
 
-  m.x.grow(static_cast<size_t>(T) * H);
-  m.qkv.grow(static_cast<size_t>(T) * QKV);
-  m.gu.grow(static_cast<size_t>(T) * 2 * F);
-  m.act.grow(static_cast<size_t>(T) * std::max({H, Q, F}));
-  m.logits.grow(static_cast<size_t>(std::max(R, 1)) * V);
-  m.attn_ws.grow(std::max<size_t>(sched.workspace_floats(), 1));
+  m.scratch(m.x, static_cast<size_t>(T) * H);
+  m.scratch(m.qkv, static_cast<size_t>(T) * QKV);
+  m.scratch(m.gu, static_cast<size_t>(T) * 2 * F);
+  m.scratch(m.act, static_cast<size_t>(T) * std::max({H, Q, F}));
+  m.scratch(m.logits, static_cast<size_t>(std::max(logits_rows, 1)) * V);
+  m.scratch(m.attn_ws, std::max<size_t>(sched.workspace_floats(), 1));
   cudaStream_t s = m.stream;
 
   scatter_table(m.table.get(), m.max_context, st.device<int32_t>(o_wr), static_cast<int32_t>(b.writes.size()),
                 st.device<int32_t>(o_val), max_write, s);
-  embed(m.embedding.get(), H, st.device<int32_t>(o_tok), T, m.x.get(), s);
   PagedAttentionArgs attn;
   attn.q = m.qkv.get();
   attn.q_ld = QKV;
@@ -348,27 +410,57 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   attn.workspace = m.attn_ws.get();
   attn.out = m.act.get();
   const int64_t layer_stride = m.pool_rows * KV;
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    DeviceLayer& L = m.layers[static_cast<size_t>(l)];
-    bf16* kc = m.k_pool.get() + l * layer_stride;
-    bf16* vc = m.v_pool.get() + l * layer_stride;
-    rms_norm(m.x.get(), nullptr, L.attn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
-    m.gemm(m.act.get(), T, L.wqkv.get(), QKV, H, m.qkv.get(), 0.0f);
-    if (L.has_bias) add_bias(m.qkv.get(), QKV, L.bqkv.get(), T, QKV, s);
-    rope(m.qkv.get(), QKV, c.n_heads, Q, c.n_kv_heads, c.head_dim, st.device<int32_t>(o_pos), m.inv_freq.get(), T, s);
-    store_kv(m.qkv.get() + Q, m.qkv.get() + Q + KV, QKV, static_cast<int32_t>(KV), st.device<int32_t>(o_loc), T, kc, vc, s);
-    attn.k_cache = kc;
-    attn.v_cache = vc;
-    paged_attention(attn, sched, s);
-    m.gemm(m.act.get(), T, L.wo.get(), H, Q, m.x.get(), 1.0f);  // residual add in the GEMM's epilogue
-    rms_norm(m.x.get(), nullptr, L.ffn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
-    m.gemm(m.act.get(), T, L.wgu.get(), 2 * F, H, m.gu.get(), 0.0f);
-    swiglu(m.gu.get(), m.gu.get() + F, 2 * F, m.act.get(), T, F, s);
-    m.gemm(m.act.get(), T, L.wdown.get(), H, F, m.x.get(), 1.0f);
+  auto run = [&] {
+    embed(m.embedding.get(), H, st.device<int32_t>(o_tok), T, m.x.get(), s);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      DeviceLayer& L = m.layers[static_cast<size_t>(l)];
+      bf16* kc = m.k_pool.get() + l * layer_stride;
+      bf16* vc = m.v_pool.get() + l * layer_stride;
+      rms_norm(m.x.get(), nullptr, L.attn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
+      m.gemm(m.act.get(), T, L.wqkv.get(), QKV, H, m.qkv.get(), 0.0f);
+      if (L.has_bias) add_bias(m.qkv.get(), QKV, L.bqkv.get(), T, QKV, s);
+      rope(m.qkv.get(), QKV, c.n_heads, Q, c.n_kv_heads, c.head_dim, st.device<int32_t>(o_pos), m.inv_freq.get(), T, s);
+      store_kv(m.qkv.get() + Q, m.qkv.get() + Q + KV, QKV, static_cast<int32_t>(KV), st.device<int32_t>(o_loc), T, kc,
+               vc, s);
+      attn.k_cache = kc;
+      attn.v_cache = vc;
+      paged_attention(attn, sched, s);
+      m.gemm(m.act.get(), T, L.wo.get(), H, Q, m.x.get(), 1.0f);  // residual add in the GEMM's epilogue
+      rms_norm(m.x.get(), nullptr, L.ffn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
+      m.gemm(m.act.get(), T, L.wgu.get(), 2 * F, H, m.gu.get(), 0.0f);
+      swiglu(m.gu.get(), m.gu.get() + F, 2 * F, m.act.get(), T, F, s);
+      m.gemm(m.act.get(), T, L.wdown.get(), H, F, m.x.get(), 1.0f);
+    }
+    rms_norm(m.x.get(), st.device<int32_t>(o_rows), m.out_norm.get(), m.act.get(), logits_rows, H, c.rms_norm_eps, s);
+    m.gemm(m.act.get(), logits_rows, m.output_matrix(), V, H, m.logits.get(), 0.0f);
+  };
+  if (graph) {
+    Impl::Graph& g = m.graphs[{bucket, sched.n_splits, sched.chunk}];
+    if (!g.exec || g.generation != m.generation) {
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+      g.exec = nullptr;
+      cudaGraph_t captured = nullptr;
+      ACTORLM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        run();
+      } catch (...) {
+        cudaStreamEndCapture(s, &captured);  // leave the stream usable
+        if (captured) cudaGraphDestroy(captured);
+        throw;
+      }
+      ACTORLM_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+      cudaError_t err = cudaGraphInstantiate(&g.exec, captured, 0);
+      cudaGraphDestroy(captured);
+      ACTORLM_CUDA_CHECK(err);
+      g.generation = m.generation;
+      ++m.graph_captures;
+    }
+    ACTORLM_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+    ++m.graph_replays;
+  } else {
+    run();
   }
-  rms_norm(m.x.get(), st.device<int32_t>(o_rows), m.out_norm.get(), m.act.get(), R, H, c.rms_norm_eps, s);
-  m.gemm(m.act.get(), R, m.output_matrix(), V, H, m.logits.get(), 0.0f);
-  m.logit_rows = R;
+  m.logit_rows = R;  // padding rows, if any, come after the real ones
 
   ForwardOutput out;
   out.vocab = c.vocab_size;

@@ -30,14 +30,16 @@ class DeviceBuffer {
   }
   ~DeviceBuffer() { release(); }
 
-  // Contents are not preserved when the buffer has to grow.
-  void grow(size_t n) {
-    if (n <= size_) return;
+  // Contents are not preserved when the buffer has to grow. Returns whether
+  // it moved (captured CUDA graphs hold the old address).
+  bool grow(size_t n) {
+    if (n <= size_) return false;
     release();
     void* p = nullptr;
     ACTORLM_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
     ptr_ = static_cast<T*>(p);
     size_ = n;
+    return true;
   }
   T* get() const { return ptr_; }
   size_t size() const { return size_; }
