@@ -132,9 +132,16 @@ void deliver(caf::stateful_actor<DetokenizerState>* self, const fb::TokenStreamI
   d.finish_reason = item.finish_reason();
   if (item.error()) d.error = item.error()->str();
   if (item.token_ids()) {
-    for (int32_t t : *item.token_ids()) {
+    const int32_t per = item.top_logprobs_per_token();
+    for (uint32_t i = 0; i < item.token_ids()->size(); ++i) {
+      const int32_t t = item.token_ids()->Get(i);
       if (st.detok->stopped()) break;
       d.token_ids.push_back(t);
+      if (item.logprobs() && i < item.logprobs()->size()) d.logprobs.push_back(item.logprobs()->Get(i));
+      if (item.top_logprobs() && per > 0 && (i + 1) * static_cast<uint32_t>(per) <= item.top_logprobs()->size()) {
+        for (int32_t k = 0; k < per; ++k) d.top_logprobs.push_back(*item.top_logprobs()->Get(i * static_cast<uint32_t>(per) + k));
+        d.top_logprobs_per_token = per;
+      }
       auto delta = st.detok->push(t);
       d.text += delta.text;
       if (delta.stopped) {
@@ -207,6 +214,8 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
     if (e.token >= 0) {
       item->token_ids.push_back(e.token);
       item->logprobs.push_back(e.logprob);
+      for (const auto& [tok, lp] : e.top) item->top_logprobs.emplace_back(tok, lp);
+      item->top_logprobs_per_token = static_cast<int32_t>(e.top.size());
     }
     item->finish_reason = to_fb(e.finish);
     item->error = e.error;
@@ -383,6 +392,8 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.stop->max_new_tokens = o.max_new_tokens;
   g.stop->stop_strings = o.stop;
   g.stop->ignore_eos = o.ignore_eos;
+  g.logprobs = o.logprobs;
+  g.top_logprobs = o.logprobs ? std::clamp(o.top_logprobs, 0, 20) : 0;
   self->send(impl_->tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, caf::actor_cast<caf::actor>(self));
   TextDeltaEvent last;
   last.request_id = g.request_id;
@@ -401,6 +412,25 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
             ev.text = d->text;
             ev.finish = from_fb(d->finish_reason);
             ev.error = d->error;
+            if (o.logprobs) {
+              // Token pieces come from the tokenizer here, so clients need none.
+              const auto per = static_cast<size_t>(std::max(d->top_logprobs_per_token, 0));
+              for (size_t i = 0; i < d->token_ids.size(); ++i) {
+                // The end-of-turn token that stopped the request is not part
+                // of the text, so not of its logprobs either (as OpenAI).
+                if (d->finish_reason == fb::FinishReason::Stop && i + 1 == d->token_ids.size() &&
+                    impl_->tok->is_end_of_generation(d->token_ids[i])) {
+                  break;
+                }
+                TokenLogprobInfo info{d->token_ids[i], impl_->tok->token_to_piece(d->token_ids[i]),
+                                      i < d->logprobs.size() ? d->logprobs[i] : 0.0f, {}};
+                for (size_t k = 0; per && (i + 1) * per <= d->top_logprobs.size() && k < per; ++k) {
+                  const auto& alt = d->top_logprobs[i * per + k];
+                  info.top.push_back({alt.token_id(), impl_->tok->token_to_piece(alt.token_id()), alt.logprob(), {}});
+                }
+                ev.logprobs.push_back(std::move(info));
+              }
+            }
             if (d->usage) {
               ev.prompt_tokens = d->usage->prompt_tokens;
               ev.completion_tokens = d->usage->completion_tokens;

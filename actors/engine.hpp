@@ -48,6 +48,17 @@ struct GenerateOptions {
   int32_t max_new_tokens = 256;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool logprobs = false;   // report each token's logprob (TextDeltaEvent::logprobs)
+  int top_logprobs = 0;    // and this many alternatives, 0..20
+};
+
+// One generated token as OpenAI's logprobs report it. `top` holds the most
+// likely alternatives (their own `top` empty).
+struct TokenLogprobInfo {
+  int32_t token_id = 0;
+  std::string piece;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0.0f;
+  std::vector<TokenLogprobInfo> top;
 };
 
 struct TextDeltaEvent {
@@ -56,6 +67,7 @@ struct TextDeltaEvent {
   FinishReason finish = FinishReason::none;
   std::string error;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  std::vector<TokenLogprobInfo> logprobs;  // the tokens behind `text`, when asked for
 };
 
 struct EngineStatsSnapshot {

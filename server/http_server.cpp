@@ -4,7 +4,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
 
+#include "server/latency_histogram.hpp"
 #include "server/openai_api.hpp"
 
 namespace actorlm {
@@ -20,6 +24,10 @@ struct HttpServer::Impl {
   // Served-request counters for /metrics (the engine reports the rest).
   std::atomic<int64_t> requests_ok{0}, requests_failed{0};
   std::atomic<int> in_flight{0};
+  LatencyHistogram ttft{"actorlm_time_to_first_token_seconds", "Time from a request's arrival to its first generated text.",
+                        {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  LatencyHistogram itl{"actorlm_inter_token_latency_seconds", "Time between successive deltas of one request.",
+                       {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 
   // Holds one of the max_concurrent_requests places for a request's lifetime
   // (for a stream: until its last chunk is written).
@@ -33,7 +41,7 @@ struct HttpServer::Impl {
 
   void send_error(httplib::Response& res, const api::ApiError& e) {
     res.status = e.status;
-    res.set_content(e.body().dump(), "application/json");
+    res.set_content(api::dump(e.body()), "application/json");
   }
 
   bool authorized(const httplib::Request& req, httplib::Response& res) {
@@ -43,7 +51,50 @@ struct HttpServer::Impl {
     return false;
   }
 
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+  // Runs choice `index` of a request; `forward` (may be empty) sees every
+  // delta and returns false once the client is gone, which aborts the
+  // choice's request so its KV is freed at once. Records TTFT and ITL.
+  api::ChoiceResult run_choice(GenerateOptions o, int index, Clock::time_point arrival,
+                               const std::function<bool(const TextDeltaEvent&, int)>& forward) {
+    if (index > 0 && o.sampling.has_seed) o.sampling.seed += static_cast<uint64_t>(index);
+    api::ChoiceResult c;
+    bool first = true, gone = false;
+    Clock::time_point prev = arrival;
+    c.last = engine.generate(o, [&](const TextDeltaEvent& d) {
+      const auto now = Clock::now();
+      if (!d.text.empty() || !d.logprobs.empty()) {
+        (first ? ttft : itl).observe(seconds(prev, now));
+        first = false;
+        prev = now;
+      }
+      c.text += d.text;
+      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      if (forward && !gone && !forward(d, index)) {
+        gone = true;
+        engine.abort(d.request_id);
+      }
+    });
+    return c;
+  }
+
+  // Choices 1..n-1 on their own threads, choice 0 on the caller's.
+  std::vector<api::ChoiceResult> run_choices(const api::ParsedRequest& r, Clock::time_point arrival,
+                                             const std::function<bool(const TextDeltaEvent&, int)>& forward) {
+    std::vector<api::ChoiceResult> results(static_cast<size_t>(r.n));
+    std::vector<std::thread> others;
+    for (int i = 1; i < r.n; ++i) {
+      others.emplace_back([&, i] { results[static_cast<size_t>(i)] = run_choice(r.options, i, arrival, forward); });
+    }
+    results[0] = run_choice(r.options, 0, arrival, forward);
+    for (auto& t : others) t.join();
+    return results;
+  }
+
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const auto arrival = Clock::now();
     if (!authorized(req, res)) return;
     auto parsed = api::parse_request(req.body, chat, config.model_id);
     if (auto* e = std::get_if<api::ApiError>(&parsed)) {
@@ -63,37 +114,56 @@ struct HttpServer::Impl {
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
     if (!r.stream) {
-      TextDeltaEvent last;
-      std::string text = engine.generate_text(r.options, &last);
-      if (last.finish == FinishReason::error) {
-        int status = last.error.find("context") != std::string::npos || last.error.find("must") != std::string::npos ? 400 : 500;
-        return send_error(res, {status, last.error, status == 400 ? "invalid_request_error" : "server_error", ""});
+      std::vector<api::ChoiceResult> choices = run_choices(r, arrival, {});
+      for (const auto& c : choices) {
+        if (c.last.finish != FinishReason::error) continue;
+        const std::string& err = c.last.error;
+        int status = err.find("context") != std::string::npos || err.find("must") != std::string::npos ? 400 : 500;
+        return send_error(res, {status, err, status == 400 ? "invalid_request_error" : "server_error", ""});
       }
-      res.set_content(api::completion_response(id, config.model_id, chat, text, last, created).dump(), "application/json");
+      res.set_content(api::dump(api::completion_response(id, config.model_id, chat, choices, r.options.logprobs, created)),
+                      "application/json");
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, chat, place](size_t, httplib::DataSink& sink) {
-      bool first = true;
+    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, chat, place, arrival](size_t, httplib::DataSink& sink) {
+      std::mutex mu;  // choices write from their own threads
       bool gone = false;
-      TextDeltaEvent last = engine.generate(r.options, [&](const TextDeltaEvent& d) {
-        if (gone) return;
+      std::vector<bool> first(static_cast<size_t>(r.n), true);
+      std::vector<size_t> offset(static_cast<size_t>(r.n), 0);  // completions' text_offset
+      auto forward = [&](const TextDeltaEvent& d, int index) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (gone) return false;
+        const auto i = static_cast<size_t>(index);
         std::string out;
         if (d.finish == FinishReason::error) {
-          out = "data: " + api::ApiError{400, d.error, "invalid_request_error", ""}.body().dump() + "\n\n";
+          out = "data: " + api::dump(api::ApiError{400, d.error, "invalid_request_error", ""}.body()) + "\n\n";
         } else {
-          if (!d.text.empty() || first) out += api::stream_chunk(id, config.model_id, chat, d.text, std::nullopt, created, first);
-          if (d.finish != FinishReason::none) out += api::stream_chunk(id, config.model_id, chat, "", d.finish, created, false);
+          if (!d.text.empty() || first[i] || (r.options.logprobs && !d.logprobs.empty())) {
+            nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i]) : nlohmann::json(nullptr);
+            out += api::stream_chunk(id, config.model_id, chat, index, d.text, std::nullopt, created, first[i], lp);
+          }
+          if (d.finish != FinishReason::none) {
+            out += api::stream_chunk(id, config.model_id, chat, index, "", d.finish, created, false, nullptr);
+          }
         }
-        first = false;
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          gone = true;  // the client went away: stop generating and free its KV
-          engine.abort(d.request_id);
-        }
-      });
+        for (const auto& t : d.logprobs) offset[i] += t.piece.size();
+        first[i] = false;
+        if (!out.empty() && !sink.write(out.data(), out.size())) gone = true;
+        return !gone;
+      };
+      std::vector<api::ChoiceResult> results = run_choices(r, arrival, forward);
       if (!gone) {
         std::string tail;
-        if (r.include_usage && last.finish != FinishReason::error) tail += api::usage_chunk(id, config.model_id, chat, last, created);
+        bool failed = false;
+        int32_t completion = 0;
+        for (const auto& c : results) {
+          failed = failed || c.last.finish == FinishReason::error;
+          completion += c.last.completion_tokens;
+        }
+        if (r.include_usage && !failed) {
+          tail += api::usage_chunk(id, config.model_id, chat, results[0].last.prompt_tokens, completion, created);
+        }
         tail += "data: [DONE]\n\n";
         sink.write(tail.data(), tail.size());
       }
@@ -169,6 +239,8 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
     metric("actorlm_kv_pool_free_tokens", "gauge", "KV pool rows free.", double(st.kv.free));
     metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.", double(st.kv.evictable));
     metric("actorlm_kv_pool_locked_tokens", "gauge", "KV rows held by running requests through the cache.", double(st.kv.protected_));
+    out += m.ttft.exposition();
+    out += m.itl.exposition();
     res.set_content(out, "text/plain; version=0.0.4");
   });
   m.http.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {

@@ -115,7 +115,25 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
     if (auto e = integer(j, key, 1, 1 << 20, &n)) return *e;
     if (j.contains(key) && !j[key].is_null()) o.max_new_tokens = static_cast<int32_t>(n);
   }
-  if (auto e = integer(j, "n", 1, 1, &n)) return ApiError{400, "only n = 1 is supported for now", "invalid_request_error", "n"};
+  if (auto e = integer(j, "n", 1, 16, &n)) return *e;
+  if (j.contains("n") && !j["n"].is_null()) r.n = static_cast<int>(n);
+  // Chat: logprobs is a boolean and top_logprobs a count (0..20).
+  // Completions: logprobs is the count of alternatives (0..5).
+  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+    if (chat) {
+      if (!j["logprobs"].is_boolean()) return bad("logprobs", "'logprobs' must be a boolean");
+      o.logprobs = j["logprobs"];
+    } else {
+      if (auto e = integer(j, "logprobs", 0, 5, &n)) return *e;
+      o.logprobs = true;
+      o.top_logprobs = static_cast<int>(n);
+    }
+  }
+  if (chat && j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
+    if (auto e = integer(j, "top_logprobs", 0, 20, &n)) return *e;
+    if (!o.logprobs) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    o.top_logprobs = static_cast<int>(n);
+  }
   if (j.contains("stop") && !j["stop"].is_null()) {
     const auto& s = j["stop"];
     if (s.is_string()) {
@@ -140,28 +158,75 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   return r;
 }
 
-json completion_response(const std::string& id, const std::string& model, bool chat, const std::string& text,
-                         const TextDeltaEvent& last, int64_t created) {
-  json choice = {{"index", 0}, {"finish_reason", finish_reason_text(last.finish)}, {"logprobs", nullptr}};
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+namespace {
+
+json bytes_of(const std::string& piece) {
+  json b = json::array();
+  for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_t text_offset) {
   if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+    json content = json::array();
+    for (const auto& t : tokens) {
+      json top = json::array();
+      for (const auto& alt : t.top) {
+        top.push_back({{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt.piece)}});
+      }
+      content.push_back({{"token", t.piece}, {"logprob", t.logprob}, {"bytes", bytes_of(t.piece)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = text_offset;
+  for (const auto& t : tokens) {
+    toks.push_back(t.piece);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& alt : t.top) top[alt.piece] = alt.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.piece.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json completion_response(const std::string& id, const std::string& model, bool chat, const std::vector<ChoiceResult>& choices,
+                         bool with_logprobs, int64_t created) {
+  json out_choices = json::array();
+  int32_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", finish_reason_text(c.last.finish)}};
+    choice["logprobs"] = with_logprobs ? logprobs_json(chat, c.logprobs, 0) : json(nullptr);
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    out_choices.push_back(choice);
+    prompt_tokens = c.last.prompt_tokens;  // the same prompt for every choice
+    completion_tokens += c.last.completion_tokens;
   }
   return {{"id", id},
           {"object", chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({choice})},
+          {"choices", out_choices},
           {"usage",
-           {{"prompt_tokens", last.prompt_tokens},
-            {"completion_tokens", last.completion_tokens},
-            {"total_tokens", last.prompt_tokens + last.completion_tokens}}}};
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
 }
 
-std::string stream_chunk(const std::string& id, const std::string& model, bool chat, const std::string& text,
-                         const std::optional<FinishReason>& finish, int64_t created, bool first) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}};
+std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index, const std::string& text,
+                         const std::optional<FinishReason>& finish, int64_t created, bool first, const json& logprobs) {
+  json choice = {{"index", index}, {"logprobs", logprobs}};
   choice["finish_reason"] = finish ? json(finish_reason_text(*finish)) : json(nullptr);
   if (chat) {
     json delta = json::object();
@@ -176,21 +241,21 @@ std::string stream_chunk(const std::string& id, const std::string& model, bool c
                 {"created", created},
                 {"model", model},
                 {"choices", json::array({choice})}};
-  return "data: " + chunk.dump() + "\n\n";
+  return "data: " + dump(chunk) + "\n\n";
 }
 
-std::string usage_chunk(const std::string& id, const std::string& model, bool chat, const TextDeltaEvent& last,
-                        int64_t created) {
+std::string usage_chunk(const std::string& id, const std::string& model, bool chat, int32_t prompt_tokens,
+                        int32_t completion_tokens, int64_t created) {
   json chunk = {{"id", id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},
                 {"model", model},
                 {"choices", json::array()},
                 {"usage",
-                 {{"prompt_tokens", last.prompt_tokens},
-                  {"completion_tokens", last.completion_tokens},
-                  {"total_tokens", last.prompt_tokens + last.completion_tokens}}}};
-  return "data: " + chunk.dump() + "\n\n";
+                 {{"prompt_tokens", prompt_tokens},
+                  {"completion_tokens", completion_tokens},
+                  {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return "data: " + dump(chunk) + "\n\n";
 }
 
 }  // namespace actorlm::api

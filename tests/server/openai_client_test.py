@@ -130,6 +130,56 @@ def main():
         assert r3.choices[0].message.content == text
         checks += 1
 
+        # n > 1: independent choices, reproducible with a seed (choice i samples with seed + i).
+        story = [{"role": "user", "content": "Tell me a one-line story."}]
+        def choices(**kw):
+            r = client.chat.completions.create(model=model, messages=story, max_tokens=16, **kw)
+            return r, [ch.message.content for ch in sorted(r.choices, key=lambda ch: ch.index)]
+        rn, three = choices(n=3, temperature=1.0, seed=5)
+        assert [ch.index for ch in rn.choices] == [0, 1, 2] and all(three), three
+        assert len(set(three)) >= 2, three
+        assert choices(n=3, temperature=1.0, seed=5)[1] == three
+        assert rn.usage.completion_tokens >= 3
+        _, greedy2 = choices(n=2, temperature=0)
+        assert greedy2[0] == greedy2[1], greedy2
+        by_index = {}
+        for chunk in client.chat.completions.create(model=model, messages=story, max_tokens=16, n=2, temperature=0,
+                                                    stream=True):
+            for ch in chunk.choices:
+                by_index[ch.index] = by_index.get(ch.index, "") + (ch.delta.content or "")
+        assert by_index == {0: greedy2[0], 1: greedy2[1]}, by_index
+        expect(openai.BadRequestError, model=model, messages=q, n=0)
+        expect(openai.BadRequestError, model=model, messages=q, n=17)
+        checks += 1
+
+        # logprobs: per token, with alternatives; greedy picks its own top alternative.
+        r4 = client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24, logprobs=True,
+                                            top_logprobs=3)
+        content = r4.choices[0].logprobs.content
+        # usage counts the end-of-turn token that stopped it; logprobs cover the text's tokens
+        assert r4.choices[0].finish_reason == "stop"
+        assert len(content) == r4.usage.completion_tokens - 1, (len(content), r4.usage)
+        assert "".join(t.token for t in content) == r4.choices[0].message.content
+        for t in content:
+            assert t.logprob <= 0 and len(t.top_logprobs) == 3, t
+            assert t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4, t
+            assert bytes(t.bytes).decode("utf-8", "replace") == t.token
+        assert r.choices[0].logprobs is None  # not asked for, not sent
+        streamed_lp = []
+        for ch in client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24, logprobs=True,
+                                                 stream=True):
+            if ch.choices and ch.choices[0].logprobs:
+                streamed_lp += [t.token for t in ch.choices[0].logprobs.content]
+        assert streamed_lp == [t.token for t in content], (streamed_lp, content)
+        c2 = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=4,
+                                       logprobs=2)
+        lp = c2.choices[0].logprobs
+        assert "".join(lp.tokens) == c2.choices[0].text and len(lp.token_logprobs) == 4
+        assert all(1 <= len(alts) <= 2 for alts in lp.top_logprobs) and lp.text_offset[0] == 0
+        expect(openai.BadRequestError, model=model, messages=q, top_logprobs=3)  # without logprobs
+        expect(openai.BadRequestError, model=model, messages=q, logprobs=True, top_logprobs=21)
+        checks += 1
+
         # The native /generate API and Prometheus /metrics.
         auth = {"Authorization": f"Bearer {KEY}"}
         req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", method="POST", headers=auth,
@@ -151,6 +201,11 @@ def main():
         assert float(values["actorlm_cached_prompt_tokens_total"]) > 0  # repeated questions hit the cache
         assert float(values["actorlm_running_requests"]) == 0
         assert float(values["actorlm_kv_pool_locked_tokens"]) == 0  # the dropped stream released its KV
+        for h in ("actorlm_time_to_first_token_seconds", "actorlm_inter_token_latency_seconds"):
+            assert f"# TYPE {h} histogram" in metrics, metrics
+            count = float(values[f"{h}_count"])
+            assert count > 10 and float(values[f'{h}_bucket{{le="+Inf"}}']) == count, metrics
+            assert float(values[f"{h}_sum"]) > 0
         checks += 1
     finally:
         proc.terminate()
