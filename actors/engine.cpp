@@ -285,6 +285,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     KvUsage u = kv.usage();
     st.pool_capacity_tokens = u.capacity;
     st.pool_free_tokens = u.free;
+    st.free_req_slots = u.free_slots;
     st.evictable_tokens = u.evictable;
     st.protected_tokens = u.protected_;
     if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
@@ -484,7 +485,8 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
             out.scheduler.prompt_tokens = st->prompt_tokens_total;
             out.scheduler.cached_tokens = st->cached_tokens_total;
             out.scheduler.generated_tokens = st->generated_tokens_total;
-            out.kv = {st->pool_capacity_tokens, st->pool_free_tokens, st->evictable_tokens, st->protected_tokens, 0};
+            out.kv = {st->pool_capacity_tokens, st->pool_free_tokens, st->evictable_tokens, st->protected_tokens,
+                      st->free_req_slots};
             out.invariant_error = st->invariant_error;
           },
           [&](const caf::error& e) { out.invariant_error = "stats unavailable: " + impl_->system.render(e); });

@@ -239,6 +239,7 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
     metric("actorlm_kv_pool_free_tokens", "gauge", "KV pool rows free.", double(st.kv.free));
     metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.", double(st.kv.evictable));
     metric("actorlm_kv_pool_locked_tokens", "gauge", "KV rows held by running requests through the cache.", double(st.kv.protected_));
+    metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.", st.kv.free_slots);
     out += m.ttft.exposition();
     out += m.itl.exposition();
     res.set_content(out, "text/plain; version=0.0.4");

@@ -1,0 +1,51 @@
+"""Starts `actorlm serve` on an OS-chosen loopback port for one test and
+stops it afterwards (the tests never rely on a server left running)."""
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+
+class ServerProcess:
+    def __init__(self, binary, extra_args=()):
+        self.args = [binary, "serve", "--port", "0", "--threads", "2", *extra_args]
+        self.proc = None
+        self.port = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stderr.readline()
+            if not line and self.proc.poll() is not None:
+                raise SystemExit(f"server exited early: {self.args}")
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if m and int(m.group(1)) > 0:
+                self.port = int(m.group(1))
+        assert self.port, "server did not announce its port"
+        # Keep reading stderr so a chatty server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2)
+                break
+            except Exception:
+                time.sleep(0.1)
+        return self
+
+    def metrics(self, key=None):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/metrics", headers=headers)
+        text = urllib.request.urlopen(req, timeout=30).read().decode()
+        return {k: float(v) for k, v in (line.split(" ", 1) for line in text.splitlines()
+                                         if line and not line.startswith("#"))}
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return False
