@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libcaf-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev nlohmann-json3-dev catch2
   libopenblas-dev libutf8proc-dev libcpp-httplib-dev libedit-dev libssl-dev
-  python3 python3-pip tmux
+  python3 python3-pip tmux chromium
 )
 
 missing=()
@@ -23,11 +23,15 @@ if ((${#missing[@]})); then
     { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }
 fi
 
-# The HTTP tests use the official openai client (test-only, never a runtime dependency).
-if ! python3 -c "import openai" 2>/dev/null; then
-  echo "actorlm setup: installing the openai Python client (tests only)"
-  python3 -m pip install --quiet openai 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages openai
-fi
+# The HTTP tests use the official openai client, and the chat page test drives
+# headless Chromium over the DevTools protocol with websocket-client (test-only,
+# never runtime dependencies).
+for mod in openai:openai websocket:websocket-client; do
+  if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
+    echo "actorlm setup: installing the ${mod#*:} Python package (tests only)"
+    python3 -m pip install --quiet "${mod#*:}" 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages "${mod#*:}"
+  fi
+done
 
 bash "$here/fetch_model.sh"

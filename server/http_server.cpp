@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/chat_page.hpp"
 #include "server/latency_histogram.hpp"
 #include "server/openai_api.hpp"
 
@@ -177,6 +178,17 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
   auto& m = *impl_;
   m.http.set_payload_max_length(m.config.max_body_bytes);
   m.http.new_task_queue = [n = m.config.threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+  // The browser chat page: static, so it needs no key (its API calls do).
+  m.http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy", chat_page_csp);
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_content(chat_page_html, "text/html; charset=utf-8");
+  });
+  m.http.Get("/chat.js", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy", chat_page_csp);
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_content(chat_page_js, "application/javascript; charset=utf-8");
+  });
   m.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
