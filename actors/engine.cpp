@@ -376,7 +376,9 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   caf::scoped_actor self{impl_->system};
   fb::GenerateRequestT g;
   g.request_id = impl_->next_id++;
-  if (!o.messages.empty() || o.chat) {
+  if (!o.input_ids.empty()) {
+    g.input_ids = o.input_ids;
+  } else if (!o.messages.empty() || o.chat) {
     std::vector<ChatMessage> msgs = o.messages;
     if (msgs.empty()) msgs.push_back({"user", o.prompt});
     for (const auto& c : msgs) {

@@ -41,6 +41,7 @@ struct EngineConfig {
 };
 
 struct GenerateOptions {
+  std::vector<int32_t> input_ids;     // token ids; when set, prompt and messages are ignored
   std::string prompt;                 // used when messages is empty
   std::vector<ChatMessage> messages;  // rendered through the model's chat template
   bool chat = true;                   // prompt as one user message through the template

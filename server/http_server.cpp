@@ -118,8 +118,9 @@ struct HttpServer::Impl {
       std::vector<api::ChoiceResult> choices = run_choices(r, arrival, {});
       for (const auto& c : choices) {
         if (c.last.finish != FinishReason::error) continue;
+        // The engine's own failures are 500s; everything else it refuses is the request's fault.
         const std::string& err = c.last.error;
-        int status = err.find("context") != std::string::npos || err.find("must") != std::string::npos ? 400 : 500;
+        int status = err.rfind("engine failure", 0) == 0 ? 500 : 400;
         return send_error(res, {status, err, status == 400 ? "invalid_request_error" : "server_error", ""});
       }
       res.set_content(api::dump(api::completion_response(id, config.model_id, chat, choices, r.options.logprobs, created)),
@@ -203,14 +204,17 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
   // SGLang's native API: {"text": ..., "sampling_params": {...}, "stream": bool}.
   m.http.Post("/generate", [&m](const httplib::Request& req, httplib::Response& res) {
     auto body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object() || !body.contains("text") || !body["text"].is_string()) {
-      return m.send_error(res, {400, "/generate needs a JSON object with a string 'text'", "invalid_request_error", "text"});
+    const bool has_text = body.is_object() && body.contains("text") && body["text"].is_string();
+    const bool has_ids = body.is_object() && body.contains("input_ids") && body["input_ids"].is_array();
+    if (body.is_discarded() || has_text == has_ids) {
+      return m.send_error(res, {400, "/generate needs a JSON object with either a string 'text' or 'input_ids'",
+                                "invalid_request_error", "text"});
     }
     json openai = body.value("sampling_params", json::object());
     if (!openai.is_object()) return m.send_error(res, {400, "'sampling_params' must be an object", "invalid_request_error", "sampling_params"});
     if (openai.contains("max_new_tokens")) openai["max_tokens"] = openai["max_new_tokens"];
     openai.erase("max_new_tokens");
-    openai["prompt"] = body["text"];
+    openai["prompt"] = has_text ? body["text"] : body["input_ids"];
     openai["stream"] = body.value("stream", false);
     httplib::Request inner = req;
     inner.body = openai.dump();

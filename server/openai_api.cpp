@@ -84,9 +84,20 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
       o.messages.push_back({role, content});
     }
   } else {
-    if (!j.contains("prompt") || !j["prompt"].is_string()) return bad("prompt", "'prompt' must be a string");
-    o.prompt = j["prompt"];
     o.chat = false;
+    const json* p = j.contains("prompt") ? &j["prompt"] : nullptr;
+    if (p && p->is_string()) {
+      o.prompt = *p;
+    } else if (p && p->is_array() && !p->empty() && p->size() <= (1u << 20)) {  // token ids
+      for (const auto& t : *p) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+          return bad("prompt", "a token-id 'prompt' must hold non-negative integers");
+        }
+        o.input_ids.push_back(t.get<int32_t>());
+      }
+    } else {
+      return bad("prompt", "'prompt' must be a string or a non-empty list of token ids");
+    }
   }
   double v = 0;
   int64_t n = 0;

@@ -187,6 +187,19 @@ def main():
                                                       "sampling_params": {"temperature": 0, "max_new_tokens": 4}}).encode())
         g = json.loads(urllib.request.urlopen(req).read())
         assert g["text"] == c.choices[0].text and g["meta_info"]["finish_reason"] == "length", g
+        # Token ids instead of text, natively and through /v1/completions.
+        ids = [504, 3575, 282, 4649, 314]
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", method="POST", headers=auth,
+                                     data=json.dumps({"input_ids": ids,
+                                                      "sampling_params": {"temperature": 0, "max_new_tokens": 6}}).encode())
+        g_ids = json.loads(urllib.request.urlopen(req).read())
+        c_ids = client.completions.create(model=model, prompt=ids, temperature=0, max_tokens=6)
+        assert g_ids["text"] == c_ids.choices[0].text and g_ids["meta_info"]["prompt_tokens"] == len(ids), (g_ids, c_ids)
+        try:
+            client.completions.create(model=model, prompt=[1, 2, 10**9], max_tokens=2)
+            raise AssertionError("a token id outside the vocabulary was accepted")
+        except openai.BadRequestError as e:
+            assert "vocabulary" in str(e), e
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics")
             raise AssertionError("/metrics answered without the API key")
