@@ -158,6 +158,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
       return bad("stop", "'stop' must be a string or a list of at most 16 strings");
     }
   }
+  // vLLM / SGLang extension: keep generating past end-of-sequence (benchmarks).
+  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
+    if (!j["ignore_eos"].is_boolean()) return bad("ignore_eos", "'ignore_eos' must be a boolean");
+    o.ignore_eos = j["ignore_eos"];
+  }
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) return bad("stream", "'stream' must be a boolean");
     r.stream = j["stream"];

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""actorlm serve and llama.cpp's OpenAI-compatible server (llama-cpp-python's,
+built from source by pip) side by side: same GGUF, same machine, same thread
+count, same workloads (bench/serving_bench.py), one server at a time. Writes
+every result as JSON, a markdown table and a plot (PNG) into --out-dir.
+
+usage: serving_compare.py [--model GGUF] [--threads N] [--actorlm build/apps/actorlm] [--out-dir docs/bench]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_MODEL = os.path.expanduser("~/.cache/actorlm/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+# (name, serving_bench arguments). Output lengths are fixed (EOS ignored) so
+# both servers generate the same number of tokens.
+RUNS = [
+    ("concurrency 1", ["--workload", "random", "--concurrency", "1", "--num-prompts", "8"]),
+    ("concurrency 8", ["--workload", "random", "--concurrency", "8", "--num-prompts", "32"]),
+    ("concurrency 32", ["--workload", "random", "--concurrency", "32", "--num-prompts", "64"]),
+    ("shared prefix", ["--workload", "shared-prefix", "--concurrency", "16", "--groups", "4",
+                       "--prompts-per-group", "8", "--prefix-len", "384", "--input-len", "32", "--output-len", "32"]),
+]
+
+
+def wait_ready(url, proc, what):
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited early")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.2)
+    raise SystemExit(f"{what} did not come up")
+
+
+def start_actorlm(binary, model, threads):
+    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--threads", str(threads),
+                             "--kv-tokens", "32768", "--max-running-requests", "64"], stderr=subprocess.PIPE, text=True)
+    port = None
+    while port is None:
+        line = proc.stderr.readline()
+        if not line:
+            raise SystemExit("actorlm serve exited early")
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if m and int(m.group(1)) > 0:
+            port = int(m.group(1))
+    wait_ready(f"http://127.0.0.1:{port}/health", proc, "actorlm serve")
+    return proc, port
+
+
+def start_llamacpp(model, threads, port=30871):
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
+                             "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
+                             "--n_ctx", "4096"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, "llama.cpp server")
+    return proc, port
+
+
+def bench(port, model, name, extra, args, out):
+    label = name.replace(" ", "_")
+    cmd = [sys.executable, os.path.join(HERE, "serving_bench.py"), "--base-url", f"http://127.0.0.1:{port}",
+           "--tokenizer", model, "--extra-body", json.dumps(extra), "--json", out, "--label", label, *args]
+    subprocess.run(cmd, check=False)
+    with open(out) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--actorlm", default=os.path.join(HERE, "..", "build", "apps", "actorlm"))
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "..", "docs", "bench"))
+    args = ap.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    results = {"actorlm": {}, "llama.cpp": {}}
+    servers = [
+        ("actorlm", lambda: start_actorlm(args.actorlm, args.model, args.threads), {"ignore_eos": True}),
+        # llama.cpp: end-of-text, im_start and im_end banned instead of ignore_eos.
+        ("llama.cpp", lambda: start_llamacpp(args.model, args.threads),
+         {"logit_bias": {"0": -100, "1": -100, "2": -100}}),
+    ]
+    for server, start, extra in servers:
+        proc, port = start()
+        try:
+            for name, run_args in RUNS:
+                out = os.path.join(args.out_dir, f"serving_{server.replace('.', '')}_{name.replace(' ', '_')}.json")
+                results[server][name] = bench(port, args.model, name, extra, run_args, out)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    with open(os.path.join(args.out_dir, "serving_results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    rows = ["| workload | server | req/s | output tok/s | input tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
+            "E2E p50 / p99 ms | cache hit |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, _ in RUNS:
+        for server in ("actorlm", "llama.cpp"):
+            s = results[server][name]
+            hit = "" if s["cache_hit_rate"] is None else f"{s['cache_hit_rate']:.2f}"
+            rows.append(f"| {name} | {server} | {s['request_throughput']:.2f} | {s['output_tokens_per_s']:.1f} | "
+                        f"{s['input_tokens_per_s']:.0f} | {s['ttft_ms']['p50']:.0f} / {s['ttft_ms']['p99']:.0f} | "
+                        f"{s['itl_ms']['p50']:.0f} / {s['itl_ms']['p99']:.0f} | "
+                        f"{s['e2e_ms']['p50']:.0f} / {s['e2e_ms']['p99']:.0f} | {hit} |")
+        a, b = results["actorlm"][name], results["llama.cpp"][name]
+        rows.append(f"| {name} | **actorlm / llama.cpp** | {a['request_throughput'] / b['request_throughput']:.2f}× | "
+                    f"{a['output_tokens_per_s'] / b['output_tokens_per_s']:.2f}× | | "
+                    f"{a['ttft_ms']['p50'] / b['ttft_ms']['p50']:.2f}× | {a['itl_ms']['p50'] / b['itl_ms']['p50']:.2f}× | "
+                    f"{a['e2e_ms']['p50'] / b['e2e_ms']['p50']:.2f}× | |")
+    table = "\n".join(rows)
+    with open(os.path.join(args.out_dir, "serving_table.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    conc = [1, 8, 32]
+    names = ["concurrency 1", "concurrency 8", "concurrency 32"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for server, style in (("actorlm", "o-"), ("llama.cpp", "s--")):
+        ax1.plot(conc, [results[server][n]["output_tokens_per_s"] for n in names], style, label=server)
+        ax2.plot(conc, [results[server][n]["ttft_ms"]["p50"] for n in names], style, label=f"{server} TTFT p50")
+        ax2.plot(conc, [results[server][n]["itl_ms"]["p50"] for n in names], style, alpha=0.5,
+                 label=f"{server} ITL p50")
+    ax1.set(xscale="log", xlabel="concurrent requests", ylabel="output tokens/s", title="Throughput")
+    ax2.set(xscale="log", yscale="log", xlabel="concurrent requests", ylabel="ms", title="Latency (p50)")
+    for ax in (ax1, ax2):
+        ax.set_xticks(conc, [str(c) for c in conc])
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{os.path.basename(args.model)}, {args.threads} threads, random prompts 64-128 tokens, 64 out")
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out_dir, "serving.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()
