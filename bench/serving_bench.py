@@ -91,7 +91,8 @@ def run_one(base, path, body, api_key):
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    rec = {"start": time.perf_counter(), "chunks": [], "prompt_tokens": None, "output_tokens": None, "error": None}
+    rec = {"start": time.perf_counter(), "chunks": [], "prompt_tokens": None, "output_tokens": None, "error": None,
+           "max_tokens": body.get("max_tokens")}
     try:
         conn.request("POST", path, json.dumps(body), headers)
         resp = conn.getresponse()
@@ -163,6 +164,9 @@ def summarize(records, wall, prompt_lens, cache):
              "output_tokens_per_s": out_tokens / wall, "total_input_tokens": in_tokens, "total_output_tokens": out_tokens}
     for name, vals in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", e2e)):
         stats[name] = {"mean": statistics.fmean(vals) if vals else float("nan"), "p50": pct(vals, 50), "p99": pct(vals, 99)}
+    # Requests that ended before their max_tokens (a server that stops early
+    # or cancels requests would otherwise look fast).
+    stats["short_outputs"] = sum(1 for r in ok if r["max_tokens"] and r["output_tokens"] < r["max_tokens"])
     stats["cache_hit_rate"] = cache
     stats["errors"] = [r["error"] for r in records if r["error"]][:5]
     return stats
@@ -257,6 +261,7 @@ def main():
           f"out {stats['output_tokens_per_s']:.1f} tok/s | TTFT p50 {stats['ttft_ms']['p50']:.0f} ms "
           f"p99 {stats['ttft_ms']['p99']:.0f} ms | ITL p50 {stats['itl_ms']['p50']:.0f} ms | "
           f"E2E p50 {stats['e2e_ms']['p50']:.0f} ms" +
+          (f" | {stats['short_outputs']} SHORT outputs" if stats["short_outputs"] else "") +
           (f" | cache hit {cache:.2f}" if cache is not None else ""))
     if args.json:
         with open(args.json, "w") as f:

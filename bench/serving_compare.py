@@ -20,11 +20,12 @@ DEFAULT_MODEL = os.path.expanduser("~/.cache/actorlm/SmolLM2-135M-Instruct.Q4_1.
 
 # (name, serving_bench arguments). Output lengths are fixed (EOS ignored) so
 # both servers generate the same number of tokens.
+# Each run has its own seed, so no run finds the previous one's prompts cached.
 RUNS = [
-    ("concurrency 1", ["--workload", "random", "--concurrency", "1", "--num-prompts", "8"]),
-    ("concurrency 8", ["--workload", "random", "--concurrency", "8", "--num-prompts", "32"]),
-    ("concurrency 32", ["--workload", "random", "--concurrency", "32", "--num-prompts", "64"]),
-    ("shared prefix", ["--workload", "shared-prefix", "--concurrency", "16", "--groups", "4",
+    ("concurrency 1", ["--workload", "random", "--concurrency", "1", "--num-prompts", "8", "--seed", "1"]),
+    ("concurrency 8", ["--workload", "random", "--concurrency", "8", "--num-prompts", "32", "--seed", "2"]),
+    ("concurrency 32", ["--workload", "random", "--concurrency", "32", "--num-prompts", "64", "--seed", "3"]),
+    ("shared prefix", ["--workload", "shared-prefix", "--concurrency", "16", "--groups", "4", "--seed", "4",
                        "--prompts-per-group", "8", "--prefix-len", "384", "--input-len", "32", "--output-len", "32"]),
 ]
 
@@ -59,7 +60,10 @@ def start_actorlm(binary, model, threads):
 def start_llamacpp(model, threads, port=30871):
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
                              "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
-                             "--n_ctx", "4096"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--n_ctx", "4096",
+                             # Its default cancels the running request whenever another arrives.
+                             "--interrupt_requests", "False"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, "llama.cpp server")
     return proc, port
 
