@@ -435,7 +435,18 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
     m.gemm(m.act.get(), logits_rows, m.output_matrix(), V, H, m.logits.get(), 0.0f);
   };
   if (graph) {
-    Impl::Graph& g = m.graphs[{bucket, sched.n_splits, sched.chunk}];
+    // The split length follows the longest context, so a long-running server
+    // meets new keys as contexts grow: past a bound, start the cache afresh
+    // (a capture costs about one direct step).
+    constexpr size_t kMaxGraphs = 64;
+    const auto key = std::make_tuple(bucket, sched.n_splits, sched.chunk);
+    if (m.graphs.size() >= kMaxGraphs && !m.graphs.count(key)) {
+      for (auto& [k, old] : m.graphs) {
+        if (old.exec) cudaGraphExecDestroy(old.exec);
+      }
+      m.graphs.clear();
+    }
+    Impl::Graph& g = m.graphs[key];
     if (!g.exec || g.generation != m.generation) {
       if (g.exec) cudaGraphExecDestroy(g.exec);
       g.exec = nullptr;
