@@ -6,365 +6,105 @@
 #include <filesystem>
 #include <map>
 
-#include "actors/actor_kv_service.hpp"
-#include "actors/executor_factory.hpp"
-#include "actors/pool_actor.hpp"
-#include "actors/radix_actor.hpp"
+#include <unistd.h>
+
+#include <thread>
+
+#include "actors/detokenizer_actor.hpp"
+#include "actors/engine_core.hpp"
+#include "actors/router_actor.hpp"
+#include "actors/stream_messages.hpp"
+#include "actors/tokenizer_actor.hpp"
 #include "actors/wire.hpp"
-#include "actors/worker_actor.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "messages/envelope.hpp"
 #include "messages/sampling_conversion.hpp"
 #include "model/gguf_file.hpp"
-#include "tokenizer/incremental_detokenizer.hpp"
 
 namespace actorlm {
-namespace {
-
-fb::FinishReason to_fb(FinishReason r) {
-  switch (r) {
-    case FinishReason::stop: return fb::FinishReason::Stop;
-    case FinishReason::length: return fb::FinishReason::Length;
-    case FinishReason::abort: return fb::FinishReason::Abort;
-    case FinishReason::error: return fb::FinishReason::Error;
-    default: return fb::FinishReason::None;
-  }
-}
-
-FinishReason from_fb(fb::FinishReason r) {
-  switch (r) {
-    case fb::FinishReason::Stop: return FinishReason::stop;
-    case fb::FinishReason::Length: return FinishReason::length;
-    case fb::FinishReason::Abort: return FinishReason::abort;
-    case fb::FinishReason::Error: return FinishReason::error;
-    default: return FinishReason::none;
-  }
-}
-
-std::vector<uint8_t> error_delta(uint64_t id, const std::string& error) {
-  fb::TextDeltaT d;
-  d.request_id = id;
-  d.finish_reason = fb::FinishReason::Error;
-  d.error = error;
-  return msg::pack(d);
-}
-
-// ---------------------------------------------------------------- tokenizer
-struct TokenizerState {
-  std::shared_ptr<const Tokenizer> tok;
-  ChatTemplate chat{ChatTemplate::Format::chatml};
-  caf::actor scheduler, detokenizer;
-  static inline const char* name = "actorlm.tokenizer";
-};
-
-caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::shared_ptr<const Tokenizer> tok,
-                              caf::actor scheduler, caf::actor detokenizer) {
-  auto& s = self->state;
-  s.tok = std::move(tok);
-  s.chat = ChatTemplate::from_source(s.tok->chat_template(), nullptr);
-  s.scheduler = std::move(scheduler);
-  s.detokenizer = std::move(detokenizer);
-  return {[self](generate_atom, const WireMessage& in, const caf::actor& client) {
-    auto& s = self->state;
-    auto opened = msg::open<fb::GenerateRequest>(in.bytes);
-    if (!opened) {
-      self->send(client, WireMessage{error_delta(0, "rejected request: " + opened.error)});
-      return;
-    }
-    const fb::GenerateRequest& g = *opened.message;
-    fb::TokenizedRequestT t;
-    t.request_id = g.request_id();
-    std::vector<int32_t> end_ids;
-    if (g.input_ids() && g.input_ids()->size() > 0) {
-      t.input_ids.assign(g.input_ids()->begin(), g.input_ids()->end());
-      for (int32_t id : t.input_ids) {
-        if (id < 0 || id >= s.tok->vocab_size()) {
-          self->send(client, WireMessage{error_delta(g.request_id(), "input_ids holds " + std::to_string(id) +
-                                                                         ", outside the vocabulary")});
-          return;
-        }
-      }
-    } else if (g.messages() && g.messages()->size() > 0) {
-      std::vector<ChatMessage> messages;
-      for (const fb::ChatMessage* m : *g.messages()) {
-        messages.push_back({m->role() ? m->role()->str() : "", m->content() ? m->content()->str() : ""});
-      }
-      t.input_ids = s.tok->encode(s.chat.render(messages, true), false, true);
-      if (auto eot = s.tok->token_id(s.chat.end_of_turn())) end_ids.push_back(*eot);
-    } else {
-      std::string text = g.text() ? g.text()->str() : "";
-      t.input_ids = s.tok->encode(text, s.tok->add_bos_by_default(), false);
-    }
-    t.sampling = std::make_unique<fb::SamplingParamsT>();
-    if (g.sampling()) g.sampling()->UnPackTo(t.sampling.get());
-    t.stop = std::make_unique<fb::StopConditionsT>();
-    if (g.stop()) g.stop()->UnPackTo(t.stop.get());
-    t.stop->stop_token_ids.insert(t.stop->stop_token_ids.end(), end_ids.begin(), end_ids.end());
-    t.logprobs = g.logprobs();
-    t.top_logprobs = g.top_logprobs();
-    WireMessage tokenized{msg::pack(t)};
-    self->send(s.detokenizer, register_atom::value, tokenized, client);
-    self->send(s.scheduler, generate_atom::value, std::move(tokenized), client);
-  }};
-}
-
-// ---------------------------------------------------------------- detokenizer
-struct Stream {
-  caf::actor client;
-  std::unique_ptr<IncrementalDetokenizer> detok;
-};
-
-struct DetokenizerState {
-  std::shared_ptr<const Tokenizer> tok;
-  caf::actor scheduler;
-  std::map<uint64_t, Stream> streams;
-  std::map<uint64_t, std::vector<std::vector<uint8_t>>> early;  // items that beat their registration
-  static inline const char* name = "actorlm.detokenizer";
-};
-
-void deliver(caf::stateful_actor<DetokenizerState>* self, const fb::TokenStreamItem& item) {
-  auto& s = self->state;
-  auto it = s.streams.find(item.request_id());
-  if (it == s.streams.end()) return;
-  Stream& st = it->second;
-  fb::TextDeltaT d;
-  d.request_id = item.request_id();
-  d.finish_reason = item.finish_reason();
-  if (item.error()) d.error = item.error()->str();
-  if (item.token_ids()) {
-    const int32_t per = item.top_logprobs_per_token();
-    for (uint32_t i = 0; i < item.token_ids()->size(); ++i) {
-      const int32_t t = item.token_ids()->Get(i);
-      if (st.detok->stopped()) break;
-      d.token_ids.push_back(t);
-      if (item.logprobs() && i < item.logprobs()->size()) d.logprobs.push_back(item.logprobs()->Get(i));
-      if (item.top_logprobs() && per > 0 && (i + 1) * static_cast<uint32_t>(per) <= item.top_logprobs()->size()) {
-        for (int32_t k = 0; k < per; ++k) d.top_logprobs.push_back(*item.top_logprobs()->Get(i * static_cast<uint32_t>(per) + k));
-        d.top_logprobs_per_token = per;
-      }
-      auto delta = st.detok->push(t);
-      d.text += delta.text;
-      if (delta.stopped) {
-        d.finish_reason = fb::FinishReason::Stop;
-        d.matched_stop = delta.matched_stop;
-        fb::AbortT stop;
-        stop.request_ids = {item.request_id()};
-        stop.reason = "stop string";
-        self->send(s.scheduler, stop_atom::value, WireMessage{msg::pack(stop)});
-      }
-    }
-  }
-  if (d.finish_reason != fb::FinishReason::None) d.text += st.detok->flush();
-  if (item.usage()) {
-    d.usage = std::make_unique<fb::UsageT>();
-    item.usage()->UnPackTo(d.usage.get());
-  }
-  bool done = d.finish_reason != fb::FinishReason::None;
-  self->send(st.client, WireMessage{msg::pack(d)});
-  if (done) s.streams.erase(it);
-}
-
-caf::behavior detokenizer_actor(caf::stateful_actor<DetokenizerState>* self, std::shared_ptr<const Tokenizer> tok) {
-  self->state.tok = std::move(tok);
-  return {
-      [self](register_atom, const WireMessage& in, const caf::actor& client) {
-        auto& s = self->state;
-        auto t = msg::open<fb::TokenizedRequest>(in.bytes);
-        if (!t) return;
-        uint64_t id = t.message->request_id();
-        std::vector<std::string> stops;
-        if (t.message->stop() && t.message->stop()->stop_strings()) {
-          for (const auto* str : *t.message->stop()->stop_strings()) stops.push_back(str->str());
-        }
-        s.streams[id] = Stream{client, std::make_unique<IncrementalDetokenizer>(*s.tok, stops)};
-        auto e = s.early.find(id);
-        if (e == s.early.end()) return;
-        auto items = std::move(e->second);
-        s.early.erase(e);
-        for (const auto& bytes : items) {
-          auto st = msg::open<fb::TokenStream>(bytes);
-          if (st && st.message->items()) {
-            for (const fb::TokenStreamItem* item : *st.message->items()) {
-              if (item->request_id() == id) deliver(self, *item);
-            }
-          }
-        }
-      },
-      [self](stream_atom, const WireMessage& in) {
-        auto opened = msg::open<fb::TokenStream>(in.bytes);
-        if (!opened || !opened.message->items()) return;
-        for (const fb::TokenStreamItem* item : *opened.message->items()) {
-          if (self->state.streams.count(item->request_id())) {
-            deliver(self, *item);
-          } else {
-            self->state.early[item->request_id()].push_back(in.bytes);
-          }
-        }
-      },
-      [self](caf::actor scheduler) { self->state.scheduler = std::move(scheduler); },
-  };
-}
-
-// ---------------------------------------------------------------- scheduler
-std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
-  fb::TokenStreamT ts;
-  for (const auto& e : events) {
-    auto item = std::make_unique<fb::TokenStreamItemT>();
-    item->request_id = e.id;
-    if (e.token >= 0) {
-      item->token_ids.push_back(e.token);
-      item->logprobs.push_back(e.logprob);
-      for (const auto& [tok, lp] : e.top) item->top_logprobs.emplace_back(tok, lp);
-      item->top_logprobs_per_token = static_cast<int32_t>(e.top.size());
-    }
-    item->finish_reason = to_fb(e.finish);
-    item->error = e.error;
-    item->usage = std::make_unique<fb::UsageT>();
-    item->usage->prompt_tokens = e.prompt_tokens;
-    item->usage->completion_tokens = e.completion_tokens;
-    item->usage->cached_tokens = e.cached_tokens;
-    ts.items.push_back(std::move(item));
-  }
-  return msg::pack(ts);
-}
-
-void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor pool, caf::actor radix,
-                     caf::actor worker, caf::actor detokenizer) {
-  ActorKvService kv(self, pool, radix);
-  ActorWorker w(self, worker);
-  Scheduler sched(cfg, kv, w);
-  bool running = true;
-  std::vector<TokenEvent> rejected;
-  auto on_generate = [&](generate_atom, const WireMessage& in, const caf::actor&) {
-    auto t = msg::open<fb::TokenizedRequest>(in.bytes);
-    if (!t) return;
-    const fb::TokenizedRequest& m = *t.message;
-    Request r;
-    r.id = m.request_id();
-    if (m.input_ids()) r.prompt.assign(m.input_ids()->begin(), m.input_ids()->end());
-    r.sampling = msg::from_fb(m.sampling());
-    if (!r.sampling.has_seed) r.sampling.seed = r.id * 0x9e3779b97f4a7c15ull;
-    if (m.stop()) {
-      r.stop.max_new_tokens = m.stop()->max_new_tokens();
-      if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
-      r.stop.ignore_eos = m.stop()->ignore_eos();
-    }
-    r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
-    if (auto err = sched.submit(std::move(r))) {
-      TokenEvent e;
-      e.id = m.request_id();
-      e.finish = FinishReason::error;
-      e.error = *err;
-      rejected.push_back(e);
-    }
-  };
-  auto ids_of = [](const WireMessage& in) {
-    std::vector<uint64_t> ids;
-    auto a = msg::open<fb::Abort>(in.bytes);
-    if (a && a.message->request_ids()) ids.assign(a.message->request_ids()->begin(), a.message->request_ids()->end());
-    return ids;
-  };
-  auto on_abort = [&](abort_atom, const WireMessage& in) {
-    for (uint64_t id : ids_of(in)) sched.abort(id);
-  };
-  auto on_stop = [&](stop_atom, const WireMessage& in) {
-    for (uint64_t id : ids_of(in)) sched.stop(id);
-  };
-  auto on_stats = [&](stats_atom, const WireMessage& in) -> WireMessage {
-    auto q = msg::open<fb::StatsRequest>(in.bytes);
-    bool self_check = q && q.message->self_check();
-    fb::EngineStatsT st;
-    st.running = static_cast<int32_t>(sched.running());
-    st.waiting = static_cast<int32_t>(sched.waiting());
-    const auto& x = sched.stats();
-    st.finished_total = x.finished;
-    st.prompt_tokens_total = x.prompt_tokens;
-    st.cached_tokens_total = x.cached_tokens;
-    st.generated_tokens_total = x.generated_tokens;
-    st.cache_hit_rate = x.cache_hit_rate();
-    KvUsage u = kv.usage();
-    st.pool_capacity_tokens = u.capacity;
-    st.pool_free_tokens = u.free;
-    st.free_req_slots = u.free_slots;
-    st.evictable_tokens = u.evictable;
-    st.protected_tokens = u.protected_;
-    if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
-    return WireMessage{msg::pack(st)};
-  };
-  auto on_flush = [&](flush_atom) -> int64_t { return kv.flush_cache(); };
-  auto on_shutdown = [&](shutdown_atom) { running = false; };
-  while (running) {
-    if (sched.idle() && rejected.empty()) {
-      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown);
-    }
-    for (bool more = true; more && running;) {
-      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown,
-                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    }
-    if (!running) break;
-    std::vector<TokenEvent> events = std::move(rejected);
-    rejected.clear();
-    try {
-      auto stepped = sched.step();
-      events.insert(events.end(), stepped.begin(), stepped.end());
-    } catch (const std::exception& e) {
-      // Nothing may hang: every request in flight ends with the error.
-      std::fprintf(stderr, "actorlm scheduler: step failed: %s\n", e.what());
-      auto failed = sched.fail_all(std::string("engine failure: ") + e.what());
-      events.insert(events.end(), failed.begin(), failed.end());
-    }
-    if (!events.empty()) self->send(detokenizer, stream_atom::value, WireMessage{token_stream(events)});
-  }
-}
-
-}  // namespace
 
 struct Engine::Impl {
   caf::actor_system& system;
   ModelConfig model;
   std::shared_ptr<const Tokenizer> tok;
-  caf::actor pool, radix, worker, scheduler, detokenizer, tokenizer;
+  std::optional<EngineCore> core;  // local engine
+  caf::actor scheduler;            // the core's scheduler, or a head's router
+  caf::actor detokenizer, tokenizer;
   std::atomic<uint64_t> next_id{1};
   std::string device;
   int64_t kv_tokens = 0;
   explicit Impl(caf::actor_system& s) : system(s) {}
+  void start_head(const EngineConfig& config);
 };
+
+// A head: joins its nodes, waiting up to connect_timeout_s for all of them.
+// Throws when none could be joined in that time (the rest keep being dialled).
+void Engine::Impl::start_head(const EngineConfig& config) {
+  Impl& m = *this;
+  const ClusterConfig& cluster = config.cluster;
+  if (!m.system.has_middleman()) {
+    throw std::invalid_argument("a cluster head needs the middleman: call configure_remote() on the actor system config");
+  }
+  if (cluster.security.tls() && !m.system.has_openssl_manager()) {
+    throw std::invalid_argument("TLS is configured but the actor system has no OpenSSL module (configure_remote())");
+  }
+  for (const auto& n : cluster.nodes) {
+    if (std::string bad = cluster.security.check(n.host); !bad.empty()) throw std::invalid_argument(n.str() + ": " + bad);
+  }
+  namespace fs = std::filesystem;
+  m.model = fs::is_directory(config.model_path) ? config_from_hf_json((fs::path(config.model_path) / "config.json").string())
+                                                : config_from_gguf(GgufFile::open(config.model_path));
+  m.tok = load_tokenizer(config.model_path);
+  m.detokenizer = spawn_detokenizer(m.system, m.tok);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string head_name = std::string(host) + " pid " + std::to_string(::getpid());
+  m.scheduler = spawn_router(m.system, cluster, describe_model(config.model_path, m.model, *m.tok), m.detokenizer, head_name);
+  caf::scoped_actor self{m.system};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cluster.connect_timeout_s);
+  int32_t up = 0, total = 0;
+  std::string errors;
+  for (;;) {
+    self->request(m.scheduler, std::chrono::seconds(10), status_atom::value)
+        .receive([&](int32_t u, int32_t t, const std::string& e) { up = u, total = t, errors = e; },
+                 [&](const caf::error& e) { errors = m.system.render(e); });
+    if (up == total || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (up == 0) {
+    caf::anon_send(m.scheduler, shutdown_atom::value);
+    caf::anon_send_exit(m.detokenizer, caf::exit_reason::user_shutdown);
+    throw std::runtime_error("no worker node could be joined within " + std::to_string(cluster.connect_timeout_s) +
+                             " s" + (errors.empty() ? std::string() : ": " + errors));
+  }
+  m.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
+}
 
 Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make_unique<Impl>(system)) {
   auto& m = *impl_;
-  LlamaWeights weights = load_llama_weights(config.model_path, config.progress);
-  m.model = weights.config;
-  namespace fs = std::filesystem;
-  m.tok = fs::is_directory(config.model_path)
-              ? std::make_shared<const Tokenizer>(Tokenizer::from_hf_json((fs::path(config.model_path) / "tokenizer.json").string()))
-              : std::make_shared<const Tokenizer>(Tokenizer::from_gguf(GgufFile::open(config.model_path)));
-  SchedulerConfig sc = config.scheduler;
-  if (sc.max_context <= 0 || sc.max_context > m.model.max_context) sc.max_context = m.model.max_context;
-  if (!sc.eos_id) sc.eos_id = m.tok->eos_id();
-  MadeExecutor made = make_executor(std::move(weights),
-                                    {config.device, config.threads, config.mem_fraction_static, config.kv_cache_dtype},
-                                    config.kv_tokens, config.page_size, config.max_requests, sc.max_context);
-  m.device = made.description;
-  KvStoreConfig kv{made.kv_tokens, config.page_size, config.max_requests, sc.max_context, config.disable_radix_cache};
-  auto runner = std::make_shared<ModelRunner>(
-      std::move(made.executor),
-      ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(kv.capacity_tokens, kv.page_size).pool_rows(),
-                        .max_requests = kv.max_requests,
-                        .max_context = sc.max_context});
-  m.kv_tokens = kv.capacity_tokens;
-  m.pool = spawn_pool_manager(system, kv);
-  m.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache);
-  m.worker = spawn_worker(system, runner);
-  m.detokenizer = system.spawn(detokenizer_actor, m.tok);
-  m.scheduler = system.spawn<caf::detached>(scheduler_actor, sc, m.pool, m.radix, m.worker, m.detokenizer);
+  if (!config.cluster.nodes.empty()) {
+    m.start_head(config);
+  } else {
+    m.tok = load_tokenizer(config.model_path);
+    m.detokenizer = spawn_detokenizer(system, m.tok);
+    m.core = spawn_engine_core(system, config, *m.tok, m.detokenizer);
+    m.model = m.core->model;
+    m.scheduler = m.core->scheduler;
+    m.device = m.core->device;
+    m.kv_tokens = m.core->kv_tokens;
+  }
   caf::anon_send(m.detokenizer, m.scheduler);
-  m.tokenizer = system.spawn(tokenizer_actor, m.tok, m.scheduler, m.detokenizer);
+  m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer);
+  if (!m.core) m.kv_tokens = stats().kv.capacity;
 }
 
 Engine::~Engine() {
   auto& m = *impl_;
-  caf::anon_send(m.scheduler, shutdown_atom::value);
-  for (const auto& a : {m.tokenizer, m.detokenizer, m.worker, m.radix, m.pool}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  if (m.core) {
+    stop_engine_core(*m.core);
+  } else {
+    caf::anon_send(m.scheduler, shutdown_atom::value);
+  }
+  for (const auto& a : {m.tokenizer, m.detokenizer}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 caf::actor Engine::handle() const { return impl_->tokenizer; }
@@ -490,6 +230,11 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
             out.kv = {st->pool_capacity_tokens, st->pool_free_tokens, st->evictable_tokens, st->protected_tokens,
                       st->free_req_slots};
             out.invariant_error = st->invariant_error;
+            for (const auto& n : st->nodes) {
+              out.nodes.push_back({n->address, n->alive, n->routed_total, n->in_flight, n->running, n->waiting,
+                                   n->cache_hit_rate, n->prompt_tokens_total, n->cached_tokens_total,
+                                   n->pool_capacity_tokens, n->pool_free_tokens, n->protected_tokens, n->error});
+            }
           },
           [&](const caf::error& e) { out.invariant_error = "stats unavailable: " + impl_->system.render(e); });
   return out;

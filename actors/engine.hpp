@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster_config.hpp"
 #include "kernels/sampling_params.hpp"
 #include "model/llama_weights.hpp"
 #include "scheduler/scheduler.hpp"
@@ -38,6 +39,10 @@ struct EngineConfig {
   bool disable_radix_cache = false;
   SchedulerConfig scheduler;       // max_context 0 = the model's
   LoadProgress progress;
+  // Nodes listed: this engine is a cluster head. It loads only the model's
+  // tokenizer and config (the nodes hold the weights and KV), and its actor
+  // system must have been set up with configure_remote() (actors/remote_setup.hpp).
+  ClusterConfig cluster;
 };
 
 struct GenerateOptions {
@@ -71,11 +76,25 @@ struct TextDeltaEvent {
   std::vector<TokenLogprobInfo> logprobs;  // the tokens behind `text`, when asked for
 };
 
+// One worker node of a cluster head.
+struct NodeStatsSnapshot {
+  std::string address;
+  bool alive = false;
+  int64_t routed = 0;        // requests the head sent it
+  int32_t in_flight = 0;
+  int32_t running = 0, waiting = 0;
+  double cache_hit_rate = 0;  // its radix cache's
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+  int64_t pool_capacity = 0, pool_free = 0, protected_tokens = 0;
+  std::string error;          // why it is down
+};
+
 struct EngineStatsSnapshot {
   int32_t running = 0, waiting = 0;
   SchedulerStats scheduler;
   KvUsage kv;
   std::string invariant_error;  // filled by self_check when idle
+  std::vector<NodeStatsSnapshot> nodes;  // a cluster head's nodes (summed above)
 };
 
 class Engine {
@@ -87,7 +106,8 @@ class Engine {
 
   caf::actor handle() const;
   const ModelConfig& model_config() const;
-  // What the worker runs on ("cpu" or "cuda: <device name>") and its KV pool size in tokens.
+  // What the worker runs on ("cpu", "cuda: <device name>", or "cluster: ...")
+  // and its KV pool size in tokens (a head: its joined nodes' total).
   const std::string& device() const;
   int64_t kv_tokens() const;
 

@@ -39,5 +39,13 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+// Cluster: a head joins a node (hello, then join: NodeHello / NodeJoin), an
+// engine hands a node's gateway its scheduler (attach), a head's router dials
+// a node (dial) and reports how many nodes it has (status).
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+using dial_atom = caf::atom_constant<caf::atom("dial")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
 
 }  // namespace actorlm

@@ -11,7 +11,9 @@
 #include <string>
 
 #include "actors/engine.hpp"
+#include "actors/remote_setup.hpp"
 #include "apps/cli_args.hpp"
+#include "apps/cluster_flags.hpp"
 #include "apps/device_flags.hpp"
 #include "model/default_model.hpp"
 
@@ -21,7 +23,9 @@ namespace {
 constexpr const char* usage =
     "usage: actorlm chat [--model PATH] [--system TEXT] [--temperature T] [--max-tokens N]\n"
     "                    [--threads N] [--kv-tokens N] [--seed S]\n"
-    "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n";
+    "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
+    "                    [--node HOST:PORT ... | --topology FILE.json] [--secret-file FILE]\n"
+    "                    [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--allow-plain-remote]\n";
 
 constexpr const char* help =
     "commands:\n"
@@ -46,9 +50,10 @@ bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 
 
 int chat_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
-                 with_device_flags({"--model", "--system", "--temperature", "--max-tokens", "--threads", "--kv-tokens",
-                                    "--seed"}),
-                 {"--help"}, {{"-m", "--model"}, {"-h", "--help"}});
+                 with_flags(with_device_flags({"--model", "--system", "--temperature", "--max-tokens", "--threads",
+                                               "--kv-tokens", "--seed"}),
+                            with_flags(head_flags, security_flags)),
+                 {"--help", allow_plain_switch}, {{"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
@@ -59,6 +64,7 @@ int chat_command(int argc, char** argv, int first) {
   config.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
   apply_device_flags(args, config, 16384);
   config.scheduler.max_context = 0;  // the model's
+  config.cluster = cluster_from_flags(args);
   int shown = -1;
   config.progress = [&](int done, int total) {
     int pct = done * 100 / total;
@@ -72,6 +78,7 @@ int chat_command(int argc, char** argv, int first) {
   std::optional<std::string> system_prompt = args.str("--system");
 
   caf::actor_system_config cfg;
+  if (!config.cluster.nodes.empty()) configure_remote(cfg, config.cluster.security);
   caf::actor_system actors{cfg};
   Engine engine(actors, config);
   std::fprintf(stderr, "actorlm chat: %s (%d layers). /help for commands.\n", config.model_path.c_str(),

@@ -13,7 +13,7 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& value_
     if (auto it = aliases.find(a); it != aliases.end()) a = it->second;
     if (value_flags.count(a)) {
       if (i + 1 >= argc) throw UsageError(a + " needs a value");
-      values_[a] = argv[++i];
+      values_[a].push_back(argv[++i]);
     } else if (switches.count(a)) {
       switches_.insert(a);
     } else {
@@ -25,7 +25,12 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& value_
 std::optional<std::string> Args::str(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
-  return it->second;
+  return it->second.back();
+}
+
+std::vector<std::string> Args::all(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 int64_t Args::integer(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const {

@@ -24,12 +24,13 @@ class Args {
        const std::set<std::string>& switches, const std::map<std::string, std::string>& aliases = {});
 
   bool has(const std::string& name) const { return values_.count(name) || switches_.count(name); }
-  std::optional<std::string> str(const std::string& name) const;
+  std::optional<std::string> str(const std::string& name) const;  // the last one given
+  std::vector<std::string> all(const std::string& name) const;     // every one, in order
   int64_t integer(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const;
   double number(const std::string& name, double fallback, double lo, double hi) const;
 
  private:
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> values_;
   std::set<std::string> switches_;
 };
 

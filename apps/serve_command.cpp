@@ -6,9 +6,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "actors/remote_setup.hpp"
 #include "apps/cli_args.hpp"
-#include "apps/device_flags.hpp"
-#include "model/default_model.hpp"
+#include "apps/cluster_flags.hpp"
+#include "apps/engine_flags.hpp"
 #include "server/http_server.hpp"
 
 namespace actorlm {
@@ -20,7 +21,11 @@ constexpr const char* usage =
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
     "                     [--context-length N] [--disable-radix-cache]\n"
     "                     [--max-concurrent-requests N] [--max-body-bytes N]\n"
-    "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n";
+    "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
+    "  as a cluster head (the nodes run the model; see docs/CLUSTER.md):\n"
+    "                     --node HOST:PORT [--node HOST:PORT ...] | --topology FILE.json\n"
+    "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
+    "                     [--allow-plain-remote] [--connect-timeout S]\n";
 
 HttpServer* running_server = nullptr;
 void on_signal(int) {
@@ -31,29 +36,16 @@ void on_signal(int) {
 
 int serve_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
-                 with_device_flags({"--model", "--host", "--port", "--api-key", "--threads", "--kv-tokens", "--page-size",
-                                    "--max-running-requests", "--max-prefill-tokens", "--chunked-prefill-size",
-                                    "--schedule-policy", "--context-length", "--max-concurrent-requests",
-                                    "--max-body-bytes"}),
-                 {"--disable-radix-cache", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+                 with_flags(with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
+                                                      "--max-body-bytes"}),
+                            with_flags(head_flags, security_flags)),
+                 {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
   }
-  EngineConfig ec;
-  ec.model_path = args.str("--model").value_or(default_model_path());
-  ec.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
-  apply_device_flags(args, ec, 32768);
-  ec.page_size = static_cast<int32_t>(args.integer("--page-size", 1, 1, 256));
-  ec.max_requests = static_cast<int32_t>(args.integer("--max-running-requests", 64, 1, 4096)) + 8;
-  ec.disable_radix_cache = args.has("--disable-radix-cache");
-  ec.scheduler.max_running_requests = ec.max_requests - 8;
-  ec.scheduler.max_prefill_tokens = static_cast<int32_t>(args.integer("--max-prefill-tokens", 4096, 16, 1 << 20));
-  ec.scheduler.chunked_prefill_size = static_cast<int32_t>(args.integer("--chunked-prefill-size", 512, 0, 1 << 20));
-  ec.scheduler.max_context = static_cast<int32_t>(args.integer("--context-length", 0, 0, 1 << 22));
-  std::string policy = args.str("--schedule-policy").value_or("lpm");
-  if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
-  ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
+  EngineConfig ec = engine_from_flags(args);
+  ec.cluster = cluster_from_flags(args);
 
   ServerConfig sc;
   sc.host = args.str("--host").value_or("127.0.0.1");
@@ -65,6 +57,7 @@ int serve_command(int argc, char** argv, int first) {
   sc.threads = std::max(16, std::min(sc.max_concurrent_requests + 4, 512));
 
   caf::actor_system_config cfg;
+  if (!ec.cluster.nodes.empty()) configure_remote(cfg, ec.cluster.security);
   caf::actor_system system{cfg};
   Engine engine(system, ec);
   HttpServer server(engine, sc);

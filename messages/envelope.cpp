@@ -36,7 +36,8 @@ constexpr const char* kind_names[] = {
     "LockRef",        "LockRefReply",    "Evict",            "EvictReply",     "CacheReqs",
     "CacheReqsReply", "AllocReqSlots",   "AllocReqSlotsReply", "AllocTokens",  "AllocTokensReply",
     "Free",           "FreeReply",       "PoolStatsRequest", "PoolStats",      "ForwardBatch",
-    "BatchResult",    "StatsRequest",    "EngineStats"};
+    "BatchResult",    "StatsRequest",    "EngineStats",      "NodeHello",      "NodeChallenge",
+    "NodeJoin",       "NodeWelcome"};
 static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == max_kind + 1);
 
 }  // namespace

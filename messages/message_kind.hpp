@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "messages/cluster_generated.h"
 #include "messages/forward_generated.h"
 #include "messages/pool_generated.h"
 #include "messages/radix_generated.h"
@@ -42,8 +43,12 @@ enum class Kind : uint16_t {
   BatchResult,
   StatsRequest,
   EngineStats,
+  NodeHello,
+  NodeChallenge,
+  NodeJoin,
+  NodeWelcome,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::EngineStats);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::NodeWelcome);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -85,6 +90,10 @@ ACTORLM_MESSAGE_KIND(ForwardBatch, "FWDB");
 ACTORLM_MESSAGE_KIND(BatchResult, "BRES");
 ACTORLM_MESSAGE_KIND(StatsRequest, "STAQ");
 ACTORLM_MESSAGE_KIND(EngineStats, "STAR");
+ACTORLM_MESSAGE_KIND(NodeHello, "NHLO");
+ACTORLM_MESSAGE_KIND(NodeChallenge, "NCHL");
+ACTORLM_MESSAGE_KIND(NodeJoin, "NJON");
+ACTORLM_MESSAGE_KIND(NodeWelcome, "NWEL");
 
 #undef ACTORLM_MESSAGE_KIND
 

@@ -16,6 +16,19 @@ namespace actorlm {
 
 using nlohmann::json;
 
+namespace {
+
+// The engine's own failures are 500s and a lost or missing worker node a 503
+// (another try may land on a live node); everything else the engine refuses
+// is the request's fault.
+api::ApiError engine_error(const std::string& err) {
+  if (err.rfind("engine failure", 0) == 0) return {500, err, "server_error", ""};
+  if (err.rfind("worker node", 0) == 0 || err.rfind("no worker node", 0) == 0) return {503, err, "server_error", ""};
+  return {400, err, "invalid_request_error", ""};
+}
+
+}  // namespace
+
 struct HttpServer::Impl {
   Engine& engine;
   ServerConfig config;
@@ -118,10 +131,7 @@ struct HttpServer::Impl {
       std::vector<api::ChoiceResult> choices = run_choices(r, arrival, {});
       for (const auto& c : choices) {
         if (c.last.finish != FinishReason::error) continue;
-        // The engine's own failures are 500s; everything else it refuses is the request's fault.
-        const std::string& err = c.last.error;
-        int status = err.rfind("engine failure", 0) == 0 ? 500 : 400;
-        return send_error(res, {status, err, status == 400 ? "invalid_request_error" : "server_error", ""});
+        return send_error(res, engine_error(c.last.error));
       }
       res.set_content(api::dump(api::completion_response(id, config.model_id, chat, choices, r.options.logprobs, created)),
                       "application/json");
@@ -139,7 +149,7 @@ struct HttpServer::Impl {
         const auto i = static_cast<size_t>(index);
         std::string out;
         if (d.finish == FinishReason::error) {
-          out = "data: " + api::dump(api::ApiError{400, d.error, "invalid_request_error", ""}.body()) + "\n\n";
+          out = "data: " + api::dump(engine_error(d.error).body()) + "\n\n";
         } else {
           if (!d.text.empty() || first[i] || (r.options.logprobs && !d.logprobs.empty())) {
             nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i]) : nlohmann::json(nullptr);
@@ -256,9 +266,34 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
     metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.", double(st.kv.evictable));
     metric("actorlm_kv_pool_locked_tokens", "gauge", "KV rows held by running requests through the cache.", double(st.kv.protected_));
     metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.", st.kv.free_slots);
+    if (!st.nodes.empty()) {
+      // A cluster head: one series per worker node, labelled by its address.
+      auto per_node = [&](const char* name, const char* type, const char* help, auto value) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+        for (const auto& n : st.nodes) out += std::string(name) + "{node=\"" + n.address + "\"} " + std::to_string(value(n)) + "\n";
+      };
+      per_node("actorlm_node_up", "gauge", "Whether the worker node is joined.", [](const auto& n) { return n.alive ? 1.0 : 0.0; });
+      per_node("actorlm_node_routed_requests_total", "counter", "Requests routed to the node.", [](const auto& n) { return double(n.routed); });
+      per_node("actorlm_node_in_flight_requests", "gauge", "Requests routed to the node and not finished.", [](const auto& n) { return double(n.in_flight); });
+      per_node("actorlm_node_cache_hit_rate", "gauge", "Fraction of the node's prompt tokens served from its radix cache.", [](const auto& n) { return n.cache_hit_rate; });
+      per_node("actorlm_node_kv_pool_free_tokens", "gauge", "The node's free KV rows.", [](const auto& n) { return double(n.pool_free); });
+    }
     out += m.ttft.exposition();
     out += m.itl.exposition();
     res.set_content(out, "text/plain; version=0.0.4");
+  });
+  // A cluster head's worker nodes (an empty list for a local engine).
+  m.http.Get("/nodes", [&m](const httplib::Request& req, httplib::Response& res) {
+    if (!m.authorized(req, res)) return;
+    json nodes = json::array();
+    for (const auto& n : m.engine.stats().nodes) {
+      nodes.push_back({{"address", n.address}, {"alive", n.alive}, {"routed", n.routed}, {"in_flight", n.in_flight},
+                       {"running", n.running}, {"waiting", n.waiting}, {"cache_hit_rate", n.cache_hit_rate},
+                       {"prompt_tokens", n.prompt_tokens}, {"cached_tokens", n.cached_tokens},
+                       {"kv_capacity_tokens", n.pool_capacity}, {"kv_free_tokens", n.pool_free},
+                       {"kv_locked_tokens", n.protected_tokens}, {"error", n.error}});
+    }
+    res.set_content(json{{"nodes", nodes}}.dump(), "application/json");
   });
   m.http.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -311,7 +311,37 @@ TEST_CASE("Every message kind survives a round trip", "[messages]") {
     s.protected_tokens = 12;
     s.decode_tokens_per_s = 13.5;
     s.invariant_error = "e";
+    auto n = std::make_unique<fb::NodeStatsT>();
+    n->address = "10.0.0.2:7100";
+    n->alive = true;
+    n->routed_total = 14;
+    n->cache_hit_rate = 0.25;
+    n->error = "lost";
+    s.nodes.push_back(std::move(n));
     check_round_trip<fb::EngineStats>(s);
+  }
+  {
+    fb::NodeHelloT h;
+    h.protocol = 1;
+    h.head_name = "head";
+    check_round_trip<fb::NodeHello>(h);
+    fb::NodeChallengeT c;
+    c.protocol = 1;
+    c.nonce = {1, 2, 3};
+    check_round_trip<fb::NodeChallenge>(c);
+    fb::NodeJoinT j;
+    j.nonce = {1, 2, 3};
+    j.proof = {4, 5};
+    j.head_name = "head";
+    check_round_trip<fb::NodeJoin>(j);
+    fb::NodeWelcomeT w;
+    w.accepted = true;
+    w.model_name = "m";
+    w.vocab_size = 49152;
+    w.tokenizer_digest = 0x1234567890abcdefull;
+    w.kv_tokens = 16384;
+    w.device = "cpu";
+    check_round_trip<fb::NodeWelcome>(w);
   }
 }
 

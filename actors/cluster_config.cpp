@@ -1,0 +1,135 @@
+#include "actors/cluster_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace actorlm {
+namespace {
+
+bool loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+std::string RemoteSecurity::check(const std::string& host) const {
+  if (tls()) {
+    if (tls_cert.empty() || tls_key.empty() || tls_ca.empty()) {
+      return "TLS needs all three of a certificate, its key and the CA that signs the peers (--tls-cert, --tls-key, --tls-ca)";
+    }
+    for (const auto& f : {tls_cert, tls_key, tls_ca}) {
+      if (!std::filesystem::is_regular_file(f)) return "TLS file not found: " + f;
+    }
+  } else if (!loopback(host) && !allow_plain_remote) {
+    return "plain TCP to or from " + host +
+           " is refused: use TLS (--tls-cert, --tls-key, --tls-ca), or --allow-plain-remote on a network you trust";
+  }
+  if (!tls() && secret.empty()) {
+    return "a node without TLS needs a shared secret (--secret-file), so that an unknown peer cannot join";
+  }
+  return "";
+}
+
+std::string read_secret_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read secret file " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string secret = s.str();
+  if (secret.size() > 4096) throw std::runtime_error("secret file " + path + " is over 4 KiB");
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  if (secret.empty()) throw std::runtime_error("secret file " + path + " is empty");
+  return secret;
+}
+
+NodeAddress parse_node_address(const std::string& text) {
+  auto bad = [&](const char* why) { return std::invalid_argument("bad node address '" + text + "': " + why); };
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) throw bad("expected host:port");
+  NodeAddress a;
+  a.host = text.substr(0, colon);
+  if (a.host.front() == '[') {
+    if (a.host.back() != ']' || a.host.size() < 3) throw bad("unbalanced brackets");
+    a.host = a.host.substr(1, a.host.size() - 2);
+  }
+  const char* first = text.data() + colon + 1;
+  const char* last = text.data() + text.size();
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(first, last, port);
+  if (ec != std::errc() || end != last || port == 0 || port > 65535) throw bad("port must be 1..65535");
+  a.port = static_cast<uint16_t>(port);
+  return a;
+}
+
+ClusterConfig load_topology(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read topology file " + path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("topology file " + path + " is not JSON: " + e.what());
+  }
+  auto fail = [&](const std::string& why) { return std::runtime_error("topology file " + path + ": " + why); };
+  fs::path dir = fs::path(path).parent_path();
+  auto file = [&](const nlohmann::json& v, const char* what) {
+    if (!v.is_string()) throw fail(std::string(what) + " must be a path");
+    fs::path p = v.get<std::string>();
+    return (p.is_relative() ? dir / p : p).string();
+  };
+  auto number = [&](const nlohmann::json& obj, const char* key, double lo, double hi, double fallback) {
+    if (!obj.contains(key)) return fallback;
+    const auto& v = obj[key];
+    if (!v.is_number() || v.get<double>() < lo || v.get<double>() > hi) {
+      throw fail(std::string(key) + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return v.get<double>();
+  };
+  if (!j.is_object()) throw fail("expected an object");
+  ClusterConfig c;
+  if (!j.contains("nodes") || !j["nodes"].is_array() || j["nodes"].empty()) throw fail("\"nodes\" must list at least one node");
+  if (j["nodes"].size() > 1024) throw fail("at most 1024 nodes");
+  for (const auto& n : j["nodes"]) {
+    std::string addr;
+    if (n.is_string()) {
+      addr = n.get<std::string>();
+    } else if (n.is_object() && n.contains("address") && n["address"].is_string()) {
+      addr = n["address"].get<std::string>();
+    } else {
+      throw fail("each node is \"host:port\" or {\"address\": \"host:port\"}");
+    }
+    try {
+      c.nodes.push_back(parse_node_address(addr));
+    } catch (const std::invalid_argument& e) {
+      throw fail(e.what());
+    }
+  }
+  if (j.contains("tls")) {
+    const auto& t = j["tls"];
+    if (!t.is_object()) throw fail("\"tls\" must be an object with cert, key and ca");
+    if (t.contains("cert")) c.security.tls_cert = file(t["cert"], "tls.cert");
+    if (t.contains("key")) c.security.tls_key = file(t["key"], "tls.key");
+    if (t.contains("ca")) c.security.tls_ca = file(t["ca"], "tls.ca");
+  }
+  if (j.contains("secret_file")) c.security.secret = read_secret_file(file(j["secret_file"], "secret_file"));
+  if (j.contains("allow_plain_remote")) c.security.allow_plain_remote = j["allow_plain_remote"].is_boolean() && j["allow_plain_remote"].get<bool>();
+  c.connect_timeout_s = number(j, "connect_timeout_s", 0, 3600, c.connect_timeout_s);
+  if (j.contains("routing")) {
+    const auto& r = j["routing"];
+    if (!r.is_object()) throw fail("\"routing\" must be an object");
+    c.routing.cache_threshold = number(r, "cache_threshold", 0, 1, c.routing.cache_threshold);
+    c.routing.balance_abs_threshold =
+        static_cast<int32_t>(number(r, "balance_abs_threshold", 0, 1 << 20, c.routing.balance_abs_threshold));
+    c.routing.balance_rel_threshold = number(r, "balance_rel_threshold", 1, 1e6, c.routing.balance_rel_threshold);
+  }
+  return c;
+}
+
+}  // namespace actorlm

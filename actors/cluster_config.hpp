@@ -1,0 +1,60 @@
+#pragma once
+// How a head reaches its worker nodes and how both sides prove who they are.
+// Plain data: the CAF side lives in actors/remote_setup.hpp.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/prefix_router.hpp"
+
+namespace actorlm {
+
+// Mutual TLS (CAF's OpenSSL module) when certificate, key and CA are all
+// set: each side presents a certificate signed by the CA and refuses a peer
+// that does not. `secret` is a shared secret both sides must know; the node
+// checks it with a challenge-response (HMAC-SHA256 over a fresh nonce), so it
+// never crosses the network. Plain TCP is only allowed on loopback unless
+// allow_plain_remote says otherwise.
+struct RemoteSecurity {
+  std::string tls_cert, tls_key, tls_ca;  // PEM files
+  std::string secret;
+  bool allow_plain_remote = false;
+
+  bool tls() const { return !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty(); }
+  // Empty when usable, else what is missing or wrong ("TLS needs ...").
+  std::string check(const std::string& host) const;
+};
+
+// Reads a secret file (its bytes, one trailing newline dropped). Throws
+// std::runtime_error when the file is missing, empty or over 4 KiB.
+std::string read_secret_file(const std::string& path);
+
+struct NodeAddress {
+  std::string host;
+  uint16_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+// "host:port" (port 1..65535; "[::1]:7000" for IPv6). Throws
+// std::invalid_argument naming the text.
+NodeAddress parse_node_address(const std::string& text);
+
+struct ClusterConfig {
+  std::vector<NodeAddress> nodes;  // empty: the engine runs locally
+  RemoteSecurity security;
+  double connect_timeout_s = 30;   // the head's constructor waits this long for its nodes
+  double retry_interval_s = 1;     // how often a lost node is dialled again
+  RouterConfig routing;
+};
+
+// A topology file (JSON):
+//   {"nodes": ["10.0.0.2:7100", {"address": "10.0.0.3:7100"}],
+//    "tls": {"cert": "head.pem", "key": "head.key", "ca": "ca.pem"},
+//    "secret_file": "cluster.secret", "connect_timeout_s": 30,
+//    "routing": {"cache_threshold": 0.5, "balance_abs_threshold": 16, "balance_rel_threshold": 1.5}}
+// Relative paths are taken from the file's folder. Throws std::runtime_error
+// naming the file and the offending entry.
+ClusterConfig load_topology(const std::string& path);
+
+}  // namespace actorlm

@@ -1,0 +1,36 @@
+#pragma once
+// The part of an engine that owns a KV pool: memory-pool and radix-cache
+// managers, the worker (weights and KV tensors) and the scheduler over them.
+// A local Engine puts a tokenizer and detokenizer in front of it; a cluster
+// node puts its gateway there instead (actors/node_gateway.hpp).
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <memory>
+#include <string>
+
+#include "actors/engine.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace actorlm {
+
+struct EngineCore {
+  ModelConfig model;
+  caf::actor pool, radix, worker, scheduler;
+  std::string device;      // what the worker runs on
+  int64_t kv_tokens = 0;   // KV pool capacity
+  int32_t max_context = 0;
+};
+
+// The tokenizer of a GGUF file or Hugging Face folder (tokenizer.json).
+std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& model_path);
+
+// Loads the model and spawns the four actors; the scheduler sends its token
+// streams to `sink`. `tok` is the model's tokenizer (for its EOS id).
+EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
+                             caf::actor sink);
+
+// Stops the four actors (the scheduler finishes its current step first).
+void stop_engine_core(const EngineCore& core);
+
+}  // namespace actorlm

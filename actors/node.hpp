@@ -1,0 +1,43 @@
+#pragma once
+// A cluster worker node inside an actor system: the engine's KV-owning
+// actors (scheduler, radix-cache and memory-pool managers, worker) behind a
+// gateway published on host:port. `actorlm node` is this plus a wait for a
+// signal; an application can also run a node next to its own actors.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <memory>
+#include <string>
+
+#include "actors/engine.hpp"
+
+namespace actorlm {
+
+struct NodeConfig {
+  EngineConfig engine;            // model, device, pool and scheduler settings
+  std::string host = "127.0.0.1";  // where to listen
+  uint16_t port = 0;               // 0: any free port (see Node::port)
+  RemoteSecurity security;         // must match configure_remote() on the system
+};
+
+class Node {
+ public:
+  // Loads the model, spawns the actors and publishes the gateway. Throws
+  // std::invalid_argument for an unsafe or incomplete security setup (see
+  // RemoteSecurity::check) and std::runtime_error when it cannot listen.
+  Node(caf::actor_system& system, NodeConfig config);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  uint16_t port() const;
+  const std::string& device() const;
+  int64_t kv_tokens() const;
+  caf::actor gateway() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorlm

@@ -1,0 +1,31 @@
+#pragma once
+// A worker node's front door: the one actor a node publishes. Heads join it
+// (hello / join, actors/cluster_handshake.hpp) and then send it tokenized
+// requests, aborts, stops, stats and flushes, which it passes to the node's
+// scheduler. It is also the scheduler's token sink: each step's TokenStream
+// is split by head and sent back to the router that asked.
+//
+// Several heads may share a node, so the gateway gives every request its own
+// node-local id and keeps the (head, head's id) pair to answer with. It
+// monitors each head: when one goes away (process exit, lost connection,
+// missed heartbeats) its requests are aborted and their KV freed.
+// Everything that arrives is checked: the sender must have joined, the buffer
+// must verify, token ids must be in the vocabulary; what fails is logged and
+// dropped (or answered with an error for that request).
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <string>
+
+#include "actors/cluster_handshake.hpp"
+
+namespace actorlm {
+
+// `secret` empty: any head may join (TLS client certificates are then the
+// check). The engine that owns the gateway sends it, from this process,
+// (attach_atom, scheduler, WireMessage{NodeWelcome}, label): the scheduler
+// to feed, what the node serves, and its name in logs; heads are refused
+// until then.
+caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret);
+
+}  // namespace actorlm

@@ -1,0 +1,32 @@
+#pragma once
+// CAF's side of a cluster: the actor system modules and settings a head or
+// node needs (middleman, OpenSSL when TLS is on, heartbeats that notice a
+// silent peer, the WireMessage type), publishing a node, and the middleman
+// actor a head dials through.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman_actor.hpp>
+#include <string>
+
+#include "actors/cluster_config.hpp"
+
+namespace actorlm {
+
+// Call before constructing the actor_system. Loads the middleman (and the
+// OpenSSL manager with certificate, key and CA when security.tls()), and
+// sets heartbeats so that a peer that vanishes without closing its
+// connection is dropped within a few seconds.
+void configure_remote(caf::actor_system_config& cfg, const RemoteSecurity& security);
+
+// Publishes `actor` on host:port (port 0: any free port) with TLS when the
+// system has the OpenSSL module. Returns the bound port; throws
+// std::runtime_error saying why it could not.
+uint16_t publish_actor(caf::actor_system& system, const caf::actor& actor, const std::string& host, uint16_t port);
+
+// The middleman actor to send (connect_atom, host, port) to: OpenSSL's when
+// the system has it, so that a TLS system never dials in the clear.
+caf::io::middleman_actor dialer(caf::actor_system& system);
+
+}  // namespace actorlm

@@ -1,0 +1,349 @@
+#include "actors/router_actor.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/middleman_actor.hpp>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "actors/remote_setup.hpp"
+#include "actors/stream_messages.hpp"
+#include "actors/wire.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+namespace {
+
+constexpr auto handshake_timeout = std::chrono::seconds(10);
+constexpr auto stats_timeout = std::chrono::seconds(10);
+
+struct NodeLink {
+  NodeAddress address;
+  caf::actor gateway;        // set while joined
+  bool dialling = false;
+  std::string error;         // why it is not joined (last failure)
+  int64_t kv_tokens = 0;
+  std::set<uint64_t> requests;  // in flight there, by the head's id
+};
+
+struct RouterState {
+  ClusterConfig config;
+  NodeModel model;
+  std::string head_name;
+  caf::actor detokenizer;
+  std::unique_ptr<PrefixRouter> policy;
+  std::vector<NodeLink> nodes;
+  std::map<uint64_t, int> placed;  // request id -> node index
+  caf::io::middleman_actor dialer;
+  static inline const char* name = "actorlm.router";
+};
+
+using Self = caf::stateful_actor<RouterState>;
+
+void log_node(Self* self, int i, const std::string& what) {
+  std::fprintf(stderr, "actorlm head: node %s %s\n", self->state.nodes[static_cast<size_t>(i)].address.str().c_str(),
+               what.c_str());
+}
+
+void schedule_dial(Self* self, int i) {
+  auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(self->state.config.retry_interval_s));
+  self->delayed_send(self, delay, dial_atom::value, static_cast<int32_t>(i));
+}
+
+void dial_failed(Self* self, int i, const std::string& why) {
+  NodeLink& n = self->state.nodes[static_cast<size_t>(i)];
+  n.dialling = false;
+  if (why != n.error) log_node(self, i, "cannot join: " + why);
+  n.error = why;
+  schedule_dial(self, i);
+}
+
+// The node's in-flight requests end with `why`; the node leaves the rotation.
+void lose_node(Self* self, int i, const std::string& why) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  std::vector<uint64_t> ids(n.requests.begin(), n.requests.end());
+  for (uint64_t id : ids) s.placed.erase(id);
+  n.requests.clear();
+  n.gateway = caf::actor{};
+  n.error = why;
+  s.policy->set_alive(i, false);
+  log_node(self, i, "lost (" + why + "); failing its " + std::to_string(ids.size()) + " request(s)");
+  if (!ids.empty()) {
+    self->send(s.detokenizer, stream_atom::value,
+               WireMessage{error_stream(ids, "worker node " + n.address.str() + " was lost: " + why)});
+  }
+  schedule_dial(self, i);
+}
+
+void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
+  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) return dial_failed(self, i, bad);
+  n.dialling = false;
+  n.error.clear();
+  n.gateway = gateway;
+  n.kv_tokens = w.kv_tokens;
+  self->monitor(gateway);
+  s.policy->set_alive(i, true);
+  if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
+  log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens)");
+}
+
+// connect -> hello -> challenge -> join -> welcome, each step with a timeout.
+void dial(Self* self, int i) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  if (n.gateway || n.dialling) return;
+  n.dialling = true;
+  auto fail = [self, i](const caf::error& e) { dial_failed(self, i, self->system().render(e)); };
+  self->request(s.dialer, handshake_timeout, caf::connect_atom::value, n.address.host, n.address.port)
+      .then(
+          [self, i, fail](const caf::node_id&, const caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (!ptr) return dial_failed(self, i, "nothing is published on that port");
+            auto gateway = caf::actor_cast<caf::actor>(ptr);
+            fb::NodeHelloT hello;
+            hello.protocol = cluster_protocol;
+            hello.head_name = self->state.head_name;
+            self->request(gateway, handshake_timeout, hello_atom::value, WireMessage{msg::pack(hello)})
+                .then(
+                    [self, i, gateway, fail](const WireMessage& reply) {
+                      auto challenge = msg::unpack<fb::NodeChallenge>(reply.bytes, nullptr);
+                      if (!challenge) {
+                        auto refused = msg::unpack<fb::NodeWelcome>(reply.bytes, nullptr);
+                        return dial_failed(self, i, refused ? refused->error : "unreadable challenge");
+                      }
+                      fb::NodeJoinT join;
+                      join.nonce = challenge->nonce;
+                      join.proof = join_proof(self->state.config.security.secret, challenge->nonce);
+                      join.head_name = self->state.head_name;
+                      self->request(gateway, handshake_timeout, join_atom::value, WireMessage{msg::pack(join)})
+                          .then(
+                              [self, i, gateway](const WireMessage& reply) {
+                                std::string error;
+                                auto w = msg::unpack<fb::NodeWelcome>(reply.bytes, &error);
+                                if (!w) return dial_failed(self, i, "unreadable welcome: " + error);
+                                if (!w->accepted) return dial_failed(self, i, w->error);
+                                joined(self, i, gateway, *w);
+                              },
+                              fail);
+                    },
+                    fail);
+          },
+          fail);
+}
+
+void on_generate(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  auto req = msg::open<fb::TokenizedRequest>(in.bytes);
+  if (!req) return;  // the local tokenizer built it; cannot happen short of memory corruption
+  const uint64_t id = req.message->request_id();
+  std::vector<int32_t> ids;
+  if (req.message->input_ids()) ids.assign(req.message->input_ids()->begin(), req.message->input_ids()->end());
+  RouteDecision d = s.policy->route(ids);
+  if (d.node < 0) {
+    std::string why = "no worker node is available";
+    for (const auto& n : s.nodes) why += "; " + n.address.str() + ": " + (n.error.empty() ? "joining" : n.error);
+    self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream({id}, why)});
+    return;
+  }
+  NodeLink& n = s.nodes[static_cast<size_t>(d.node)];
+  s.placed[id] = d.node;
+  n.requests.insert(id);
+  self->send(n.gateway, generate_atom::value, in);
+}
+
+template <class Atom>
+void on_cancel(Self* self, Atom atom, const WireMessage& in) {
+  auto& s = self->state;
+  auto a = msg::unpack<fb::Abort>(in.bytes, nullptr);
+  if (!a) return;
+  std::map<int, fb::AbortT> per_node;
+  for (uint64_t id : a->request_ids) {
+    auto it = s.placed.find(id);
+    if (it == s.placed.end()) continue;
+    per_node[it->second].request_ids.push_back(id);
+    per_node[it->second].reason = a->reason;
+  }
+  for (auto& [i, abort] : per_node) {
+    const auto& gw = s.nodes[static_cast<size_t>(i)].gateway;
+    if (gw) self->send(gw, atom, WireMessage{msg::pack(abort)});
+  }
+}
+
+void on_stream(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  const caf::actor_addr from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  int node = -1;
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    if (s.nodes[i].gateway && s.nodes[i].gateway.address() == from) node = static_cast<int>(i);
+  }
+  if (node < 0) return;  // a node we no longer route to; its requests have already ended
+  std::string error;
+  auto ts = msg::unpack<fb::TokenStream>(in.bytes, &error);
+  if (!ts) {
+    log_node(self, node, "sent an unreadable token stream (dropped): " + error);
+    return;
+  }
+  NodeLink& n = s.nodes[static_cast<size_t>(node)];
+  for (const auto& item : ts->items) {
+    if (item->finish_reason == fb::FinishReason::None) continue;
+    if (n.requests.erase(item->request_id)) {
+      s.placed.erase(item->request_id);
+      s.policy->finished(node);
+    }
+  }
+  self->send(s.detokenizer, stream_atom::value, in);
+}
+
+// Sums the alive nodes' EngineStats and lists every node.
+struct StatsGather {
+  caf::response_promise promise;
+  fb::EngineStatsT total;
+  size_t pending = 0;
+};
+
+void finish_stats(Self* self, const std::shared_ptr<StatsGather>& g) {
+  auto& s = self->state;
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const auto& r = s.policy->stats(static_cast<int>(i));
+    auto& ns = g->total.nodes[i];
+    ns->address = s.nodes[i].address.str();
+    ns->alive = static_cast<bool>(s.nodes[i].gateway);
+    ns->routed_total = r.routed;
+    ns->in_flight = static_cast<int32_t>(s.nodes[i].requests.size());
+    if (!ns->alive) ns->error = s.nodes[i].error.empty() ? "joining" : s.nodes[i].error;
+  }
+  auto& t = g->total;
+  t.cache_hit_rate = t.prompt_tokens_total ? double(t.cached_tokens_total) / double(t.prompt_tokens_total) : 0.0;
+  g->promise.deliver(WireMessage{msg::pack(t)});
+}
+
+void add_node_stats(fb::EngineStatsT& t, fb::NodeStatsT& ns, const fb::EngineStatsT& st) {
+  t.running += st.running;
+  t.waiting += st.waiting;
+  t.finished_total += st.finished_total;
+  t.prompt_tokens_total += st.prompt_tokens_total;
+  t.cached_tokens_total += st.cached_tokens_total;
+  t.generated_tokens_total += st.generated_tokens_total;
+  t.pool_capacity_tokens += st.pool_capacity_tokens;
+  t.pool_free_tokens += st.pool_free_tokens;
+  t.evictable_tokens += st.evictable_tokens;
+  t.protected_tokens += st.protected_tokens;
+  t.free_req_slots += st.free_req_slots;
+  if (!st.invariant_error.empty() && t.invariant_error.empty()) t.invariant_error = st.invariant_error;
+  ns.running = st.running;
+  ns.waiting = st.waiting;
+  ns.cache_hit_rate = st.cache_hit_rate;
+  ns.prompt_tokens_total = st.prompt_tokens_total;
+  ns.cached_tokens_total = st.cached_tokens_total;
+  ns.pool_capacity_tokens = st.pool_capacity_tokens;
+  ns.pool_free_tokens = st.pool_free_tokens;
+  ns.protected_tokens = st.protected_tokens;
+}
+
+caf::result<WireMessage> on_stats(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  auto g = std::make_shared<StatsGather>();
+  g->promise = self->make_response_promise();
+  for (size_t i = 0; i < s.nodes.size(); ++i) g->total.nodes.push_back(std::make_unique<fb::NodeStatsT>());
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    if (!s.nodes[i].gateway) continue;
+    ++g->pending;
+    self->request(s.nodes[i].gateway, stats_timeout, stats_atom::value, in)
+        .then(
+            [self, g, i](const WireMessage& reply) {
+              auto st = msg::unpack<fb::EngineStats>(reply.bytes, nullptr);
+              if (st) add_node_stats(g->total, *g->total.nodes[i], *st);
+              if (--g->pending == 0) finish_stats(self, g);
+            },
+            [self, g, i](const caf::error& e) {
+              g->total.nodes[i]->error = "stats: " + self->system().render(e);
+              if (--g->pending == 0) finish_stats(self, g);
+            });
+  }
+  if (g->pending == 0) finish_stats(self, g);
+  return g->promise;
+}
+
+caf::result<int64_t> on_flush(Self* self) {
+  auto& s = self->state;
+  auto promise = self->make_response_promise<int64_t>();
+  auto sum = std::make_shared<std::pair<int64_t, size_t>>(0, 0);
+  for (const auto& n : s.nodes) sum->second += n.gateway ? 1 : 0;
+  if (sum->second == 0) {
+    promise.deliver(int64_t{0});
+    return promise;
+  }
+  for (const auto& n : s.nodes) {
+    if (!n.gateway) continue;
+    self->request(n.gateway, stats_timeout, flush_atom::value)
+        .then(
+            [promise, sum](int64_t freed) mutable {
+              sum->first += freed;
+              if (--sum->second == 0) promise.deliver(sum->first);
+            },
+            [promise, sum](const caf::error&) mutable {
+              if (--sum->second == 0) promise.deliver(sum->first);
+            });
+  }
+  return promise;
+}
+
+caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name) {
+  auto& s = self->state;
+  s.config = std::move(config);
+  s.model = std::move(model);
+  s.detokenizer = std::move(detokenizer);
+  s.head_name = std::move(head_name);
+  s.dialer = actorlm::dialer(self->system());
+  s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
+  for (size_t i = 0; i < s.config.nodes.size(); ++i) {
+    s.nodes.push_back(NodeLink{s.config.nodes[i], {}, false, "", 0, {}});
+    s.policy->set_alive(static_cast<int>(i), false);
+  }
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& s = self->state;
+    for (size_t i = 0; i < s.nodes.size(); ++i) {
+      if (s.nodes[i].gateway && s.nodes[i].gateway.address() == dm.source) {
+        lose_node(self, static_cast<int>(i), self->system().render(dm.reason));
+      }
+    }
+  });
+  for (size_t i = 0; i < s.nodes.size(); ++i) dial(self, static_cast<int>(i));
+  return {
+      [self](generate_atom, const WireMessage& in, const caf::actor&) { on_generate(self, in); },
+      [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
+      [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
+      [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
+      [self](stats_atom, const WireMessage& in) { return on_stats(self, in); },
+      [self](flush_atom) { return on_flush(self); },
+      [self](dial_atom, int32_t i) {
+        if (i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);
+      },
+      [self](status_atom) {
+        int32_t up = 0;
+        std::string errors;
+        for (const auto& n : self->state.nodes) {
+          if (n.gateway) {
+            ++up;
+          } else if (!n.error.empty()) {
+            errors += (errors.empty() ? "" : "; ") + n.address.str() + ": " + n.error;
+          }
+        }
+        return caf::make_message(up, static_cast<int32_t>(self->state.nodes.size()), errors);
+      },
+      [self](shutdown_atom) { self->quit(); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
+                        std::string head_name) {
+  return system.spawn(router, std::move(config), std::move(model), std::move(detokenizer), std::move(head_name));
+}
+
+}  // namespace actorlm

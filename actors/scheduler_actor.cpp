@@ -1,0 +1,111 @@
+#include "actors/scheduler_actor.hpp"
+
+#include <caf/all.hpp>
+#include <cstdio>
+
+#include "actors/actor_kv_service.hpp"
+#include "actors/stream_messages.hpp"
+#include "actors/wire.hpp"
+#include "messages/sampling_conversion.hpp"
+
+namespace actorlm {
+namespace {
+
+void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor pool, caf::actor radix,
+                     caf::actor worker, caf::actor sink) {
+  ActorKvService kv(self, pool, radix);
+  ActorWorker w(self, worker);
+  Scheduler sched(cfg, kv, w);
+  bool running = true;
+  std::vector<TokenEvent> rejected;
+  auto on_generate = [&](generate_atom, const WireMessage& in, const caf::actor&) {
+    auto t = msg::open<fb::TokenizedRequest>(in.bytes);
+    if (!t) return;
+    const fb::TokenizedRequest& m = *t.message;
+    Request r;
+    r.id = m.request_id();
+    if (m.input_ids()) r.prompt.assign(m.input_ids()->begin(), m.input_ids()->end());
+    r.sampling = msg::from_fb(m.sampling());
+    if (!r.sampling.has_seed) r.sampling.seed = r.id * 0x9e3779b97f4a7c15ull;
+    if (m.stop()) {
+      r.stop.max_new_tokens = m.stop()->max_new_tokens();
+      if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
+      r.stop.ignore_eos = m.stop()->ignore_eos();
+    }
+    r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
+    if (auto err = sched.submit(std::move(r))) {
+      TokenEvent e;
+      e.id = m.request_id();
+      e.finish = FinishReason::error;
+      e.error = *err;
+      rejected.push_back(e);
+    }
+  };
+  auto ids_of = [](const WireMessage& in) {
+    std::vector<uint64_t> ids;
+    auto a = msg::open<fb::Abort>(in.bytes);
+    if (a && a.message->request_ids()) ids.assign(a.message->request_ids()->begin(), a.message->request_ids()->end());
+    return ids;
+  };
+  auto on_abort = [&](abort_atom, const WireMessage& in) {
+    for (uint64_t id : ids_of(in)) sched.abort(id);
+  };
+  auto on_stop = [&](stop_atom, const WireMessage& in) {
+    for (uint64_t id : ids_of(in)) sched.stop(id);
+  };
+  auto on_stats = [&](stats_atom, const WireMessage& in) -> WireMessage {
+    auto q = msg::open<fb::StatsRequest>(in.bytes);
+    bool self_check = q && q.message->self_check();
+    fb::EngineStatsT st;
+    st.running = static_cast<int32_t>(sched.running());
+    st.waiting = static_cast<int32_t>(sched.waiting());
+    const auto& x = sched.stats();
+    st.finished_total = x.finished;
+    st.prompt_tokens_total = x.prompt_tokens;
+    st.cached_tokens_total = x.cached_tokens;
+    st.generated_tokens_total = x.generated_tokens;
+    st.cache_hit_rate = x.cache_hit_rate();
+    KvUsage u = kv.usage();
+    st.pool_capacity_tokens = u.capacity;
+    st.pool_free_tokens = u.free;
+    st.free_req_slots = u.free_slots;
+    st.evictable_tokens = u.evictable;
+    st.protected_tokens = u.protected_;
+    if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
+    return WireMessage{msg::pack(st)};
+  };
+  auto on_flush = [&](flush_atom) -> int64_t { return kv.flush_cache(); };
+  auto on_shutdown = [&](shutdown_atom) { running = false; };
+  while (running) {
+    if (sched.idle() && rejected.empty()) {
+      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown);
+    }
+    for (bool more = true; more && running;) {
+      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown,
+                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    }
+    if (!running) break;
+    std::vector<TokenEvent> events = std::move(rejected);
+    rejected.clear();
+    try {
+      auto stepped = sched.step();
+      events.insert(events.end(), stepped.begin(), stepped.end());
+    } catch (const std::exception& e) {
+      // Nothing may hang: every request in flight ends with the error.
+      std::fprintf(stderr, "actorlm scheduler: step failed: %s\n", e.what());
+      auto failed = sched.fail_all(std::string("engine failure: ") + e.what());
+      events.insert(events.end(), failed.begin(), failed.end());
+    }
+    if (!events.empty()) self->send(sink, stream_atom::value, WireMessage{token_stream(events)});
+  }
+}
+
+}  // namespace
+
+caf::actor spawn_scheduler(caf::actor_system& system, SchedulerConfig config, caf::actor pool, caf::actor radix,
+                           caf::actor worker, caf::actor sink) {
+  return system.spawn<caf::detached>(scheduler_actor, config, std::move(pool), std::move(radix), std::move(worker),
+                                     std::move(sink));
+}
+
+}  // namespace actorlm

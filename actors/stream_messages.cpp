@@ -1,0 +1,67 @@
+#include "actors/stream_messages.hpp"
+
+namespace actorlm {
+
+fb::FinishReason to_fb(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return fb::FinishReason::Stop;
+    case FinishReason::length: return fb::FinishReason::Length;
+    case FinishReason::abort: return fb::FinishReason::Abort;
+    case FinishReason::error: return fb::FinishReason::Error;
+    default: return fb::FinishReason::None;
+  }
+}
+
+FinishReason from_fb(fb::FinishReason r) {
+  switch (r) {
+    case fb::FinishReason::Stop: return FinishReason::stop;
+    case fb::FinishReason::Length: return FinishReason::length;
+    case fb::FinishReason::Abort: return FinishReason::abort;
+    case fb::FinishReason::Error: return FinishReason::error;
+    default: return FinishReason::none;
+  }
+}
+
+std::vector<uint8_t> error_delta(uint64_t id, const std::string& error) {
+  fb::TextDeltaT d;
+  d.request_id = id;
+  d.finish_reason = fb::FinishReason::Error;
+  d.error = error;
+  return msg::pack(d);
+}
+
+std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
+  fb::TokenStreamT ts;
+  for (const auto& e : events) {
+    auto item = std::make_unique<fb::TokenStreamItemT>();
+    item->request_id = e.id;
+    if (e.token >= 0) {
+      item->token_ids.push_back(e.token);
+      item->logprobs.push_back(e.logprob);
+      for (const auto& [tok, lp] : e.top) item->top_logprobs.emplace_back(tok, lp);
+      item->top_logprobs_per_token = static_cast<int32_t>(e.top.size());
+    }
+    item->finish_reason = to_fb(e.finish);
+    item->error = e.error;
+    item->usage = std::make_unique<fb::UsageT>();
+    item->usage->prompt_tokens = e.prompt_tokens;
+    item->usage->completion_tokens = e.completion_tokens;
+    item->usage->cached_tokens = e.cached_tokens;
+    ts.items.push_back(std::move(item));
+  }
+  return msg::pack(ts);
+}
+
+std::vector<uint8_t> error_stream(const std::vector<uint64_t>& ids, const std::string& error) {
+  std::vector<TokenEvent> events;
+  for (uint64_t id : ids) {
+    TokenEvent e;
+    e.id = id;
+    e.finish = FinishReason::error;
+    e.error = error;
+    events.push_back(e);
+  }
+  return token_stream(events);
+}
+
+}  // namespace actorlm

@@ -1,0 +1,77 @@
+#include "actors/tokenizer_actor.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/stream_messages.hpp"
+#include "actors/wire.hpp"
+#include "tokenizer/chat_template.hpp"
+
+namespace actorlm {
+namespace {
+
+struct TokenizerState {
+  std::shared_ptr<const Tokenizer> tok;
+  ChatTemplate chat{ChatTemplate::Format::chatml};
+  caf::actor scheduler, detokenizer;
+  static inline const char* name = "actorlm.tokenizer";
+};
+
+caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::shared_ptr<const Tokenizer> tok,
+                              caf::actor scheduler, caf::actor detokenizer) {
+  auto& s = self->state;
+  s.tok = std::move(tok);
+  s.chat = ChatTemplate::from_source(s.tok->chat_template(), nullptr);
+  s.scheduler = std::move(scheduler);
+  s.detokenizer = std::move(detokenizer);
+  return {[self](generate_atom, const WireMessage& in, const caf::actor& client) {
+    auto& s = self->state;
+    auto opened = msg::open<fb::GenerateRequest>(in.bytes);
+    if (!opened) {
+      self->send(client, WireMessage{error_delta(0, "rejected request: " + opened.error)});
+      return;
+    }
+    const fb::GenerateRequest& g = *opened.message;
+    fb::TokenizedRequestT t;
+    t.request_id = g.request_id();
+    std::vector<int32_t> end_ids;
+    if (g.input_ids() && g.input_ids()->size() > 0) {
+      t.input_ids.assign(g.input_ids()->begin(), g.input_ids()->end());
+      for (int32_t id : t.input_ids) {
+        if (id < 0 || id >= s.tok->vocab_size()) {
+          self->send(client, WireMessage{error_delta(g.request_id(), "input_ids holds " + std::to_string(id) +
+                                                                         ", outside the vocabulary")});
+          return;
+        }
+      }
+    } else if (g.messages() && g.messages()->size() > 0) {
+      std::vector<ChatMessage> messages;
+      for (const fb::ChatMessage* m : *g.messages()) {
+        messages.push_back({m->role() ? m->role()->str() : "", m->content() ? m->content()->str() : ""});
+      }
+      t.input_ids = s.tok->encode(s.chat.render(messages, true), false, true);
+      if (auto eot = s.tok->token_id(s.chat.end_of_turn())) end_ids.push_back(*eot);
+    } else {
+      std::string text = g.text() ? g.text()->str() : "";
+      t.input_ids = s.tok->encode(text, s.tok->add_bos_by_default(), false);
+    }
+    t.sampling = std::make_unique<fb::SamplingParamsT>();
+    if (g.sampling()) g.sampling()->UnPackTo(t.sampling.get());
+    t.stop = std::make_unique<fb::StopConditionsT>();
+    if (g.stop()) g.stop()->UnPackTo(t.stop.get());
+    t.stop->stop_token_ids.insert(t.stop->stop_token_ids.end(), end_ids.begin(), end_ids.end());
+    t.logprobs = g.logprobs();
+    t.top_logprobs = g.top_logprobs();
+    WireMessage tokenized{msg::pack(t)};
+    self->send(s.detokenizer, register_atom::value, tokenized, client);
+    self->send(s.scheduler, generate_atom::value, std::move(tokenized), client);
+  }};
+}
+
+}  // namespace
+
+caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
+                           caf::actor detokenizer) {
+  return system.spawn(tokenizer_actor, std::move(tok), std::move(scheduler), std::move(detokenizer));
+}
+
+}  // namespace actorlm

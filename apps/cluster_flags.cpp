@@ -1,0 +1,56 @@
+#include "apps/cluster_flags.hpp"
+
+namespace actorlm {
+
+namespace {
+
+void apply_security(const cli::Args& args, RemoteSecurity& s) {
+  if (auto v = args.str("--tls-cert")) s.tls_cert = *v;
+  if (auto v = args.str("--tls-key")) s.tls_key = *v;
+  if (auto v = args.str("--tls-ca")) s.tls_ca = *v;
+  if (auto v = args.str("--secret-file")) {
+    try {
+      s.secret = read_secret_file(*v);
+    } catch (const std::exception& e) {
+      throw cli::UsageError(std::string("--secret-file: ") + e.what());
+    }
+  }
+  if (args.has(allow_plain_switch)) s.allow_plain_remote = true;
+}
+
+}  // namespace
+
+RemoteSecurity security_from_flags(const cli::Args& args) {
+  RemoteSecurity s;
+  apply_security(args, s);
+  return s;
+}
+
+ClusterConfig cluster_from_flags(const cli::Args& args) {
+  ClusterConfig c;
+  if (auto topology = args.str("--topology")) {
+    try {
+      c = load_topology(*topology);
+    } catch (const std::exception& e) {
+      throw cli::UsageError(e.what());
+    }
+  }
+  for (const std::string& n : args.all("--node")) {
+    try {
+      c.nodes.push_back(parse_node_address(n));
+    } catch (const std::invalid_argument& e) {
+      throw cli::UsageError(std::string("--node: ") + e.what());
+    }
+  }
+  if (c.nodes.size() > 1024) throw cli::UsageError("at most 1024 nodes");
+  apply_security(args, c.security);
+  c.connect_timeout_s = args.number("--connect-timeout", c.connect_timeout_s, 0, 3600);
+  return c;
+}
+
+std::set<std::string> with_flags(std::set<std::string> flags, const std::set<std::string>& more) {
+  flags.insert(more.begin(), more.end());
+  return flags;
+}
+
+}  // namespace actorlm

@@ -1,0 +1,32 @@
+#include "apps/engine_flags.hpp"
+
+#include "apps/device_flags.hpp"
+#include "model/default_model.hpp"
+
+namespace actorlm {
+
+const std::set<std::string> engine_flags =
+    with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
+                       "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length"});
+
+EngineConfig engine_from_flags(const cli::Args& args) {
+  EngineConfig ec;
+  ec.model_path = args.str("--model").value_or(default_model_path());
+  ec.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
+  apply_device_flags(args, ec, 32768);
+  ec.page_size = static_cast<int32_t>(args.integer("--page-size", 1, 1, 256));
+  // Eight slots beyond the running limit, so that retracted and finishing
+  // requests never starve a new one of a req_to_token row.
+  ec.max_requests = static_cast<int32_t>(args.integer("--max-running-requests", 64, 1, 4096)) + 8;
+  ec.disable_radix_cache = args.has(disable_radix_switch);
+  ec.scheduler.max_running_requests = ec.max_requests - 8;
+  ec.scheduler.max_prefill_tokens = static_cast<int32_t>(args.integer("--max-prefill-tokens", 4096, 16, 1 << 20));
+  ec.scheduler.chunked_prefill_size = static_cast<int32_t>(args.integer("--chunked-prefill-size", 512, 0, 1 << 20));
+  ec.scheduler.max_context = static_cast<int32_t>(args.integer("--context-length", 0, 0, 1 << 22));
+  std::string policy = args.str("--schedule-policy").value_or("lpm");
+  if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
+  ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
+  return ec;
+}
+
+}  // namespace actorlm

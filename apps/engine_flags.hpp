@@ -1,0 +1,20 @@
+#pragma once
+// The engine flags that serve and node share (named as SGLang names them):
+// --model, --threads, --kv-tokens, --page-size, --max-running-requests,
+// --max-prefill-tokens, --chunked-prefill-size, --schedule-policy,
+// --context-length, --disable-radix-cache, and the device flags.
+
+#include <set>
+#include <string>
+
+#include "actors/engine.hpp"
+#include "apps/cli_args.hpp"
+
+namespace actorlm {
+
+extern const std::set<std::string> engine_flags;
+inline const char* const disable_radix_switch = "--disable-radix-cache";
+
+EngineConfig engine_from_flags(const cli::Args& args);
+
+}  // namespace actorlm

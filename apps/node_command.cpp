@@ -1,0 +1,63 @@
+#include "apps/node_command.hpp"
+
+#include <caf/all.hpp>
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
+
+#include "actors/node.hpp"
+#include "actors/remote_setup.hpp"
+#include "apps/cluster_flags.hpp"
+#include "apps/engine_flags.hpp"
+
+namespace actorlm {
+namespace {
+
+constexpr const char* usage =
+    "usage: actorlm node [--host 127.0.0.1] [--port 7100] (--secret-file FILE | --tls-cert PEM --tls-key PEM --tls-ca PEM)\n"
+    "                    [--allow-plain-remote] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
+    "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
+    "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
+    "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
+    "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
+    "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
+    "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n";
+
+volatile std::sig_atomic_t stop_requested = 0;
+void on_signal(int) { stop_requested = 1; }
+
+}  // namespace
+
+int node_command(int argc, char** argv, int first) {
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port"}),
+                 {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+  if (args.has("--help")) {
+    std::fputs(usage, stdout);
+    return 0;
+  }
+  NodeConfig nc;
+  nc.engine = engine_from_flags(args);
+  nc.host = args.str("--host").value_or("127.0.0.1");
+  nc.port = static_cast<uint16_t>(args.integer("--port", 7100, 0, 65535));
+  nc.security = security_from_flags(args);
+  if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);
+
+  caf::actor_system_config cfg;
+  configure_remote(cfg, nc.security);
+  caf::actor_system system{cfg};
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  {
+    Node node(system, nc);
+    // Tests and scripts wait for this line (and read the port from it).
+    std::fprintf(stderr, "actorlm node: %s on %s (%s, %lld KV tokens, %s); listening on %s:%u\n",
+                 nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
+                 static_cast<long long>(node.kv_tokens()), nc.security.secret.empty() ? "no secret" : "shared secret",
+                 nc.host.c_str(), node.port());
+    while (!stop_requested) ::usleep(100 * 1000);
+    std::fprintf(stderr, "actorlm node: stopping\n");
+  }
+  return 0;
+}
+
+}  // namespace actorlm
