@@ -45,6 +45,9 @@ ClusterConfig cluster_from_flags(const cli::Args& args) {
   if (c.nodes.size() > 1024) throw cli::UsageError("at most 1024 nodes");
   apply_security(args, c.security);
   c.connect_timeout_s = args.number("--connect-timeout", c.connect_timeout_s, 0, 3600);
+  for (const auto& n : c.nodes) {
+    if (std::string bad = c.security.check(n.host); !bad.empty()) throw cli::UsageError(n.str() + ": " + bad);
+  }
   return c;
 }
 

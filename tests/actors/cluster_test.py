@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""A head and two worker nodes as real processes on loopback (CAF middleman).
+
+Checks, on the default model:
+  - greedy outputs through the cluster equal the single-process engine's;
+  - requests sharing a prefix land on the same node, a new prefix group on the other;
+  - killing a node mid-run fails only its in-flight requests (503, within seconds),
+    the rest finish, later requests succeed, and the node rejoins when restarted;
+  - a head that dies has its requests aborted on the nodes (their KV freed);
+  - a head with the wrong secret, or a certificate from another CA, is refused;
+    unsafe setups (plain TCP off loopback, no secret and no TLS) do not start.
+
+Usage: python3 tests/actors/cluster_test.py path/to/actorlm
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from server_process import ServerProcess  # noqa: E402
+
+BIN = sys.argv[1]
+WORK = tempfile.mkdtemp(prefix="actorlm-cluster-")
+
+
+def write(name, data):
+    path = os.path.join(WORK, name)
+    with open(path, "w") as f:
+        f.write(data)
+    return path
+
+
+SECRET = write("secret", "correct horse battery staple 1f3a\n")
+WRONG_SECRET = write("wrong", "not the secret\n")
+
+
+class NodeProcess:
+    """`actorlm node` on loopback; port 0 picks a free port unless one is given."""
+
+    def __init__(self, extra=(), port=0):
+        self.args = [BIN, "node", "--port", str(port), "--threads", "1", "--kv-tokens", "8192", *extra]
+        self.lines = []
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        self.port = None
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stderr.readline()
+            if not line and self.proc.poll() is not None:
+                raise AssertionError(f"node exited early: {self.args}")
+            self.lines.append(line)
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+        assert self.port, "node did not announce its port"
+        threading.Thread(target=lambda: [self.lines.append(x) for x in self.proc.stderr], daemon=True).start()
+        return self
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def post(port, path, body, timeout=300):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def complete(port, prompt, max_tokens=24, **extra):
+    return post(port, "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra})
+
+
+def chat(port, content, max_tokens=24, system=None):
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+    return post(port, "/v1/chat/completions", {"messages": messages, "max_tokens": max_tokens, "temperature": 0})
+
+
+def nodes(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/nodes", timeout=30) as r:
+        return {n["address"]: n for n in json.loads(r.read())["nodes"]}
+
+
+def wait_for(what, predicate, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def head(node_list, extra=()):
+    args = [a for n in node_list for a in ("--node", n.address)]
+    return ServerProcess(BIN, [*args, "--secret-file", SECRET, *extra])
+
+
+PROMPTS = ["The capital of France is", "List three colors:", "def fibonacci(n):", "Water boils at"]
+QUESTIONS = ["What is the capital of France?", "Name a large animal.", "What is 2+2?"]
+
+
+def check_greedy_equals_single_process(port):
+    with ServerProcess(BIN, ["--kv-tokens", "8192"]) as local:
+        for p in PROMPTS:
+            a, b = complete(port, p), complete(local.port, p)
+            assert a[0] == 200 and b[0] == 200, (a, b)
+            assert a[1]["choices"][0]["text"] == b[1]["choices"][0]["text"], (p, a, b)
+        for q in QUESTIONS:
+            a, b = chat(port, q), chat(local.port, q)
+            assert a[0] == 200 and b[0] == 200, (a, b)
+            assert a[1]["choices"][0]["message"]["content"] == b[1]["choices"][0]["message"]["content"], (q, a, b)
+    print(f"ok: greedy outputs through the cluster equal the single-process engine's ({len(PROMPTS) + len(QUESTIONS)} prompts)")
+
+
+def check_prefix_affinity(port):
+    long_a = ("You are a meticulous assistant for a shipping company. Answer in one short sentence, "
+              "politely, and never mention competitors. Company facts: founded 1931, 40 ports, 900 ships. ") * 2
+    long_b = ("You are a poet who writes about the sea and the weather. Reply with imagery, "
+              "never with lists, and keep to the subject the user names. Favorite words: tide, salt, gale. ") * 2
+    before = nodes(port)
+    landed = {}
+    for group, system in (("a", long_a), ("b", long_b)):
+        start = nodes(port)
+        for q in ("Where are you based?", "How many ships?", "Tell me more.", "When were you founded?"):
+            code, body = chat(port, q, max_tokens=8, system=system)
+            assert code == 200, body
+        end = nodes(port)
+        grew = {a: end[a]["routed"] - start[a]["routed"] for a in end}
+        assert sorted(grew.values()) == [0, 4], f"group {group} spread over nodes: {grew}"
+        landed[group] = max(grew, key=grew.get)
+    assert landed["a"] != landed["b"], f"both prefix groups went to {landed['a']}"
+    after = nodes(port)
+    for a, n in after.items():
+        assert n["cached_tokens"] > before[a]["cached_tokens"], f"node {a} reused no cached prefix: {n}"
+    rates = {a: round(n["cache_hit_rate"], 3) for a, n in after.items()}
+    print(f"ok: each prefix group stayed on one node ({landed}); per-node cache hit rates {rates}")
+
+
+def check_node_failure(port, node_a, node_b):
+    results = {}
+
+    def run(i):
+        t0 = time.time()
+        code, body = complete(port, f"Story {i}: once upon a time, in a land far away,", max_tokens=400, ignore_eos=True)
+        results[i] = (code, body, time.time())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_for("requests on both nodes", lambda: all(n["in_flight"] >= 1 for n in nodes(port).values()), 60)
+    on_b = nodes(port)[node_b.address]["in_flight"]
+    killed_at = time.time()
+    node_b.kill()
+    for t in threads:
+        t.join(300)
+    failed = [r for r in results.values() if r[0] != 200]
+    ok = [r for r in results.values() if r[0] == 200]
+    assert len(failed) == on_b, f"{on_b} requests were on the killed node, {len(failed)} failed: {results}"
+    for code, body, at in failed:
+        assert code == 503, (code, body)
+        assert "was lost" in body["error"]["message"], body
+        assert at - killed_at < 5, f"a failed request took {at - killed_at:.1f} s to end"
+    for code, body, _ in ok:
+        assert body["choices"][0]["finish_reason"] == "length", body
+    view = nodes(port)
+    assert not view[node_b.address]["alive"] and view[node_a.address]["alive"], view
+    for i in range(3):
+        code, body = complete(port, f"After the failure {i}:", max_tokens=8)
+        assert code == 200, body
+    print(f"ok: killing a node failed its {len(failed)} in-flight request(s) with 503 within 5 s; "
+          f"{len(ok)} on the other node finished; later requests succeed")
+    # The node comes back on the same port and rejoins.
+    node_b.args[node_b.args.index("--port") + 1] = str(node_b.port)
+    node_b.start()
+    wait_for("the restarted node to rejoin", lambda: nodes(port)[node_b.address]["alive"], 30)
+    routed = nodes(port)[node_b.address]["routed"]
+    for i in range(4):
+        code, body = complete(port, f"Fresh topic number {i} about gardening and soil:", max_tokens=4)
+        assert code == 200, body
+    assert nodes(port)[node_b.address]["routed"] > routed, "the rejoined node gets no requests"
+    print("ok: the restarted node rejoined and receives requests again")
+
+
+def check_head_death(node_a, node_b):
+    with head([node_a, node_b]) as observer:
+        doomed = ServerProcess(BIN, ["--node", node_a.address, "--secret-file", SECRET])
+        doomed.__enter__()
+        def endless():
+            try:
+                complete(doomed.port, "An endless essay:", max_tokens=3000, ignore_eos=True)
+            except OSError:
+                pass  # its head is killed below
+
+        threading.Thread(target=endless, daemon=True).start()
+        wait_for("the doomed head's request to run", lambda: nodes(observer.port)[node_a.address]["running"] == 1, 60)
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait()
+        t0 = time.time()
+        wait_for("the node to drop the dead head's request",
+                 lambda: (lambda n: n["running"] == 0 and n["kv_locked_tokens"] == 0)(nodes(observer.port)[node_a.address]),
+                 15)
+        print(f"ok: a killed head's request was aborted on its node after {time.time() - t0:.1f} s (no locked KV left)")
+
+
+def head_refused(node_list, extra):
+    args = [BIN, "serve", "--port", "0", "--connect-timeout", "4", *[a for n in node_list for a in ("--node", n.address)],
+            *extra]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stderr
+
+
+def check_refusals(node_a):
+    code, err = head_refused([node_a], ["--secret-file", WRONG_SECRET])
+    assert code == 1 and "shared secret does not match" in err, (code, err)
+    assert any("refused a head: the shared secret does not match" in line for line in node_a.lines), node_a.lines[-5:]
+    code, err = head_refused([node_a], [])
+    assert code == 2 and "needs a shared secret" in err, (code, err)
+    p = subprocess.run([BIN, "node", "--host", "0.0.0.0", "--secret-file", SECRET], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "plain TCP" in p.stderr, (p.returncode, p.stderr)
+    print("ok: a wrong secret is refused (head exits 1, node logs it); no secret or plain TCP off loopback does not start")
+
+
+def openssl(*args):
+    subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=WORK)
+
+
+def make_ca(name):
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem",
+            "-days", "2", "-subj", f"/CN={name}")
+
+
+def make_cert(name, ca):
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2")
+
+
+def tls_flags(name, ca):
+    return ["--tls-cert", os.path.join(WORK, f"{name}.pem"), "--tls-key", os.path.join(WORK, f"{name}.key"),
+            "--tls-ca", os.path.join(WORK, f"{ca}.pem")]
+
+
+def check_tls():
+    make_ca("ca")
+    make_ca("rogue-ca")
+    make_cert("node", "ca")
+    make_cert("head", "ca")
+    make_cert("intruder", "rogue-ca")
+    node = NodeProcess(tls_flags("node", "ca")).start()
+    try:
+        assert any("on TLS" in line for line in node.lines), node.lines
+        with ServerProcess(BIN, ["--node", node.address, *tls_flags("head", "ca")]) as h:
+            code, body = complete(h.port, "The capital of France is", max_tokens=8)
+            assert code == 200 and "Paris" in body["choices"][0]["text"], body
+        code, err = head_refused([node], tls_flags("intruder", "rogue-ca"))
+        assert code == 1 and "no worker node could be joined" in err, (code, err)
+        code, err = head_refused([node], ["--secret-file", SECRET])
+        assert code == 1 and "no worker node could be joined" in err, (code, err)
+        print("ok: mutual TLS: a head with a certificate from the node's CA is served; "
+              "one from another CA, or plain TCP, is refused")
+    finally:
+        node.stop()
+
+
+def main():
+    node_a = NodeProcess(["--secret-file", SECRET]).start()
+    node_b = NodeProcess(["--secret-file", SECRET]).start()
+    try:
+        with head([node_a, node_b]) as h:
+            check_greedy_equals_single_process(h.port)
+            check_prefix_affinity(h.port)
+            check_node_failure(h.port, node_a, node_b)
+        check_head_death(node_a, node_b)
+        check_refusals(node_a)
+    finally:
+        node_a.stop()
+        node_b.stop()
+    check_tls()
+    print("cluster: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
