@@ -1,0 +1,187 @@
+// A worker node's gateway, spoken to directly through CAF messages: the join
+// handshake, and what it does with requests that are not from a joined head,
+// unreadable, or out of range. Real model, real middleman (published on a
+// loopback port), no head process.
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <catch2/catch.hpp>
+
+#include "actors/cluster_handshake.hpp"
+#include "actors/node.hpp"
+#include "actors/remote_setup.hpp"
+#include "actors/wire.hpp"
+#include "messages/envelope.hpp"
+#include "model/default_model.hpp"
+
+using namespace actorlm;
+
+namespace {
+
+constexpr auto reply_timeout = std::chrono::seconds(30);
+
+NodeConfig node_config() {
+  NodeConfig c;
+  c.engine.model_path = default_model_path();
+  c.engine.threads = 2;
+  c.engine.kv_tokens = 2048;
+  c.engine.max_requests = 8;
+  c.security.secret = "s3cret";
+  return c;
+}
+
+WireMessage hello() {
+  fb::NodeHelloT h;
+  h.protocol = cluster_protocol;
+  h.head_name = "test head";
+  return {msg::pack(h)};
+}
+
+// hello + join with `secret`; the welcome (accepted or not).
+fb::NodeWelcomeT join(caf::scoped_actor& self, const caf::actor& gw, const std::string& secret) {
+  fb::NodeWelcomeT out;
+  self->request(gw, reply_timeout, hello_atom::value, hello())
+      .receive(
+          [&](const WireMessage& reply) {
+            auto c = msg::unpack<fb::NodeChallenge>(reply.bytes, nullptr);
+            REQUIRE(c);
+            REQUIRE(c->nonce.size() == 32);
+            fb::NodeJoinT j;
+            j.nonce = c->nonce;
+            j.proof = join_proof(secret, c->nonce);
+            j.head_name = "test head";
+            self->request(gw, reply_timeout, join_atom::value, WireMessage{msg::pack(j)})
+                .receive(
+                    [&](const WireMessage& w) {
+                      auto welcome = msg::unpack<fb::NodeWelcome>(w.bytes, nullptr);
+                      REQUIRE(welcome);
+                      out = *welcome;
+                    },
+                    [](const caf::error&) { FAIL("no welcome"); });
+          },
+          [](const caf::error&) { FAIL("no challenge"); });
+  return out;
+}
+
+WireMessage tokenized(uint64_t id, std::vector<int32_t> ids, int max_new = 4) {
+  fb::TokenizedRequestT t;
+  t.request_id = id;
+  t.input_ids = std::move(ids);
+  t.sampling = std::make_unique<fb::SamplingParamsT>();
+  t.sampling->temperature = 0;
+  t.stop = std::make_unique<fb::StopConditionsT>();
+  t.stop->max_new_tokens = max_new;
+  return {msg::pack(t)};
+}
+
+// Token stream items for `id` until it finishes (or nothing for `quiet`).
+std::vector<fb::TokenStreamItemT> collect(caf::scoped_actor& self, uint64_t id, std::chrono::milliseconds quiet) {
+  std::vector<fb::TokenStreamItemT> items;
+  bool done = false;
+  while (!done) {
+    self->receive(
+        [&](stream_atom, const WireMessage& in) {
+          auto ts = msg::unpack<fb::TokenStream>(in.bytes, nullptr);
+          REQUIRE(ts);
+          for (auto& item : ts->items) {
+            REQUIRE(item->request_id == id);
+            done = done || item->finish_reason != fb::FinishReason::None;
+            items.push_back(std::move(*item));
+          }
+        },
+        caf::after(quiet) >> [&] { done = true; });
+  }
+  return items;
+}
+
+}  // namespace
+
+TEST_CASE("A node's gateway joins heads with the secret and checks everything they send", "[actors][cluster]") {
+  caf::actor_system_config cfg;
+  NodeConfig nc = node_config();
+  configure_remote(cfg, nc.security);
+  caf::actor_system system{cfg};
+  Node node(system, nc);
+  REQUIRE(node.port() > 0);
+  const caf::actor gw = node.gateway();
+  caf::scoped_actor head{system};
+
+  SECTION("a wrong secret is refused, the right one welcomed with what the node serves") {
+    fb::NodeWelcomeT refused = join(head, gw, "guess");
+    CHECK_FALSE(refused.accepted);
+    CHECK(refused.error.find("shared secret does not match") != std::string::npos);
+    fb::NodeWelcomeT w = join(head, gw, "s3cret");
+    REQUIRE(w.accepted);
+    CHECK(w.vocab_size == 49152);
+    CHECK(w.n_layers == 30);
+    CHECK(w.kv_tokens == 2048);
+    CHECK(w.tokenizer_digest != 0);
+    CHECK(w.model_name == "SmolLM2-135M-Instruct.Q4_1.gguf");
+  }
+
+  SECTION("a join is good once: replaying a recorded proof without a new hello is refused") {
+    fb::NodeChallengeT c;
+    head->request(gw, reply_timeout, hello_atom::value, hello())
+        .receive([&](const WireMessage& r) { c = *msg::unpack<fb::NodeChallenge>(r.bytes, nullptr); },
+                 [](const caf::error&) { FAIL("no challenge"); });
+    fb::NodeJoinT j;
+    j.nonce = c.nonce;
+    j.proof = join_proof("s3cret", c.nonce);
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      head->request(gw, reply_timeout, join_atom::value, WireMessage{msg::pack(j)})
+          .receive([&](const WireMessage& r) { CHECK(msg::unpack<fb::NodeWelcome>(r.bytes, nullptr)->accepted == (attempt == 0)); },
+                   [](const caf::error&) { FAIL("no welcome"); });
+    }
+  }
+
+  SECTION("a peer that has not joined gets nothing run for it") {
+    head->send(gw, generate_atom::value, tokenized(1, {1, 2, 3}));
+    CHECK(collect(head, 1, std::chrono::milliseconds(1500)).empty());
+    bool refused = false;
+    head->request(gw, reply_timeout, stats_atom::value, WireMessage{msg::pack(fb::StatsRequestT{})})
+        .receive([](const WireMessage&) {}, [&](const caf::error&) { refused = true; });
+    CHECK(refused);
+  }
+
+  SECTION("after joining: garbage is dropped, bad ids are answered, a good request runs") {
+    REQUIRE(join(head, gw, "s3cret").accepted);
+    // Unreadable buffers: dropped (and logged), nothing runs, the node stays up.
+    head->send(gw, generate_atom::value, WireMessage{{1, 2, 3, 4, 5}});
+    WireMessage flipped = tokenized(2, {1, 2, 3});
+    flipped.bytes[flipped.bytes.size() / 2] ^= 0x10;
+    head->send(gw, generate_atom::value, flipped);
+    head->send(gw, abort_atom::value, WireMessage{{9, 9, 9}});
+    CHECK(collect(head, 2, std::chrono::milliseconds(1000)).empty());
+    // Out-of-vocabulary ids: that request ends with an error, under its own id.
+    head->send(gw, generate_atom::value, tokenized(3, {1, 49152, 2}));
+    auto bad = collect(head, 3, std::chrono::seconds(30));
+    REQUIRE(bad.size() == 1);
+    CHECK(bad[0].finish_reason == fb::FinishReason::Error);
+    CHECK(bad[0].error.find("outside the vocabulary") != std::string::npos);
+    head->send(gw, generate_atom::value, tokenized(4, {}));
+    auto empty = collect(head, 4, std::chrono::seconds(30));
+    REQUIRE(empty.size() == 1);
+    CHECK(empty[0].error == "empty prompt");
+    // A good request streams back under the head's id and finishes at its limit.
+    head->send(gw, generate_atom::value, tokenized(5, {504, 3458, 282, 4649, 314}, 6));
+    auto good = collect(head, 5, std::chrono::seconds(60));
+    REQUIRE_FALSE(good.empty());
+    CHECK(good.back().finish_reason == fb::FinishReason::Length);
+    size_t tokens = 0;
+    for (const auto& item : good) tokens += item.token_ids.size();
+    CHECK(tokens == 6);
+    // Stats pass through to the node's scheduler; its pool is whole again once idle.
+    fb::StatsRequestT check;
+    check.self_check = true;
+    head->request(gw, reply_timeout, stats_atom::value, WireMessage{msg::pack(check)})
+        .receive(
+            [](const WireMessage& r) {
+              auto st = msg::unpack<fb::EngineStats>(r.bytes, nullptr);
+              REQUIRE(st);
+              CHECK(st->finished_total >= 1);
+              CHECK(st->invariant_error.empty());
+              CHECK(st->protected_tokens == 0);
+            },
+            [](const caf::error&) { FAIL("no stats"); });
+  }
+}
