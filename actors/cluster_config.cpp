@@ -94,7 +94,19 @@ ClusterConfig load_topology(const std::string& path) {
   };
   if (!j.is_object()) throw fail("expected an object");
   ClusterConfig c;
-  if (!j.contains("nodes") || !j["nodes"].is_array() || j["nodes"].empty()) throw fail("\"nodes\" must list at least one node");
+  if (j.contains("remote_worker")) {
+    if (!j["remote_worker"].is_string()) throw fail("\"remote_worker\" must be \"host:port\"");
+    try {
+      c.remote_worker = parse_node_address(j["remote_worker"].get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw fail(e.what());
+    }
+  }
+  if (c.remote_worker.host.empty() && (!j.contains("nodes") || !j["nodes"].is_array() || j["nodes"].empty())) {
+    throw fail("\"nodes\" must list at least one node (or name a \"remote_worker\")");
+  }
+  if (!c.remote_worker.host.empty() && j.contains("nodes")) throw fail("\"nodes\" and \"remote_worker\" exclude each other");
+  if (!j.contains("nodes")) j["nodes"] = nlohmann::json::array();
   if (j["nodes"].size() > 1024) throw fail("at most 1024 nodes");
   for (const auto& n : j["nodes"]) {
     std::string addr;

@@ -41,15 +41,21 @@ struct NodeAddress {
 NodeAddress parse_node_address(const std::string& text);
 
 struct ClusterConfig {
-  std::vector<NodeAddress> nodes;  // empty: the engine runs locally
+  std::vector<NodeAddress> nodes;  // engine nodes: empty, the engine runs locally
+  // Or one worker node (`actorlm node --role worker`): the scheduler, radix
+  // and pool managers stay in this process and drive the node's worker with
+  // one ForwardBatch per step. Empty host: none.
+  NodeAddress remote_worker;
   RemoteSecurity security;
   double connect_timeout_s = 30;   // the head's constructor waits this long for its nodes
   double retry_interval_s = 1;     // how often a lost node is dialled again
   RouterConfig routing;
+
+  bool remote() const { return !nodes.empty() || !remote_worker.host.empty(); }
 };
 
 // A topology file (JSON):
-//   {"nodes": ["10.0.0.2:7100", {"address": "10.0.0.3:7100"}],
+//   {"nodes": ["10.0.0.2:7100", {"address": "10.0.0.3:7100"}],   (or "remote_worker": "10.0.0.2:7100")
 //    "tls": {"cert": "head.pem", "key": "head.key", "ca": "ca.pem"},
 //    "secret_file": "cluster.secret", "connect_timeout_s": 30,
 //    "routing": {"cache_threshold": 0.5, "balance_abs_threshold": 16, "balance_rel_threshold": 1.5}}

@@ -12,9 +12,11 @@
 
 #include "actors/detokenizer_actor.hpp"
 #include "actors/engine_core.hpp"
+#include "actors/remote_setup.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/tokenizer_actor.hpp"
+#include "actors/worker_link.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 #include "messages/sampling_conversion.hpp"
@@ -33,56 +35,106 @@ struct Engine::Impl {
   std::string device;
   int64_t kv_tokens = 0;
   explicit Impl(caf::actor_system& s) : system(s) {}
+  std::string prepare_head(const EngineConfig& config);
   void start_head(const EngineConfig& config);
+  void start_remote_worker(const EngineConfig& config);
 };
 
-// A head: joins its nodes, waiting up to connect_timeout_s for all of them.
-// Throws when none could be joined in that time (the rest keep being dialled).
-void Engine::Impl::start_head(const EngineConfig& config) {
-  Impl& m = *this;
+// What both kinds of head do first: check the remote setup, load the
+// model's config and tokenizer (not its weights), spawn the detokenizer.
+std::string Engine::Impl::prepare_head(const EngineConfig& config) {
   const ClusterConfig& cluster = config.cluster;
-  if (!m.system.has_middleman()) {
+  if (!system.has_middleman()) {
     throw std::invalid_argument("a cluster head needs the middleman: call configure_remote() on the actor system config");
   }
-  if (cluster.security.tls() && !m.system.has_openssl_manager()) {
+  if (cluster.security.tls() && !system.has_openssl_manager()) {
     throw std::invalid_argument("TLS is configured but the actor system has no OpenSSL module (configure_remote())");
   }
-  for (const auto& n : cluster.nodes) {
+  std::vector<NodeAddress> peers = cluster.nodes;
+  if (!cluster.remote_worker.host.empty()) peers.push_back(cluster.remote_worker);
+  for (const auto& n : peers) {
     if (std::string bad = cluster.security.check(n.host); !bad.empty()) throw std::invalid_argument(n.str() + ": " + bad);
   }
   namespace fs = std::filesystem;
-  m.model = fs::is_directory(config.model_path) ? config_from_hf_json((fs::path(config.model_path) / "config.json").string())
-                                                : config_from_gguf(GgufFile::open(config.model_path));
-  m.tok = load_tokenizer(config.model_path);
-  m.detokenizer = spawn_detokenizer(m.system, m.tok);
+  model = fs::is_directory(config.model_path) ? config_from_hf_json((fs::path(config.model_path) / "config.json").string())
+                                              : config_from_gguf(GgufFile::open(config.model_path));
+  tok = load_tokenizer(config.model_path);
+  detokenizer = spawn_detokenizer(system, tok);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  std::string head_name = std::string(host) + " pid " + std::to_string(::getpid());
-  m.scheduler = spawn_router(m.system, cluster, describe_model(config.model_path, m.model, *m.tok), m.detokenizer, head_name);
-  caf::scoped_actor self{m.system};
+  return std::string(host) + " pid " + std::to_string(::getpid());
+}
+
+// A head over engine nodes: joins them, waiting up to connect_timeout_s for
+// all of them. Throws when none could be joined in that time (the rest keep
+// being dialled).
+void Engine::Impl::start_head(const EngineConfig& config) {
+  const ClusterConfig& cluster = config.cluster;
+  std::string head_name = prepare_head(config);
+  scheduler = spawn_router(system, cluster, describe_model(config.model_path, model, *tok), detokenizer, head_name);
+  caf::scoped_actor self{system};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cluster.connect_timeout_s);
   int32_t up = 0, total = 0;
   std::string errors;
   for (;;) {
-    self->request(m.scheduler, std::chrono::seconds(10), status_atom::value)
+    self->request(scheduler, std::chrono::seconds(10), status_atom::value)
         .receive([&](int32_t u, int32_t t, const std::string& e) { up = u, total = t, errors = e; },
-                 [&](const caf::error& e) { errors = m.system.render(e); });
+                 [&](const caf::error& e) { errors = system.render(e); });
     if (up == total || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (up == 0) {
-    caf::anon_send(m.scheduler, shutdown_atom::value);
-    caf::anon_send_exit(m.detokenizer, caf::exit_reason::user_shutdown);
+    caf::anon_send(scheduler, shutdown_atom::value);
+    caf::anon_send_exit(detokenizer, caf::exit_reason::user_shutdown);
     throw std::runtime_error("no worker node could be joined within " + std::to_string(cluster.connect_timeout_s) +
                              " s" + (errors.empty() ? std::string() : ": " + errors));
   }
-  m.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
+  device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
+}
+
+// A head that drives one worker node: the scheduler and managers run here,
+// sized as the node's KV pool is, and every step's ForwardBatch crosses the
+// network. A lost worker fails the steps (and so the requests) that need it.
+void Engine::Impl::start_remote_worker(const EngineConfig& config) {
+  const ClusterConfig& cluster = config.cluster;
+  std::string head_name = prepare_head(config);
+  const auto timeout = std::chrono::milliseconds(std::max<int64_t>(1000, static_cast<int64_t>(cluster.connect_timeout_s * 1000)));
+  caf::actor link = spawn_worker_link(system, cluster.remote_worker, cluster.security.secret, head_name, timeout);
+  fb::NodeWelcomeT w;
+  std::string why;
+  caf::scoped_actor self{system};
+  self->request(link, timeout * 4 + std::chrono::seconds(5), join_atom::value)
+      .receive(
+          [&](const WireMessage& welcome) {
+            auto opened = msg::unpack<fb::NodeWelcome>(welcome.bytes, &why);
+            if (opened) w = std::move(*opened);
+          },
+          [&](const caf::error& e) { why = system.render(e); });
+  if (why.empty() && w.role != "worker") why = cluster.remote_worker.str() + " is an engine node: use --node for it";
+  if (why.empty()) {
+    why = model_mismatch(describe_model(config.model_path, model, *tok),
+                         {w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest});
+  }
+  if (!why.empty()) {
+    for (const auto& a : {link, detokenizer}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    throw std::runtime_error(why);
+  }
+  KvStoreConfig kv{w.kv_tokens, w.page_size, w.max_requests, w.max_context, config.disable_radix_cache};
+  SchedulerConfig sc = scheduler_config(config, model, *tok);
+  sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);
+  core = spawn_managers(system, kv, sc, link, detokenizer);
+  core->model = model;
+  scheduler = core->scheduler;
+  device = "remote worker " + cluster.remote_worker.str() + " (" + w.device + ")";
+  kv_tokens = kv.capacity_tokens;
 }
 
 Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make_unique<Impl>(system)) {
   auto& m = *impl_;
   if (!config.cluster.nodes.empty()) {
     m.start_head(config);
+  } else if (!config.cluster.remote_worker.host.empty()) {
+    m.start_remote_worker(config);
   } else {
     m.tok = load_tokenizer(config.model_path);
     m.detokenizer = spawn_detokenizer(system, m.tok);

@@ -21,36 +21,59 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& model_path) {
   return std::make_shared<const Tokenizer>(Tokenizer::from_gguf(GgufFile::open(model_path)));
 }
 
-EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
-                             caf::actor sink) {
-  EngineCore core;
+SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& model, const Tokenizer& tok) {
+  SchedulerConfig sc = config.scheduler;
+  if (sc.max_context <= 0 || sc.max_context > model.max_context) sc.max_context = model.max_context;
+  if (!sc.eos_id) sc.eos_id = tok.eos_id();
+  return sc;
+}
+
+WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok) {
+  WorkerCore core;
   LlamaWeights weights = load_llama_weights(config.model_path, config.progress);
   core.model = weights.config;
-  SchedulerConfig sc = config.scheduler;
-  if (sc.max_context <= 0 || sc.max_context > core.model.max_context) sc.max_context = core.model.max_context;
-  if (!sc.eos_id) sc.eos_id = tok.eos_id();
-  core.max_context = sc.max_context;
+  const int32_t max_context = scheduler_config(config, core.model, tok).max_context;
   MadeExecutor made = make_executor(std::move(weights),
                                     {config.device, config.threads, config.mem_fraction_static, config.kv_cache_dtype},
-                                    config.kv_tokens, config.page_size, config.max_requests, sc.max_context);
+                                    config.kv_tokens, config.page_size, config.max_requests, max_context);
   core.device = made.description;
-  KvStoreConfig kv{made.kv_tokens, config.page_size, config.max_requests, sc.max_context, config.disable_radix_cache};
+  core.kv = {made.kv_tokens, config.page_size, config.max_requests, max_context, config.disable_radix_cache};
   auto runner = std::make_shared<ModelRunner>(
       std::move(made.executor),
-      ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(kv.capacity_tokens, kv.page_size).pool_rows(),
-                        .max_requests = kv.max_requests,
-                        .max_context = sc.max_context});
+      ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(core.kv.capacity_tokens, core.kv.page_size).pool_rows(),
+                        .max_requests = core.kv.max_requests,
+                        .max_context = max_context});
+  core.worker = spawn_worker(system, runner);
+  return core;
+}
+
+EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, SchedulerConfig sc, caf::actor worker,
+                          caf::actor sink) {
+  EngineCore core;
+  sc.max_context = kv.max_context_len;
+  core.max_context = kv.max_context_len;
   core.kv_tokens = kv.capacity_tokens;
   core.pool = spawn_pool_manager(system, kv);
   core.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache);
-  core.worker = spawn_worker(system, runner);
+  core.worker = std::move(worker);
   core.scheduler = spawn_scheduler(system, sc, core.pool, core.radix, core.worker, std::move(sink));
+  return core;
+}
+
+EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
+                             caf::actor sink) {
+  WorkerCore w = spawn_worker_core(system, config, tok);
+  EngineCore core = spawn_managers(system, w.kv, scheduler_config(config, w.model, tok), w.worker, std::move(sink));
+  core.model = w.model;
+  core.device = w.device;
   return core;
 }
 
 void stop_engine_core(const EngineCore& core) {
   caf::anon_send(core.scheduler, shutdown_atom::value);
-  for (const auto& a : {core.worker, core.radix, core.pool}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  for (const auto& a : {core.radix, core.pool}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  // A remote worker (a head driving a worker node) is not ours to stop.
+  if (core.worker && core.worker.node() == core.pool.node()) caf::anon_send_exit(core.worker, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace actorlm

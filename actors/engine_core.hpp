@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/engine.hpp"
+#include "kvstore/kv_store.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actorlm {
@@ -22,6 +23,15 @@ struct EngineCore {
   int32_t max_context = 0;
 };
 
+// A worker alone: the weights and KV tensors, sized as `kv` says (a worker
+// node runs just this; a head drives it with its own managers).
+struct WorkerCore {
+  ModelConfig model;
+  caf::actor worker;
+  std::string device;
+  KvStoreConfig kv;
+};
+
 // The tokenizer of a GGUF file or Hugging Face folder (tokenizer.json).
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& model_path);
 
@@ -29,6 +39,18 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& model_path);
 // streams to `sink`. `tok` is the model's tokenizer (for its EOS id).
 EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
                              caf::actor sink);
+
+// The scheduler settings `config` asks for, bounded by the model (context)
+// and completed from the tokenizer (EOS).
+SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& model, const Tokenizer& tok);
+
+// Loads the model and spawns its worker.
+WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok);
+
+// The managers and the scheduler over an existing worker (local or remote)
+// whose KV pool `kv` describes.
+EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, SchedulerConfig sc, caf::actor worker,
+                          caf::actor sink);
 
 // Stops the four actors (the scheduler finishes its current step first).
 void stop_engine_core(const EngineCore& core);

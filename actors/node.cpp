@@ -15,36 +15,61 @@ namespace actorlm {
 struct Node::Impl {
   caf::actor_system& system;
   caf::actor gateway;
-  std::optional<EngineCore> core;
+  std::optional<EngineCore> core;  // an engine node
+  caf::actor worker;               // a worker node
+  std::string device;
+  int64_t kv_tokens = 0;
   uint16_t port = 0;
 };
 
-Node::Node(caf::actor_system& system, NodeConfig config) : impl_(std::make_unique<Impl>(Impl{system, {}, {}, 0})) {
+Node::Node(caf::actor_system& system, NodeConfig config) : impl_(std::make_unique<Impl>(Impl{system, {}, {}, {}, {}, 0, 0})) {
   auto& m = *impl_;
   if (!system.has_middleman()) throw std::invalid_argument("a node needs the middleman: call configure_remote() first");
   if (config.security.tls() && !system.has_openssl_manager()) {
     throw std::invalid_argument("TLS is configured but the actor system has no OpenSSL module (configure_remote())");
   }
   if (std::string bad = config.security.check(config.host); !bad.empty()) throw std::invalid_argument(bad);
+  if (config.role != "engine" && config.role != "worker") throw std::invalid_argument("node role must be engine or worker");
   auto tok = load_tokenizer(config.engine.model_path);
   m.gateway = spawn_node_gateway(system, config.security.secret);
-  m.core = spawn_engine_core(system, config.engine, *tok, m.gateway);
-  NodeModel model = describe_model(config.engine.model_path, m.core->model, *tok);
+  caf::actor target;
   fb::NodeWelcomeT w;
+  ModelConfig model;
+  if (config.role == "worker") {
+    WorkerCore core = spawn_worker_core(system, config.engine, *tok);
+    m.worker = target = core.worker;
+    model = core.model;
+    m.device = core.device;
+    m.kv_tokens = core.kv.capacity_tokens;
+    w.max_context = core.kv.max_context_len;
+    w.page_size = core.kv.page_size;
+    w.max_requests = core.kv.max_requests;
+  } else {
+    m.core = spawn_engine_core(system, config.engine, *tok, m.gateway);
+    target = m.core->scheduler;
+    model = m.core->model;
+    m.device = m.core->device;
+    m.kv_tokens = m.core->kv_tokens;
+    w.max_context = m.core->max_context;
+    w.page_size = config.engine.page_size;
+    w.max_requests = config.engine.max_requests;
+  }
+  NodeModel described = describe_model(config.engine.model_path, model, *tok);
   w.accepted = true;
-  w.model_name = model.name;
-  w.vocab_size = model.vocab_size;
-  w.n_layers = model.n_layers;
-  w.hidden = model.hidden;
-  w.tokenizer_digest = model.tokenizer_digest;
-  w.kv_tokens = m.core->kv_tokens;
-  w.max_context = m.core->max_context;
-  w.device = m.core->device;
+  w.role = config.role;
+  w.model_name = described.name;
+  w.vocab_size = described.vocab_size;
+  w.n_layers = described.n_layers;
+  w.hidden = described.hidden;
+  w.tokenizer_digest = described.tokenizer_digest;
+  w.kv_tokens = m.kv_tokens;
+  w.device = m.device;
   m.port = publish_actor(system, m.gateway, config.host, config.port);
-  // From an actor of this process: the gateway takes its scheduler from no
-  // one else. Heads that join before this are told the node is starting.
+  // From an actor of this process: the gateway takes its scheduler (or
+  // worker) from no one else. Heads that join before this are told the node
+  // is starting.
   caf::scoped_actor self{system};
-  self->send(m.gateway, attach_atom::value, m.core->scheduler, WireMessage{msg::pack(w)},
+  self->send(m.gateway, attach_atom::value, target, WireMessage{msg::pack(w)},
              "node " + config.host + ":" + std::to_string(m.port));
 }
 
@@ -52,12 +77,13 @@ Node::~Node() {
   auto& m = *impl_;
   if (m.port) (void)m.system.middleman().unpublish(m.gateway, m.port);
   if (m.core) stop_engine_core(*m.core);
+  if (m.worker) caf::anon_send_exit(m.worker, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(m.gateway, caf::exit_reason::user_shutdown);
 }
 
 uint16_t Node::port() const { return impl_->port; }
-const std::string& Node::device() const { return impl_->core->device; }
-int64_t Node::kv_tokens() const { return impl_->core->kv_tokens; }
+const std::string& Node::device() const { return impl_->device; }
+int64_t Node::kv_tokens() const { return impl_->kv_tokens; }
 caf::actor Node::gateway() const { return impl_->gateway; }
 
 }  // namespace actorlm

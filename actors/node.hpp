@@ -18,6 +18,11 @@ struct NodeConfig {
   std::string host = "127.0.0.1";  // where to listen
   uint16_t port = 0;               // 0: any free port (see Node::port)
   RemoteSecurity security;         // must match configure_remote() on the system
+  // "engine": the scheduler, radix and pool managers and the worker run here
+  // and heads send requests (data parallelism). "worker": only the worker
+  // runs here, driven by one head's own scheduler and managers
+  // (EngineConfig::cluster.remote_worker).
+  std::string role = "engine";
 };
 
 class Node {

@@ -28,7 +28,9 @@ struct Route {
 
 struct GatewayState {
   std::string secret, label;
-  caf::actor scheduler;
+  caf::actor scheduler;          // an engine node's; requests go here
+  caf::actor worker;             // a worker node's; one head drives it with forward batches
+
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   int32_t vocab_size = 0;
   std::map<caf::actor_addr, std::vector<uint8_t>> challenges;  // nonce per peer that said hello
@@ -76,6 +78,10 @@ void on_generate(Self* self, const WireMessage& in) {
   auto& s = self->state;
   Head* head = joined_sender(self, "a request");
   if (!head) return;
+  if (!s.scheduler) {
+    std::fprintf(stderr, "actorlm %s: dropped a request: a worker node takes forward batches only\n", s.label.c_str());
+    return;
+  }
   std::string error;
   auto req = msg::unpack<fb::TokenizedRequest>(in.bytes, &error);
   if (!req) {
@@ -170,13 +176,23 @@ caf::behavior gateway(Self* self, std::string secret) {
   self->state.secret = std::move(secret);
   self->state.label = "node";
   self->set_down_handler([self](caf::down_msg& dm) { drop_head(self, dm.source, self->system().render(dm.reason)); });
+  // Exit messages from other processes (a peer linking to the gateway, or
+  // sending it an exit) are ignored: only this process may stop it.
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    if (m.source && m.source.node() == self->node()) {
+      self->quit(m.reason);
+    } else {
+      std::fprintf(stderr, "actorlm %s: ignored an exit message from another process\n", self->state.label.c_str());
+    }
+  });
   return {
-      [self](attach_atom, const caf::actor& scheduler, const WireMessage& welcome, const std::string& label) {
+      [self](attach_atom, const caf::actor& target, const WireMessage& welcome, const std::string& label) {
         if (!from_this_process(self)) return;
         self->state.label = label;
         auto w = msg::open<fb::NodeWelcome>(welcome.bytes);
         if (!w) return;
-        self->state.scheduler = scheduler;
+        const bool worker_role = w.message->role() && w.message->role()->str() == "worker";
+        (worker_role ? self->state.worker : self->state.scheduler) = target;
         self->state.welcome = welcome.bytes;
         self->state.vocab_size = w.message->vocab_size();
       },
@@ -210,6 +226,8 @@ caf::behavior gateway(Self* self, std::string secret) {
           why = "the shared secret does not match";
         } else if (s.welcome.empty()) {
           why = "the node is still starting";
+        } else if (s.worker && !s.heads.empty()) {
+          why = "this worker node is driven by " + s.heads.begin()->second.name + " already";
         }
         if (challenge != s.challenges.end()) s.challenges.erase(challenge);  // one join per nonce
         if (!why.empty()) {
@@ -222,6 +240,14 @@ caf::behavior gateway(Self* self, std::string secret) {
         self->monitor(head.router);
         std::fprintf(stderr, "actorlm %s: head %s joined\n", s.label.c_str(), head.name.c_str());
         return {s.welcome};
+      },
+      [self](forward_atom a, const WireMessage& in) -> caf::result<WireMessage> {
+        if (!joined_sender(self, "a forward batch")) return caf::sec::request_receiver_down;
+        if (!self->state.worker) return caf::sec::unexpected_message;
+        auto rp = self->make_response_promise<WireMessage>();
+        self->request(self->state.worker, caf::infinite, a, in)
+            .then([rp](const WireMessage& m) mutable { rp.deliver(m); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
       },
       [self](generate_atom, const WireMessage& in) { on_generate(self, in); },
       [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },

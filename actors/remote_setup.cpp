@@ -5,6 +5,7 @@
 #include <caf/openssl/all.hpp>
 #include <stdexcept>
 
+#include "actors/cluster_handshake.hpp"
 #include "actors/wire.hpp"
 
 namespace actorlm {
@@ -30,6 +31,46 @@ uint16_t publish_actor(caf::actor_system& system, const caf::actor& actor, const
                                       : system.middleman().publish(actor, port, host.c_str(), true);
   if (!bound) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " + system.render(bound.error()));
   return *bound;
+}
+
+void join_node(caf::event_based_actor* self, const NodeAddress& node, const std::string& secret,
+               const std::string& head_name, std::chrono::milliseconds timeout, JoinedHandler joined,
+               FailedHandler failed) {
+  auto fail = [self, failed](const caf::error& e) { failed(self->system().render(e)); };
+  self->request(dialer(self->system()), timeout, caf::connect_atom::value, node.host, node.port)
+      .then(
+          [=](const caf::node_id&, const caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (!ptr) return failed("nothing is published on that port");
+            auto gateway = caf::actor_cast<caf::actor>(ptr);
+            fb::NodeHelloT hello;
+            hello.protocol = cluster_protocol;
+            hello.head_name = head_name;
+            self->request(gateway, timeout, hello_atom::value, WireMessage{msg::pack(hello)})
+                .then(
+                    [=](const WireMessage& reply) {
+                      auto challenge = msg::unpack<fb::NodeChallenge>(reply.bytes, nullptr);
+                      if (!challenge) {
+                        auto refused = msg::unpack<fb::NodeWelcome>(reply.bytes, nullptr);
+                        return failed(refused ? refused->error : "unreadable challenge");
+                      }
+                      fb::NodeJoinT join;
+                      join.nonce = challenge->nonce;
+                      join.proof = join_proof(secret, challenge->nonce);
+                      join.head_name = head_name;
+                      self->request(gateway, timeout, join_atom::value, WireMessage{msg::pack(join)})
+                          .then(
+                              [=](const WireMessage& reply) {
+                                std::string error;
+                                auto w = msg::unpack<fb::NodeWelcome>(reply.bytes, &error);
+                                if (!w) return failed("unreadable welcome: " + error);
+                                if (!w->accepted) return failed(w->error);
+                                joined(gateway, *w);
+                              },
+                              fail);
+                    },
+                    fail);
+          },
+          fail);
 }
 
 caf::io::middleman_actor dialer(caf::actor_system& system) {

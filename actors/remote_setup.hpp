@@ -7,10 +7,14 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <chrono>
+#include <functional>
 #include <string>
 
 #include "actors/cluster_config.hpp"
+#include "messages/envelope.hpp"
 
 namespace actorlm {
 
@@ -24,6 +28,17 @@ void configure_remote(caf::actor_system_config& cfg, const RemoteSecurity& secur
 // system has the OpenSSL module. Returns the bound port; throws
 // std::runtime_error saying why it could not.
 uint16_t publish_actor(caf::actor_system& system, const caf::actor& actor, const std::string& host, uint16_t port);
+
+// Dials a node and joins it on behalf of `self` (connect, hello, challenge,
+// join; each step within `timeout`): `joined` gets the node's gateway and its
+// welcome, or `failed` why not (unreachable, refused, timed out). `self` is
+// the head's actor the node will know and monitor, so it must live as long
+// as the head uses the node.
+using JoinedHandler = std::function<void(const caf::actor& gateway, const fb::NodeWelcomeT& welcome)>;
+using FailedHandler = std::function<void(const std::string& why)>;
+void join_node(caf::event_based_actor* self, const NodeAddress& node, const std::string& secret,
+               const std::string& head_name, std::chrono::milliseconds timeout, JoinedHandler joined,
+               FailedHandler failed);
 
 // The middleman actor to send (connect_atom, host, port) to: OpenSSL's when
 // the system has it, so that a TLS system never dials in the clear.

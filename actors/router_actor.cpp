@@ -14,7 +14,7 @@
 namespace actorlm {
 namespace {
 
-constexpr auto handshake_timeout = std::chrono::seconds(10);
+constexpr auto handshake_timeout = std::chrono::milliseconds(10000);
 constexpr auto stats_timeout = std::chrono::seconds(10);
 
 struct NodeLink {
@@ -34,7 +34,6 @@ struct RouterState {
   std::unique_ptr<PrefixRouter> policy;
   std::vector<NodeLink> nodes;
   std::map<uint64_t, int> placed;  // request id -> node index
-  caf::io::middleman_actor dialer;
   static inline const char* name = "actorlm.router";
 };
 
@@ -80,6 +79,7 @@ void lose_node(Self* self, int i, const std::string& why) {
 void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
   NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
   if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) return dial_failed(self, i, bad);
   n.dialling = false;
@@ -92,47 +92,15 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens)");
 }
 
-// connect -> hello -> challenge -> join -> welcome, each step with a timeout.
 void dial(Self* self, int i) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (n.gateway || n.dialling) return;
   n.dialling = true;
-  auto fail = [self, i](const caf::error& e) { dial_failed(self, i, self->system().render(e)); };
-  self->request(s.dialer, handshake_timeout, caf::connect_atom::value, n.address.host, n.address.port)
-      .then(
-          [self, i, fail](const caf::node_id&, const caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            if (!ptr) return dial_failed(self, i, "nothing is published on that port");
-            auto gateway = caf::actor_cast<caf::actor>(ptr);
-            fb::NodeHelloT hello;
-            hello.protocol = cluster_protocol;
-            hello.head_name = self->state.head_name;
-            self->request(gateway, handshake_timeout, hello_atom::value, WireMessage{msg::pack(hello)})
-                .then(
-                    [self, i, gateway, fail](const WireMessage& reply) {
-                      auto challenge = msg::unpack<fb::NodeChallenge>(reply.bytes, nullptr);
-                      if (!challenge) {
-                        auto refused = msg::unpack<fb::NodeWelcome>(reply.bytes, nullptr);
-                        return dial_failed(self, i, refused ? refused->error : "unreadable challenge");
-                      }
-                      fb::NodeJoinT join;
-                      join.nonce = challenge->nonce;
-                      join.proof = join_proof(self->state.config.security.secret, challenge->nonce);
-                      join.head_name = self->state.head_name;
-                      self->request(gateway, handshake_timeout, join_atom::value, WireMessage{msg::pack(join)})
-                          .then(
-                              [self, i, gateway](const WireMessage& reply) {
-                                std::string error;
-                                auto w = msg::unpack<fb::NodeWelcome>(reply.bytes, &error);
-                                if (!w) return dial_failed(self, i, "unreadable welcome: " + error);
-                                if (!w->accepted) return dial_failed(self, i, w->error);
-                                joined(self, i, gateway, *w);
-                              },
-                              fail);
-                    },
-                    fail);
-          },
-          fail);
+  join_node(
+      self, n.address, s.config.security.secret, s.head_name, handshake_timeout,
+      [self, i](const caf::actor& gateway, const fb::NodeWelcomeT& w) { joined(self, i, gateway, w); },
+      [self, i](const std::string& why) { dial_failed(self, i, why); });
 }
 
 void on_generate(Self* self, const WireMessage& in) {
@@ -298,12 +266,15 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
   s.model = std::move(model);
   s.detokenizer = std::move(detokenizer);
   s.head_name = std::move(head_name);
-  s.dialer = actorlm::dialer(self->system());
   s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
   for (size_t i = 0; i < s.config.nodes.size(); ++i) {
     s.nodes.push_back(NodeLink{s.config.nodes[i], {}, false, "", 0, {}});
     s.policy->set_alive(static_cast<int>(i), false);
   }
+  // Only this process may stop the router (nodes hold its handle).
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    if (m.source && m.source.node() == self->node()) self->quit(m.reason);
+  });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     for (size_t i = 0; i < s.nodes.size(); ++i) {

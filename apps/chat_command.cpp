@@ -78,7 +78,7 @@ int chat_command(int argc, char** argv, int first) {
   std::optional<std::string> system_prompt = args.str("--system");
 
   caf::actor_system_config cfg;
-  if (!config.cluster.nodes.empty()) configure_remote(cfg, config.cluster.security);
+  if (config.cluster.remote()) configure_remote(cfg, config.cluster.security);
   caf::actor_system actors{cfg};
   Engine engine(actors, config);
   std::fprintf(stderr, "actorlm chat: %s (%d layers). /help for commands.\n", config.model_path.c_str(),

@@ -43,9 +43,19 @@ ClusterConfig cluster_from_flags(const cli::Args& args) {
     }
   }
   if (c.nodes.size() > 1024) throw cli::UsageError("at most 1024 nodes");
+  if (auto w = args.str("--remote-worker")) {
+    try {
+      c.remote_worker = parse_node_address(*w);
+    } catch (const std::invalid_argument& e) {
+      throw cli::UsageError(std::string("--remote-worker: ") + e.what());
+    }
+  }
+  if (!c.remote_worker.host.empty() && !c.nodes.empty()) throw cli::UsageError("--remote-worker and --node exclude each other");
   apply_security(args, c.security);
   c.connect_timeout_s = args.number("--connect-timeout", c.connect_timeout_s, 0, 3600);
-  for (const auto& n : c.nodes) {
+  std::vector<NodeAddress> peers = c.nodes;
+  if (!c.remote_worker.host.empty()) peers.push_back(c.remote_worker);
+  for (const auto& n : peers) {
     if (std::string bad = c.security.check(n.host); !bad.empty()) throw cli::UsageError(n.str() + ": " + bad);
   }
   return c;

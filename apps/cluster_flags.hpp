@@ -1,6 +1,7 @@
 #pragma once
 // The flags that make serve and chat a cluster head, and that secure a node:
 //   --node HOST:PORT (repeat for each node) or --topology FILE.json
+//   --remote-worker HOST:PORT                   drive one worker node's worker
 //   --tls-cert PEM --tls-key PEM --tls-ca PEM   mutual TLS
 //   --secret-file FILE                          shared secret
 //   --allow-plain-remote                        plain TCP beyond loopback
@@ -15,12 +16,12 @@
 namespace actorlm {
 
 inline const std::set<std::string> security_flags{"--tls-cert", "--tls-key", "--tls-ca", "--secret-file"};
-inline const std::set<std::string> head_flags{"--node", "--topology", "--connect-timeout"};
+inline const std::set<std::string> head_flags{"--node", "--topology", "--connect-timeout", "--remote-worker"};
 inline const char* const allow_plain_switch = "--allow-plain-remote";
 
 // The security flags alone (a node).
 RemoteSecurity security_from_flags(const cli::Args& args);
-// A head's cluster: empty nodes when neither --node nor --topology is given.
+// A head's cluster: no nodes when none of --node, --remote-worker, --topology is given.
 // Flags override what the topology file says.
 ClusterConfig cluster_from_flags(const cli::Args& args);
 

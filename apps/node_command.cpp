@@ -15,13 +15,15 @@ namespace {
 
 constexpr const char* usage =
     "usage: actorlm node [--host 127.0.0.1] [--port 7100] (--secret-file FILE | --tls-cert PEM --tls-key PEM --tls-ca PEM)\n"
-    "                    [--allow-plain-remote] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
+    "                    [--role engine|worker] [--allow-plain-remote] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
-    "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n";
+    "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"
+    "--role worker runs only the worker (weights and KV): one head drives it with its own scheduler\n"
+    "and managers (actorlm serve/chat --remote-worker HOST:PORT), one ForwardBatch per step.\n";
 
 volatile std::sig_atomic_t stop_requested = 0;
 void on_signal(int) { stop_requested = 1; }
@@ -29,7 +31,7 @@ void on_signal(int) { stop_requested = 1; }
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port"}),
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role"}),
                  {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -40,6 +42,8 @@ int node_command(int argc, char** argv, int first) {
   nc.host = args.str("--host").value_or("127.0.0.1");
   nc.port = static_cast<uint16_t>(args.integer("--port", 7100, 0, 65535));
   nc.security = security_from_flags(args);
+  nc.role = args.str("--role").value_or("engine");
+  if (nc.role != "engine" && nc.role != "worker") throw cli::UsageError("--role must be engine or worker");
   if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);
 
   caf::actor_system_config cfg;
@@ -50,8 +54,8 @@ int node_command(int argc, char** argv, int first) {
   {
     Node node(system, nc);
     // Tests and scripts wait for this line (and read the port from it).
-    std::fprintf(stderr, "actorlm node: %s on %s (%s, %lld KV tokens, %s); listening on %s:%u\n",
-                 nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
+    std::fprintf(stderr, "actorlm node: %s %s on %s (%s, %lld KV tokens, %s); listening on %s:%u\n",
+                 nc.role.c_str(), nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
                  static_cast<long long>(node.kv_tokens()), nc.security.secret.empty() ? "no secret" : "shared secret",
                  nc.host.c_str(), node.port());
     while (!stop_requested) ::usleep(100 * 1000);

@@ -23,7 +23,7 @@ constexpr const char* usage =
     "                     [--max-concurrent-requests N] [--max-body-bytes N]\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
     "  as a cluster head (the nodes run the model; see docs/CLUSTER.md):\n"
-    "                     --node HOST:PORT [--node HOST:PORT ...] | --topology FILE.json\n"
+    "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | --topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
     "                     [--allow-plain-remote] [--connect-timeout S]\n";
 
@@ -57,7 +57,7 @@ int serve_command(int argc, char** argv, int first) {
   sc.threads = std::max(16, std::min(sc.max_concurrent_requests + 4, 512));
 
   caf::actor_system_config cfg;
-  if (!ec.cluster.nodes.empty()) configure_remote(cfg, ec.cluster.security);
+  if (ec.cluster.remote()) configure_remote(cfg, ec.cluster.security);
   caf::actor_system system{cfg};
   Engine engine(system, ec);
   HttpServer server(engine, sc);

@@ -7,6 +7,8 @@ Checks, on the default model:
   - killing a node mid-run fails only its in-flight requests (503, within seconds),
     the rest finish, later requests succeed, and the node rejoins when restarted;
   - a head that dies has its requests aborted on the nodes (their KV freed);
+  - a head driving a worker node (--role worker, --remote-worker) gives the same outputs,
+    owns the node until it dies, and fails its requests at once when the node is lost;
   - a head with the wrong secret, or a certificate from another CA, is refused;
     unsafe setups (plain TCP off loopback, no secret and no TLS) do not start.
 
@@ -125,17 +127,28 @@ PROMPTS = ["The capital of France is", "List three colors:", "def fibonacci(n):"
 QUESTIONS = ["What is the capital of France?", "Name a large animal.", "What is 2+2?"]
 
 
-def check_greedy_equals_single_process(port):
-    with ServerProcess(BIN, ["--kv-tokens", "8192"]) as local:
-        for p in PROMPTS:
-            a, b = complete(port, p), complete(local.port, p)
-            assert a[0] == 200 and b[0] == 200, (a, b)
-            assert a[1]["choices"][0]["text"] == b[1]["choices"][0]["text"], (p, a, b)
-        for q in QUESTIONS:
-            a, b = chat(port, q), chat(local.port, q)
-            assert a[0] == 200 and b[0] == 200, (a, b)
-            assert a[1]["choices"][0]["message"]["content"] == b[1]["choices"][0]["message"]["content"], (q, a, b)
-    print(f"ok: greedy outputs through the cluster equal the single-process engine's ({len(PROMPTS) + len(QUESTIONS)} prompts)")
+LOCAL = {}  # greedy outputs of the single-process engine, by prompt
+
+
+def greedy_outputs(port):
+    out = {}
+    for p in PROMPTS:
+        code, body = complete(port, p)
+        assert code == 200, body
+        out[p] = body["choices"][0]["text"]
+    for q in QUESTIONS:
+        code, body = chat(port, q)
+        assert code == 200, body
+        out[q] = body["choices"][0]["message"]["content"]
+    return out
+
+
+def check_greedy_equals_single_process(port, what):
+    if not LOCAL:
+        with ServerProcess(BIN, ["--kv-tokens", "8192"]) as local:
+            LOCAL.update(greedy_outputs(local.port))
+    assert greedy_outputs(port) == LOCAL
+    print(f"ok: greedy outputs through {what} equal the single-process engine's ({len(LOCAL)} prompts)")
 
 
 def check_prefix_affinity(port):
@@ -289,12 +302,47 @@ def check_tls():
         node.stop()
 
 
+def check_remote_worker():
+    worker = NodeProcess(["--secret-file", SECRET, "--role", "worker"]).start()
+    try:
+        first = ServerProcess(BIN, ["--remote-worker", worker.address, "--secret-file", SECRET]).__enter__()
+        check_greedy_equals_single_process(first.port, "a head driving a worker node")
+        code, err = head_refused([], ["--remote-worker", worker.address, "--secret-file", SECRET])
+        assert code == 1 and "driven by" in err, (code, err)
+        code, err = head_refused([worker], ["--secret-file", SECRET])
+        assert code == 1 and "no worker node could be joined" in err, (code, err)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        with ServerProcess(BIN, ["--remote-worker", worker.address, "--secret-file", SECRET]) as second:
+            code, body = complete(second.port, PROMPTS[0])
+            assert code == 200 and body["choices"][0]["text"] == LOCAL[PROMPTS[0]], body
+            result = {}
+
+            def endless():
+                result["r"] = complete(second.port, "An endless essay:", max_tokens=3000, ignore_eos=True)
+                result["at"] = time.time()
+
+            t = threading.Thread(target=endless)
+            t.start()
+            time.sleep(1.5)
+            killed_at = time.time()
+            worker.kill()
+            t.join(60)
+            code, body = result["r"]
+            assert code == 500 and "was lost" in body["error"]["message"], (code, body)
+            assert result["at"] - killed_at < 5, result["at"] - killed_at
+        print("ok: a head drives a worker node (greedy equal); a second head is refused while it does, "
+              "takes over when it dies; a lost worker fails the running request within 5 s")
+    finally:
+        worker.stop()
+
+
 def main():
     node_a = NodeProcess(["--secret-file", SECRET]).start()
     node_b = NodeProcess(["--secret-file", SECRET]).start()
     try:
         with head([node_a, node_b]) as h:
-            check_greedy_equals_single_process(h.port)
+            check_greedy_equals_single_process(h.port, "a head and two nodes")
             check_prefix_affinity(h.port)
             check_node_failure(h.port, node_a, node_b)
         check_head_death(node_a, node_b)
@@ -302,6 +350,7 @@ def main():
     finally:
         node_a.stop()
         node_b.stop()
+    check_remote_worker()
     check_tls()
     print("cluster: all checks passed")
 

@@ -1,0 +1,96 @@
+#include "actors/worker_link.hpp"
+
+#include <caf/all.hpp>
+#include <map>
+#include <optional>
+
+#include "actors/remote_setup.hpp"
+#include "actors/wire.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+namespace {
+
+struct LinkState {
+  NodeAddress node;
+  caf::actor gateway;
+  std::optional<WireMessage> welcome;
+  std::string failure;  // why there is no gateway (yet, or any more)
+  std::vector<caf::response_promise> waiting;  // join queries before the outcome
+  // Forwards the node has not answered: a lost node answers none of them,
+  // so the down handler fails them.
+  std::map<uint64_t, caf::response_promise> in_flight;
+  uint64_t next = 0;
+  static inline const char* name = "actorlm.worker_link";
+};
+
+using Self = caf::stateful_actor<LinkState>;
+
+void answer_waiting(Self* self) {
+  for (auto& rp : self->state.waiting) {
+    if (self->state.welcome) {
+      rp.deliver(*self->state.welcome);
+    } else {
+      rp.deliver(caf::make_error(caf::sec::runtime_error, self->state.failure));
+    }
+  }
+  self->state.waiting.clear();
+}
+
+caf::behavior worker_link(Self* self, NodeAddress node, std::string secret, std::string head_name,
+                          std::chrono::milliseconds timeout) {
+  self->state.node = node;
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (self->state.gateway && dm.source == self->state.gateway.address()) {
+      self->state.gateway = caf::actor{};
+      self->state.failure = "worker node " + self->state.node.str() + " was lost: " + self->system().render(dm.reason);
+      std::fprintf(stderr, "actorlm head: %s\n", self->state.failure.c_str());
+      for (auto& [id, rp] : self->state.in_flight) rp.deliver(caf::make_error(caf::sec::runtime_error, self->state.failure));
+      self->state.in_flight.clear();
+    }
+  });
+  join_node(
+      self, node, secret, head_name, timeout,
+      [self](const caf::actor& gateway, const fb::NodeWelcomeT& w) {
+        self->state.gateway = gateway;
+        self->monitor(gateway);
+        self->state.welcome = WireMessage{msg::pack(w)};
+        answer_waiting(self);
+      },
+      [self](const std::string& why) {
+        self->state.failure = "cannot join " + self->state.node.str() + ": " + why;
+        answer_waiting(self);
+      });
+  return {
+      [self](join_atom) -> caf::result<WireMessage> {
+        if (self->state.welcome) return *self->state.welcome;
+        if (!self->state.failure.empty()) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        self->state.waiting.push_back(self->make_response_promise());
+        return self->state.waiting.back();
+      },
+      [self](forward_atom a, const WireMessage& in) -> caf::result<WireMessage> {
+        if (!self->state.gateway) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        const uint64_t id = self->state.next++;
+        auto rp = self->make_response_promise();
+        self->state.in_flight.emplace(id, rp);
+        auto settle = [self, id](auto&& answer) {
+          auto it = self->state.in_flight.find(id);
+          if (it == self->state.in_flight.end()) return;  // already failed by the down handler
+          it->second.deliver(std::forward<decltype(answer)>(answer));
+          self->state.in_flight.erase(it);
+        };
+        self->request(self->state.gateway, caf::infinite, a, in)
+            .then([settle](const WireMessage& m) { settle(m); }, [settle](caf::error& e) { settle(std::move(e)); });
+        return caf::delegated<WireMessage>{};
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, std::string secret, std::string head_name,
+                             std::chrono::milliseconds timeout) {
+  return system.spawn(worker_link, std::move(node), std::move(secret), std::move(head_name), timeout);
+}
+
+}  // namespace actorlm

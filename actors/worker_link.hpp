@@ -1,0 +1,27 @@
+#pragma once
+// A head's stand-in for the worker of a worker node (`actorlm node --role
+// worker`): the local scheduler sends it ForwardBatches as it would to a local
+// worker, and it passes them to the node's gateway. It is the actor that
+// joins the node, so the node sees one head for as long as the link lives;
+// when the link goes (the engine stops or its process dies) the node is
+// free for another head.
+//
+//   (join_atom) -> WireMessage{NodeWelcome}, once joined; an error if not
+//   (forward_atom, WireMessage{ForwardBatch}) -> WireMessage{BatchResult}
+//
+// After the node is lost every forward fails with the reason, which fails
+// the scheduler's step and so the requests in it.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <chrono>
+#include <string>
+
+#include "actors/cluster_config.hpp"
+
+namespace actorlm {
+
+caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, std::string secret, std::string head_name,
+                             std::chrono::milliseconds timeout);
+
+}  // namespace actorlm
