@@ -20,6 +20,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <algorithm>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -59,11 +60,15 @@ struct Timing {
   double p50_us, mean_us;
 };
 
-Timing round_trips(caf::actor_system& system, const caf::actor& target, const std::vector<uint8_t>& bytes, int n) {
+// `gap`: idle time before each trip, as a decode step's compute would leave
+// the actor system idle between two messages.
+Timing round_trips(caf::actor_system& system, const caf::actor& target, const std::vector<uint8_t>& bytes, int n,
+                   std::chrono::milliseconds gap) {
   caf::scoped_actor self{system};
   std::vector<double> us;
   us.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n + 50; ++i) {
+    if (gap.count() > 0) std::this_thread::sleep_for(gap);
     auto t0 = Clock::now();
     self->request(target, std::chrono::seconds(10), stream_atom::value, WireMessage{bytes})
         .receive([](int32_t) {}, [](const caf::error&) { std::abort(); });
@@ -118,11 +123,20 @@ int main(int argc, char** argv) {
       if (!msg::open<fb::TokenStream>(bytes)) return 1;
     }
     double build_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200;
-    Timing in = round_trips(system, local, bytes, n);
-    Timing net = round_trips(system, *remote, bytes, n);
+    Timing in = round_trips(system, local, bytes, n, {});
+    Timing net = round_trips(system, *remote, bytes, n, {});
     std::printf("%6d %8zu %12.1f %16.1f %16.1f %16.1f %16.1f\n", batch, bytes.size(), build_us, in.p50_us, in.mean_us,
                 net.p50_us, net.mean_us);
   }
+  // The same with the system idle for a decode step's length before each
+  // message: what a step pays when the actors' threads have gone to sleep.
+  const auto gap = std::chrono::milliseconds(30);
+  const int idle_trips = std::max(20, n / 20);
+  auto bytes = step_stream(32);
+  Timing in = round_trips(system, local, bytes, idle_trips, gap);
+  Timing net = round_trips(system, *remote, bytes, idle_trips, gap);
+  std::printf("# after %lld ms idle (batch 32, %d trips): in-process p50 %.1f mean %.1f us; network p50 %.1f mean %.1f us\n",
+              static_cast<long long>(gap.count()), idle_trips, in.p50_us, in.mean_us, net.p50_us, net.mean_us);
   kill(child, SIGTERM);
   waitpid(child, nullptr, 0);
   return 0;
