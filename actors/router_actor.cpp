@@ -22,7 +22,6 @@ struct NodeLink {
   caf::actor gateway;        // set while joined
   bool dialling = false;
   std::string error;         // why it is not joined (last failure)
-  int64_t kv_tokens = 0;
   std::set<uint64_t> requests;  // in flight there, by the head's id
 };
 
@@ -85,7 +84,6 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   n.dialling = false;
   n.error.clear();
   n.gateway = gateway;
-  n.kv_tokens = w.kv_tokens;
   self->monitor(gateway);
   s.policy->set_alive(i, true);
   if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
@@ -268,7 +266,7 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
   s.head_name = std::move(head_name);
   s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
   for (size_t i = 0; i < s.config.nodes.size(); ++i) {
-    s.nodes.push_back(NodeLink{s.config.nodes[i], {}, false, "", 0, {}});
+    s.nodes.push_back(NodeLink{s.config.nodes[i], {}, false, "", {}});
     s.policy->set_alive(static_cast<int>(i), false);
   }
   // Only this process may stop the router (nodes hold its handle).
