@@ -22,11 +22,22 @@
 
 namespace actorlm {
 
-// A row-major matrix [rows][cols] (weights are [out][in]).
+// How a weight matrix was stored on disk, when its blocks are kept beside
+// the float32 copy (ggml's layouts: Q4_1 = {f16 d, f16 m, 16 bytes of
+// nibbles} per 32 values, Q8_0 = {f16 d, 32 int8}).
+enum class BlockFormat : int32_t { none, q4_1, q8_0 };
+
+// A row-major matrix [rows][cols] (weights are [out][in]). `blocks`, when
+// set, holds the same values quantized (each row whole blocks), which a
+// backend may read instead of `data` (fewer bytes per product). A backend
+// that does must do so for every row count of x, so that a token's result
+// does not depend on the batch it is in.
 struct MatrixView {
   const float* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  const uint8_t* blocks = nullptr;
+  BlockFormat format = BlockFormat::none;
 };
 
 struct KvLayerView {

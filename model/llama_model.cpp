@@ -5,7 +5,19 @@
 namespace actorlm {
 namespace {
 
-MatrixView view(const WeightMatrix& w) { return {w.data.data(), w.rows, w.cols}; }
+BlockFormat block_format(const WeightMatrix& w) {
+  if (w.blocks.empty()) return BlockFormat::none;
+  switch (w.source_type) {
+    case GgmlType::Q4_1: return BlockFormat::q4_1;
+    case GgmlType::Q8_0: return BlockFormat::q8_0;
+    default: return BlockFormat::none;
+  }
+}
+
+MatrixView view(const WeightMatrix& w) {
+  BlockFormat f = block_format(w);
+  return {w.data.data(), w.rows, w.cols, f == BlockFormat::none ? nullptr : w.blocks.data(), f};
+}
 
 }  // namespace
 

@@ -8,26 +8,42 @@
 namespace actorlm {
 namespace fs = std::filesystem;
 
-std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, int64_t cols,
-                                     int32_t n_heads) {
-  if (n_heads <= 0 || rows <= 0 || cols <= 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 ||
-      static_cast<int64_t>(w.size()) != rows * cols) {
-    throw ModelError("permute_rope_rows: " + std::to_string(rows) + " x " + std::to_string(cols) +
+namespace {
+
+// Rows of `row_size` elements (floats, or a quantized row's bytes).
+template <typename T>
+std::vector<T> permute_rows(const std::vector<T>& w, int64_t rows, int64_t row_size, int32_t n_heads) {
+  if (n_heads <= 0 || rows <= 0 || row_size <= 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 ||
+      static_cast<int64_t>(w.size()) != rows * row_size) {
+    throw ModelError("permute_rope_rows: " + std::to_string(rows) + " x " + std::to_string(row_size) +
                      " rows cannot be split into " + std::to_string(n_heads) + " heads of even size");
   }
   const int64_t head_dim = rows / n_heads;
   const int64_t half = head_dim / 2;
-  std::vector<float> out(w.size());
+  std::vector<T> out(w.size());
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < half; ++i) {
       for (int64_t part = 0; part < 2; ++part) {
         int64_t src = h * head_dim + part * half + i;
         int64_t dst = h * head_dim + 2 * i + part;
-        std::copy(w.begin() + src * cols, w.begin() + (src + 1) * cols, out.begin() + dst * cols);
+        std::copy(w.begin() + src * row_size, w.begin() + (src + 1) * row_size, out.begin() + dst * row_size);
       }
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, int64_t cols, int32_t n_heads) {
+  return permute_rows(w, rows, cols, n_heads);
+}
+
+void permute_rope_rows(WeightMatrix& w, int32_t n_heads) {
+  w.data = permute_rows(w.data, w.rows, w.cols, n_heads);
+  if (!w.blocks.empty()) {
+    w.blocks = permute_rows(w.blocks, w.rows, static_cast<int64_t>(w.blocks.size()) / w.rows, n_heads);
+  }
 }
 
 namespace {
@@ -88,8 +104,8 @@ class GgufLoader {
         L.bv = vector(p + "attn_v.bias", c.kv_dim());
       }
       if (permute) {
-        L.wq.data = permute_rope_rows(L.wq.data, L.wq.rows, L.wq.cols, c.n_heads);
-        L.wk.data = permute_rope_rows(L.wk.data, L.wk.rows, L.wk.cols, c.n_kv_heads);
+        permute_rope_rows(L.wq, c.n_heads);
+        permute_rope_rows(L.wk, c.n_kv_heads);
         if (!L.bq.empty()) L.bq = permute_rope_rows(L.bq, c.q_dim(), 1, c.n_heads);
         if (!L.bk.empty()) L.bk = permute_rope_rows(L.bk, c.kv_dim(), 1, c.n_kv_heads);
       }
@@ -119,10 +135,13 @@ class GgufLoader {
   }
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
     const GgufTensorInfo& t = get(name, rows, cols);
-    WeightMatrix m{rows, cols, t.type, std::vector<float>(static_cast<size_t>(rows * cols))};
+    WeightMatrix m{rows, cols, t.type, std::vector<float>(static_cast<size_t>(rows * cols)), {}};
     const size_t row_bytes = ggml_row_bytes(t.type, cols);
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(t.type, t.data + static_cast<size_t>(r) * row_bytes, m.data.data() + r * cols, cols);
+    }
+    if (t.type == GgmlType::Q4_1 || t.type == GgmlType::Q8_0) {
+      m.blocks.assign(t.data, t.data + static_cast<size_t>(rows) * row_bytes);
     }
     progress_.tick();
     return m;
@@ -175,8 +194,8 @@ class HfLoader {
       L.wv = matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.hidden);
       L.wo = matrix(p + "self_attn.o_proj.weight", c.hidden, c.q_dim());
       // rotate_half order -> adjacent pairs (see the header).
-      L.wq.data = permute_rope_rows(L.wq.data, L.wq.rows, L.wq.cols, c.n_heads);
-      L.wk.data = permute_rope_rows(L.wk.data, L.wk.rows, L.wk.cols, c.n_kv_heads);
+      permute_rope_rows(L.wq, c.n_heads);
+      permute_rope_rows(L.wk, c.n_kv_heads);
       if (c.attention_bias) {
         L.bq = permute_rope_rows(vector(p + "self_attn.q_proj.bias", c.q_dim()), c.q_dim(), 1, c.n_heads);
         L.bk = permute_rope_rows(vector(p + "self_attn.k_proj.bias", c.kv_dim()), c.kv_dim(), 1, c.n_kv_heads);
@@ -210,7 +229,7 @@ class HfLoader {
     return v;
   }
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    WeightMatrix m{rows, cols, GgmlType::F32, {}};
+    WeightMatrix m{rows, cols, GgmlType::F32, {}, {}};
     m.data = read(name, {rows, cols}, &m.source_type);
     return m;
   }

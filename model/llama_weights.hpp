@@ -21,8 +21,13 @@
 //   into the adjacent order. Attention scores are unchanged because q and k
 //   are permuted alike and v/wo are untouched; so there is ONE RoPE code path.
 // - A tied model has an empty lm_head; output() returns the embedding.
-// - source_type records how a matrix was stored (Q4_1, Q8_0, F16, BF16, ...)
-//   so a quantized path can tell; data is always the dequantized float32.
+// - source_type records how a matrix was stored (Q4_1, Q8_0, F16, BF16, ...);
+//   data is always the dequantized float32. Q4_1 and Q8_0 matrices from GGUF
+//   also keep their on-disk blocks (row order as data, RoPE permutation
+//   included), which the CPU backend multiplies from instead of data. Those
+//   matrices are thus held twice (float32 for the embedding lookup and the
+//   CUDA upload, blocks for the CPU products): ~97 MB more (the file's tensor
+//   data) beside the default model's ~540 MB of float32.
 // - Unsupported pieces (o_proj / FFN biases, partial RoPE, other
 //   architectures, tensor types without a dequantizer) are ModelErrors.
 
@@ -41,6 +46,10 @@ struct WeightMatrix {
   int64_t cols = 0;
   GgmlType source_type = GgmlType::F32;  // how it was stored on disk
   std::vector<float> data;               // rows * cols
+  // The on-disk blocks too, for Q4_1 and Q8_0 matrices from GGUF (the CPU
+  // backend's products read these: 20 or 34 bytes per 32 values instead of
+  // 128); empty otherwise. Row r is bytes [r * blocks.size() / rows, ...).
+  std::vector<uint8_t> blocks;
 
   const float* row(int64_t r) const { return data.data() + r * cols; }
   bool empty() const { return data.empty(); }
@@ -81,5 +90,7 @@ LlamaWeights load_llama_weights(const std::string& path, const LoadProgress& pro
 // w.size() == rows * cols.
 std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, int64_t cols,
                                      int32_t n_heads);
+// The same for a whole matrix: its float32 rows and, when present, its blocks.
+void permute_rope_rows(WeightMatrix& w, int32_t n_heads);
 
 }  // namespace actorlm

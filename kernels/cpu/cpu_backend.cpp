@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/cpu/quantized_matmul.hpp"
 #include "kernels/cpu/sampler.hpp"
 
 #include <cblas.h>
@@ -58,6 +59,17 @@ void CpuBackend::rms_norm(const float* x, const float* weight, float* out, int64
 
 void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) {
   if (rows <= 0) return;
+  if (block_matmul_supported(w)) {
+    // From the quantized blocks, for every row count: a token's product is
+    // then the same alone or in a batch (quantized_matmul.hpp), and a batch
+    // reads a quarter (Q4_1) or half (Q8_0) of sgemm's bytes.
+    prepare_activations(rows, w.cols, activations_);
+    pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(x, begin, end, activations_); });
+    pool_.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
+      block_matmul_rows(w, activations_, out, begin, end, accumulate);
+    });
+    return;
+  }
   if (rows == 1) {
     // One row (single-sequence decode): sgemm would first copy ("pack") the
     // whole weight matrix, which perf showed as 60% of decode time; sgemv

@@ -1,12 +1,16 @@
 #pragma once
 // The CPU backend: OpenBLAS sgemm for the projections, own loops (vectorised
 // by the compiler for AVX2/FMA) for the rest, attention spread over a thread
-// pool by (request, KV head). OpenBLAS and the pool get the same thread count
-// and never run at the same time, so the cores are not oversubscribed.
+// pool by (request, KV head). Weights that carry Q4_1 or Q8_0 blocks are
+// multiplied from the blocks instead, with int8 activations, split over the
+// pool by weight row (quantized_matmul.hpp). OpenBLAS and the pool get the
+// same thread count and never run at the same time, so the cores are not
+// oversubscribed. Not thread-safe: one caller at a time.
 
 #include <memory>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/quantized_matmul.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace actorlm::cpu {
@@ -33,6 +37,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  BlockActivations activations_;  // matmul's scratch, kept to reuse its storage
 };
 
 }  // namespace actorlm::cpu

@@ -1,5 +1,6 @@
 #include "model/llama_weights.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -177,6 +178,40 @@ TEST_CASE("The default GGUF loads with the shapes of its config", "[model][weigh
   CHECK(w.layers[0].wk.rows == c.kv_dim());
   CHECK(w.layers[29].w_down.cols == c.ffn_hidden);
   CHECK(w.layers[0].wq.source_type == GgmlType::Q4_1);
+
+  // Q4_1 / Q8_0 matrices keep their blocks, in the row order of data.
+  for (const WeightMatrix* m : {&w.token_embedding, &w.layers[0].wq, &w.layers[0].wk, &w.layers[29].w_down}) {
+    INFO(ggml_type_name(m->source_type) << " " << m->rows << " x " << m->cols);
+    if (m->source_type != GgmlType::Q4_1 && m->source_type != GgmlType::Q8_0) {
+      CHECK(m->blocks.empty());
+      continue;
+    }
+    const size_t row_bytes = ggml_row_bytes(m->source_type, m->cols);
+    REQUIRE(m->blocks.size() == size_t(m->rows) * row_bytes);
+    V row(size_t(m->cols));
+    for (int64_t r : {int64_t(0), m->rows / 2 + 1, m->rows - 1}) {
+      dequantize_row(m->source_type, m->blocks.data() + size_t(r) * row_bytes, row.data(), m->cols);
+      REQUIRE(std::equal(row.begin(), row.end(), m->row(r)));
+    }
+  }
+}
+
+TEST_CASE("permute_rope_rows moves a matrix's blocks with its float32 rows", "[model][weights]") {
+  // 8 rows of 64 Q8_0 values (2 blocks of 34 bytes), 2 heads of 4 rows.
+  std::mt19937 rng(5);
+  const int64_t rows = 8, cols = 64;
+  const size_t row_bytes = ggml_row_bytes(GgmlType::Q8_0, cols);
+  WeightMatrix m{rows, cols, GgmlType::Q8_0, V(size_t(rows * cols)), std::vector<uint8_t>(rows * row_bytes)};
+  for (auto& b : m.blocks) b = uint8_t(rng());
+  for (size_t i = 0; i < m.blocks.size(); i += 34) m.blocks[i + 1] = 0x3c;  // scale near 1, finite
+  dequantize_row(GgmlType::Q8_0, m.blocks.data(), m.data.data(), rows * cols);
+  const V before = m.data;
+
+  permute_rope_rows(m, 2);
+  CHECK(m.data == permute_rope_rows(before, rows, cols, 2));
+  V from_blocks(size_t(rows * cols));
+  dequantize_row(GgmlType::Q8_0, m.blocks.data(), from_blocks.data(), rows * cols);
+  CHECK(from_blocks == m.data);
 }
 
 TEST_CASE("A Hugging Face checkpoint gives the logits of a reference forward in HF's convention",
