@@ -4,11 +4,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# curl and openssl: the two-node example and the cluster tests (certificates for mutual TLS).
 packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libcaf-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev nlohmann-json3-dev catch2
   libopenblas-dev libutf8proc-dev libcpp-httplib-dev libedit-dev libssl-dev
-  python3 python3-pip tmux chromium
+  python3 python3-pip tmux chromium curl openssl
 )
 
 missing=()

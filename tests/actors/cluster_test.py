@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from server_process import ServerProcess  # noqa: E402
+from server_process import ServerProcess, stop_process  # noqa: E402
 
 BIN = sys.argv[1]
 WORK = tempfile.mkdtemp(prefix="actorlm-cluster-")
@@ -76,13 +76,7 @@ class NodeProcess:
         self.proc.wait()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def post(port, path, body, timeout=300):
