@@ -167,7 +167,7 @@ int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
 TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<void(const TextDeltaEvent&)>& on_delta) {
   caf::scoped_actor self{impl_->system};
   fb::GenerateRequestT g;
-  g.request_id = impl_->next_id++;
+  g.request_id = o.request_id != 0 ? o.request_id : impl_->next_id++;
   if (!o.input_ids.empty()) {
     g.input_ids = o.input_ids;
   } else if (!o.messages.empty() || o.chat) {
@@ -254,6 +254,8 @@ std::string Engine::generate_text(const GenerateOptions& o, TextDeltaEvent* last
   if (last) *last = end;
   return text;
 }
+
+uint64_t Engine::new_request_id() { return impl_->next_id++; }
 
 void Engine::abort(uint64_t request_id) {
   fb::AbortT a;

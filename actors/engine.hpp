@@ -56,6 +56,10 @@ struct GenerateOptions {
   bool ignore_eos = false;
   bool logprobs = false;   // report each token's logprob (TextDeltaEvent::logprobs)
   int top_logprobs = 0;    // and this many alternatives, 0..20
+  // 0: the engine numbers the request. A caller that must be able to abort
+  // a request before its first delta arrives takes one from
+  // Engine::new_request_id() and passes it here.
+  uint64_t request_id = 0;
 };
 
 // One generated token as OpenAI's logprobs report it. `top` holds the most
@@ -116,6 +120,10 @@ class Engine {
   TextDeltaEvent generate(const GenerateOptions& options, const std::function<void(const TextDeltaEvent&)>& on_delta);
   // Blocking convenience: the whole text (and the final delta in *last).
   std::string generate_text(const GenerateOptions& options, TextDeltaEvent* last = nullptr);
+  // A fresh request id for GenerateOptions::request_id.
+  uint64_t new_request_id();
+  // Ends a request with FinishReason::abort (its KV is freed). An id the
+  // scheduler does not know (yet) is ignored.
   void abort(uint64_t request_id);
   // self_check: also verify the KV pool invariant (meaningful when idle).
   EngineStatsSnapshot stats(bool self_check = false);

@@ -1,8 +1,12 @@
 #include "apps/serve_command.hpp"
 
 #include <caf/all.hpp>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -20,16 +24,35 @@ constexpr const char* usage =
     "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests N]\n"
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
     "                     [--context-length N] [--disable-radix-cache]\n"
-    "                     [--max-concurrent-requests N] [--max-body-bytes N]\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
+    "  limits (docs/SECURITY.md):\n"
+    "                     [--max-concurrent-requests 256] [--max-connections 1024] [--max-body-bytes 8388608]\n"
+    "                     [--max-header-bytes 16384] [--header-timeout 10] [--body-timeout 60]\n"
+    "                     [--keep-alive-timeout 30] [--write-timeout 30] [--shutdown-timeout 10]\n"
+    "                     [--allowed-host NAME ...]  (names a keyless server answers besides localhost and IPs)\n"
     "  as a cluster head (the nodes run the model; see docs/CLUSTER.md):\n"
     "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | --topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
     "                     [--allow-plain-remote] [--connect-timeout S]\n";
 
-HttpServer* running_server = nullptr;
-void on_signal(int) {
-  if (running_server) running_server->stop();
+std::chrono::milliseconds seconds_flag(const cli::Args& args, const char* name, double fallback) {
+  return std::chrono::milliseconds(static_cast<int64_t>(args.number(name, fallback, 0.1, 86400) * 1000));
+}
+
+// Each connection is a file descriptor; the default soft limit (often 1024)
+// would make --max-connections a lie.
+void raise_fd_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+int signal_pipe[2] = {-1, -1};
+void on_signal(int sig) {
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] auto n = write(signal_pipe[1], &byte, 1);
 }
 
 }  // namespace
@@ -37,7 +60,9 @@ void on_signal(int) {
 int serve_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
                  with_flags(with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
-                                                      "--max-body-bytes"}),
+                                                      "--max-body-bytes", "--max-connections", "--max-header-bytes",
+                                                      "--header-timeout", "--body-timeout", "--keep-alive-timeout",
+                                                      "--write-timeout", "--shutdown-timeout", "--allowed-host"}),
                             with_flags(head_flags, security_flags)),
                  {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
@@ -51,30 +76,56 @@ int serve_command(int argc, char** argv, int first) {
   sc.host = args.str("--host").value_or("127.0.0.1");
   sc.port = static_cast<int>(args.integer("--port", 30000, 0, 65535));
   sc.api_key = args.str("--api-key").value_or("");
+  sc.allowed_hosts = args.all("--allowed-host");
   sc.model_id = std::filesystem::path(ec.model_path).filename().string();
   sc.max_concurrent_requests = static_cast<int>(args.integer("--max-concurrent-requests", 256, 1, 1 << 20));
+  sc.max_connections = static_cast<int>(args.integer("--max-connections", 1024, 8, 1 << 20));
   sc.max_body_bytes = static_cast<size_t>(args.integer("--max-body-bytes", 8 << 20, 1024, int64_t{1} << 30));
-  sc.threads = std::max(16, std::min(sc.max_concurrent_requests + 4, 512));
+  sc.max_header_bytes = static_cast<size_t>(args.integer("--max-header-bytes", 16 << 10, 1024, 1 << 20));
+  sc.header_timeout = seconds_flag(args, "--header-timeout", 10);
+  sc.body_timeout = seconds_flag(args, "--body-timeout", 60);
+  sc.keep_alive_timeout = seconds_flag(args, "--keep-alive-timeout", 30);
+  sc.write_timeout = seconds_flag(args, "--write-timeout", 30);
+  sc.shutdown_timeout = seconds_flag(args, "--shutdown-timeout", 10);
+  if (!sc.api_key.empty() && sc.api_key.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+    throw cli::UsageError("--api-key must not contain control characters");
+  }
+  raise_fd_limit();
 
   caf::actor_system_config cfg;
   if (ec.cluster.remote()) configure_remote(cfg, ec.cluster.security);
   caf::actor_system system{cfg};
   Engine engine(system, ec);
   HttpServer server(engine, sc);
-  running_server = &server;
+  // The handler only writes the signal to a pipe; a thread reads it and
+  // does the work as ordinary code: the first drains the server, a second
+  // exits at once. (Masking signals instead would miss threads that
+  // libraries start before main.)
+  if (pipe(signal_pipe) != 0) throw std::runtime_error("cannot create the signal pipe");
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::thread([&server, timeout = sc.shutdown_timeout] {
+    unsigned char sig = 0;
+    if (read(signal_pipe[0], &sig, 1) != 1) return;
+    std::fprintf(stderr, "actorlm serve: signal %d, draining (up to %.1f s); a second signal exits at once\n", sig,
+                 std::chrono::duration<double>(timeout).count());
+    server.shutdown();
+    if (read(signal_pipe[0], &sig, 1) == 1) {
+      std::fprintf(stderr, "actorlm serve: second signal, exiting now\n");
+      std::_Exit(0);
+    }
+  }).detach();
   std::thread announce([&] {
     for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::fprintf(stderr, "actorlm serve: model %s on http://%s:%d\n", sc.model_id.c_str(), sc.host.c_str(), server.bound_port());
   });
   bool ok = server.listen();
   announce.join();
-  running_server = nullptr;
   if (!ok) {
     std::fprintf(stderr, "actorlm serve: cannot listen on %s:%d\n", sc.host.c_str(), sc.port);
     return 1;
   }
+  std::fprintf(stderr, "actorlm serve: stopped\n");
   return 0;
 }
 

@@ -1,322 +1,311 @@
 #include "server/http_server.hpp"
 
-#include <httplib.h>
-
-#include <atomic>
-#include <chrono>
-#include <functional>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "server/chat_page.hpp"
-#include "server/latency_histogram.hpp"
+#include "server/completions.hpp"
+#include "server/http_connection.hpp"
+#include "server/http_guard.hpp"
+#include "server/metrics_text.hpp"
 #include "server/openai_api.hpp"
 
 namespace actorlm {
 
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
 using nlohmann::json;
 
 namespace {
 
-// The engine's own failures are 500s and a lost or missing worker node a 503
-// (another try may land on a live node); everything else the engine refuses
-// is the request's fault.
-api::ApiError engine_error(const std::string& err) {
-  if (err.rfind("engine failure", 0) == 0) return {500, err, "server_error", ""};
-  if (err.rfind("worker node", 0) == 0 || err.rfind("no worker node", 0) == 0) return {503, err, "server_error", ""};
-  return {400, err, "invalid_request_error", ""};
+enum class RouteId { page, script, health, models, metrics, nodes, chat, completion, native };
+
+struct Route {
+  std::string_view path;
+  bhttp::verb method;
+  RouteId id;
+  bool open;  // served without the API key
+};
+
+constexpr Route routes[] = {
+    {"/", bhttp::verb::get, RouteId::page, true},
+    {"/chat.js", bhttp::verb::get, RouteId::script, true},
+    {"/health", bhttp::verb::get, RouteId::health, true},
+    {"/v1/models", bhttp::verb::get, RouteId::models, false},
+    {"/metrics", bhttp::verb::get, RouteId::metrics, false},
+    {"/nodes", bhttp::verb::get, RouteId::nodes, false},
+    {"/v1/chat/completions", bhttp::verb::post, RouteId::chat, false},
+    {"/v1/completions", bhttp::verb::post, RouteId::completion, false},
+    {"/generate", bhttp::verb::post, RouteId::native, false},
+};
+
+const Route* find_route(std::string_view path) {
+  for (const auto& r : routes) {
+    if (r.path == path) return &r;
+  }
+  return nullptr;
+}
+
+http::Response error(int status, const std::string& message, const char* type = "invalid_request_error") {
+  return http::Response::json(status, api::dump(api::ApiError{status, message, type, ""}.body()));
 }
 
 }  // namespace
 
-struct HttpServer::Impl {
+struct HttpServer::Impl final : http::RequestHandler {
   Engine& engine;
   ServerConfig config;
-  httplib::Server http;
-  std::atomic<uint64_t> next_id{1};
-  int port = 0;
-  // Served-request counters for /metrics (the engine reports the rest).
-  std::atomic<int64_t> requests_ok{0}, requests_failed{0};
-  std::atomic<int> in_flight{0};
-  LatencyHistogram ttft{"actorlm_time_to_first_token_seconds", "Time from a request's arrival to its first generated text.",
-                        {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
-  LatencyHistogram itl{"actorlm_inter_token_latency_seconds", "Time between successive deltas of one request.",
-                       {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  http::ConnectionLimits limits;
+  // Declared before everything that may post to it, so it outlives them.
+  asio::io_context ioc;
+  asio::ip::tcp::acceptor acceptor{ioc};
+  asio::steady_timer drain_timer{ioc}, poll_timer{ioc};
+  asio::thread_pool blocking{2};  // /metrics and /nodes ask the engine and wait
+  std::atomic<int> port{0};
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> connections_accepted{0}, connections_dropped{0};
+  std::mutex mu;
+  std::unordered_map<http::Connection*, std::weak_ptr<http::Connection>> connections;
+  Completions completions;  // last: its destructor waits for request threads that post to ioc
 
-  // Holds one of the max_concurrent_requests places for a request's lifetime
-  // (for a stream: until its last chunk is written).
-  struct Place {
-    std::atomic<int>* counter;
-    explicit Place(std::atomic<int>* c) : counter(c) {}
-    Place(const Place&) = delete;
-    ~Place() { --*counter; }
-  };
-  Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {}
-
-  void send_error(httplib::Response& res, const api::ApiError& e) {
-    res.status = e.status;
-    res.set_content(api::dump(e.body()), "application/json");
+  Impl(Engine& e, ServerConfig c)
+      : engine(e), config(std::move(c)), completions(e, config.model_id, config.max_concurrent_requests) {
+    limits.max_header_bytes = config.max_header_bytes;
+    limits.max_header_fields = config.max_header_fields;
+    limits.max_body_bytes = config.max_body_bytes;
+    limits.header_timeout = config.header_timeout;
+    limits.body_timeout = config.body_timeout;
+    limits.keep_alive_timeout = config.keep_alive_timeout;
+    limits.write_timeout = config.write_timeout;
   }
 
-  bool authorized(const httplib::Request& req, httplib::Response& res) {
-    if (config.api_key.empty()) return true;
-    if (req.get_header_value("Authorization") == "Bearer " + config.api_key) return true;
-    send_error(res, {401, "invalid or missing API key", "authentication_error", ""});
-    return false;
+  std::optional<http::Response> screen(const http::RequestHeader& h) override {
+    auto path = http::route_path(std::string_view(h.target().data(), h.target().size()));
+    if (!path) return error(400, "malformed request target");
+    const Route* route = find_route(*path);
+    if (config.api_key.empty()) {
+      auto host = h[bhttp::field::host];
+      if (host.empty() && h.version() >= 11) return error(400, "the Host header is missing");
+      if (!host.empty() && !http::host_allowed(std::string_view(host.data(), host.size()), config.allowed_hosts)) {
+        return error(403, "this server has no API key, so it answers only requests for localhost, an IP address or a "
+                          "name given with --allowed-host", "permission_error");
+      }
+    } else if (!(route && route->open)) {
+      auto auth = h[bhttp::field::authorization];
+      if (!http::bearer_matches(std::string_view(auth.data(), auth.size()), config.api_key)) {
+        return error(401, "invalid or missing API key", "authentication_error");
+      }
+    }
+    if (!route) return error(404, "no such route");
+    if (h.method() != route->method) return error(405, "method not allowed on this route");
+    if (route->method == bhttp::verb::post) {
+      auto ct = h[bhttp::field::content_type];
+      if (!http::is_json_media_type(std::string_view(ct.data(), ct.size()))) {
+        return error(400, "the request body must be sent as Content-Type: application/json");
+      }
+    }
+    return std::nullopt;
   }
 
-  using Clock = std::chrono::steady_clock;
-  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+  void handle(const std::shared_ptr<http::Connection>& c, http::Request request) override {
+    auto path = http::route_path(std::string_view(request.target().data(), request.target().size()));
+    const Route* route = path ? find_route(*path) : nullptr;
+    if (!route) return c->respond(error(404, "no such route"));  // screened already; kept for safety
+    const std::vector<std::pair<std::string, std::string>> page_headers = {
+        {"Content-Security-Policy", chat_page_csp}, {"X-Content-Type-Options", "nosniff"}};
+    switch (route->id) {
+      case RouteId::page: return c->respond({200, "text/html; charset=utf-8", chat_page_html, page_headers});
+      case RouteId::script: return c->respond({200, "application/javascript; charset=utf-8", chat_page_js, page_headers});
+      case RouteId::health:
+        if (draining) return c->respond(http::Response::json(503, R"({"status":"shutting down"})"));
+        return c->respond(http::Response::json(200, R"({"status":"ok"})"));
+      case RouteId::models: {
+        json models = {{"object", "list"},
+                       {"data", json::array({{{"id", config.model_id}, {"object", "model"}, {"owned_by", "actorlm"},
+                                              {"created", 0}}})}};
+        return c->respond(http::Response::json(200, models.dump()));
+      }
+      case RouteId::metrics:
+        return asio::post(blocking, [this, c] {
+          std::string text = metrics_text(engine.stats()) + completions.exposition() + connection_metrics();
+          c->respond({200, "text/plain; version=0.0.4", std::move(text), {}});
+        });
+      case RouteId::nodes:
+        return asio::post(blocking, [this, c] { c->respond(http::Response::json(200, nodes_json(engine.stats()).dump())); });
+      case RouteId::chat:
+      case RouteId::completion:
+      case RouteId::native:
+        if (draining) return c->respond(error(503, "the server is shutting down", "server_error"));
+        return completions.start(c,
+                                 route->id == RouteId::chat         ? Completions::Route::chat
+                                 : route->id == RouteId::completion ? Completions::Route::completion
+                                                                    : Completions::Route::native,
+                                 std::move(request.body()));
+    }
+  }
 
-  // Runs choice `index` of a request; `forward` (may be empty) sees every
-  // delta and returns false once the client is gone, which aborts the
-  // choice's request so its KV is freed at once. Records TTFT and ITL.
-  api::ChoiceResult run_choice(GenerateOptions o, int index, Clock::time_point arrival,
-                               const std::function<bool(const TextDeltaEvent&, int)>& forward) {
-    if (index > 0 && o.sampling.has_seed) o.sampling.seed += static_cast<uint64_t>(index);
-    api::ChoiceResult c;
-    bool first = true, gone = false;
-    Clock::time_point prev = arrival;
-    c.last = engine.generate(o, [&](const TextDeltaEvent& d) {
-      const auto now = Clock::now();
-      if (!d.text.empty() || !d.logprobs.empty()) {
-        (first ? ttft : itl).observe(seconds(prev, now));
-        first = false;
-        prev = now;
+  void closed(http::Connection& c) override {
+    std::lock_guard<std::mutex> lock(mu);
+    connections.erase(&c);
+  }
+
+  std::string connection_metrics() {
+    size_t open = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = connections.size();
+    }
+    return "# HELP actorlm_http_connections Open client connections.\n# TYPE actorlm_http_connections gauge\n"
+           "actorlm_http_connections " + std::to_string(open) +
+           "\n# HELP actorlm_http_connections_dropped_total Connections closed to make room for new ones.\n"
+           "# TYPE actorlm_http_connections_dropped_total counter\nactorlm_http_connections_dropped_total " +
+           std::to_string(connections_dropped.load()) + "\n";
+  }
+
+  // At the connection cap, the connection that has waited longest without
+  // sending a whole request makes room (slow or idle clients cannot starve
+  // new ones); when every connection has a request running, the new one is
+  // turned away instead.
+  bool make_room() {
+    std::shared_ptr<http::Connection> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (connections.size() < static_cast<size_t>(config.max_connections)) return true;
+      for (auto& [raw, weak] : connections) {
+        auto c = weak.lock();
+        if (!c) continue;
+        const auto phase = c->phase();
+        if (phase != http::Connection::Phase::idle && phase != http::Connection::Phase::receiving) continue;
+        if (!victim || c->phase_since() < victim->phase_since()) victim = c;
       }
-      c.text += d.text;
-      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-      if (forward && !gone && !forward(d, index)) {
-        gone = true;
-        engine.abort(d.request_id);
+    }
+    ++connections_dropped;
+    if (!victim) return false;
+    victim->close();
+    return true;
+  }
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
+      if (!acceptor.is_open()) return;
+      if (ec) {
+        // Out of file descriptors or similar: try again shortly rather than spin.
+        poll_timer.expires_after(std::chrono::milliseconds(50));
+        poll_timer.async_wait([this](boost::system::error_code e) {
+          if (!e) accept();
+        });
+        return;
       }
+      if (make_room()) {
+        auto c = std::make_shared<http::Connection>(std::move(socket), limits, *this);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          connections[c.get()] = c;
+        }
+        ++connections_accepted;
+        c->start();
+      }
+      accept();
     });
-    return c;
   }
 
-  // Choices 1..n-1 on their own threads, choice 0 on the caller's.
-  std::vector<api::ChoiceResult> run_choices(const api::ParsedRequest& r, Clock::time_point arrival,
-                                             const std::function<bool(const TextDeltaEvent&, int)>& forward) {
-    std::vector<api::ChoiceResult> results(static_cast<size_t>(r.n));
-    std::vector<std::thread> others;
-    for (int i = 1; i < r.n; ++i) {
-      others.emplace_back([&, i] { results[static_cast<size_t>(i)] = run_choice(r.options, i, arrival, forward); });
+  std::vector<std::shared_ptr<http::Connection>> all_connections() {
+    std::vector<std::shared_ptr<http::Connection>> out;
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [raw, weak] : connections) {
+      if (auto c = weak.lock()) out.push_back(c);
     }
-    results[0] = run_choice(r.options, 0, arrival, forward);
-    for (auto& t : others) t.join();
-    return results;
+    return out;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-    const auto arrival = Clock::now();
-    if (!authorized(req, res)) return;
-    auto parsed = api::parse_request(req.body, chat, config.model_id);
-    if (auto* e = std::get_if<api::ApiError>(&parsed)) {
-      ++requests_failed;
-      return send_error(res, *e);
+  // Runs on the io_context. Ends listen() once no connection and no request
+  // is left; past the drain deadline running requests are aborted, and a
+  // few seconds later every connection is closed whatever it is doing.
+  void begin_drain(std::chrono::milliseconds deadline) {
+    if (!draining.exchange(true)) {
+      boost::system::error_code ignored;
+      acceptor.close(ignored);
+      for (auto& c : all_connections()) c->drain();
     }
-    auto r = std::get<api::ParsedRequest>(std::move(parsed));
-    if (++in_flight > config.max_concurrent_requests) {
-      --in_flight;
-      ++requests_failed;
-      return send_error(res, {503, "the server is at its limit of " + std::to_string(config.max_concurrent_requests) +
-                                       " concurrent requests; retry later", "server_error", ""});
+    const auto abort_at = std::chrono::steady_clock::now() + deadline;
+    drain_timer.expires_at(abort_at);
+    drain_timer.async_wait([this, abort_at](boost::system::error_code ec) {
+      if (!ec) poll_drain(abort_at);
+    });
+  }
+
+  void poll_drain(std::chrono::steady_clock::time_point abort_at) {
+    const auto now = std::chrono::steady_clock::now();
+    bool empty;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      empty = connections.empty();
     }
-    auto place = std::make_shared<Place>(&in_flight);
-    ++requests_ok;
-    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::system_clock::now().time_since_epoch()).count();
-    if (!r.stream) {
-      std::vector<api::ChoiceResult> choices = run_choices(r, arrival, {});
-      for (const auto& c : choices) {
-        if (c.last.finish != FinishReason::error) continue;
-        return send_error(res, engine_error(c.last.error));
+    if (empty && completions.active() == 0) return ioc.stop();
+    if (now >= abort_at) {
+      // Repeated: an abort can reach the scheduler before its request does.
+      completions.abort_all();
+      if (now >= abort_at + std::chrono::seconds(5)) {
+        for (auto& c : all_connections()) c->close();
       }
-      res.set_content(api::dump(api::completion_response(id, config.model_id, chat, choices, r.options.logprobs, created)),
-                      "application/json");
-      return;
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, r, id, created, chat, place, arrival](size_t, httplib::DataSink& sink) {
-      std::mutex mu;  // choices write from their own threads
-      bool gone = false;
-      std::vector<bool> first(static_cast<size_t>(r.n), true);
-      std::vector<size_t> offset(static_cast<size_t>(r.n), 0);  // completions' text_offset
-      auto forward = [&](const TextDeltaEvent& d, int index) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (gone) return false;
-        const auto i = static_cast<size_t>(index);
-        std::string out;
-        if (d.finish == FinishReason::error) {
-          out = "data: " + api::dump(engine_error(d.error).body()) + "\n\n";
-        } else {
-          if (!d.text.empty() || first[i] || (r.options.logprobs && !d.logprobs.empty())) {
-            nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i]) : nlohmann::json(nullptr);
-            out += api::stream_chunk(id, config.model_id, chat, index, d.text, std::nullopt, created, first[i], lp);
-          }
-          if (d.finish != FinishReason::none) {
-            out += api::stream_chunk(id, config.model_id, chat, index, "", d.finish, created, false, nullptr);
-          }
-        }
-        for (const auto& t : d.logprobs) offset[i] += t.piece.size();
-        first[i] = false;
-        if (!out.empty() && !sink.write(out.data(), out.size())) gone = true;
-        return !gone;
-      };
-      std::vector<api::ChoiceResult> results = run_choices(r, arrival, forward);
-      if (!gone) {
-        std::string tail;
-        bool failed = false;
-        int32_t completion = 0;
-        for (const auto& c : results) {
-          failed = failed || c.last.finish == FinishReason::error;
-          completion += c.last.completion_tokens;
-        }
-        if (r.include_usage && !failed) {
-          tail += api::usage_chunk(id, config.model_id, chat, results[0].last.prompt_tokens, completion, created);
-        }
-        tail += "data: [DONE]\n\n";
-        sink.write(tail.data(), tail.size());
-      }
-      sink.done();
-      return true;
+    drain_timer.expires_after(std::chrono::milliseconds(now >= abort_at ? 200 : 50));
+    drain_timer.async_wait([this, abort_at](boost::system::error_code ec) {
+      if (!ec) poll_drain(abort_at);
     });
   }
 };
 
-HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_unique<Impl>(engine, std::move(config))) {
-  auto& m = *impl_;
-  m.http.set_payload_max_length(m.config.max_body_bytes);
-  m.http.new_task_queue = [n = m.config.threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-  // The browser chat page: static, so it needs no key (its API calls do).
-  m.http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Content-Security-Policy", chat_page_csp);
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_content(chat_page_html, "text/html; charset=utf-8");
-  });
-  m.http.Get("/chat.js", [](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Content-Security-Policy", chat_page_csp);
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_content(chat_page_js, "application/javascript; charset=utf-8");
-  });
-  m.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  m.http.Get("/v1/models", [&m](const httplib::Request& req, httplib::Response& res) {
-    if (!m.authorized(req, res)) return;
-    json models = {{"object", "list"},
-                   {"data", json::array({{{"id", m.config.model_id}, {"object", "model"}, {"owned_by", "actorlm"}, {"created", 0}}})}};
-    res.set_content(models.dump(), "application/json");
-  });
-  m.http.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, true); });
-  m.http.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, false); });
-  // SGLang's native API: {"text": ..., "sampling_params": {...}, "stream": bool}.
-  m.http.Post("/generate", [&m](const httplib::Request& req, httplib::Response& res) {
-    auto body = json::parse(req.body, nullptr, false);
-    const bool has_text = body.is_object() && body.contains("text") && body["text"].is_string();
-    const bool has_ids = body.is_object() && body.contains("input_ids") && body["input_ids"].is_array();
-    if (body.is_discarded() || has_text == has_ids) {
-      return m.send_error(res, {400, "/generate needs a JSON object with either a string 'text' or 'input_ids'",
-                                "invalid_request_error", "text"});
-    }
-    json openai = body.value("sampling_params", json::object());
-    if (!openai.is_object()) return m.send_error(res, {400, "'sampling_params' must be an object", "invalid_request_error", "sampling_params"});
-    if (openai.contains("max_new_tokens")) openai["max_tokens"] = openai["max_new_tokens"];
-    openai.erase("max_new_tokens");
-    openai["prompt"] = has_text ? body["text"] : body["input_ids"];
-    openai["stream"] = body.value("stream", false);
-    httplib::Request inner = req;
-    inner.body = openai.dump();
-    if (openai["stream"].get<bool>()) return m.generate(inner, res, false);
-    httplib::Response out;
-    m.generate(inner, out, false);
-    if (out.status >= 400) {
-      res.status = out.status;
-      res.set_content(out.body, "application/json");
-      return;
-    }
-    auto r = json::parse(out.body);
-    res.set_content(json{{"text", r["choices"][0]["text"]},
-                         {"meta_info", {{"finish_reason", r["choices"][0]["finish_reason"]},
-                                        {"prompt_tokens", r["usage"]["prompt_tokens"]},
-                                        {"completion_tokens", r["usage"]["completion_tokens"]}}}}
-                        .dump(),
-                    "application/json");
-  });
-  // Prometheus text format.
-  m.http.Get("/metrics", [&m](const httplib::Request& req, httplib::Response& res) {
-    if (!m.authorized(req, res)) return;
-    EngineStatsSnapshot st = m.engine.stats();
-    std::string out;
-    auto metric = [&](const char* name, const char* type, const char* help, double value) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-             std::to_string(value) + "\n";
-    };
-    metric("actorlm_requests_total", "counter", "Generation requests accepted.", double(m.requests_ok));
-    metric("actorlm_requests_rejected_total", "counter", "Generation requests rejected as invalid.", double(m.requests_failed));
-    metric("actorlm_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(st.scheduler.prompt_tokens));
-    metric("actorlm_cached_prompt_tokens_total", "counter", "Prompt tokens served from the radix cache.", double(st.scheduler.cached_tokens));
-    metric("actorlm_generation_tokens_total", "counter", "Tokens generated.", double(st.scheduler.generated_tokens));
-    metric("actorlm_running_requests", "gauge", "Requests being decoded or prefilled.", st.running);
-    metric("actorlm_waiting_requests", "gauge", "Requests queued.", st.waiting);
-    metric("actorlm_cache_hit_rate", "gauge", "Fraction of prompt tokens served from the radix cache.", st.scheduler.cache_hit_rate());
-    metric("actorlm_kv_pool_capacity_tokens", "gauge", "KV pool rows.", double(st.kv.capacity));
-    metric("actorlm_kv_pool_free_tokens", "gauge", "KV pool rows free.", double(st.kv.free));
-    metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.", double(st.kv.evictable));
-    metric("actorlm_kv_pool_locked_tokens", "gauge", "KV rows held by running requests through the cache.", double(st.kv.protected_));
-    metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.", st.kv.free_slots);
-    if (!st.nodes.empty()) {
-      // A cluster head: one series per worker node, labelled by its address.
-      auto per_node = [&](const char* name, const char* type, const char* help, auto value) {
-        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-        for (const auto& n : st.nodes) out += std::string(name) + "{node=\"" + n.address + "\"} " + std::to_string(value(n)) + "\n";
-      };
-      per_node("actorlm_node_up", "gauge", "Whether the worker node is joined.", [](const auto& n) { return n.alive ? 1.0 : 0.0; });
-      per_node("actorlm_node_routed_requests_total", "counter", "Requests routed to the node.", [](const auto& n) { return double(n.routed); });
-      per_node("actorlm_node_in_flight_requests", "gauge", "Requests routed to the node and not finished.", [](const auto& n) { return double(n.in_flight); });
-      per_node("actorlm_node_cache_hit_rate", "gauge", "Fraction of the node's prompt tokens served from its radix cache.", [](const auto& n) { return n.cache_hit_rate; });
-      per_node("actorlm_node_kv_pool_free_tokens", "gauge", "The node's free KV rows.", [](const auto& n) { return double(n.pool_free); });
-    }
-    out += m.ttft.exposition();
-    out += m.itl.exposition();
-    res.set_content(out, "text/plain; version=0.0.4");
-  });
-  // A cluster head's worker nodes (an empty list for a local engine).
-  m.http.Get("/nodes", [&m](const httplib::Request& req, httplib::Response& res) {
-    if (!m.authorized(req, res)) return;
-    json nodes = json::array();
-    for (const auto& n : m.engine.stats().nodes) {
-      nodes.push_back({{"address", n.address}, {"alive", n.alive}, {"routed", n.routed}, {"in_flight", n.in_flight},
-                       {"running", n.running}, {"waiting", n.waiting}, {"cache_hit_rate", n.cache_hit_rate},
-                       {"prompt_tokens", n.prompt_tokens}, {"cached_tokens", n.cached_tokens},
-                       {"kv_capacity_tokens", n.pool_capacity}, {"kv_free_tokens", n.pool_free},
-                       {"kv_locked_tokens", n.protected_tokens}, {"error", n.error}});
-    }
-    res.set_content(json{{"nodes", nodes}}.dump(), "application/json");
-  });
-  m.http.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = res.status == 404 ? "no such route" : res.status == 413 ? "request body too large" : "bad request";
-    res.set_content(api::ApiError{res.status, message, "invalid_request_error", ""}.body().dump(), "application/json");
-  });
-}
+HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_unique<Impl>(engine, std::move(config))) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  impl_->ioc.stop();
+}
 
 bool HttpServer::listen() {
   auto& m = *impl_;
-  if (m.config.port == 0) {
-    m.port = m.http.bind_to_any_port(m.config.host.c_str());
-    if (m.port <= 0) return false;
-  } else {
-    if (!m.http.bind_to_port(m.config.host.c_str(), m.config.port)) return false;
-    m.port = m.config.port;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(m.config.host, ec);
+  if (ec) {
+    // A name rather than an address: resolve it once.
+    asio::ip::tcp::resolver resolver(m.ioc);
+    auto results = resolver.resolve(m.config.host, std::to_string(m.config.port), ec);
+    if (ec || results.empty()) return false;
+    address = results.begin()->endpoint().address();
   }
-  return m.http.listen_after_bind();
+  asio::ip::tcp::endpoint endpoint(address, static_cast<unsigned short>(m.config.port));
+  m.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) m.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) m.acceptor.bind(endpoint, ec);
+  if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return false;
+  m.port = m.acceptor.local_endpoint().port();
+  m.accept();
+  std::vector<std::thread> threads;
+  for (int i = 1; i < m.config.io_threads; ++i) threads.emplace_back([&m] { m.ioc.run(); });
+  m.ioc.run();
+  for (auto& t : threads) t.join();
+  return true;
 }
 
-void HttpServer::stop() { impl_->http.stop(); }
+void HttpServer::shutdown() {
+  asio::post(impl_->ioc, [m = impl_.get()] { m->begin_drain(m->config.shutdown_timeout); });
+}
+
+void HttpServer::stop() {
+  asio::post(impl_->ioc, [m = impl_.get()] { m->begin_drain(std::chrono::milliseconds(0)); });
+}
+
 int HttpServer::bound_port() const { return impl_->port; }
 
 }  // namespace actorlm

@@ -113,10 +113,10 @@ def main():
     body_case("wrong API key", 401, chat(), auth=False, headers={"Authorization": "Bearer nope"})
     body_case("unknown route", 404, chat(), path="/v1/nothing")
     # Broken HTTP.
-    case("GET on a POST route", 404, lambda port: (raw(port, b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    case("GET on a POST route", 405, lambda port: (raw(port, b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                                                         b"Authorization: Bearer " + KEY.encode() + b"\r\n\r\n"), None))
     case("garbage request line", 400, lambda port: (raw(port, b"\x00\x01\x02 nonsense\r\n\r\n"), None))
-    case("huge header", 400, lambda port: (raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nX-Big: " + b"a" * 70000 +
+    case("huge header", 431, lambda port: (raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nX-Big: " + b"a" * 70000 +
                                                b"\r\n\r\n"), None))
     # Cut and slow connections: no answer expected, only a healthy server after.
     case("body cut short", 0, lambda port: (raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"

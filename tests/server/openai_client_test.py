@@ -111,7 +111,7 @@ def main():
         except openai.AuthenticationError:
             pass
         req = urllib.request.Request(f"{base}/chat/completions", data=b"{not json", method="POST",
-                                     headers={"Authorization": f"Bearer {KEY}"})
+                                     headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
         try:
             urllib.request.urlopen(req)
             raise AssertionError("bad JSON accepted")
@@ -181,7 +181,7 @@ def main():
         checks += 1
 
         # The native /generate API and Prometheus /metrics.
-        auth = {"Authorization": f"Bearer {KEY}"}
+        auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
         req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", method="POST", headers=auth,
                                      data=json.dumps({"text": "The capital of France is",
                                                       "sampling_params": {"temperature": 0, "max_new_tokens": 4}}).encode())

@@ -18,6 +18,7 @@ BIN = sys.argv[1]
 
 def post(port, body, raw=None):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
+                                 headers={"Content-Type": "application/json"},
                                  data=raw if raw is not None else json.dumps(body).encode())
     try:
         with urllib.request.urlopen(req, timeout=300) as r:

@@ -1,0 +1,62 @@
+#pragma once
+// The generation routes (/v1/chat/completions, /v1/completions, /generate)
+// over an Engine: parse, run every choice, answer whole or as server-sent
+// events on the client's connection. Also the counters and histograms those
+// requests feed into /metrics.
+//
+// Each request runs on a thread of its own (Engine::generate blocks), at
+// most max_concurrent of them; the connection's strand only ever sees
+// posted writes.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "actors/engine.hpp"
+#include "server/http_connection.hpp"
+#include "server/latency_histogram.hpp"
+
+namespace actorlm {
+
+class Completions {
+ public:
+  enum class Route { chat, completion, native };
+
+  Completions(Engine& engine, std::string model_id, int max_concurrent);
+  ~Completions();
+
+  // Takes one of the max_concurrent places and runs the request on its own
+  // thread; answers 503 at once when all are taken.
+  void start(const std::shared_ptr<http::Connection>& connection, Route route, std::string body);
+
+  // Server shutdown: every running request ends now with finish reason
+  // "abort" (streams get their last event and [DONE]).
+  void abort_all();
+  // Requests running (their threads not yet finished).
+  int active() const { return active_; }
+  // Waits until no request thread is left, up to `timeout`.
+  bool wait_idle(std::chrono::milliseconds timeout);
+
+  // Prometheus text for the server's own counters and latency histograms.
+  std::string exposition() const;
+
+ private:
+  struct Parsed;
+  void run(const std::shared_ptr<http::Connection>& connection, Route route, const std::string& body);
+
+  Engine& engine_;
+  std::string model_id_;
+  int max_concurrent_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> accepted_{0}, rejected_{0};
+  std::atomic<int> active_{0};
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::set<uint64_t> running_ids_;  // engine request ids, for abort_all
+  LatencyHistogram ttft_, itl_;
+};
+
+}  // namespace actorlm
