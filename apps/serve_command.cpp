@@ -1,9 +1,9 @@
 #include "apps/serve_command.hpp"
 
-#include <caf/all.hpp>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <caf/all.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -21,22 +21,29 @@ namespace {
 
 constexpr const char* usage =
     "usage: actorlm serve [--model PATH] [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
-    "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests N]\n"
-    "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
+    "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests "
+    "N]\n"
+    "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy "
+    "lpm|fcfs]\n"
     "                     [--context-length N] [--disable-radix-cache]\n"
-    "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
+    "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
+    "auto|bf16]\n"
     "  limits (docs/SECURITY.md):\n"
-    "                     [--max-concurrent-requests 256] [--max-connections 1024] [--max-body-bytes 8388608]\n"
+    "                     [--max-concurrent-requests 256] [--max-connections 1024] "
+    "[--max-body-bytes 8388608]\n"
     "                     [--max-header-bytes 16384] [--header-timeout 10] [--body-timeout 60]\n"
     "                     [--keep-alive-timeout 30] [--write-timeout 30] [--shutdown-timeout 10]\n"
-    "                     [--allowed-host NAME ...]  (names a keyless server answers besides localhost and IPs)\n"
+    "                     [--allowed-host NAME ...]  (names a keyless server answers besides "
+    "localhost and IPs)\n"
     "  as a cluster head (the nodes run the model; see docs/CLUSTER.md):\n"
-    "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | --topology FILE.json\n"
+    "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | "
+    "--topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
     "                     [--allow-plain-remote] [--connect-timeout S]\n";
 
 std::chrono::milliseconds seconds_flag(const cli::Args& args, const char* name, double fallback) {
-  return std::chrono::milliseconds(static_cast<int64_t>(args.number(name, fallback, 0.1, 86400) * 1000));
+  return std::chrono::milliseconds(
+      static_cast<int64_t>(args.number(name, fallback, 0.1, 86400) * 1000));
 }
 
 // Each connection is a file descriptor; the default soft limit (often 1024)
@@ -58,13 +65,16 @@ void on_signal(int sig) {
 }  // namespace
 
 int serve_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first,
-                 with_flags(with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
-                                                      "--max-body-bytes", "--max-connections", "--max-header-bytes",
-                                                      "--header-timeout", "--body-timeout", "--keep-alive-timeout",
-                                                      "--write-timeout", "--shutdown-timeout", "--allowed-host"}),
-                            with_flags(head_flags, security_flags)),
-                 {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+  cli::Args args(
+      argc, argv, first,
+      with_flags(
+          with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
+                                    "--max-body-bytes", "--max-connections", "--max-header-bytes",
+                                    "--header-timeout", "--body-timeout", "--keep-alive-timeout",
+                                    "--write-timeout", "--shutdown-timeout", "--allowed-host"}),
+          with_flags(head_flags, security_flags)),
+      {disable_radix_switch, allow_plain_switch, "--help"},
+      {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
@@ -78,16 +88,20 @@ int serve_command(int argc, char** argv, int first) {
   sc.api_key = args.str("--api-key").value_or("");
   sc.allowed_hosts = args.all("--allowed-host");
   sc.model_id = std::filesystem::path(ec.model_path).filename().string();
-  sc.max_concurrent_requests = static_cast<int>(args.integer("--max-concurrent-requests", 256, 1, 1 << 20));
+  sc.max_concurrent_requests =
+      static_cast<int>(args.integer("--max-concurrent-requests", 256, 1, 1 << 20));
   sc.max_connections = static_cast<int>(args.integer("--max-connections", 1024, 8, 1 << 20));
-  sc.max_body_bytes = static_cast<size_t>(args.integer("--max-body-bytes", 8 << 20, 1024, int64_t{1} << 30));
-  sc.max_header_bytes = static_cast<size_t>(args.integer("--max-header-bytes", 16 << 10, 1024, 1 << 20));
+  sc.max_body_bytes =
+      static_cast<size_t>(args.integer("--max-body-bytes", 8 << 20, 1024, int64_t{1} << 30));
+  sc.max_header_bytes =
+      static_cast<size_t>(args.integer("--max-header-bytes", 16 << 10, 1024, 1 << 20));
   sc.header_timeout = seconds_flag(args, "--header-timeout", 10);
   sc.body_timeout = seconds_flag(args, "--body-timeout", 60);
   sc.keep_alive_timeout = seconds_flag(args, "--keep-alive-timeout", 30);
   sc.write_timeout = seconds_flag(args, "--write-timeout", 30);
   sc.shutdown_timeout = seconds_flag(args, "--shutdown-timeout", 10);
-  if (!sc.api_key.empty() && sc.api_key.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+  if (!sc.api_key.empty() &&
+      sc.api_key.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
     throw cli::UsageError("--api-key must not contain control characters");
   }
   raise_fd_limit();
@@ -107,8 +121,10 @@ int serve_command(int argc, char** argv, int first) {
   std::thread([&server, timeout = sc.shutdown_timeout] {
     unsigned char sig = 0;
     if (read(signal_pipe[0], &sig, 1) != 1) return;
-    std::fprintf(stderr, "actorlm serve: signal %d, draining (up to %.1f s); a second signal exits at once\n", sig,
-                 std::chrono::duration<double>(timeout).count());
+    std::fprintf(
+        stderr,
+        "actorlm serve: signal %d, draining (up to %.1f s); a second signal exits at once\n", sig,
+        std::chrono::duration<double>(timeout).count());
     server.shutdown();
     if (read(signal_pipe[0], &sig, 1) == 1) {
       std::fprintf(stderr, "actorlm serve: second signal, exiting now\n");
@@ -116,8 +132,10 @@ int serve_command(int argc, char** argv, int first) {
     }
   }).detach();
   std::thread announce([&] {
-    for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::fprintf(stderr, "actorlm serve: model %s on http://%s:%d\n", sc.model_id.c_str(), sc.host.c_str(), server.bound_port());
+    for (int i = 0; i < 100 && server.bound_port() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::fprintf(stderr, "actorlm serve: model %s on http://%s:%d\n", sc.model_id.c_str(),
+                 sc.host.c_str(), server.bound_port());
   });
   bool ok = server.listen();
   announce.join();

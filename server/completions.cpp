@@ -5,26 +5,31 @@
 #include <thread>
 #include <vector>
 
-#include "server/openai_api.hpp"
 #include "server/generate_shim.hpp"
+#include "server/openai_api.hpp"
 
 namespace actorlm {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // The engine's own failures are 500s and a lost or missing worker node a 503
 // (another try may land on a live node); everything else the engine refuses
 // is the request's fault.
 api::ApiError engine_error(const std::string& err) {
   if (err.rfind("engine failure", 0) == 0) return {500, err, "server_error", ""};
-  if (err.rfind("worker node", 0) == 0 || err.rfind("no worker node", 0) == 0) return {503, err, "server_error", ""};
+  if (err.rfind("worker node", 0) == 0 || err.rfind("no worker node", 0) == 0)
+    return {503, err, "server_error", ""};
   return {400, err, "invalid_request_error", ""};
 }
 
-http::Response error_response(const api::ApiError& e) { return http::Response::json(e.status, api::dump(e.body())); }
+http::Response error_response(const api::ApiError& e) {
+  return http::Response::json(e.status, api::dump(e.body()));
+}
 
 }  // namespace
 
@@ -32,9 +37,11 @@ Completions::Completions(Engine& engine, std::string model_id, int max_concurren
     : engine_(engine),
       model_id_(std::move(model_id)),
       max_concurrent_(max_concurrent),
-      ttft_{"actorlm_time_to_first_token_seconds", "Time from a request's arrival to its first generated text.",
+      ttft_{"actorlm_time_to_first_token_seconds",
+            "Time from a request's arrival to its first generated text.",
             {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}},
-      itl_{"actorlm_inter_token_latency_seconds", "Time between successive deltas of one request.",
+      itl_{"actorlm_inter_token_latency_seconds",
+           "Time between successive deltas of one request.",
            {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}} {}
 
 Completions::~Completions() {
@@ -42,16 +49,25 @@ Completions::~Completions() {
   wait_idle(std::chrono::seconds(30));
 }
 
-void Completions::start(const std::shared_ptr<http::Connection>& connection, Route route, std::string body) {
+void Completions::start(const std::shared_ptr<http::Connection>& connection, Route route,
+                        std::string body) {
   if (++active_ > max_concurrent_) {
     --active_;
     ++rejected_;
-    connection->respond(error_response({503, "the server is at its limit of " + std::to_string(max_concurrent_) +
-                                                 " concurrent requests; retry later", "server_error", ""}));
+    connection->respond(
+        error_response({503,
+                        "the server is at its limit of " + std::to_string(max_concurrent_) +
+                            " concurrent requests; retry later",
+                        "server_error", ""}));
     return;
   }
   std::thread([this, connection, route, body = std::move(body)] {
-    run(connection, route, body);
+    try {
+      run(connection, route, body);
+    } catch (const std::exception&) {
+      // Never the exception's text: it may quote the request or internals.
+      connection->respond(error_response({500, "internal error", "server_error", ""}));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     --active_;
     idle_.notify_all();
@@ -68,7 +84,8 @@ bool Completions::wait_idle(std::chrono::milliseconds timeout) {
   return idle_.wait_for(lock, timeout, [this] { return active_ == 0; });
 }
 
-void Completions::run(const std::shared_ptr<http::Connection>& connection, Route route, const std::string& body) {
+void Completions::run(const std::shared_ptr<http::Connection>& connection, Route route,
+                      const std::string& body) {
   const auto arrival = Clock::now();
   auto parsed = route == Route::native ? api::parse_generate_request(body, model_id_)
                                        : api::parse_request(body, route == Route::chat, model_id_);
@@ -80,8 +97,9 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   ++accepted_;
   const bool chat = route == Route::chat;
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-  const int64_t created =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
 
   // Every choice's engine id is known before it starts, so a client that
   // leaves (or a shutdown) can abort even requests still waiting in the queue.
@@ -91,6 +109,14 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     std::lock_guard<std::mutex> lock(mu_);
     running_ids_.insert(ids.begin(), ids.end());
   }
+  struct Forget {  // on every way out, exceptions included
+    Completions* self;
+    const std::vector<uint64_t>& ids;
+    ~Forget() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      for (uint64_t i : ids) self->running_ids_.erase(i);
+    }
+  } forget{this, ids};
   connection->set_on_gone([this, ids] {
     for (uint64_t i : ids) engine_.abort(i);
   });
@@ -107,10 +133,13 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
       out = "data: " + api::dump(engine_error(d.error).body()) + "\n\n";
     } else {
       if (!d.text.empty() || first[i] || (r.options.logprobs && !d.logprobs.empty())) {
-        nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i]) : nlohmann::json(nullptr);
-        out += api::stream_chunk(id, model_id_, chat, index, d.text, std::nullopt, created, first[i], lp);
+        nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i])
+                                               : nlohmann::json(nullptr);
+        out += api::stream_chunk(id, model_id_, chat, index, d.text, std::nullopt, created,
+                                 first[i], lp);
       }
-      if (d.finish != FinishReason::none) out += api::stream_chunk(id, model_id_, chat, index, "", d.finish, created, false, nullptr);
+      if (d.finish != FinishReason::none)
+        out += api::stream_chunk(id, model_id_, chat, index, "", d.finish, created, false, nullptr);
     }
     for (const auto& t : d.logprobs) offset[i] += t.piece.size();
     first[i] = false;
@@ -133,29 +162,33 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     api::ChoiceResult& c = results[static_cast<size_t>(index)];
     bool first_delta = true, stopped = false;
     Clock::time_point prev = arrival;
-    c.last = engine_.generate(o, [&](const TextDeltaEvent& d) {
-      const auto now = Clock::now();
-      if (!d.text.empty() || !d.logprobs.empty()) {
-        (first_delta ? ttft_ : itl_).observe(seconds(prev, now));
-        first_delta = false;
-        prev = now;
-      }
-      c.text += d.text;
-      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-      if (!stopped && !forward(d, index)) {
-        stopped = true;
-        engine_.abort(d.request_id);
-      }
-    });
+    // A choice may run on a thread of its own, where an escaping exception
+    // would end the process.
+    try {
+      c.last = engine_.generate(o, [&](const TextDeltaEvent& d) {
+        const auto now = Clock::now();
+        if (!d.text.empty() || !d.logprobs.empty()) {
+          (first_delta ? ttft_ : itl_).observe(seconds(prev, now));
+          first_delta = false;
+          prev = now;
+        }
+        c.text += d.text;
+        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        if (!stopped && !forward(d, index)) {
+          stopped = true;
+          engine_.abort(d.request_id);
+        }
+      });
+    } catch (const std::exception&) {
+      engine_.abort(o.request_id);
+      c.last.finish = FinishReason::error;
+      c.last.error = "engine failure: internal error";
+    }
   };
   std::vector<std::thread> others;
   for (int i = 1; i < r.n; ++i) others.emplace_back(run_choice, i);
   run_choice(0);
   for (auto& t : others) t.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (uint64_t i : ids) running_ids_.erase(i);
-  }
 
   if (r.stream) {
     bool failed = false;
@@ -166,7 +199,8 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     }
     std::string tail;
     if (r.include_usage && !failed) {
-      tail += api::usage_chunk(id, model_id_, chat, results[0].last.prompt_tokens, completion, created);
+      tail +=
+          api::usage_chunk(id, model_id_, chat, results[0].last.prompt_tokens, completion, created);
     }
     tail += "data: [DONE]\n\n";
     connection->stream_write(std::move(tail));
@@ -174,23 +208,27 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     return;
   }
   for (const auto& c : results) {
-    if (c.last.finish == FinishReason::error) return connection->respond(error_response(engine_error(c.last.error)));
+    if (c.last.finish == FinishReason::error)
+      return connection->respond(error_response(engine_error(c.last.error)));
   }
   if (route == Route::native) {
-    return connection->respond(http::Response::json(200, api::dump(api::generate_response(results[0]))));
+    return connection->respond(
+        http::Response::json(200, api::dump(api::generate_response(results[0]))));
   }
-  connection->respond(http::Response::json(
-      200, api::dump(api::completion_response(id, model_id_, chat, results, r.options.logprobs, created))));
+  connection->respond(
+      http::Response::json(200, api::dump(api::completion_response(id, model_id_, chat, results,
+                                                                   r.options.logprobs, created))));
 }
 
 std::string Completions::exposition() const {
   std::string out;
   auto counter = [&](const char* name, const char* help, int64_t value) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
-           std::to_string(value) + "\n";
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+           " " + std::to_string(value) + "\n";
   };
   counter("actorlm_requests_total", "Generation requests accepted.", accepted_);
-  counter("actorlm_requests_rejected_total", "Generation requests rejected as invalid or over the limit.", rejected_);
+  counter("actorlm_requests_rejected_total",
+          "Generation requests rejected as invalid or over the limit.", rejected_);
   return out + ttft_.exposition() + itl_.exposition();
 }
 

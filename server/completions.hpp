@@ -45,7 +45,8 @@ class Completions {
 
  private:
   struct Parsed;
-  void run(const std::shared_ptr<http::Connection>& connection, Route route, const std::string& body);
+  void run(const std::shared_ptr<http::Connection>& connection, Route route,
+           const std::string& body);
 
   Engine& engine_;
   std::string model_id_;

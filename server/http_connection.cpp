@@ -19,7 +19,8 @@ namespace {
 // client library can show it.
 Response framing_error(int status, std::string_view message) {
   return Response::json(status, R"({"error":{"message":")" + std::string(message) +
-                                    R"(","type":"invalid_request_error","param":null,"code":)" + std::to_string(status) + "}}");
+                                    R"(","type":"invalid_request_error","param":null,"code":)" +
+                                    std::to_string(status) + "}}");
 }
 
 // Bytes a lingering close reads and throws away before it gives up.
@@ -27,7 +28,8 @@ constexpr std::chrono::milliseconds linger_time{2000};
 
 }  // namespace
 
-Connection::Connection(asio::ip::tcp::socket socket, const ConnectionLimits& limits, RequestHandler& handler)
+Connection::Connection(asio::ip::tcp::socket socket, const ConnectionLimits& limits,
+                       RequestHandler& handler)
     : socket_(std::move(socket)),
       limits_(limits),
       handler_(handler),
@@ -53,7 +55,8 @@ void Connection::set_phase(Phase p) {
 
 void Connection::new_parser() {
   parser_.emplace();
-  parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(limits_.max_header_bytes, UINT32_MAX)));
+  parser_->header_limit(
+      static_cast<uint32_t>(std::min<size_t>(limits_.max_header_bytes, UINT32_MAX)));
   parser_->body_limit(limits_.max_body_bytes);
   screened_ = false;
 }
@@ -63,13 +66,14 @@ void Connection::read_more() {
   // While a request is handled only a little of the next one is read
   // ahead; otherwise the buffer holds at most one header (the parser keeps
   // the body it has read in the request itself).
-  const size_t cap = lingering_                     ? 64 << 10
-                     : phase_ == Phase::handling    ? limits_.max_pipelined_bytes
-                                                    : limits_.max_header_bytes + (16 << 10);
+  const size_t cap = lingering_                  ? 64 << 10
+                     : phase_ == Phase::handling ? limits_.max_pipelined_bytes
+                                                 : limits_.max_header_bytes + (16 << 10);
   if (buffer_.size() >= cap) return;  // resumes when the buffer is consumed
   reading_ = true;
-  socket_.async_read_some(buffer_.prepare(std::min<size_t>(16 << 10, cap - buffer_.size())),
-                          [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_read(ec, n); });
+  socket_.async_read_some(
+      buffer_.prepare(std::min<size_t>(16 << 10, cap - buffer_.size())),
+      [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
 void Connection::on_read(beast::error_code ec, size_t n) {
@@ -98,21 +102,30 @@ void Connection::process_input() {
     const size_t used = parser_->put(buffer_.data(), ec);
     buffer_.consume(used);
     if (ec == bhttp::error::need_more) break;
-    if (ec == bhttp::error::header_limit) return refuse(framing_error(431, "the request header is too large"));
+    if (ec == bhttp::error::header_limit)
+      return refuse(framing_error(431, "the request header is too large"));
     if (ec == bhttp::error::body_limit) return refuse(framing_error(413, "request body too large"));
     if (ec) return refuse(framing_error(400, "malformed HTTP request"));
     if (!screened_ && parser_->is_header_done()) {
       screened_ = true;
       const auto& header = parser_->get().base();
-      if (static_cast<size_t>(std::distance(header.begin(), header.end())) > limits_.max_header_fields) {
+      if (static_cast<size_t>(std::distance(header.begin(), header.end())) >
+          limits_.max_header_fields) {
         return refuse(framing_error(431, "too many header fields"));
       }
-      if (auto refusal = handler_.screen(header)) return refuse(std::move(*refusal));
+      std::optional<Response> refusal;
+      try {
+        refusal = handler_.screen(header);
+      } catch (const std::exception&) {
+        refusal = framing_error(500, "internal error");
+      }
+      if (refusal) return refuse(std::move(*refusal));
       // A client that waits for permission to send its body gets it only
       // now, after the key and the route were checked.
       auto expect = header[bhttp::field::expect];
       if (!expect.empty()) {
-        if (!beast::iequals(expect, "100-continue")) return refuse(framing_error(417, "unsupported Expect header"));
+        if (!beast::iequals(expect, "100-continue"))
+          return refuse(framing_error(417, "unsupported Expect header"));
         queue("HTTP/1.1 100 Continue\r\n\r\n");
       }
       arm_read_deadline(limits_.body_timeout);
@@ -128,7 +141,14 @@ void Connection::dispatch() {
   set_phase(Phase::handling);
   Request request = parser_->release();
   keep_alive_ = request.keep_alive() && !draining_;
-  handler_.handle(shared_from_this(), std::move(request));
+  try {
+    handler_.handle(shared_from_this(), std::move(request));
+  } catch (const std::exception&) {
+    // A handler that throws must not take the I/O thread (and the server)
+    // down; the client gets a plain 500, never the exception's text.
+    keep_alive_ = false;
+    queue(serialize(framing_error(500, "internal error"), false), [this] { linger_close(); });
+  }
   read_more();  // notice a client that goes away while its request runs
 }
 
@@ -143,15 +163,26 @@ void Connection::respond(Response r) {
   asio::post(socket_.get_executor(), [self = shared_from_this(), r = std::move(r)]() mutable {
     if (self->closed_ || self->phase_ != Phase::handling) return;
     self->on_gone_ = nullptr;
-    self->queue(serialize(r, self->keep_alive_ && !self->draining_), [s = self.get()] { s->finish_response(); });
+    if (self->streaming_) {
+      // A failure after a stream began: end the chunked body and close, so
+      // the client sees a cut stream rather than a second response.
+      self->keep_alive_ = false;
+      self->queue(std::string(last_chunk), [s = self.get()] { s->finish_response(); });
+      return;
+    }
+    self->queue(serialize(r, self->keep_alive_ && !self->draining_),
+                [s = self.get()] { s->finish_response(); });
   });
 }
 
-void Connection::stream_begin(std::string content_type, std::vector<std::pair<std::string, std::string>> headers) {
-  asio::post(socket_.get_executor(), [self = shared_from_this(), ct = std::move(content_type), h = std::move(headers)] {
-    if (self->closed_) return;
-    self->queue(stream_head(ct, h, self->keep_alive_ && !self->draining_));
-  });
+void Connection::stream_begin(std::string content_type,
+                              std::vector<std::pair<std::string, std::string>> headers) {
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), ct = std::move(content_type), h = std::move(headers)] {
+               if (self->closed_) return;
+               self->streaming_ = true;
+               self->queue(stream_head(ct, h, self->keep_alive_ && !self->draining_));
+             });
 }
 
 bool Connection::stream_write(std::string data) {
@@ -185,6 +216,7 @@ void Connection::set_on_gone(std::function<void()> f) {
 
 void Connection::finish_response() {
   if (closed_) return;
+  streaming_ = false;
   if (!keep_alive_ || draining_) return linger_close();
   new_parser();
   set_phase(Phase::idle);
@@ -210,7 +242,9 @@ void Connection::arm_read_deadline(std::chrono::milliseconds d) {
   });
 }
 
-void Connection::disarm_read_deadline() { read_deadline_.cancel(); }
+void Connection::disarm_read_deadline() {
+  read_deadline_.cancel();
+}
 
 void Connection::on_read_deadline() {
   // A deadline re-armed after this wait fired is not yet due.
@@ -238,15 +272,16 @@ void Connection::write_next() {
     if (ec || self->closed_ || self->write_deadline_.expiry() > Clock::now()) return;
     self->client_gone();  // the client stopped reading
   });
-  asio::async_write(socket_, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
-    if (self->closed_) return;
-    if (ec) return self->client_gone();
-    Pending done = std::move(self->out_.front());
-    self->out_.pop_front();
-    self->out_bytes_ -= done.bytes.size();
-    if (done.then) done.then();
-    self->write_next();
-  });
+  asio::async_write(socket_, asio::buffer(out_.front().bytes),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (self->closed_) return;
+                      if (ec) return self->client_gone();
+                      Pending done = std::move(self->out_.front());
+                      self->out_.pop_front();
+                      self->out_bytes_ -= done.bytes.size();
+                      if (done.then) done.then();
+                      self->write_next();
+                    });
 }
 
 void Connection::client_gone() {

@@ -19,12 +19,12 @@
 // Thread safety: respond/stream_* may be called from any thread (they post
 // to the strand); everything else runs on the strand.
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -74,12 +74,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // under way; handling: the server works on it; closed.
   enum class Phase { idle, receiving, handling, closed };
 
-  Connection(boost::asio::ip::tcp::socket socket, const ConnectionLimits& limits, RequestHandler& handler);
+  Connection(boost::asio::ip::tcp::socket socket, const ConnectionLimits& limits,
+             RequestHandler& handler);
   ~Connection();
   void start();
 
   void respond(Response r);
-  void stream_begin(std::string content_type, std::vector<std::pair<std::string, std::string>> headers);
+  void stream_begin(std::string content_type,
+                    std::vector<std::pair<std::string, std::string>> headers);
   // Returns false once the client is gone (the caller should stop).
   bool stream_write(std::string data);
   void stream_end();
@@ -96,7 +98,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close();  // at once, from any thread
 
   Phase phase() const { return phase_; }
-  Clock::time_point phase_since() const { return Clock::time_point(Clock::duration(phase_since_.load())); }
+  Clock::time_point phase_since() const {
+    return Clock::time_point(Clock::duration(phase_since_.load()));
+  }
 
  private:
   void set_phase(Phase p);
@@ -122,7 +126,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   boost::asio::steady_timer read_deadline_, write_deadline_;
-  bool reading_ = false, screened_ = false, keep_alive_ = true, draining_ = false, lingering_ = false, closed_ = false;
+  bool reading_ = false, screened_ = false, keep_alive_ = true, draining_ = false,
+       lingering_ = false, closed_ = false, streaming_ = false;
   struct Pending {
     std::string bytes;
     std::function<void()> then;

@@ -7,10 +7,13 @@ namespace actorlm::http {
 
 namespace {
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char lower(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
 
 bool equal_nocase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return lower(x) == lower(y); });
 }
 
 }  // namespace
@@ -19,8 +22,10 @@ bool bearer_matches(std::string_view authorization, std::string_view key) {
   constexpr std::string_view scheme = "Bearer ";
   if (authorization.size() != scheme.size() + key.size()) return false;
   unsigned char diff = 0;
-  for (size_t i = 0; i < scheme.size(); ++i) diff |= static_cast<unsigned char>(authorization[i] ^ scheme[i]);
-  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(authorization[scheme.size() + i] ^ key[i]);
+  for (size_t i = 0; i < scheme.size(); ++i)
+    diff |= static_cast<unsigned char>(authorization[i] ^ scheme[i]);
+  for (size_t i = 0; i < key.size(); ++i)
+    diff |= static_cast<unsigned char>(authorization[scheme.size() + i] ^ key[i]);
   return diff == 0;
 }
 
@@ -32,8 +37,10 @@ std::optional<std::string> host_name(std::string_view h) {
     name = h.substr(1, close - 1);
     std::string_view rest = h.substr(close + 1);
     if (!rest.empty() && (rest.front() != ':' || rest.size() == 1)) return std::nullopt;
-    if (!rest.empty()) h = rest;  // checked below as a port
-    else h = {};
+    if (!rest.empty())
+      h = rest;  // checked below as a port
+    else
+      h = {};
   } else {
     const size_t colon = h.find(':');
     name = h.substr(0, colon);
@@ -65,11 +72,14 @@ bool host_allowed(std::string_view host_header, const std::vector<std::string>& 
   int dots = 0;
   bool ipv4 = true;
   for (char c : *name) {
-    if (c == '.') ++dots;
-    else if (!std::isdigit(static_cast<unsigned char>(c))) ipv4 = false;
+    if (c == '.')
+      ++dots;
+    else if (!std::isdigit(static_cast<unsigned char>(c)))
+      ipv4 = false;
   }
   if (ipv4 && dots == 3) return true;
-  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) { return equal_nocase(*name, a); });
+  return std::any_of(allowed.begin(), allowed.end(),
+                     [&](const std::string& a) { return equal_nocase(*name, a); });
 }
 
 std::optional<std::string_view> route_path(std::string_view target) {
@@ -79,8 +89,8 @@ std::optional<std::string_view> route_path(std::string_view target) {
     const auto u = static_cast<unsigned char>(c);
     if (c == '%' || c == '\\' || u < 0x21 || u >= 0x7f) return std::nullopt;
   }
-  if (path.find("/./") != std::string_view::npos || path.find("/../") != std::string_view::npos || path.ends_with("/.") ||
-      path.ends_with("/..") || path.find("//") != std::string_view::npos) {
+  if (path.find("/./") != std::string_view::npos || path.find("/../") != std::string_view::npos ||
+      path.ends_with("/.") || path.ends_with("/..") || path.find("//") != std::string_view::npos) {
     return std::nullopt;
   }
   return path;

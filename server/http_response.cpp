@@ -6,28 +6,43 @@ namespace actorlm::http {
 
 std::string_view reason(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return status < 500 ? "Client Error" : "Server Error";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return status < 500 ? "Client Error" : "Server Error";
   }
 }
 
 namespace {
 
-std::string head(int status, std::string_view content_type, const std::vector<std::pair<std::string, std::string>>& headers,
-                 bool keep_alive) {
-  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason(status)) + "\r\n";
+std::string head(int status, std::string_view content_type,
+                 const std::vector<std::pair<std::string, std::string>>& headers, bool keep_alive) {
+  std::string out =
+      "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason(status)) + "\r\n";
   out += "Server: actorlm\r\n";
   if (!content_type.empty()) out += "Content-Type: " + std::string(content_type) + "\r\n";
   for (const auto& [name, value] : headers) out += name + ": " + value + "\r\n";
@@ -44,7 +59,8 @@ std::string serialize(const Response& r, bool keep_alive) {
   return out;
 }
 
-std::string stream_head(std::string_view content_type, const std::vector<std::pair<std::string, std::string>>& headers,
+std::string stream_head(std::string_view content_type,
+                        const std::vector<std::pair<std::string, std::string>>& headers,
                         bool keep_alive) {
   return head(200, content_type, headers, keep_alive) + "Transfer-Encoding: chunked\r\n\r\n";
 }

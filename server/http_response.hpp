@@ -16,7 +16,9 @@ struct Response {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // beyond the framing ones
 
-  static Response json(int status, std::string body) { return {status, "application/json", std::move(body), {}}; }
+  static Response json(int status, std::string body) {
+    return {status, "application/json", std::move(body), {}};
+  }
 };
 
 // The complete response. keep_alive false adds "Connection: close".
@@ -24,7 +26,8 @@ std::string serialize(const Response& r, bool keep_alive);
 
 // The head of a chunked 200 response; the body follows as chunk()s and
 // ends with last_chunk.
-std::string stream_head(std::string_view content_type, const std::vector<std::pair<std::string, std::string>>& headers,
+std::string stream_head(std::string_view content_type,
+                        const std::vector<std::pair<std::string, std::string>>& headers,
                         bool keep_alive);
 std::string chunk(std::string_view data);
 inline constexpr std::string_view last_chunk = "0\r\n\r\n";

@@ -55,7 +55,8 @@ const Route* find_route(std::string_view path) {
   return nullptr;
 }
 
-http::Response error(int status, const std::string& message, const char* type = "invalid_request_error") {
+http::Response error(int status, const std::string& message,
+                     const char* type = "invalid_request_error") {
   return http::Response::json(status, api::dump(api::ApiError{status, message, type, ""}.body()));
 }
 
@@ -78,7 +79,9 @@ struct HttpServer::Impl final : http::RequestHandler {
   Completions completions;  // last: its destructor waits for request threads that post to ioc
 
   Impl(Engine& e, ServerConfig c)
-      : engine(e), config(std::move(c)), completions(e, config.model_id, config.max_concurrent_requests) {
+      : engine(e),
+        config(std::move(c)),
+        completions(e, config.model_id, config.max_concurrent_requests) {
     limits.max_header_bytes = config.max_header_bytes;
     limits.max_header_fields = config.max_header_fields;
     limits.max_body_bytes = config.max_body_bytes;
@@ -95,9 +98,13 @@ struct HttpServer::Impl final : http::RequestHandler {
     if (config.api_key.empty()) {
       auto host = h[bhttp::field::host];
       if (host.empty() && h.version() >= 11) return error(400, "the Host header is missing");
-      if (!host.empty() && !http::host_allowed(std::string_view(host.data(), host.size()), config.allowed_hosts)) {
-        return error(403, "this server has no API key, so it answers only requests for localhost, an IP address or a "
-                          "name given with --allowed-host", "permission_error");
+      if (!host.empty() &&
+          !http::host_allowed(std::string_view(host.data(), host.size()), config.allowed_hosts)) {
+        return error(403,
+                     "this server has no API key, so it answers only requests for localhost, an IP "
+                     "address or a "
+                     "name given with --allowed-host",
+                     "permission_error");
       }
     } else if (!(route && route->open)) {
       auto auth = h[bhttp::field::authorization];
@@ -117,30 +124,40 @@ struct HttpServer::Impl final : http::RequestHandler {
   }
 
   void handle(const std::shared_ptr<http::Connection>& c, http::Request request) override {
-    auto path = http::route_path(std::string_view(request.target().data(), request.target().size()));
+    auto path =
+        http::route_path(std::string_view(request.target().data(), request.target().size()));
     const Route* route = path ? find_route(*path) : nullptr;
-    if (!route) return c->respond(error(404, "no such route"));  // screened already; kept for safety
+    if (!route)
+      return c->respond(error(404, "no such route"));  // screened already; kept for safety
     const std::vector<std::pair<std::string, std::string>> page_headers = {
         {"Content-Security-Policy", chat_page_csp}, {"X-Content-Type-Options", "nosniff"}};
     switch (route->id) {
-      case RouteId::page: return c->respond({200, "text/html; charset=utf-8", chat_page_html, page_headers});
-      case RouteId::script: return c->respond({200, "application/javascript; charset=utf-8", chat_page_js, page_headers});
+      case RouteId::page:
+        return c->respond({200, "text/html; charset=utf-8", chat_page_html, page_headers});
+      case RouteId::script:
+        return c->respond(
+            {200, "application/javascript; charset=utf-8", chat_page_js, page_headers});
       case RouteId::health:
         if (draining) return c->respond(http::Response::json(503, R"({"status":"shutting down"})"));
         return c->respond(http::Response::json(200, R"({"status":"ok"})"));
       case RouteId::models: {
         json models = {{"object", "list"},
-                       {"data", json::array({{{"id", config.model_id}, {"object", "model"}, {"owned_by", "actorlm"},
+                       {"data", json::array({{{"id", config.model_id},
+                                              {"object", "model"},
+                                              {"owned_by", "actorlm"},
                                               {"created", 0}}})}};
         return c->respond(http::Response::json(200, models.dump()));
       }
       case RouteId::metrics:
         return asio::post(blocking, [this, c] {
-          std::string text = metrics_text(engine.stats()) + completions.exposition() + connection_metrics();
+          std::string text =
+              metrics_text(engine.stats()) + completions.exposition() + connection_metrics();
           c->respond({200, "text/plain; version=0.0.4", std::move(text), {}});
         });
       case RouteId::nodes:
-        return asio::post(blocking, [this, c] { c->respond(http::Response::json(200, nodes_json(engine.stats()).dump())); });
+        return asio::post(blocking, [this, c] {
+          c->respond(http::Response::json(200, nodes_json(engine.stats()).dump()));
+        });
       case RouteId::chat:
       case RouteId::completion:
       case RouteId::native:
@@ -164,10 +181,14 @@ struct HttpServer::Impl final : http::RequestHandler {
       std::lock_guard<std::mutex> lock(mu);
       open = connections.size();
     }
-    return "# HELP actorlm_http_connections Open client connections.\n# TYPE actorlm_http_connections gauge\n"
-           "actorlm_http_connections " + std::to_string(open) +
-           "\n# HELP actorlm_http_connections_dropped_total Connections closed to make room for new ones.\n"
-           "# TYPE actorlm_http_connections_dropped_total counter\nactorlm_http_connections_dropped_total " +
+    return "# HELP actorlm_http_connections Open client connections.\n# TYPE "
+           "actorlm_http_connections gauge\n"
+           "actorlm_http_connections " +
+           std::to_string(open) +
+           "\n# HELP actorlm_http_connections_dropped_total Connections closed to make room for "
+           "new ones.\n"
+           "# TYPE actorlm_http_connections_dropped_total "
+           "counter\nactorlm_http_connections_dropped_total " +
            std::to_string(connections_dropped.load()) + "\n";
   }
 
@@ -184,7 +205,8 @@ struct HttpServer::Impl final : http::RequestHandler {
         auto c = weak.lock();
         if (!c) continue;
         const auto phase = c->phase();
-        if (phase != http::Connection::Phase::idle && phase != http::Connection::Phase::receiving) continue;
+        if (phase != http::Connection::Phase::idle && phase != http::Connection::Phase::receiving)
+          continue;
         if (!victim || c->phase_since() < victim->phase_since()) victim = c;
       }
     }
@@ -195,27 +217,28 @@ struct HttpServer::Impl final : http::RequestHandler {
   }
 
   void accept() {
-    acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
-      if (!acceptor.is_open()) return;
-      if (ec) {
-        // Out of file descriptors or similar: try again shortly rather than spin.
-        poll_timer.expires_after(std::chrono::milliseconds(50));
-        poll_timer.async_wait([this](boost::system::error_code e) {
-          if (!e) accept();
+    acceptor.async_accept(
+        asio::make_strand(ioc), [this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
+          if (!acceptor.is_open()) return;
+          if (ec) {
+            // Out of file descriptors or similar: try again shortly rather than spin.
+            poll_timer.expires_after(std::chrono::milliseconds(50));
+            poll_timer.async_wait([this](boost::system::error_code e) {
+              if (!e) accept();
+            });
+            return;
+          }
+          if (make_room()) {
+            auto c = std::make_shared<http::Connection>(std::move(socket), limits, *this);
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              connections[c.get()] = c;
+            }
+            ++connections_accepted;
+            c->start();
+          }
+          accept();
         });
-        return;
-      }
-      if (make_room()) {
-        auto c = std::make_shared<http::Connection>(std::move(socket), limits, *this);
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          connections[c.get()] = c;
-        }
-        ++connections_accepted;
-        c->start();
-      }
-      accept();
-    });
   }
 
   std::vector<std::shared_ptr<http::Connection>> all_connections() {
@@ -265,7 +288,8 @@ struct HttpServer::Impl final : http::RequestHandler {
   }
 };
 
-HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_unique<Impl>(engine, std::move(config))) {}
+HttpServer::HttpServer(Engine& engine, ServerConfig config)
+    : impl_(std::make_unique<Impl>(engine, std::move(config))) {}
 
 HttpServer::~HttpServer() {
   stop();
@@ -306,6 +330,8 @@ void HttpServer::stop() {
   asio::post(impl_->ioc, [m = impl_.get()] { m->begin_drain(std::chrono::milliseconds(0)); });
 }
 
-int HttpServer::bound_port() const { return impl_->port; }
+int HttpServer::bound_port() const {
+  return impl_->port;
+}
 
 }  // namespace actorlm

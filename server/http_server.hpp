@@ -34,7 +34,7 @@ struct ServerConfig {
   size_t max_header_bytes = 16u << 10;     // request line + headers; more gets 431
   size_t max_header_fields = 100;          // more gets 431
   int max_concurrent_requests = 256;       // generation requests in flight; more get 503
-  int max_connections = 1024;              // open sockets; beyond it the slowest unfinished request is dropped
+  int max_connections = 1024;  // open sockets; beyond it the slowest unfinished request is dropped
   std::chrono::milliseconds header_timeout{10'000};      // first byte to end of headers
   std::chrono::milliseconds body_timeout{60'000};        // end of headers to end of body
   std::chrono::milliseconds keep_alive_timeout{30'000};  // idle between requests

@@ -5,31 +5,47 @@ namespace actorlm {
 std::string metrics_text(const EngineStatsSnapshot& st) {
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-           std::to_string(value) + "\n";
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(value) + "\n";
   };
-  metric("actorlm_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(st.scheduler.prompt_tokens));
-  metric("actorlm_cached_prompt_tokens_total", "counter", "Prompt tokens served from the radix cache.", double(st.scheduler.cached_tokens));
-  metric("actorlm_generation_tokens_total", "counter", "Tokens generated.", double(st.scheduler.generated_tokens));
+  metric("actorlm_prompt_tokens_total", "counter", "Prompt tokens admitted.",
+         double(st.scheduler.prompt_tokens));
+  metric("actorlm_cached_prompt_tokens_total", "counter",
+         "Prompt tokens served from the radix cache.", double(st.scheduler.cached_tokens));
+  metric("actorlm_generation_tokens_total", "counter", "Tokens generated.",
+         double(st.scheduler.generated_tokens));
   metric("actorlm_running_requests", "gauge", "Requests being decoded or prefilled.", st.running);
   metric("actorlm_waiting_requests", "gauge", "Requests queued.", st.waiting);
-  metric("actorlm_cache_hit_rate", "gauge", "Fraction of prompt tokens served from the radix cache.", st.scheduler.cache_hit_rate());
+  metric("actorlm_cache_hit_rate", "gauge",
+         "Fraction of prompt tokens served from the radix cache.", st.scheduler.cache_hit_rate());
   metric("actorlm_kv_pool_capacity_tokens", "gauge", "KV pool rows.", double(st.kv.capacity));
   metric("actorlm_kv_pool_free_tokens", "gauge", "KV pool rows free.", double(st.kv.free));
-  metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.", double(st.kv.evictable));
-  metric("actorlm_kv_pool_locked_tokens", "gauge", "KV rows held by running requests through the cache.", double(st.kv.protected_));
-  metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.", st.kv.free_slots);
+  metric("actorlm_kv_pool_cached_tokens", "gauge", "KV rows held by the radix cache, evictable.",
+         double(st.kv.evictable));
+  metric("actorlm_kv_pool_locked_tokens", "gauge",
+         "KV rows held by running requests through the cache.", double(st.kv.protected_));
+  metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.",
+         st.kv.free_slots);
   if (!st.nodes.empty()) {
     // A cluster head: one series per worker node, labelled by its address.
     auto per_node = [&](const char* name, const char* type, const char* help, auto value) {
       out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-      for (const auto& n : st.nodes) out += std::string(name) + "{node=\"" + n.address + "\"} " + std::to_string(value(n)) + "\n";
+      for (const auto& n : st.nodes)
+        out +=
+            std::string(name) + "{node=\"" + n.address + "\"} " + std::to_string(value(n)) + "\n";
     };
-    per_node("actorlm_node_up", "gauge", "Whether the worker node is joined.", [](const auto& n) { return n.alive ? 1.0 : 0.0; });
-    per_node("actorlm_node_routed_requests_total", "counter", "Requests routed to the node.", [](const auto& n) { return double(n.routed); });
-    per_node("actorlm_node_in_flight_requests", "gauge", "Requests routed to the node and not finished.", [](const auto& n) { return double(n.in_flight); });
-    per_node("actorlm_node_cache_hit_rate", "gauge", "Fraction of the node's prompt tokens served from its radix cache.", [](const auto& n) { return n.cache_hit_rate; });
-    per_node("actorlm_node_kv_pool_free_tokens", "gauge", "The node's free KV rows.", [](const auto& n) { return double(n.pool_free); });
+    per_node("actorlm_node_up", "gauge", "Whether the worker node is joined.",
+             [](const auto& n) { return n.alive ? 1.0 : 0.0; });
+    per_node("actorlm_node_routed_requests_total", "counter", "Requests routed to the node.",
+             [](const auto& n) { return double(n.routed); });
+    per_node("actorlm_node_in_flight_requests", "gauge",
+             "Requests routed to the node and not finished.",
+             [](const auto& n) { return double(n.in_flight); });
+    per_node("actorlm_node_cache_hit_rate", "gauge",
+             "Fraction of the node's prompt tokens served from its radix cache.",
+             [](const auto& n) { return n.cache_hit_rate; });
+    per_node("actorlm_node_kv_pool_free_tokens", "gauge", "The node's free KV rows.",
+             [](const auto& n) { return double(n.pool_free); });
   }
   return out;
 }
@@ -37,11 +53,19 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
 nlohmann::json nodes_json(const EngineStatsSnapshot& st) {
   nlohmann::json nodes = nlohmann::json::array();
   for (const auto& n : st.nodes) {
-    nodes.push_back({{"address", n.address}, {"alive", n.alive}, {"routed", n.routed}, {"in_flight", n.in_flight},
-                     {"running", n.running}, {"waiting", n.waiting}, {"cache_hit_rate", n.cache_hit_rate},
-                     {"prompt_tokens", n.prompt_tokens}, {"cached_tokens", n.cached_tokens},
-                     {"kv_capacity_tokens", n.pool_capacity}, {"kv_free_tokens", n.pool_free},
-                     {"kv_locked_tokens", n.protected_tokens}, {"error", n.error}});
+    nodes.push_back({{"address", n.address},
+                     {"alive", n.alive},
+                     {"routed", n.routed},
+                     {"in_flight", n.in_flight},
+                     {"running", n.running},
+                     {"waiting", n.waiting},
+                     {"cache_hit_rate", n.cache_hit_rate},
+                     {"prompt_tokens", n.prompt_tokens},
+                     {"cached_tokens", n.cached_tokens},
+                     {"kv_capacity_tokens", n.pool_capacity},
+                     {"kv_free_tokens", n.pool_free},
+                     {"kv_locked_tokens", n.protected_tokens},
+                     {"error", n.error}});
   }
   return {{"nodes", nodes}};
 }
