@@ -117,6 +117,27 @@ def slowloris(server, sockets=300):
     print(f"  slowloris: {sockets} slow sockets, /health worst {worst * 1000:.0f} ms, all cut off")
 
 
+def idle_closed(server):
+    # This server runs with --keep-alive-timeout 5: a socket that never sends
+    # a byte, and one idle after a response, are closed.
+    port = server.port
+    silent = connect(port, timeout=10)
+    used = connect(port, timeout=10)
+    used.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    reader = Reader(used)
+    check(reader.response()[0] == 200, "keep-alive /health failed")
+    t0 = time.time()
+    for s in (silent, used):
+        try:
+            data = s.recv(1024)
+        except (ConnectionResetError, socket.timeout):
+            data = None
+        check(data == b"", f"idle connection not closed ({data!r})")
+        s.close()
+    took = time.time() - t0
+    check(took < 8, f"idle connections closed after {took:.1f} s")
+
+
 def connection_cap(server, idle_sockets=100):
     # The server runs with --max-connections 64: idle sockets beyond it make
     # room by being dropped, so new clients are still served.
@@ -233,7 +254,8 @@ def main():
     args = ["--api-key", KEY, "--kv-tokens", "4096", "--max-concurrent-requests", "8", "--max-connections", "400",
             "--header-timeout", "3", "--keep-alive-timeout", "5"]
     with ServerProcess(binary, args) as server:
-        for name, fn in [("key before body", auth_before_body), ("slowloris", slowloris), ("big headers", big_headers),
+        for name, fn in [("key before body", auth_before_body), ("slowloris", slowloris), ("idle", idle_closed),
+                         ("big headers", big_headers),
                          ("ranges", ranges), ("pipelining", pipelining), ("framing", framing)]:
             fn(server)
             healthy(server, KEY)
