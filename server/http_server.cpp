@@ -107,10 +107,13 @@ struct HttpServer::Impl {
     return results;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  // /v1/chat/completions, /v1/completions, and SGLang's /generate (native):
+  // each parser reads the client's JSON, so nothing here touches it.
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat, bool native = false) {
     const auto arrival = Clock::now();
     if (!authorized(req, res)) return;
-    auto parsed = api::parse_request(req.body, chat, config.model_id);
+    auto parsed = native ? api::parse_generate_request(req.body, config.model_id)
+                         : api::parse_request(req.body, chat, config.model_id);
     if (auto* e = std::get_if<api::ApiError>(&parsed)) {
       ++requests_failed;
       return send_error(res, *e);
@@ -133,7 +136,9 @@ struct HttpServer::Impl {
         if (c.last.finish != FinishReason::error) continue;
         return send_error(res, engine_error(c.last.error));
       }
-      res.set_content(api::dump(api::completion_response(id, config.model_id, chat, choices, r.options.logprobs, created)),
+      res.set_content(api::dump(native ? api::generate_response(choices)
+                                       : api::completion_response(id, config.model_id, chat, choices,
+                                                                  r.options.logprobs, created)),
                       "application/json");
       return;
     }
@@ -212,38 +217,7 @@ HttpServer::HttpServer(Engine& engine, ServerConfig config) : impl_(std::make_un
   m.http.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, true); });
   m.http.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, false); });
   // SGLang's native API: {"text": ..., "sampling_params": {...}, "stream": bool}.
-  m.http.Post("/generate", [&m](const httplib::Request& req, httplib::Response& res) {
-    auto body = json::parse(req.body, nullptr, false);
-    const bool has_text = body.is_object() && body.contains("text") && body["text"].is_string();
-    const bool has_ids = body.is_object() && body.contains("input_ids") && body["input_ids"].is_array();
-    if (body.is_discarded() || has_text == has_ids) {
-      return m.send_error(res, {400, "/generate needs a JSON object with either a string 'text' or 'input_ids'",
-                                "invalid_request_error", "text"});
-    }
-    json openai = body.value("sampling_params", json::object());
-    if (!openai.is_object()) return m.send_error(res, {400, "'sampling_params' must be an object", "invalid_request_error", "sampling_params"});
-    if (openai.contains("max_new_tokens")) openai["max_tokens"] = openai["max_new_tokens"];
-    openai.erase("max_new_tokens");
-    openai["prompt"] = has_text ? body["text"] : body["input_ids"];
-    openai["stream"] = body.value("stream", false);
-    httplib::Request inner = req;
-    inner.body = openai.dump();
-    if (openai["stream"].get<bool>()) return m.generate(inner, res, false);
-    httplib::Response out;
-    m.generate(inner, out, false);
-    if (out.status >= 400) {
-      res.status = out.status;
-      res.set_content(out.body, "application/json");
-      return;
-    }
-    auto r = json::parse(out.body);
-    res.set_content(json{{"text", r["choices"][0]["text"]},
-                         {"meta_info", {{"finish_reason", r["choices"][0]["finish_reason"]},
-                                        {"prompt_tokens", r["usage"]["prompt_tokens"]},
-                                        {"completion_tokens", r["usage"]["completion_tokens"]}}}}
-                        .dump(),
-                    "application/json");
-  });
+  m.http.Post("/generate", [&m](const httplib::Request& req, httplib::Response& res) { m.generate(req, res, false, true); });
   // Prometheus text format.
   m.http.Get("/metrics", [&m](const httplib::Request& req, httplib::Response& res) {
     if (!m.authorized(req, res)) return;
