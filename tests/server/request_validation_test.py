@@ -42,6 +42,8 @@ def post(port, path, data, key=None):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+    except (urllib.error.URLError, ConnectionError) as e:  # the server crashed or dropped us
+        return 0, repr(e).encode()
 
 
 def chat_body(**fields):
@@ -130,9 +132,10 @@ def bad_cases():
     return cases
 
 
-def run_cases(port, key):
+def run_cases(server, key):
     """Every case with `key` (its expected status) and without (401 when the
     server wants a key). Returns the list of failures."""
+    port = server.port
     failures = []
     cases = [(name, path, body, 400, None) for name, path, body in deep_cases()] + bad_cases()
     for name, path, body, want, param in cases:
@@ -154,9 +157,18 @@ def run_cases(port, key):
                 problem = f"a {len(reply)}-byte error reply"
             if problem:
                 failures.append(f"{name} on {path} ({'with' if send_key else 'without'} key): {problem}")
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
-                check(r.status == 200, f"/health after {name}: {r.status}")
+            if not healthy(port):
+                failures.append(f"/health fails after {name} on {path} (server exit status {server.proc.poll()})")
+                return failures, len(cases)
     return failures, len(cases)
+
+
+def healthy(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+            return r.status == 200
+    except (urllib.error.URLError, ConnectionError):
+        return False
 
 
 def check_still_serves(server, key):
@@ -189,9 +201,8 @@ def main():
     for key in (None, KEY):
         args = ["--kv-tokens", "4096", "--context-length", "2048"] + (["--api-key", key] if key else [])
         with ServerProcess(sys.argv[1], args) as server:
-            failures, n = run_cases(server.port, key)
+            failures, n = run_cases(server, key)
             check(not failures, "\n".join(failures))
-            check(server.proc.poll() is None, "the server exited")
             check_still_serves(server, key)
             total += n
     print(f"request validation: {total} bad requests answered with their 4xx, with and without an API key; "
