@@ -11,7 +11,8 @@ std::variant<json, ApiError> read_json(const std::string& body) {
   // nlohmann's lexer takes a NUL byte for the end of the input, so
   // `{...}\0garbage` would parse; no JSON text holds a raw NUL (strings must
   // escape it), so refuse any.
-  if (body.find('\0') != std::string::npos) return bad_request("", "the request body contains a NUL byte");
+  if (body.find('\0') != std::string::npos)
+    return bad_request("", "the request body contains a NUL byte");
   bool too_deep = false, too_many = false;
   size_t values = 0;
   // `depth` counts the containers around the event's value. Returning false
@@ -20,7 +21,8 @@ std::variant<json, ApiError> read_json(const std::string& body) {
   // recursion), so nothing deeper than the bound is ever allocated.
   auto guard = [&](int depth, json::parse_event_t event, json&) {
     if (too_deep || too_many) return false;
-    const bool container = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    const bool container =
+        event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
     if (!container && event != json::parse_event_t::value) return true;
     if (container && depth >= kMaxJsonDepth) {
       too_deep = true;
@@ -34,16 +36,19 @@ std::variant<json, ApiError> read_json(const std::string& body) {
   };
   json j = json::parse(body, guard, /*allow_exceptions=*/false);
   if (too_deep) {
-    return bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return bad_request(
+        "", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   if (too_many) {
-    return bad_request("", "the request body holds more than " + std::to_string(kMaxJsonValues) + " JSON values");
+    return bad_request(
+        "", "the request body holds more than " + std::to_string(kMaxJsonValues) + " JSON values");
   }
   if (j.is_discarded()) return bad_request("", "the request body is not valid JSON");
   return j;
 }
 
-FieldReader::FieldReader(const json& object, std::string path) : object_(object), path_(std::move(path)) {}
+FieldReader::FieldReader(const json& object, std::string path)
+    : object_(object), path_(std::move(path)) {}
 
 const json* FieldReader::find(std::string_view key) const {
   const auto it = object_.find(key);
@@ -86,17 +91,20 @@ std::string shortest(double x) {
 
 }  // namespace
 
-std::optional<ApiError> FieldReader::number(std::string_view key, double lo, double hi, float* out) const {
+std::optional<ApiError> FieldReader::number(std::string_view key, double lo, double hi,
+                                            float* out) const {
   const json* v = find(key);
   if (!v) return std::nullopt;
   if (!v->is_number()) return error(key, "must be a number");
   const double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) return error(key, "must be between " + shortest(lo) + " and " + shortest(hi));
+  if (!std::isfinite(x) || x < lo || x > hi)
+    return error(key, "must be between " + shortest(lo) + " and " + shortest(hi));
   *out = static_cast<float>(x);
   return std::nullopt;
 }
 
-ApiError FieldReader::integer_error(std::string_view key, const std::string& lo, const std::string& hi) const {
+ApiError FieldReader::integer_error(std::string_view key, const std::string& lo,
+                                    const std::string& hi) const {
   return error(key, "must be an integer between " + lo + " and " + hi);
 }
 

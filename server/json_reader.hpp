@@ -82,6 +82,7 @@ class FieldReader {
     *out = *x;
     return std::nullopt;
   }
+
  private:
   ApiError integer_error(std::string_view key, const std::string& lo, const std::string& hi) const;
   const nlohmann::json& object_;

@@ -38,7 +38,8 @@ std::optional<ApiError> read_stop(const FieldReader& f, std::vector<std::string>
     stop.push_back(s->get_ref<const std::string&>());
     return std::nullopt;
   }
-  if (!s->is_array() || s->size() > kMaxStops) return f.error("stop", "must be a string or a list of at most 16 strings");
+  if (!s->is_array() || s->size() > kMaxStops)
+    return f.error("stop", "must be a string or a list of at most 16 strings");
   for (const json& x : *s) {
     if (!x.is_string()) return f.error("stop", "must be a string or a list of at most 16 strings");
     stop.push_back(x.get_ref<const std::string&>());
@@ -48,18 +49,22 @@ std::optional<ApiError> read_stop(const FieldReader& f, std::vector<std::string>
 
 }  // namespace
 
-std::optional<ApiError> read_sampling_fields(const FieldReader& f, SamplingDialect dialect, GenerateOptions& o, int& n) {
+std::optional<ApiError> read_sampling_fields(const FieldReader& f, SamplingDialect dialect,
+                                             GenerateOptions& o, int& n) {
   for (const FloatField& field : kFloatFields) {
     if (auto e = f.number(field.key, field.lo, field.hi, &(o.sampling.*field.member))) return e;
   }
   if (auto e = f.integer<int32_t>("top_k", -1, kMaxTokens, &o.sampling.top_k)) return e;
   if (f.find("seed")) {
-    if (auto e = f.integer<uint64_t>("seed", 0, std::numeric_limits<uint64_t>::max(), &o.sampling.seed)) return e;
+    if (auto e =
+            f.integer<uint64_t>("seed", 0, std::numeric_limits<uint64_t>::max(), &o.sampling.seed))
+      return e;
     o.sampling.has_seed = true;
   }
   if (auto e = f.integer<int>("n", 1, 16, &n)) return e;
   const std::span<const char* const> length_keys =
-      dialect == SamplingDialect::openai ? std::span<const char* const>(kOpenaiLengthKeys) : kSglangLengthKeys;
+      dialect == SamplingDialect::openai ? std::span<const char* const>(kOpenaiLengthKeys)
+                                         : kSglangLengthKeys;
   for (const char* key : length_keys) {
     if (auto e = f.integer<int32_t>(key, 1, kMaxTokens, &o.max_new_tokens)) return e;
   }

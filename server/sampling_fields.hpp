@@ -26,7 +26,7 @@ enum class SamplingDialect { openai, sglang };
 //   64-bit RNG can be asked for (OpenAI's own range is int64; negative seeds
 //   are refused rather than folded onto large ones).
 // Integer fields take JSON integers only: 5.0, 5e0 and "5" are refused.
-std::optional<ApiError> read_sampling_fields(const FieldReader& fields, SamplingDialect dialect, GenerateOptions& o,
-                                             int& n);
+std::optional<ApiError> read_sampling_fields(const FieldReader& fields, SamplingDialect dialect,
+                                             GenerateOptions& o, int& n);
 
 }  // namespace actorlm::api

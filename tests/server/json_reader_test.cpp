@@ -16,11 +16,14 @@ bool read_ok(const std::string& body) {
   return std::holds_alternative<json>(r);
 }
 
-std::string nested_arrays(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string nested_arrays(size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
 
 }  // namespace
 
-TEST_CASE("read_json takes 64 levels of nesting and refuses 65, of arrays, objects or both", "[server][json]") {
+TEST_CASE("read_json takes 64 levels of nesting and refuses 65, of arrays, objects or both",
+          "[server][json]") {
   CHECK(read_ok(nested_arrays(64)));
   CHECK_FALSE(read_ok(nested_arrays(65)));
   CHECK_FALSE(read_ok(nested_arrays(100000)));
@@ -51,8 +54,11 @@ TEST_CASE("read_json refuses more values than kMaxJsonValues", "[server][json]")
 
 TEST_CASE("read_json refuses a NUL byte anywhere and bytes after the value", "[server][json]") {
   using namespace std::string_literals;
-  for (const std::string& body : {"{}\0"s, "{}\0garbage"s, "\0{}"s, "{\0}"s, R"({"a": "x)" "\0"s R"(y"})", "{} x"s,
-                                  "{}{}"s, "{} //"s, ""s, "   "s, "{"s}) {
+  for (const std::string& body : {"{}\0"s, "{}\0garbage"s, "\0{}"s, "{\0}"s,
+                                  R"({"a": "x)"
+                                  "\0"s
+                                  R"(y"})",
+                                  "{} x"s, "{}{}"s, "{} //"s, ""s, "   "s, "{"s}) {
     CHECK_FALSE(read_ok(body));
   }
   CHECK(read_ok("  {} \r\n\t"));

@@ -4,7 +4,6 @@
 #include <string>
 #include <variant>
 
-
 using namespace actorlm;
 using api::ApiError;
 using api::ParsedRequest;
@@ -15,7 +14,9 @@ enum class Route { chat, completion, generate };
 constexpr Route kRoutes[] = {Route::chat, Route::completion, Route::generate};
 const std::string kModel = "smollm2";
 
-const char* name_of(Route r) { return r == Route::chat ? "chat" : r == Route::completion ? "completion" : "generate"; }
+const char* name_of(Route r) {
+  return r == Route::chat ? "chat" : r == Route::completion ? "completion" : "generate";
+}
 
 std::variant<ParsedRequest, ApiError> parse(Route route, const std::string& body) {
   if (route == Route::generate) return api::parse_generate_request(body, kModel);
@@ -26,7 +27,7 @@ std::variant<ParsedRequest, ApiError> parse(Route route, const std::string& body
 // `"stream": true`) at the top level and `sampling` where the route takes
 // generation fields (the top level, or /generate's sampling_params).
 std::string body_of(Route route, const std::string& sampling, const std::string& top = "") {
-  std::string members = route == Route::chat         ? R"("messages": [{"role": "user", "content": "hi"}])"
+  std::string members = route == Route::chat ? R"("messages": [{"role": "user", "content": "hi"}])"
                         : route == Route::completion ? R"("prompt": "hi")"
                                                      : R"("text": "hi")";
   if (!top.empty()) members += ", " + top;
@@ -64,14 +65,18 @@ void require_400(Route route, const std::string& body, const std::string& param)
   CHECK(e.param == param);
 }
 
-std::string nested_arrays(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string nested_arrays(size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
 std::string nested_objects(size_t depth) {
   std::string s;
   for (size_t i = 0; i < depth; ++i) s += R"({"a":)";
   return s + "1" + std::string(depth, '}');
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace
 
@@ -84,23 +89,27 @@ TEST_CASE("the reported deep-nesting body on /generate is a 400, not a crash", "
 
 TEST_CASE("deep nesting is refused in every field and at the top level", "[server][json]") {
   for (Route route : kRoutes) {
-    for (const std::string& deep : {nested_arrays(100000), nested_objects(100000), nested_arrays(65)}) {
-      for (const char* field : {"messages", "prompt", "input_ids", "text", "model", "stream", "stream_options",
-                                "sampling_params", "x"}) {
+    for (const std::string& deep :
+         {nested_arrays(100000), nested_objects(100000), nested_arrays(65)}) {
+      for (const char* field : {"messages", "prompt", "input_ids", "text", "model", "stream",
+                                "stream_options", "sampling_params", "x"}) {
         // A duplicate key is kept last by nlohmann; the nesting is refused before that matters.
-        const ApiError e = refused(route, body_of(route, "", std::string("\"") + field + "\": " + deep));
+        const ApiError e =
+            refused(route, body_of(route, "", std::string("\"") + field + "\": " + deep));
         CHECK(e.status == 400);
         CHECK(contains(e.message, "deeper than 64"));
       }
-      for (const char* field : {"temperature", "top_k", "seed", "stop", "n", "max_tokens", "max_new_tokens",
-                                "ignore_eos", "logprobs", "y"}) {
-        const ApiError e = refused(route, body_of(route, std::string("\"") + field + "\": " + deep));
+      for (const char* field : {"temperature", "top_k", "seed", "stop", "n", "max_tokens",
+                                "max_new_tokens", "ignore_eos", "logprobs", "y"}) {
+        const ApiError e =
+            refused(route, body_of(route, std::string("\"") + field + "\": " + deep));
         CHECK(contains(e.message, "deeper than 64"));
       }
       CHECK(contains(refused(route, deep).message, "deeper than 64"));
     }
-    const ApiError e = refused(route, R"({"messages": [{"role": "user", "content": [{"type": "text", "text": )" +
-                                          nested_arrays(100000) + "}]}]}");
+    const ApiError e =
+        refused(route, R"({"messages": [{"role": "user", "content": [{"type": "text", "text": )" +
+                           nested_arrays(100000) + "}]}]}");
     CHECK(contains(e.message, "deeper than 64"));
   }
 }
@@ -121,8 +130,11 @@ TEST_CASE("a NUL byte or trailing bytes after the JSON value are refused", "[ser
   for (Route route : kRoutes) {
     const std::string ok = body_of(route, "");
     accepted(route, ok);
-    for (const std::string& bad : {ok + "\0garbage"s, ok + "\0"s, "\0"s + ok, ok + " x", ok + "{}", ok + ok,
-                                   ok.substr(0, 5) + "\0"s + ok.substr(5), body_of(route, R"("stop": "a)" "\0"s R"(b")")}) {
+    for (const std::string& bad : {ok + "\0garbage"s, ok + "\0"s, "\0"s + ok, ok + " x", ok + "{}",
+                                   ok + ok, ok.substr(0, 5) + "\0"s + ok.substr(5),
+                                   body_of(route, R"("stop": "a)"
+                                                  "\0"s
+                                                  R"(b")")}) {
       require_400(route, bad, "");
     }
     accepted(route, ok + " \n\t");  // JSON allows whitespace after the value
@@ -136,17 +148,23 @@ TEST_CASE("content parts of the wrong type are 400s naming the part", "[server][
     CHECK(e.status == 400);
     CHECK(e.param == "messages[0].content[0].type");
   }
-  require_400(Route::chat, R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})",
+  require_400(Route::chat,
+              R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})",
               "messages[0].content[0].text");
-  require_400(Route::chat, R"({"messages": [{"role": "user", "content": [5]}]})", "messages[0].content[0]");
+  require_400(Route::chat, R"({"messages": [{"role": "user", "content": [5]}]})",
+              "messages[0].content[0]");
   require_400(Route::chat, R"({"messages": [{"role": 5, "content": "hi"}]})", "messages[0].role");
-  require_400(Route::chat, R"({"messages": [{"role": null, "content": "hi"}]})", "messages[0].role");
-  require_400(Route::chat, R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content");
-  require_400(Route::chat, R"({"messages": [{"role": "user", "content": null}]})", "messages[0].content");
+  require_400(Route::chat, R"({"messages": [{"role": null, "content": "hi"}]})",
+              "messages[0].role");
+  require_400(Route::chat, R"({"messages": [{"role": "user", "content": 5}]})",
+              "messages[0].content");
+  require_400(Route::chat, R"({"messages": [{"role": "user", "content": null}]})",
+              "messages[0].content");
   require_400(Route::chat, R"({"messages": ["hi"]})", "messages[0]");
   require_400(Route::chat, R"({"messages": {}})", "messages");
   const ParsedRequest r = accepted(
-      Route::chat, R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})");
+      Route::chat,
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})");
   REQUIRE(r.options.messages.size() == 1);
   CHECK(r.options.messages[0].content == "ab");
 }
@@ -160,24 +178,36 @@ TEST_CASE("every boolean field refuses non-booleans and takes null as absent", "
   std::vector<Field> fields;
   for (Route route : kRoutes) {
     fields.push_back({route, "stream", "stream", false});
-    fields.push_back({route, "ignore_eos", route == Route::generate ? "sampling_params.ignore_eos" : "ignore_eos", true});
+    fields.push_back({route, "ignore_eos",
+                      route == Route::generate ? "sampling_params.ignore_eos" : "ignore_eos",
+                      true});
   }
   fields.push_back({Route::chat, "logprobs", "logprobs", true});
   for (const Field& f : fields) {
     for (const char* v : {R"("yes")", "1", "0", R"("true")", "[]", "{}", "[true]"}) {
       const std::string member = "\"" + f.name + "\": " + v;
-      require_400(f.route, f.sampling ? body_of(f.route, member) : body_of(f.route, "", member), f.param);
+      require_400(f.route, f.sampling ? body_of(f.route, member) : body_of(f.route, "", member),
+                  f.param);
     }
     const std::string null_member = "\"" + f.name + "\": null";
-    accepted(f.route, f.sampling ? body_of(f.route, null_member) : body_of(f.route, "", null_member));
+    accepted(f.route,
+             f.sampling ? body_of(f.route, null_member) : body_of(f.route, "", null_member));
   }
   for (Route route : {Route::chat, Route::completion}) {
     for (const char* v : {R"("yes")", "1", "[]", "{}"}) {
-      require_400(route, body_of(route, std::string(R"("stream": true, "stream_options": {"include_usage": )") + v + "}"),
-                  "stream_options.include_usage");
+      require_400(
+          route,
+          body_of(route,
+                  std::string(R"("stream": true, "stream_options": {"include_usage": )") + v + "}"),
+          "stream_options.include_usage");
     }
-    CHECK(accepted(route, body_of(route, R"("stream": true, "stream_options": {"include_usage": true})")).include_usage);
-    CHECK_FALSE(accepted(route, body_of(route, R"("stream": true, "stream_options": {"include_usage": null})")).include_usage);
+    CHECK(accepted(route,
+                   body_of(route, R"("stream": true, "stream_options": {"include_usage": true})"))
+              .include_usage);
+    CHECK_FALSE(
+        accepted(route,
+                 body_of(route, R"("stream": true, "stream_options": {"include_usage": null})"))
+            .include_usage);
     CHECK(accepted(route, body_of(route, R"("stream": true)")).stream);
   }
 }
@@ -185,18 +215,23 @@ TEST_CASE("every boolean field refuses non-booleans and takes null as absent", "
 TEST_CASE("stream_options must be an object and needs stream: true", "[server][json]") {
   for (Route route : {Route::chat, Route::completion}) {
     for (const char* v : {R"("yes")", "5", "true", "[]"}) {
-      require_400(route, body_of(route, std::string(R"("stream": true, "stream_options": )") + v), "stream_options");
+      require_400(route, body_of(route, std::string(R"("stream": true, "stream_options": )") + v),
+                  "stream_options");
     }
     for (const char* stream : {R"("stream": false, )", ""}) {
-      require_400(route, body_of(route, std::string(stream) + R"("stream_options": {"include_usage": true})"),
+      require_400(
+          route,
+          body_of(route, std::string(stream) + R"("stream_options": {"include_usage": true})"),
+          "stream_options");
+      require_400(route, body_of(route, std::string(stream) + R"("stream_options": {})"),
                   "stream_options");
-      require_400(route, body_of(route, std::string(stream) + R"("stream_options": {})"), "stream_options");
     }
     accepted(route, body_of(route, R"("stream": false, "stream_options": null)"));
   }
 }
 
-TEST_CASE("every integer field refuses values beyond its range, fractions, floats and strings", "[server][json]") {
+TEST_CASE("every integer field refuses values beyond its range, fractions, floats and strings",
+          "[server][json]") {
   struct Field {
     Route route;
     std::string name, param;
@@ -215,9 +250,11 @@ TEST_CASE("every integer field refuses values beyond its range, fractions, float
   fields.push_back({Route::completion, "logprobs", "logprobs", ""});
   fields.push_back({Route::chat, "top_logprobs", "top_logprobs", R"("logprobs": true, )"});
   for (const Field& f : fields) {
-    for (const char* v : {"18446744073709551615", "18446744073709551616", "-2", "-9223372036854775808", "1e30", "5.5",
-                          "5.0", "5e0", R"("5")", "true", "[5]", "{}"}) {
-      if (f.name == "seed" && std::string(v) == "18446744073709551615") continue;  // the largest seed
+    for (const char* v :
+         {"18446744073709551615", "18446744073709551616", "-2", "-9223372036854775808", "1e30",
+          "5.5", "5.0", "5e0", R"("5")", "true", "[5]", "{}"}) {
+      if (f.name == "seed" && std::string(v) == "18446744073709551615")
+        continue;  // the largest seed
       require_400(f.route, body_of(f.route, f.prefix + "\"" + f.name + "\": " + v), f.param);
     }
     accepted(f.route, body_of(f.route, f.prefix + "\"" + f.name + "\": null"));
@@ -228,11 +265,13 @@ TEST_CASE("integer fields keep their exact values at the edges of their ranges",
   // The sample from the report: this wrapped to top_k = -1 (disabled).
   require_400(Route::chat, body_of(Route::chat, R"("top_k": 18446744073709551615)"), "top_k");
   CHECK(accepted(Route::chat, body_of(Route::chat, R"("top_k": -1)")).options.sampling.top_k == -1);
-  CHECK(accepted(Route::chat, body_of(Route::chat, R"("top_k": 1048576)")).options.sampling.top_k == 1048576);
+  CHECK(accepted(Route::chat, body_of(Route::chat, R"("top_k": 1048576)")).options.sampling.top_k ==
+        1048576);
   require_400(Route::chat, body_of(Route::chat, R"("top_k": 1048577)"), "top_k");
   for (Route route : kRoutes) {
     const std::string sp = route == Route::generate ? "sampling_params." : "";
-    for (const char* seed : {"0", "9223372036854775807", "9223372036854775808", "18446744073709551615"}) {
+    for (const char* seed :
+         {"0", "9223372036854775807", "9223372036854775808", "18446744073709551615"}) {
       const ParsedRequest r = accepted(route, body_of(route, std::string(R"("seed": )") + seed));
       CHECK(r.options.sampling.has_seed);
       CHECK(r.options.sampling.seed == std::stoull(seed));
@@ -243,15 +282,20 @@ TEST_CASE("integer fields keep their exact values at the edges of their ranges",
     require_400(route, body_of(route, R"("n": 17)"), sp + "n");
     require_400(route, body_of(route, R"("n": 0)"), sp + "n");
   }
-  CHECK(accepted(Route::chat, body_of(Route::chat, R"("max_tokens": 1048576)")).options.max_new_tokens == 1048576);
+  CHECK(accepted(Route::chat, body_of(Route::chat, R"("max_tokens": 1048576)"))
+            .options.max_new_tokens == 1048576);
   require_400(Route::chat, body_of(Route::chat, R"("max_tokens": 1048577)"), "max_tokens");
   require_400(Route::chat, body_of(Route::chat, R"("max_tokens": 0)"), "max_tokens");
-  CHECK(accepted(Route::generate, body_of(Route::generate, R"("max_new_tokens": 7)")).options.max_new_tokens == 7);
+  CHECK(accepted(Route::generate, body_of(Route::generate, R"("max_new_tokens": 7)"))
+            .options.max_new_tokens == 7);
   // /generate spells it max_new_tokens; OpenAI's name there is an unknown field.
-  CHECK(accepted(Route::generate, body_of(Route::generate, R"("max_tokens": 7)")).options.max_new_tokens == 256);
-  CHECK(accepted(Route::completion, body_of(Route::completion, R"("logprobs": 5)")).options.top_logprobs == 5);
+  CHECK(accepted(Route::generate, body_of(Route::generate, R"("max_tokens": 7)"))
+            .options.max_new_tokens == 256);
+  CHECK(accepted(Route::completion, body_of(Route::completion, R"("logprobs": 5)"))
+            .options.top_logprobs == 5);
   require_400(Route::completion, body_of(Route::completion, R"("logprobs": 6)"), "logprobs");
-  CHECK(accepted(Route::chat, body_of(Route::chat, R"("logprobs": true, "top_logprobs": 20)")).options.top_logprobs == 20);
+  CHECK(accepted(Route::chat, body_of(Route::chat, R"("logprobs": true, "top_logprobs": 20)"))
+            .options.top_logprobs == 20);
   require_400(Route::chat, body_of(Route::chat, R"("top_logprobs": 2)"), "top_logprobs");
 }
 
@@ -264,8 +308,9 @@ TEST_CASE("token ids are integers in [0, 2^31 - 1], never wrapped", "[server][js
   for (const Where& w : {Where{Route::completion, R"("prompt": )", "prompt"},
                          Where{Route::generate, R"("input_ids": )", "input_ids"}}) {
     auto body = [&](const std::string& ids) { return "{" + w.member + ids + "}"; };
-    for (const char* ids : {"[18446744073709551615]", "[4294967295]", "[2147483648]", "[-1]", "[1e30]", "[5.5]",
-                            "[5.0]", R"(["5"])", "[null]", "[[1]]", "[]", "5", "{}"}) {
+    for (const char* ids :
+         {"[18446744073709551615]", "[4294967295]", "[2147483648]", "[-1]", "[1e30]", "[5.5]",
+          "[5.0]", R"(["5"])", "[null]", "[[1]]", "[]", "5", "{}"}) {
       require_400(w.route, body(ids), w.param);
     }
     const ParsedRequest r = accepted(w.route, body("[0, 1, 2147483647]"));
@@ -276,13 +321,16 @@ TEST_CASE("token ids are integers in [0, 2^31 - 1], never wrapped", "[server][js
 TEST_CASE("number fields refuse strings, booleans, and values out of range", "[server][json]") {
   for (Route route : kRoutes) {
     const std::string sp = route == Route::generate ? "sampling_params." : "";
-    for (const char* name : {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"}) {
+    for (const char* name : {"temperature", "top_p", "min_p", "frequency_penalty",
+                             "presence_penalty", "repetition_penalty"}) {
       for (const char* v : {R"("0.5")", "true", "[0.5]", "1e30", "-1e30", "18446744073709551615"}) {
         require_400(route, body_of(route, std::string("\"") + name + "\": " + v), sp + name);
       }
       accepted(route, body_of(route, std::string("\"") + name + "\": null"));
     }
-    const ParsedRequest r = accepted(route, body_of(route, R"("temperature": 0, "top_p": 0.5, "min_p": 0.1, "frequency_penalty": -2,
+    const ParsedRequest r = accepted(
+        route,
+        body_of(route, R"("temperature": 0, "top_p": 0.5, "min_p": 0.1, "frequency_penalty": -2,
                                                               "presence_penalty": 2, "repetition_penalty": 1.5, "top_k": 3)"));
     CHECK(r.options.sampling.temperature == 0.0f);
     CHECK(r.options.sampling.top_p == 0.5f);
@@ -304,8 +352,10 @@ TEST_CASE("stop is a string or a list of at most 16 strings", "[server][json]") 
     std::string seventeen = "[\"s\"";
     for (int i = 1; i < 17; ++i) seventeen += ",\"s\"";
     require_400(route, body_of(route, R"("stop": )" + seventeen + "]"), sp + "stop");
-    CHECK(accepted(route, body_of(route, R"("stop": "x")")).options.stop == std::vector<std::string>{"x"});
-    CHECK(accepted(route, body_of(route, R"("stop": ["x", "y"])")).options.stop == std::vector<std::string>{"x", "y"});
+    CHECK(accepted(route, body_of(route, R"("stop": "x")")).options.stop ==
+          std::vector<std::string>{"x"});
+    CHECK(accepted(route, body_of(route, R"("stop": ["x", "y"])")).options.stop ==
+          std::vector<std::string>{"x", "y"});
   }
 }
 
@@ -336,15 +386,18 @@ TEST_CASE("client text echoed in an error is cut short and stays valid UTF-8", "
     accepted(route, body_of(route, "", R"("model": "default")"));
     require_400(route, body_of(route, "", R"("model": 5)"), "model");
   }
-  const ApiError role = refused(Route::chat, R"({"messages": [{"role": ")" + huge + R"(", "content": "hi"}]})");
+  const ApiError role =
+      refused(Route::chat, R"({"messages": [{"role": ")" + huge + R"(", "content": "hi"}]})");
   CHECK(role.message.size() < 200);
   CHECK(role.param == "messages[0].role");
   const ApiError part =
-      refused(Route::chat, R"({"messages": [{"role": "user", "content": [{"type": ")" + huge + R"(", "text": "hi"}]}]})");
+      refused(Route::chat, R"({"messages": [{"role": "user", "content": [{"type": ")" + huge +
+                               R"(", "text": "hi"}]}]})");
   CHECK(part.message.size() < 200);
 }
 
-TEST_CASE("/generate takes exactly one of text and input_ids, and sampling_params as an object", "[server][generate]") {
+TEST_CASE("/generate takes exactly one of text and input_ids, and sampling_params as an object",
+          "[server][generate]") {
   require_400(Route::generate, R"({"sampling_params": {}})", "text");
   require_400(Route::generate, R"({"text": "hi", "input_ids": [1]})", "text");
   require_400(Route::generate, R"({"input": "hi"})", "text");
@@ -354,7 +407,8 @@ TEST_CASE("/generate takes exactly one of text and input_ids, and sampling_param
   require_400(Route::generate, R"({"text": "hi", "sampling_params": []})", "sampling_params");
   require_400(Route::generate, R"({"text": "hi", "stream": "yes"})", "stream");
   require_400(Route::generate, "[]", "");
-  const ParsedRequest t = accepted(Route::generate, R"({"text": "hi", "input_ids": null, "unknown": {"a": 1}})");
+  const ParsedRequest t =
+      accepted(Route::generate, R"({"text": "hi", "input_ids": null, "unknown": {"a": 1}})");
   CHECK(t.options.prompt == "hi");
   CHECK_FALSE(t.options.chat);
   CHECK_FALSE(t.chat);
@@ -380,8 +434,11 @@ TEST_CASE("/generate's reply: one object per choice, a list for n > 1", "[server
   c.last.prompt_tokens = 3;
   c.last.completion_tokens = 2;
   const nlohmann::json one = api::generate_response(c);
-  CHECK(one == nlohmann::json{{"text", "hello"},
-                              {"meta_info", {{"finish_reason", "length"}, {"prompt_tokens", 3}, {"completion_tokens", 2}}}});
+  CHECK(one ==
+        nlohmann::json{
+            {"text", "hello"},
+            {"meta_info",
+             {{"finish_reason", "length"}, {"prompt_tokens", 3}, {"completion_tokens", 2}}}});
   CHECK(api::generate_response(std::vector<api::ChoiceResult>{c}) == one);
   const nlohmann::json two = api::generate_response(std::vector<api::ChoiceResult>{c, c});
   REQUIRE(two.is_array());
@@ -390,7 +447,8 @@ TEST_CASE("/generate's reply: one object per choice, a list for n > 1", "[server
 }
 
 TEST_CASE("a full chat request reads into the engine's options", "[server][chat]") {
-  const ParsedRequest r = accepted(Route::chat, R"({"model": "smollm2", "messages": [{"role": "system", "content": "s"},
+  const ParsedRequest r =
+      accepted(Route::chat, R"({"model": "smollm2", "messages": [{"role": "system", "content": "s"},
       {"role": "user", "content": "u"}], "max_tokens": 9, "stream": true, "stream_options": {"include_usage": true},
       "logprobs": true, "top_logprobs": 2, "n": 3, "seed": 7, "ignore_eos": true, "user": "ignored"})");
   CHECK(r.chat);
