@@ -91,14 +91,16 @@ std::string shortest(double x) {
 
 }  // namespace
 
-std::optional<ApiError> FieldReader::number(std::string_view key, double lo, double hi,
-                                            float* out) const {
+std::optional<ApiError> FieldReader::number(std::string_view key, double lo, double hi, float* out,
+                                            bool lo_open) const {
   const json* v = find(key);
   if (!v) return std::nullopt;
   if (!v->is_number()) return error(key, "must be a number");
   const double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi)
-    return error(key, "must be between " + shortest(lo) + " and " + shortest(hi));
+  if (!std::isfinite(x) || x < lo || (lo_open && x == lo) || x > hi) {
+    return error(key, "must be a number in " + std::string(lo_open ? "(" : "[") + shortest(lo) +
+                          ", " + shortest(hi) + "]");
+  }
   *out = static_cast<float>(x);
   return std::nullopt;
 }

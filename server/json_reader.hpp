@@ -71,8 +71,10 @@ class FieldReader {
 
   std::optional<ApiError> boolean(std::string_view key, bool* out) const;
   std::optional<ApiError> string(std::string_view key, std::string* out) const;
-  // A finite number in [lo, hi]; integers are numbers too.
-  std::optional<ApiError> number(std::string_view key, double lo, double hi, float* out) const;
+  // A finite number in [lo, hi], or in (lo, hi] when lo_open; integers are
+  // numbers too.
+  std::optional<ApiError> number(std::string_view key, double lo, double hi, float* out,
+                                 bool lo_open = false) const;
   template <std::integral T>
   std::optional<ApiError> integer(std::string_view key, T lo, T hi, T* out) const {
     const nlohmann::json* v = find(key);

@@ -11,10 +11,14 @@ using nlohmann::json;
 
 std::string finish_reason_text(FinishReason r) {
   switch (r) {
-    case FinishReason::length: return "length";
-    case FinishReason::abort: return "abort";
-    case FinishReason::error: return "error";
-    default: return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::abort:
+      return "abort";
+    case FinishReason::error:
+      return "error";
+    default:
+      return "stop";
   }
 }
 
@@ -36,16 +40,20 @@ std::optional<ApiError> check_model(const FieldReader& f, const std::string& mod
   if (!m->is_string()) return f.error("model", "must be a string");
   const auto& name = m->get_ref<const std::string&>();
   if (name == model_id || name == "default") return std::nullopt;
-  return ApiError{404, "the model " + echo(name) + " does not exist", "invalid_request_error", "model"};
+  return ApiError{404, "the model " + echo(name) + " does not exist", "invalid_request_error",
+                  "model"};
 }
 
-std::optional<ApiError> read_token_ids(const FieldReader& f, const char* key, std::vector<int32_t>& ids) {
+std::optional<ApiError> read_token_ids(const FieldReader& f, const char* key,
+                                       std::vector<int32_t>& ids) {
   const json* p = f.find(key);
-  const char* need = "must be a non-empty list of at most 1048576 token ids (integers in [0, 2^31 - 1])";
+  const char* need =
+      "must be a non-empty list of at most 1048576 token ids (integers in [0, 2^31 - 1])";
   if (!p || !p->is_array() || p->empty() || p->size() > kMaxPromptTokens) return f.error(key, need);
   ids.reserve(p->size());
   for (const json& t : *p) {
-    const std::optional<int32_t> id = integer_in<int32_t>(t, 0, std::numeric_limits<int32_t>::max());
+    const std::optional<int32_t> id =
+        integer_in<int32_t>(t, 0, std::numeric_limits<int32_t>::max());
     if (!id) return f.error(key, need);
     ids.push_back(*id);
   }
@@ -59,7 +67,8 @@ std::optional<ApiError> read_content(const FieldReader& m, std::string& content)
     content = c->get_ref<const std::string&>();
     return std::nullopt;
   }
-  if (!c || !c->is_array()) return m.error("content", "must be a string or a list of content parts");
+  if (!c || !c->is_array())
+    return m.error("content", "must be a string or a list of content parts");
   for (size_t k = 0; k < c->size(); ++k) {
     const json& part = (*c)[k];
     const std::string path = m.param("content") + "[" + std::to_string(k) + "]";
@@ -68,7 +77,8 @@ std::optional<ApiError> read_content(const FieldReader& m, std::string& content)
     const json* type = p.find("type");
     if (!type || !type->is_string()) return p.error("type", "must be a string");
     const auto& t = type->get_ref<const std::string&>();
-    if (t != "text") return p.error("type", "is " + echo(t) + "; only 'text' content parts are supported");
+    if (t != "text")
+      return p.error("type", "is " + echo(t) + "; only 'text' content parts are supported");
     const json* text = p.find("text");
     if (!text || !text->is_string()) return p.error("text", "must be a string");
     content += text->get_ref<const std::string&>();
@@ -88,7 +98,8 @@ std::optional<ApiError> read_messages(const FieldReader& f, std::vector<ChatMess
     const json* role = mf.find("role");
     if (!role || !role->is_string()) return mf.error("role", "must be a string");
     const auto& r = role->get_ref<const std::string&>();
-    if (r != "system" && r != "user" && r != "assistant") return mf.error("role", "is an unknown role " + echo(r));
+    if (r != "system" && r != "user" && r != "assistant")
+      return mf.error("role", "is an unknown role " + echo(r));
     ChatMessage msg{r, ""};
     if (auto e = read_content(mf, msg.content)) return e;
     out.push_back(std::move(msg));
@@ -129,7 +140,8 @@ std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
 
 }  // namespace
 
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const std::string& model_id) {
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
+                                                    const std::string& model_id) {
   const auto parsed = read_json(body);
   const auto object = body_object(parsed);
   if (const auto* e = std::get_if<ApiError>(&object)) return *e;
@@ -144,7 +156,8 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   } else if (const json* p = f.find("prompt"); p && p->is_string()) {
     o.prompt = p->get_ref<const std::string&>();
   } else if (auto e = read_token_ids(f, "prompt", o.input_ids)) {
-    return bad_request(e->param, "'prompt' must be a string or a non-empty list of at most 1048576 token ids");
+    return bad_request(
+        e->param, "'prompt' must be a string or a non-empty list of at most 1048576 token ids");
   }
   if (auto e = read_sampling_fields(f, SamplingDialect::openai, o, r.n)) return *e;
   if (auto e = read_logprobs(f, chat, o)) return *e;
@@ -152,7 +165,8 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   return checked(std::move(r));
 }
 
-std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body, const std::string& model_id) {
+std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body,
+                                                             const std::string& model_id) {
   const auto parsed = read_json(body);
   const auto object = body_object(parsed);
   if (const auto* e = std::get_if<ApiError>(&object)) return *e;
@@ -164,7 +178,8 @@ std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& 
   o.chat = false;
   const json* text = f.find("text");
   if ((text != nullptr) == (f.find("input_ids") != nullptr)) {
-    return bad_request("text", "/generate needs exactly one of a string 'text' and a list 'input_ids'");
+    return bad_request("text",
+                       "/generate needs exactly one of a string 'text' and a list 'input_ids'");
   }
   if (text) {
     if (auto e = f.string("text", &o.prompt)) return *e;
@@ -173,13 +188,17 @@ std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& 
   }
   if (const json* sp = f.find("sampling_params")) {
     if (!sp->is_object()) return f.error("sampling_params", "must be an object");
-    if (auto e = read_sampling_fields(FieldReader(*sp, "sampling_params"), SamplingDialect::sglang, o, r.n)) return *e;
+    if (auto e = read_sampling_fields(FieldReader(*sp, "sampling_params"), SamplingDialect::sglang,
+                                      o, r.n))
+      return *e;
   }
   if (auto e = f.boolean("stream", &r.stream)) return *e;
   return checked(std::move(r));
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 namespace {
 
@@ -197,9 +216,13 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
     for (const auto& t : tokens) {
       json top = json::array();
       for (const auto& alt : t.top) {
-        top.push_back({{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt.piece)}});
+        top.push_back(
+            {{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt.piece)}});
       }
-      content.push_back({{"token", t.piece}, {"logprob", t.logprob}, {"bytes", bytes_of(t.piece)}, {"top_logprobs", top}});
+      content.push_back({{"token", t.piece},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes_of(t.piece)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
@@ -214,11 +237,13 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
     offsets.push_back(offset);
     offset += t.piece.size();
   }
-  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {
+      {"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json completion_response(const std::string& id, const std::string& model, bool chat, const std::vector<ChoiceResult>& choices,
-                         bool with_logprobs, int64_t created) {
+json completion_response(const std::string& id, const std::string& model, bool chat,
+                         const std::vector<ChoiceResult>& choices, bool with_logprobs,
+                         int64_t created) {
   json out_choices = json::array();
   int32_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -245,8 +270,9 @@ json completion_response(const std::string& id, const std::string& model, bool c
             {"total_tokens", prompt_tokens + completion_tokens}}}};
 }
 
-std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index, const std::string& text,
-                         const std::optional<FinishReason>& finish, int64_t created, bool first, const json& logprobs) {
+std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index,
+                         const std::string& text, const std::optional<FinishReason>& finish,
+                         int64_t created, bool first, const json& logprobs) {
   json choice = {{"index", index}, {"logprobs", logprobs}};
   choice["finish_reason"] = finish ? json(finish_reason_text(*finish)) : json(nullptr);
   if (chat) {
@@ -280,8 +306,8 @@ json generate_response(const std::vector<ChoiceResult>& choices) {
   return out;
 }
 
-std::string usage_chunk(const std::string& id, const std::string& model, bool chat, int32_t prompt_tokens,
-                        int32_t completion_tokens, int64_t created) {
+std::string usage_chunk(const std::string& id, const std::string& model, bool chat,
+                        int32_t prompt_tokens, int32_t completion_tokens, int64_t created) {
   json chunk = {{"id", id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},

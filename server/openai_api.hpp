@@ -37,14 +37,16 @@ struct ParsedRequest {
 // /v1/chat/completions (chat) or /v1/completions. The model must be absent,
 // model_id or "default" (else 404). stream_options needs "stream": true.
 // Completions' prompt: a string or a non-empty list of at most 2^20 token ids.
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const std::string& model_id);
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
+                                                    const std::string& model_id);
 
 // SGLang's native /generate: {"text": str | "input_ids": [int...],
 // "sampling_params": {...}, "stream": bool} with exactly one of text and
 // input_ids; sampling_params takes the fields of sampling_fields.hpp with
 // "max_new_tokens" for the output length. A "model" field, if given, is
 // checked as on the OpenAI routes. The result streams in completions' format.
-std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body, const std::string& model_id);
+std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body,
+                                                             const std::string& model_id);
 
 std::string finish_reason_text(FinishReason r);
 
@@ -58,15 +60,17 @@ struct ChoiceResult {
 // OpenAI's logprobs object for some tokens: chat's {"content": [...]} or
 // completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
 // (offsets counted from text_offset).
-nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_t text_offset);
+nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens,
+                             size_t text_offset);
 
 // with_logprobs: whether the request asked for them (else "logprobs": null).
 nlohmann::json completion_response(const std::string& id, const std::string& model, bool chat,
-                                   const std::vector<ChoiceResult>& choices, bool with_logprobs, int64_t created);
+                                   const std::vector<ChoiceResult>& choices, bool with_logprobs,
+                                   int64_t created);
 // One SSE chunk ("data: {...}\n\n") for choice `index`.
-std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index, const std::string& text,
-                         const std::optional<FinishReason>& finish, int64_t created, bool first,
-                         const nlohmann::json& logprobs);
+std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index,
+                         const std::string& text, const std::optional<FinishReason>& finish,
+                         int64_t created, bool first, const nlohmann::json& logprobs);
 // /generate's reply for one choice: {"text", "meta_info": {"finish_reason",
 // "prompt_tokens", "completion_tokens"}}.
 nlohmann::json generate_response(const ChoiceResult& c);
@@ -74,8 +78,8 @@ nlohmann::json generate_response(const ChoiceResult& c);
 // (SGLang's shape).
 nlohmann::json generate_response(const std::vector<ChoiceResult>& choices);
 
-std::string usage_chunk(const std::string& id, const std::string& model, bool chat, int32_t prompt_tokens,
-                        int32_t completion_tokens, int64_t created);
+std::string usage_chunk(const std::string& id, const std::string& model, bool chat,
+                        int32_t prompt_tokens, int32_t completion_tokens, int64_t created);
 
 // JSON text for the wire: invalid UTF-8 (a token piece that splits a
 // character) becomes U+FFFD instead of an exception.

@@ -14,12 +14,14 @@ struct FloatField {
   const char* key;
   double lo, hi;
   float SamplingParams::*member;
+  bool lo_open = false;  // (lo, hi] rather than [lo, hi]
 };
 
-// OpenAI's ranges; top_p's lower bound stands in for "above zero".
+// OpenAI's ranges. repetition_penalty is a vLLM/SGLang extension; the
+// sampler divides logits by it, hence a floor above zero.
 constexpr FloatField kFloatFields[] = {
     {"temperature", 0, 2, &SamplingParams::temperature},
-    {"top_p", 1e-9, 1, &SamplingParams::top_p},
+    {"top_p", 0, 1, &SamplingParams::top_p, true},
     {"min_p", 0, 1, &SamplingParams::min_p},
     {"frequency_penalty", -2, 2, &SamplingParams::frequency_penalty},
     {"presence_penalty", -2, 2, &SamplingParams::presence_penalty},
@@ -52,7 +54,9 @@ std::optional<ApiError> read_stop(const FieldReader& f, std::vector<std::string>
 std::optional<ApiError> read_sampling_fields(const FieldReader& f, SamplingDialect dialect,
                                              GenerateOptions& o, int& n) {
   for (const FloatField& field : kFloatFields) {
-    if (auto e = f.number(field.key, field.lo, field.hi, &(o.sampling.*field.member))) return e;
+    if (auto e =
+            f.number(field.key, field.lo, field.hi, &(o.sampling.*field.member), field.lo_open))
+      return e;
   }
   if (auto e = f.integer<int32_t>("top_k", -1, kMaxTokens, &o.sampling.top_k)) return e;
   if (f.find("seed")) {

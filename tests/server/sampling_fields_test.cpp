@@ -103,6 +103,8 @@ TEST_CASE("number fields refuse strings, booleans, and values out of range", "[s
     CHECK(r.options.sampling.repetition_penalty == 1.5f);
     CHECK(r.options.sampling.top_k == 3);
     require_400(route, body_of(route, R"("top_p": 0)"), sp + "top_p");
+    CHECK(contains(refused(route, body_of(route, R"("top_p": 0)")).message, "must be a number in (0, 1]"));
+    CHECK(accepted(route, body_of(route, R"("top_p": 1e-30)")).options.sampling.top_p > 0.0f);
   }
 }
 
