@@ -82,7 +82,9 @@ std::string usage_chunk(const std::string& id, const std::string& model, bool ch
                         int32_t prompt_tokens, int32_t completion_tokens, int64_t created);
 
 // JSON text for the wire: invalid UTF-8 (a token piece that splits a
-// character) becomes U+FFFD instead of an exception.
+// character) becomes U+FFFD instead of an exception. For JSON the server
+// builds only: dump() recurses once per nesting level, so client JSON is
+// never passed here.
 std::string dump(const nlohmann::json& j);
 
 }  // namespace actorlm::api
