@@ -5,7 +5,6 @@
 #include <thread>
 #include <vector>
 
-#include "server/generate_shim.hpp"
 #include "server/openai_api.hpp"
 
 namespace actorlm {
@@ -213,7 +212,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   }
   if (route == Route::native) {
     return connection->respond(
-        http::Response::json(200, api::dump(api::generate_response(results[0]))));
+        http::Response::json(200, api::dump(api::generate_response(results))));
   }
   connection->respond(
       http::Response::json(200, api::dump(api::completion_response(id, model_id_, chat, results,

@@ -1,180 +1,204 @@
 #include "server/openai_api.hpp"
 
-#include <cmath>
+#include <limits>
+
+#include "server/json_reader.hpp"
+#include "server/sampling_fields.hpp"
 
 namespace actorlm::api {
 
 using nlohmann::json;
 
-json ApiError::body() const {
-  json e = {{"message", message}, {"type", type}, {"code", status}};
-  e["param"] = param.empty() ? json(nullptr) : json(param);
-  return {{"error", e}};
-}
-
 std::string finish_reason_text(FinishReason r) {
   switch (r) {
-    case FinishReason::length: return "length";
-    case FinishReason::abort: return "abort";
-    case FinishReason::error: return "error";
-    default: return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::abort:
+      return "abort";
+    case FinishReason::error:
+      return "error";
+    default:
+      return "stop";
   }
 }
 
 namespace {
 
-ApiError bad(const std::string& param, const std::string& message) { return {400, message, "invalid_request_error", param}; }
+constexpr size_t kMaxPromptTokens = size_t{1} << 20;
 
-// Reads an optional number field, checking type and range.
-std::optional<ApiError> number(const json& j, const char* key, double lo, double hi, double* out) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_number()) return bad(key, std::string("'") + key + "' must be a number");
-  double v = j[key].get<double>();
-  if (!std::isfinite(v) || v < lo || v > hi) {
-    return bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+// The body as an object, or why not.
+std::variant<const json*, ApiError> body_object(const std::variant<json, ApiError>& parsed) {
+  if (const auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  if (!j.is_object()) return bad_request("", "the request body must be a JSON object");
+  return &j;
+}
+
+std::optional<ApiError> check_model(const FieldReader& f, const std::string& model_id) {
+  const json* m = f.find("model");
+  if (!m) return std::nullopt;
+  if (!m->is_string()) return f.error("model", "must be a string");
+  const auto& name = m->get_ref<const std::string&>();
+  if (name == model_id || name == "default") return std::nullopt;
+  return ApiError{404, "the model " + echo(name) + " does not exist", "invalid_request_error",
+                  "model"};
+}
+
+std::optional<ApiError> read_token_ids(const FieldReader& f, const char* key,
+                                       std::vector<int32_t>& ids) {
+  const json* p = f.find(key);
+  const char* need =
+      "must be a non-empty list of at most 1048576 token ids (integers in [0, 2^31 - 1])";
+  if (!p || !p->is_array() || p->empty() || p->size() > kMaxPromptTokens) return f.error(key, need);
+  ids.reserve(p->size());
+  for (const json& t : *p) {
+    const std::optional<int32_t> id =
+        integer_in<int32_t>(t, 0, std::numeric_limits<int32_t>::max());
+    if (!id) return f.error(key, need);
+    ids.push_back(*id);
   }
-  *out = v;
   return std::nullopt;
 }
 
-std::optional<ApiError> integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_number_integer()) return bad(key, std::string("'") + key + "' must be an integer");
-  auto v = j[key].get<int64_t>();
-  if (v < lo || v > hi) {
-    return bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+// Content as a string or a list of {"type": "text", "text": ...} parts.
+std::optional<ApiError> read_content(const FieldReader& m, std::string& content) {
+  const json* c = m.find("content");
+  if (c && c->is_string()) {
+    content = c->get_ref<const std::string&>();
+    return std::nullopt;
   }
-  *out = v;
+  if (!c || !c->is_array())
+    return m.error("content", "must be a string or a list of content parts");
+  for (size_t k = 0; k < c->size(); ++k) {
+    const json& part = (*c)[k];
+    const std::string path = m.param("content") + "[" + std::to_string(k) + "]";
+    if (!part.is_object()) return bad_request(path, "'" + path + "' must be an object");
+    const FieldReader p(part, path);
+    const json* type = p.find("type");
+    if (!type || !type->is_string()) return p.error("type", "must be a string");
+    const auto& t = type->get_ref<const std::string&>();
+    if (t != "text")
+      return p.error("type", "is " + echo(t) + "; only 'text' content parts are supported");
+    const json* text = p.find("text");
+    if (!text || !text->is_string()) return p.error("text", "must be a string");
+    content += text->get_ref<const std::string&>();
+  }
   return std::nullopt;
+}
+
+std::optional<ApiError> read_messages(const FieldReader& f, std::vector<ChatMessage>& out) {
+  const json* ms = f.find("messages");
+  if (!ms || !ms->is_array()) return f.error("messages", "must be an array");
+  if (ms->empty()) return f.error("messages", "must not be empty");
+  for (size_t i = 0; i < ms->size(); ++i) {
+    const json& m = (*ms)[i];
+    const std::string path = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return bad_request(path, "'" + path + "' must be an object");
+    const FieldReader mf(m, path);
+    const json* role = mf.find("role");
+    if (!role || !role->is_string()) return mf.error("role", "must be a string");
+    const auto& r = role->get_ref<const std::string&>();
+    if (r != "system" && r != "user" && r != "assistant")
+      return mf.error("role", "is an unknown role " + echo(r));
+    ChatMessage msg{r, ""};
+    if (auto e = read_content(mf, msg.content)) return e;
+    out.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+// Chat: logprobs is a boolean and top_logprobs a count (0..20).
+// Completions: logprobs is the count of alternatives (0..5).
+std::optional<ApiError> read_logprobs(const FieldReader& f, bool chat, GenerateOptions& o) {
+  if (!chat) {
+    if (!f.find("logprobs")) return std::nullopt;
+    if (auto e = f.integer<int>("logprobs", 0, 5, &o.top_logprobs)) return e;
+    o.logprobs = true;
+    return std::nullopt;
+  }
+  if (auto e = f.boolean("logprobs", &o.logprobs)) return e;
+  if (!f.find("top_logprobs")) return std::nullopt;
+  if (auto e = f.integer<int>("top_logprobs", 0, 20, &o.top_logprobs)) return e;
+  if (!o.logprobs) return f.error("top_logprobs", "needs 'logprobs': true");
+  return std::nullopt;
+}
+
+// OpenAI refuses stream_options on a request that does not stream.
+std::optional<ApiError> read_stream(const FieldReader& f, ParsedRequest& r) {
+  if (auto e = f.boolean("stream", &r.stream)) return e;
+  const json* so = f.find("stream_options");
+  if (!so) return std::nullopt;
+  if (!so->is_object()) return f.error("stream_options", "must be an object");
+  if (!r.stream) return f.error("stream_options", "is only allowed when 'stream' is true");
+  return FieldReader(*so, f.param("stream_options")).boolean("include_usage", &r.include_usage);
+}
+
+std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
+  if (auto err = r.options.sampling.validate()) return bad_request("", *err);
+  return r;
 }
 
 }  // namespace
 
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const std::string& model_id) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad("", "the request body is not valid JSON");
-  if (!j.is_object()) return bad("", "the request body must be a JSON object");
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
+                                                    const std::string& model_id) {
+  const auto parsed = read_json(body);
+  const auto object = body_object(parsed);
+  if (const auto* e = std::get_if<ApiError>(&object)) return *e;
+  const FieldReader f(*std::get<const json*>(object), "");
+  if (auto e = check_model(f, model_id)) return *e;
   ParsedRequest r;
   r.chat = chat;
   GenerateOptions& o = r.options;
-  if (j.contains("model") && !j["model"].is_null()) {
-    if (!j["model"].is_string()) return bad("model", "'model' must be a string");
-    auto m = j["model"].get<std::string>();
-    if (m != model_id && m != "default") return ApiError{404, "the model '" + m + "' does not exist", "invalid_request_error", "model"};
-  }
+  o.chat = chat;
   if (chat) {
-    if (!j.contains("messages") || !j["messages"].is_array()) return bad("messages", "'messages' must be an array");
-    if (j["messages"].empty()) return bad("messages", "'messages' must not be empty");
-    for (const auto& m : j["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return bad("messages", "each message needs a string 'role'");
-      std::string role = m["role"];
-      if (role != "system" && role != "user" && role != "assistant") return bad("messages", "unknown role '" + role + "'");
-      std::string content;
-      if (m.contains("content") && m["content"].is_string()) {
-        content = m["content"];
-      } else if (m.contains("content") && m["content"].is_array()) {  // [{type: text, text: ...}]
-        for (const auto& part : m["content"]) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-            return bad("messages", "only text content parts are supported");
-          content += part["text"].get<std::string>();
-        }
-      } else {
-        return bad("messages", "each message needs string 'content'");
-      }
-      o.messages.push_back({role, content});
-    }
-  } else {
-    o.chat = false;
-    const json* p = j.contains("prompt") ? &j["prompt"] : nullptr;
-    if (p && p->is_string()) {
-      o.prompt = *p;
-    } else if (p && p->is_array() && !p->empty() && p->size() <= (1u << 20)) {  // token ids
-      for (const auto& t : *p) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
-          return bad("prompt", "a token-id 'prompt' must hold non-negative integers");
-        }
-        o.input_ids.push_back(t.get<int32_t>());
-      }
-    } else {
-      return bad("prompt", "'prompt' must be a string or a non-empty list of token ids");
-    }
+    if (auto e = read_messages(f, o.messages)) return *e;
+  } else if (const json* p = f.find("prompt"); p && p->is_string()) {
+    o.prompt = p->get_ref<const std::string&>();
+  } else if (auto e = read_token_ids(f, "prompt", o.input_ids)) {
+    return bad_request(
+        e->param, "'prompt' must be a string or a non-empty list of at most 1048576 token ids");
   }
-  double v = 0;
-  int64_t n = 0;
-  o.sampling.temperature = 1.0f;
-  if (auto e = number(j, "temperature", 0, 2, &v)) return *e;
-  if (j.contains("temperature") && !j["temperature"].is_null()) o.sampling.temperature = static_cast<float>(v);
-  if (auto e = number(j, "top_p", 1e-9, 1, &v)) return *e;
-  if (j.contains("top_p") && !j["top_p"].is_null()) o.sampling.top_p = static_cast<float>(v);
-  if (auto e = integer(j, "top_k", -1, 1 << 20, &n)) return *e;
-  if (j.contains("top_k") && !j["top_k"].is_null()) o.sampling.top_k = static_cast<int32_t>(n);
-  if (auto e = number(j, "min_p", 0, 1, &v)) return *e;
-  if (j.contains("min_p") && !j["min_p"].is_null()) o.sampling.min_p = static_cast<float>(v);
-  if (auto e = number(j, "frequency_penalty", -2, 2, &v)) return *e;
-  if (j.contains("frequency_penalty") && !j["frequency_penalty"].is_null()) o.sampling.frequency_penalty = static_cast<float>(v);
-  if (auto e = number(j, "presence_penalty", -2, 2, &v)) return *e;
-  if (j.contains("presence_penalty") && !j["presence_penalty"].is_null()) o.sampling.presence_penalty = static_cast<float>(v);
-  if (auto e = number(j, "repetition_penalty", 1e-3, 10, &v)) return *e;
-  if (j.contains("repetition_penalty") && !j["repetition_penalty"].is_null()) o.sampling.repetition_penalty = static_cast<float>(v);
-  if (auto e = integer(j, "seed", 0, INT64_MAX, &n)) return *e;
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    o.sampling.seed = static_cast<uint64_t>(n);
-    o.sampling.has_seed = true;
-  }
-  o.max_new_tokens = 256;
-  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (auto e = integer(j, key, 1, 1 << 20, &n)) return *e;
-    if (j.contains(key) && !j[key].is_null()) o.max_new_tokens = static_cast<int32_t>(n);
-  }
-  if (auto e = integer(j, "n", 1, 16, &n)) return *e;
-  if (j.contains("n") && !j["n"].is_null()) r.n = static_cast<int>(n);
-  // Chat: logprobs is a boolean and top_logprobs a count (0..20).
-  // Completions: logprobs is the count of alternatives (0..5).
-  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
-    if (chat) {
-      if (!j["logprobs"].is_boolean()) return bad("logprobs", "'logprobs' must be a boolean");
-      o.logprobs = j["logprobs"];
-    } else {
-      if (auto e = integer(j, "logprobs", 0, 5, &n)) return *e;
-      o.logprobs = true;
-      o.top_logprobs = static_cast<int>(n);
-    }
-  }
-  if (chat && j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
-    if (auto e = integer(j, "top_logprobs", 0, 20, &n)) return *e;
-    if (!o.logprobs) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    o.top_logprobs = static_cast<int>(n);
-  }
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    const auto& s = j["stop"];
-    if (s.is_string()) {
-      o.stop.push_back(s);
-    } else if (s.is_array() && s.size() <= 16) {
-      for (const auto& x : s) {
-        if (!x.is_string()) return bad("stop", "'stop' must be a string or a list of strings");
-        o.stop.push_back(x);
-      }
-    } else {
-      return bad("stop", "'stop' must be a string or a list of at most 16 strings");
-    }
-  }
-  // vLLM / SGLang extension: keep generating past end-of-sequence (benchmarks).
-  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
-    if (!j["ignore_eos"].is_boolean()) return bad("ignore_eos", "'ignore_eos' must be a boolean");
-    o.ignore_eos = j["ignore_eos"];
-  }
-  if (j.contains("stream") && !j["stream"].is_null()) {
-    if (!j["stream"].is_boolean()) return bad("stream", "'stream' must be a boolean");
-    r.stream = j["stream"];
-  }
-  if (j.contains("stream_options") && j["stream_options"].is_object()) {
-    r.include_usage = j["stream_options"].value("include_usage", false);
-  }
-  if (auto err = o.sampling.validate()) return bad("", *err);
-  return r;
+  if (auto e = read_sampling_fields(f, SamplingDialect::openai, o, r.n)) return *e;
+  if (auto e = read_logprobs(f, chat, o)) return *e;
+  if (auto e = read_stream(f, r)) return *e;
+  return checked(std::move(r));
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body,
+                                                             const std::string& model_id) {
+  const auto parsed = read_json(body);
+  const auto object = body_object(parsed);
+  if (const auto* e = std::get_if<ApiError>(&object)) return *e;
+  const FieldReader f(*std::get<const json*>(object), "");
+  if (auto e = check_model(f, model_id)) return *e;
+  ParsedRequest r;
+  r.chat = false;
+  GenerateOptions& o = r.options;
+  o.chat = false;
+  const json* text = f.find("text");
+  if ((text != nullptr) == (f.find("input_ids") != nullptr)) {
+    return bad_request("text",
+                       "/generate needs exactly one of a string 'text' and a list 'input_ids'");
+  }
+  if (text) {
+    if (auto e = f.string("text", &o.prompt)) return *e;
+  } else if (auto e = read_token_ids(f, "input_ids", o.input_ids)) {
+    return *e;
+  }
+  if (const json* sp = f.find("sampling_params")) {
+    if (!sp->is_object()) return f.error("sampling_params", "must be an object");
+    if (auto e = read_sampling_fields(FieldReader(*sp, "sampling_params"), SamplingDialect::sglang,
+                                      o, r.n))
+      return *e;
+  }
+  if (auto e = f.boolean("stream", &r.stream)) return *e;
+  return checked(std::move(r));
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 namespace {
 
@@ -192,9 +216,13 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
     for (const auto& t : tokens) {
       json top = json::array();
       for (const auto& alt : t.top) {
-        top.push_back({{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt.piece)}});
+        top.push_back(
+            {{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt.piece)}});
       }
-      content.push_back({{"token", t.piece}, {"logprob", t.logprob}, {"bytes", bytes_of(t.piece)}, {"top_logprobs", top}});
+      content.push_back({{"token", t.piece},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes_of(t.piece)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
@@ -209,11 +237,13 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
     offsets.push_back(offset);
     offset += t.piece.size();
   }
-  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {
+      {"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json completion_response(const std::string& id, const std::string& model, bool chat, const std::vector<ChoiceResult>& choices,
-                         bool with_logprobs, int64_t created) {
+json completion_response(const std::string& id, const std::string& model, bool chat,
+                         const std::vector<ChoiceResult>& choices, bool with_logprobs,
+                         int64_t created) {
   json out_choices = json::array();
   int32_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -240,8 +270,9 @@ json completion_response(const std::string& id, const std::string& model, bool c
             {"total_tokens", prompt_tokens + completion_tokens}}}};
 }
 
-std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index, const std::string& text,
-                         const std::optional<FinishReason>& finish, int64_t created, bool first, const json& logprobs) {
+std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index,
+                         const std::string& text, const std::optional<FinishReason>& finish,
+                         int64_t created, bool first, const json& logprobs) {
   json choice = {{"index", index}, {"logprobs", logprobs}};
   choice["finish_reason"] = finish ? json(finish_reason_text(*finish)) : json(nullptr);
   if (chat) {
@@ -260,8 +291,23 @@ std::string stream_chunk(const std::string& id, const std::string& model, bool c
   return "data: " + dump(chunk) + "\n\n";
 }
 
-std::string usage_chunk(const std::string& id, const std::string& model, bool chat, int32_t prompt_tokens,
-                        int32_t completion_tokens, int64_t created) {
+json generate_response(const ChoiceResult& c) {
+  return {{"text", c.text},
+          {"meta_info",
+           {{"finish_reason", finish_reason_text(c.last.finish)},
+            {"prompt_tokens", c.last.prompt_tokens},
+            {"completion_tokens", c.last.completion_tokens}}}};
+}
+
+json generate_response(const std::vector<ChoiceResult>& choices) {
+  if (choices.size() == 1) return generate_response(choices[0]);
+  json out = json::array();
+  for (const ChoiceResult& c : choices) out.push_back(generate_response(c));
+  return out;
+}
+
+std::string usage_chunk(const std::string& id, const std::string& model, bool chat,
+                        int32_t prompt_tokens, int32_t completion_tokens, int64_t created) {
   json chunk = {{"id", id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},

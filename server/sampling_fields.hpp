@@ -1,0 +1,32 @@
+#pragma once
+// The generation fields the OpenAI routes take at the top level of the body
+// and SGLang's /generate takes inside "sampling_params": one table, so both
+// routes type- and range-check them alike.
+
+#include <optional>
+
+#include "actors/engine.hpp"
+#include "server/json_reader.hpp"
+
+namespace actorlm::api {
+
+// The two spellings differ only in the name of the output-length field:
+// OpenAI's "max_tokens" (or the newer "max_completion_tokens"; the later
+// one read wins) and SGLang's "max_new_tokens".
+enum class SamplingDialect { openai, sglang };
+
+// Reads temperature, top_p, top_k, min_p, frequency_penalty,
+// presence_penalty, repetition_penalty, seed, n, the output length, stop and
+// ignore_eos into `o` and `n` (fields left out keep their values). Ranges:
+//   temperature [0, 2]; top_p (0, 1]; top_k [-1, 2^20] (-1 and 0 disable);
+//   min_p [0, 1]; frequency/presence_penalty [-2, 2];
+//   repetition_penalty [0.001, 10]; max tokens [1, 2^20]; n [1, 16];
+//   stop: a string or a list of at most 16 strings;
+//   seed: any integer in [0, 2^64 - 1], so every seed of the sampler's
+//   64-bit RNG can be asked for (OpenAI's own range is int64; negative seeds
+//   are refused rather than folded onto large ones).
+// Integer fields take JSON integers only: 5.0, 5e0 and "5" are refused.
+std::optional<ApiError> read_sampling_fields(const FieldReader& fields, SamplingDialect dialect,
+                                             GenerateOptions& o, int& n);
+
+}  // namespace actorlm::api
