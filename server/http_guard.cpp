@@ -103,12 +103,4 @@ bool is_json_media_type(std::string_view ct) {
   return equal_nocase(type, "application/json");
 }
 
-std::string excerpt(std::string_view text, size_t limit) {
-  if (text.size() <= limit) return std::string(text);
-  size_t cut = limit;
-  // Step back over continuation bytes so a character is never split.
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut)) + "...";
-}
-
 }  // namespace actorlm::http

@@ -38,8 +38,4 @@ std::optional<std::string_view> route_path(std::string_view target);
 // Whether a Content-Type names JSON ("application/json", any parameters).
 bool is_json_media_type(std::string_view content_type);
 
-// At most `limit` bytes of client text for an error message, never cutting
-// a UTF-8 character, with "..." when shortened.
-std::string excerpt(std::string_view text, size_t limit = 64);
-
 }  // namespace actorlm::http
