@@ -58,6 +58,10 @@ int node_command(int argc, char** argv, int first) {
                  nc.role.c_str(), nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
                  static_cast<long long>(node.kv_tokens()), nc.security.secret.empty() ? "no secret" : "shared secret",
                  nc.host.c_str(), node.port());
+    if (node.middleman_port() != node.port()) {
+      std::fprintf(stderr, "actorlm node: middleman behind the gate on 127.0.0.1:%u (--max-message-bytes %llu)\n",
+                   node.middleman_port(), static_cast<unsigned long long>(nc.security.max_message_bytes));
+    }
     while (!stop_requested) ::usleep(100 * 1000);
     std::fprintf(stderr, "actorlm node: stopping\n");
   }
