@@ -1,10 +1,7 @@
 #include "actors/tcp_gate.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,6 +19,7 @@
 #include <vector>
 
 #include "actors/basp_frame_meter.hpp"
+#include "actors/tcp_socket.hpp"
 
 namespace actorlm {
 namespace {
@@ -65,57 +63,6 @@ struct Conn {
   bool close_when_sent = false;  // a refusal: say why, then close
   bool dead = false;
 };
-
-void set_socket_options(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-std::string peer_name(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  char host[NI_MAXHOST], serv[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "?";
-  }
-  return std::string(host) + ":" + serv;
-}
-
-// A nonblocking socket connecting (or bound, listening) to host:port; -1 and `error` on failure.
-int open_socket(const std::string& host, uint16_t port, bool listen, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (listen ? AI_PASSIVE : 0);
-  addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
-    error = host + ": " + ::gai_strerror(rc);
-    return -1;
-  }
-  int fd = -1;
-  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    bool ok;
-    if (listen) {
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      ok = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0;
-    } else {
-      ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS;
-    }
-    if (!ok) {
-      error = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(found);
-  if (fd >= 0) set_socket_options(fd);
-  return fd;
-}
 
 }  // namespace
 
@@ -277,6 +224,11 @@ struct TcpGate::Impl {
       if (unauthenticated >= config.max_unauthenticated) {
         log("closed a connection from " + peer_name(fd) + ": " + std::to_string(unauthenticated) +
             " connections are already authenticating");
+        ::close(fd);
+        continue;
+      }
+      if (!acceptor() && !peer_is_this_process(fd)) {
+        log("closed a connection from " + peer_name(fd) + ": only this process may dial through its gate");
         ::close(fd);
         continue;
       }

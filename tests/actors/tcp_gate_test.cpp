@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -83,6 +84,27 @@ TEST_CASE("Gates with the same secret relay both ways, a wrong secret is refused
     CHECK(std::memcmp(msg, back, sizeof msg) == 0);
     CHECK(dialer.last_failure().empty());
     ::close(s);
+  }
+  SECTION("a head's gate relays for its own process only") {
+    TcpGate dialer(gate(GateSide::dialer, "s3cret", acceptor.port()));
+    const uint16_t port = dialer.port();
+    pid_t child = ::fork();
+    if (child == 0) {  // another process: closed at once, nothing relayed
+      int s = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(port);
+      char b;
+      bool closed = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::send(s, "x", 1, MSG_NOSIGNAL) >= 0 &&
+                    ::recv(s, &b, 1, 0) <= 0;
+      ::_exit(closed ? 0 : 1);
+    }
+    int status = -1;
+    ::waitpid(child, &status, 0);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    int unblock = dial(echo_port);
+    ::close(unblock);
   }
   SECTION("wrong secret") {
     TcpGate dialer(gate(GateSide::dialer, "guess", acceptor.port()));
