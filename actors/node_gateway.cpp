@@ -258,7 +258,11 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
           why = "a join without the head's nonce (cluster protocol " + std::to_string(cluster_protocol) + " needs one)";
         } else if (s.welcome.empty()) {
           why = "the node is still starting";
-        } else if (s.worker && !s.heads.empty() && !s.heads.count(from)) {
+        } else if (s.heads.count(from)) {
+          // A join names its sender, and that is a claim: a second join for
+          // an actor that has a session would let a peer replace it.
+          why = "this head has joined already";
+        } else if (s.worker && !s.heads.empty()) {
           why = "this worker node is driven by " + s.heads.begin()->second.name + " already";
         }
         if (challenge != s.challenges.end()) s.challenges.erase(challenge);  // one join per nonce

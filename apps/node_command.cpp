@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <csignal>
+#include <string>
 #include <cstdio>
 #include <unistd.h>
 
@@ -61,8 +62,10 @@ int node_command(int argc, char** argv, int first) {
                  static_cast<long long>(node.kv_tokens()), nc.security.secret.empty() ? "no secret" : "shared secret",
                  nc.host.c_str(), node.port());
     if (node.middleman_port() != node.port()) {
-      std::fprintf(stderr, "actorlm node: middleman behind the gate on 127.0.0.1:%u (--max-message-bytes %llu)\n",
-                   node.middleman_port(), static_cast<unsigned long long>(nc.security.max_message_bytes));
+      const std::string bound = nc.security.tls() ? "TLS frames are not metered"
+                                                  : "--max-message-bytes " + std::to_string(nc.security.max_message_bytes);
+      std::fprintf(stderr, "actorlm node: middleman behind the gate on 127.0.0.1:%u (%s)\n", node.middleman_port(),
+                   bound.c_str());
     }
     while (!stop_requested) ::usleep(100 * 1000);
     std::fprintf(stderr, "actorlm node: stopping\n");
