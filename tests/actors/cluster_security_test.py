@@ -182,6 +182,10 @@ def check_replay(node):
         after = nodes(h.port)[address]
         assert after["alive"], after
         assert after["prompt_tokens"] == prompts, f"the replay ran a request on the node: {prompts} -> {after}"
+        if middleman:
+            # Past the gate it was the seal that refused the requests, not CAF.
+            assert any("forged or replayed" in line for line in node.lines), node.lines[-8:]
+        assert any("refused a head: the shared secret does not match" in line for line in node.lines), node.lines[-8:]
         # The measure works: a real request from the real head is counted.
         code, body = complete(h.port, "The capital of France is", max_tokens=8)
         assert code == 200 and "Paris" in body["choices"][0]["text"], body
