@@ -20,6 +20,10 @@ struct RemoteSecurity {
   std::string tls_cert, tls_key, tls_ca;  // PEM files
   std::string secret;
   bool allow_plain_remote = false;
+  // With a secret and no TLS, the gates refuse a connection whose peer
+  // announces a CAF (BASP) message above this: the largest FlatBuffers
+  // message (msg::max_message_bytes, 64 MiB) plus room for CAF's framing.
+  uint64_t max_message_bytes = 65ull << 20;
 
   bool tls() const { return !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty(); }
   // Empty when usable, else what is missing or wrong ("TLS needs ...").

@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 
 #include <filesystem>
+#include <string>
 #include <stdexcept>
 
 namespace actorlm {
@@ -13,17 +14,7 @@ namespace {
 
 constexpr char join_label[] = "actorlm-join";
 
-}  // namespace
-
-std::vector<uint8_t> make_nonce() {
-  std::vector<uint8_t> nonce(32);
-  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) throw std::runtime_error("OpenSSL RAND_bytes failed");
-  return nonce;
-}
-
-std::vector<uint8_t> join_proof(const std::string& secret, const std::vector<uint8_t>& nonce) {
-  std::vector<uint8_t> data(join_label, join_label + sizeof(join_label) - 1);
-  data.insert(data.end(), nonce.begin(), nonce.end());
+std::vector<uint8_t> hmac(const std::string& secret, const std::vector<uint8_t>& data) {
   std::vector<uint8_t> out(EVP_MAX_MD_SIZE);
   unsigned len = 0;
   // An empty key is valid HMAC input: with TLS alone both sides use "".
@@ -36,9 +27,42 @@ std::vector<uint8_t> join_proof(const std::string& secret, const std::vector<uin
   return out;
 }
 
+}  // namespace
+
+std::vector<uint8_t> make_nonce() {
+  std::vector<uint8_t> nonce(32);
+  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) throw std::runtime_error("OpenSSL RAND_bytes failed");
+  return nonce;
+}
+
+std::vector<uint8_t> join_proof(const std::string& secret, const std::vector<uint8_t>& nonce) {
+  return labelled_mac(secret, join_label, {&nonce});
+}
+
+std::vector<uint8_t> labelled_mac(const std::string& key, const char* label,
+                                  std::initializer_list<const std::vector<uint8_t>*> parts) {
+  std::vector<uint8_t> data(label, label + std::char_traits<char>::length(label));
+  for (const auto* p : parts) data.insert(data.end(), p->begin(), p->end());
+  return hmac(key, data);
+}
+
+std::vector<uint8_t> session_key(const std::string& secret, const std::vector<uint8_t>& node_nonce,
+                                 const std::vector<uint8_t>& head_nonce) {
+  return labelled_mac(secret, "actorlm-session", {&node_nonce, &head_nonce});
+}
+
+std::vector<uint8_t> gate_proof(const std::string& secret, GateSide side, const std::vector<uint8_t>& dialer_nonce,
+                                const std::vector<uint8_t>& acceptor_nonce) {
+  const char* label = side == GateSide::dialer ? "actorlm-gate-dialer" : "actorlm-gate-acceptor";
+  return labelled_mac(secret, label, {&dialer_nonce, &acceptor_nonce});
+}
+
+bool macs_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  return a.size() == b.size() && !a.empty() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
 bool proof_matches(const std::string& secret, const std::vector<uint8_t>& nonce, const std::vector<uint8_t>& proof) {
-  std::vector<uint8_t> expected = join_proof(secret, nonce);
-  return proof.size() == expected.size() && CRYPTO_memcmp(proof.data(), expected.data(), expected.size()) == 0;
+  return macs_equal(join_proof(secret, nonce), proof);
 }
 
 uint64_t tokenizer_digest(const Tokenizer& tok) {

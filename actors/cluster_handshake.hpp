@@ -2,12 +2,21 @@
 // The join handshake between a head and a worker node, both sides:
 //   head -> node  NodeHello
 //   node -> head  NodeChallenge (32 random bytes)
-//   head -> node  NodeJoin (HMAC-SHA256 of the nonce under the shared secret)
+//   head -> node  NodeJoin (HMAC-SHA256 of the nonce under the shared secret,
+//                 and the head's own fresh nonce)
 //   node -> head  NodeWelcome (accepted, or why not; what the node serves)
-// The secret never travels. A nonce is good for one join from the node that
-// asked for it, so a recorded join cannot be replayed.
+// The secret never travels. A nonce is good for one join, so a recorded join
+// cannot be replayed. Both nonces give the join a session key
+// (session_key()); every request the head sends afterwards is sealed with it
+// (actors/request_session.hpp), so requests are bound to that join and not to
+// the CAF identity a peer claims.
+//
+// Beneath it, with a shared secret, a node's port is a gate (actors/tcp_gate.hpp)
+// that authenticates each TCP connection before CAF sees a byte of it; its
+// proofs are gate_proof().
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -16,12 +25,29 @@
 
 namespace actorlm {
 
-inline constexpr uint32_t cluster_protocol = 1;
+inline constexpr uint32_t cluster_protocol = 2;  // 2: joins carry a head nonce, requests are sealed
+inline constexpr size_t nonce_bytes = 32;
+inline constexpr size_t proof_bytes = 32;  // HMAC-SHA256
 
 std::vector<uint8_t> make_nonce();  // 32 bytes from OpenSSL's CSPRNG
 std::vector<uint8_t> join_proof(const std::string& secret, const std::vector<uint8_t>& nonce);
 // Constant-time comparison against the expected proof.
 bool proof_matches(const std::string& secret, const std::vector<uint8_t>& nonce, const std::vector<uint8_t>& proof);
+// Constant-time equality of two MACs (false when the sizes differ).
+bool macs_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
+
+// HMAC-SHA256 under `key` of `label` followed by every part, in order.
+std::vector<uint8_t> labelled_mac(const std::string& key, const char* label,
+                                  std::initializer_list<const std::vector<uint8_t>*> parts);
+// The key that seals one joined head's requests to one node.
+std::vector<uint8_t> session_key(const std::string& secret, const std::vector<uint8_t>& node_nonce,
+                                 const std::vector<uint8_t>& head_nonce);
+// A gate's proof that one side of a TCP connection knows the secret. Each
+// side proves over both sides' fresh nonces, under its own label, so neither a
+// recorded proof nor the peer's own proof reflected back is accepted.
+enum class GateSide : uint8_t { dialer, acceptor };
+std::vector<uint8_t> gate_proof(const std::string& secret, GateSide side, const std::vector<uint8_t>& dialer_nonce,
+                                const std::vector<uint8_t>& acceptor_nonce);
 
 // A fingerprint of a vocabulary (every token's text and type, in order): a
 // head and a node must tokenize identically for token ids to mean the same.

@@ -99,7 +99,7 @@ void Engine::Impl::start_remote_worker(const EngineConfig& config) {
   const ClusterConfig& cluster = config.cluster;
   std::string head_name = prepare_head(config);
   const auto timeout = std::chrono::milliseconds(std::max<int64_t>(1000, static_cast<int64_t>(cluster.connect_timeout_s * 1000)));
-  caf::actor link = spawn_worker_link(system, cluster.remote_worker, cluster.security.secret, head_name, timeout);
+  caf::actor link = spawn_worker_link(system, cluster.remote_worker, cluster.security, head_name, timeout);
   fb::NodeWelcomeT w;
   std::string why;
   caf::scoped_actor self{system};

@@ -15,6 +15,9 @@ namespace actorlm {
 struct Node::Impl {
   caf::actor_system& system;
   caf::actor gateway;
+  uint64_t gateway_stop_token = 0;  // the gateway stops on this and on nothing a peer can send
+  std::unique_ptr<TcpGate> gate;   // with a secret: the public port; the middleman listens behind it
+  uint16_t middleman_port = 0;
   std::optional<EngineCore> core;  // an engine node
   caf::actor worker;               // a worker node
   std::string device;
@@ -22,7 +25,8 @@ struct Node::Impl {
   uint16_t port = 0;
 };
 
-Node::Node(caf::actor_system& system, NodeConfig config) : impl_(std::make_unique<Impl>(Impl{system, {}, {}, {}, {}, 0, 0})) {
+Node::Node(caf::actor_system& system, NodeConfig config)
+    : impl_(std::make_unique<Impl>(Impl{system, {}, 0, nullptr, 0, {}, {}, {}, 0, 0})) {
   auto& m = *impl_;
   if (!system.has_middleman()) throw std::invalid_argument("a node needs the middleman: call configure_remote() first");
   if (config.security.tls() && !system.has_openssl_manager()) {
@@ -31,7 +35,8 @@ Node::Node(caf::actor_system& system, NodeConfig config) : impl_(std::make_uniqu
   if (std::string bad = config.security.check(config.host); !bad.empty()) throw std::invalid_argument(bad);
   if (config.role != "engine" && config.role != "worker") throw std::invalid_argument("node role must be engine or worker");
   auto tok = load_tokenizer(config.engine.model_path);
-  m.gateway = spawn_node_gateway(system, config.security.secret);
+  for (uint8_t b : make_nonce()) m.gateway_stop_token = (m.gateway_stop_token << 8) | b;
+  m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token);
   caf::actor target;
   fb::NodeWelcomeT w;
   ModelConfig model;
@@ -64,7 +69,24 @@ Node::Node(caf::actor_system& system, NodeConfig config) : impl_(std::make_uniqu
   w.tokenizer_digest = described.tokenizer_digest;
   w.kv_tokens = m.kv_tokens;
   w.device = m.device;
-  m.port = publish_actor(system, m.gateway, config.host, config.port);
+  if (config.security.secret.empty()) {
+    m.port = m.middleman_port = publish_actor(system, m.gateway, config.host, config.port);
+  } else {
+    // The middleman takes only what the gate let through: it listens on
+    // loopback, and the public port is the gate's (actors/tcp_gate.hpp).
+    m.middleman_port = publish_actor(system, m.gateway, "127.0.0.1", 0);
+    GateConfig g;
+    g.side = GateSide::acceptor;
+    g.secret = config.security.secret;
+    g.listen_host = config.host;
+    g.listen_port = config.port;
+    g.target_host = "127.0.0.1";
+    g.target_port = m.middleman_port;
+    g.max_frame_payload = config.security.tls() ? 0 : config.security.max_message_bytes;
+    g.label = "node gate";
+    m.gate = std::make_unique<TcpGate>(std::move(g));
+    m.port = m.gate->port();
+  }
   // From an actor of this process: the gateway takes its scheduler (or
   // worker) from no one else. Heads that join before this are told the node
   // is starting.
@@ -75,13 +97,15 @@ Node::Node(caf::actor_system& system, NodeConfig config) : impl_(std::make_uniqu
 
 Node::~Node() {
   auto& m = *impl_;
-  if (m.port) (void)m.system.middleman().unpublish(m.gateway, m.port);
+  m.gate.reset();
+  if (m.middleman_port) (void)m.system.middleman().unpublish(m.gateway, m.middleman_port);
   if (m.core) stop_engine_core(*m.core);
   if (m.worker) caf::anon_send_exit(m.worker, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(m.gateway, caf::exit_reason::user_shutdown);
+  caf::anon_send(m.gateway, shutdown_atom::value, m.gateway_stop_token);
 }
 
 uint16_t Node::port() const { return impl_->port; }
+uint16_t Node::middleman_port() const { return impl_->middleman_port; }
 const std::string& Node::device() const { return impl_->device; }
 int64_t Node::kv_tokens() const { return impl_->kv_tokens; }
 caf::actor Node::gateway() const { return impl_->gateway; }

@@ -35,7 +35,10 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  uint16_t port() const;
+  uint16_t port() const;  // the public port: the gate's when there is a secret
+  // Where the middleman listens: port() without a secret, else an ephemeral
+  // loopback port behind the gate.
+  uint16_t middleman_port() const;
   const std::string& device() const;
   int64_t kv_tokens() const;
   caf::actor gateway() const;

@@ -3,7 +3,9 @@
 #include <caf/all.hpp>
 #include <cstdio>
 #include <map>
+#include <set>
 
+#include "actors/request_session.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
@@ -19,6 +21,11 @@ struct Head {
   caf::actor router;
   std::string name;
   size_t requests = 0;
+  RequestSession session;  // opens this head's sealed requests
+  // Names this head in the message its proxy's attached functor sends when
+  // the connection goes. Random and never sent anywhere, so no peer can
+  // claim a head went away.
+  uint64_t gone_token = 0;
 };
 
 struct Route {
@@ -33,7 +40,10 @@ struct GatewayState {
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   int32_t vocab_size = 0;
-  std::map<caf::actor_addr, std::vector<uint8_t>> challenges;  // nonce per peer that said hello
+  // Nonces handed out by hello and not yet used by a join. Keyed by the
+  // nonce, not by the sender a peer claims, so no one can replace another
+  // head's challenge.
+  std::set<std::vector<uint8_t>> challenges;
   std::map<caf::actor_addr, Head> heads;                       // joined
   std::map<uint64_t, Route> routes;                            // by node-local id
   std::map<std::pair<caf::actor_addr, uint64_t>, uint64_t> local_ids;
@@ -50,12 +60,31 @@ bool from_this_process(Self* self) {
   return s && s->node() == self->node();
 }
 
-// The joined head that sent the current message, or nullptr (logged).
-Head* joined_sender(Self* self, const char* what) {
+// The joined head that sent the current message, when `in` is sealed with
+// that head's session key under a new sequence number: the sender CAF names
+// is only a claim, the seal proves it. `payload` is then the opened message.
+// Else nullptr (logged).
+Head* sealed_sender(Self* self, RequestKind kind, const WireMessage& in, std::vector<uint8_t>& payload, const char* what) {
   auto it = self->state.heads.find(sender_of(self));
-  if (it != self->state.heads.end()) return &it->second;
-  std::fprintf(stderr, "actorlm %s: dropped %s from a peer that has not joined\n", self->state.label.c_str(), what);
-  return nullptr;
+  if (it == self->state.heads.end()) {
+    std::fprintf(stderr, "actorlm %s: dropped %s from a peer that has not joined\n", self->state.label.c_str(), what);
+    return nullptr;
+  }
+  auto opened = it->second.session.open(kind, in.bytes);
+  if (!opened) {
+    std::fprintf(stderr, "actorlm %s: dropped %s not sealed by the session of head %s (forged or replayed)\n",
+                 self->state.label.c_str(), what, it->second.name.c_str());
+    return nullptr;
+  }
+  payload = std::move(*opened);
+  return &it->second;
+}
+
+uint64_t random_token() {
+  std::vector<uint8_t> r = make_nonce();
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i) t = (t << 8) | r[static_cast<size_t>(i)];
+  return t;
 }
 
 std::vector<uint8_t> refusal(const std::string& why) {
@@ -74,9 +103,10 @@ void forget(GatewayState& s, uint64_t local_id) {
   s.routes.erase(it);
 }
 
-void on_generate(Self* self, const WireMessage& in) {
+void on_generate(Self* self, const WireMessage& sealed) {
   auto& s = self->state;
-  Head* head = joined_sender(self, "a request");
+  WireMessage in;
+  Head* head = sealed_sender(self, RequestKind::generate, sealed, in.bytes, "a request");
   if (!head) return;
   if (!s.scheduler) {
     std::fprintf(stderr, "actorlm %s: dropped a request: a worker node takes forward batches only\n", s.label.c_str());
@@ -108,9 +138,11 @@ void on_generate(Self* self, const WireMessage& in) {
 
 // An Abort (or stop) from a head, with its ids made node-local.
 template <class Atom>
-void on_cancel(Self* self, Atom atom, const WireMessage& in) {
+void on_cancel(Self* self, Atom atom, const WireMessage& sealed) {
   auto& s = self->state;
-  if (!joined_sender(self, "an abort")) return;
+  constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
+  WireMessage in;
+  if (!sealed_sender(self, kind, sealed, in.bytes, "an abort")) return;
   std::string error;
   auto a = msg::unpack<fb::Abort>(in.bytes, &error);
   if (!a) {
@@ -154,10 +186,12 @@ void on_stream(Self* self, const WireMessage& in) {
   }
 }
 
-void drop_head(Self* self, const caf::actor_addr& addr, const std::string& why) {
+void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
   auto& s = self->state;
-  auto head = s.heads.find(addr);
-  if (head == s.heads.end()) return;
+  auto head = s.heads.begin();
+  while (head != s.heads.end() && head->second.gone_token != gone_token) ++head;
+  if (head == s.heads.end()) return;  // an earlier join of a head that joined again, or a guess
+  const caf::actor_addr addr = head->first;
   fb::AbortT abort;
   for (const auto& [local, route] : s.routes) {
     if (route.head == addr) abort.request_ids.push_back(local);
@@ -172,22 +206,16 @@ void drop_head(Self* self, const caf::actor_addr& addr, const std::string& why) 
   s.heads.erase(head);
 }
 
-caf::behavior gateway(Self* self, std::string secret) {
+caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
   self->state.secret = std::move(secret);
   self->state.label = "node";
-  self->set_down_handler([self](caf::down_msg& dm) { drop_head(self, dm.source, self->system().render(dm.reason)); });
-  // Exit messages from other processes (a peer linking to the gateway, or
-  // sending it an exit) are ignored: only this process may stop it.
-  self->set_exit_handler([self](caf::exit_msg& m) {
-    if (m.source && m.source.node() == self->node()) {
-      self->quit(m.reason);
-    } else {
-      std::fprintf(stderr, "actorlm %s: ignored an exit message from another process\n", self->state.label.c_str());
-    }
-  });
   return {
+      [self, stop_token](shutdown_atom, uint64_t token) {
+        if (token == stop_token) self->quit(caf::exit_reason::user_shutdown);
+      },
       [self](attach_atom, const caf::actor& target, const WireMessage& welcome, const std::string& label) {
-        if (!from_this_process(self)) return;
+        // Once, from this process: what a node serves is not a peer's to change.
+        if (!from_this_process(self) || !self->state.welcome.empty()) return;
         self->state.label = label;
         auto w = msg::open<fb::NodeWelcome>(welcome.bytes);
         if (!w) return;
@@ -204,28 +232,36 @@ caf::behavior gateway(Self* self, std::string secret) {
           return {refusal("cluster protocol " + std::to_string(hello.message->protocol()) + " is not this node's " +
                           std::to_string(cluster_protocol))};
         }
+        // Full: drop one at random-ish (nonces are random), so a flood cannot
+        // pin the set and a real head's challenge most likely survives it.
         if (s.challenges.size() >= max_pending_challenges) s.challenges.erase(s.challenges.begin());
         fb::NodeChallengeT c;
         c.protocol = cluster_protocol;
         c.nonce = make_nonce();
-        s.challenges[sender_of(self)] = c.nonce;
+        s.challenges.insert(c.nonce);
         return {msg::pack(c)};
       },
       [self](join_atom, const WireMessage& in) -> WireMessage {
         auto& s = self->state;
         const caf::actor_addr from = sender_of(self);
-        auto challenge = s.challenges.find(from);
         std::string error;
         auto join = msg::unpack<fb::NodeJoin>(in.bytes, &error);
+        auto challenge = join ? s.challenges.find(join->nonce) : s.challenges.end();
         std::string why;
         if (!join) {
           why = "unreadable join: " + error;
-        } else if (challenge == s.challenges.end() || challenge->second != join->nonce) {
+        } else if (challenge == s.challenges.end()) {
           why = "join without a matching hello";
-        } else if (!proof_matches(s.secret, challenge->second, join->proof)) {
+        } else if (!proof_matches(s.secret, *challenge, join->proof)) {
           why = "the shared secret does not match";
+        } else if (join->head_nonce.size() != nonce_bytes) {
+          why = "a join without the head's nonce (cluster protocol " + std::to_string(cluster_protocol) + " needs one)";
         } else if (s.welcome.empty()) {
           why = "the node is still starting";
+        } else if (s.heads.count(from)) {
+          // A join names its sender, and that is a claim: a second join for
+          // an actor that has a session would let a peer replace it.
+          why = "this head has joined already";
         } else if (s.worker && !s.heads.empty()) {
           why = "this worker node is driven by " + s.heads.begin()->second.name + " already";
         }
@@ -237,12 +273,22 @@ caf::behavior gateway(Self* self, std::string secret) {
         Head& head = s.heads[from];
         head.router = caf::actor_cast<caf::actor>(self->current_sender());
         head.name = join->head_name.substr(0, 200);
-        self->monitor(head.router);
+        head.session = RequestSession(session_key(s.secret, join->nonce, join->head_nonce));
+        head.gone_token = random_token();
+        // The proxy of the head's actor terminates when CAF loses the
+        // connection it came over (closed, or heartbeats missed); only then
+        // does this functor, in this process, tell the gateway.
+        head.router->attach_functor(
+            [gw = caf::actor_cast<caf::actor_addr>(self), token = head.gone_token](const caf::error& reason) {
+              if (auto to = caf::actor_cast<caf::actor>(gw)) caf::anon_send(to, head_gone_atom::value, token, reason);
+            });
         std::fprintf(stderr, "actorlm %s: head %s joined\n", s.label.c_str(), head.name.c_str());
         return {s.welcome};
       },
-      [self](forward_atom a, const WireMessage& in) -> caf::result<WireMessage> {
-        if (!joined_sender(self, "a forward batch")) return caf::sec::request_receiver_down;
+      [self](head_gone_atom, uint64_t token, const caf::error& reason) { drop_head(self, token, self->system().render(reason)); },
+      [self](forward_atom a, const WireMessage& sealed) -> caf::result<WireMessage> {
+        WireMessage in;
+        if (!sealed_sender(self, RequestKind::forward, sealed, in.bytes, "a forward batch")) return caf::sec::request_receiver_down;
         if (!self->state.worker) return caf::sec::unexpected_message;
         auto rp = self->make_response_promise<WireMessage>();
         self->request(self->state.worker, caf::infinite, a, in)
@@ -253,15 +299,17 @@ caf::behavior gateway(Self* self, std::string secret) {
       [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
-      [self](stats_atom a, const WireMessage& in) -> caf::result<WireMessage> {
-        if (!joined_sender(self, "a stats request")) return caf::sec::request_receiver_down;
+      [self](stats_atom a, const WireMessage& sealed) -> caf::result<WireMessage> {
+        WireMessage in;
+        if (!sealed_sender(self, RequestKind::stats, sealed, in.bytes, "a stats request")) return caf::sec::request_receiver_down;
         auto rp = self->make_response_promise<WireMessage>();
         self->request(self->state.scheduler, std::chrono::seconds(30), a, in)
             .then([rp](const WireMessage& m) mutable { rp.deliver(m); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
       },
-      [self](flush_atom a) -> caf::result<int64_t> {
-        if (!joined_sender(self, "a flush")) return caf::sec::request_receiver_down;
+      [self](flush_atom a, const WireMessage& sealed) -> caf::result<int64_t> {
+        WireMessage empty;
+        if (!sealed_sender(self, RequestKind::flush, sealed, empty.bytes, "a flush")) return caf::sec::request_receiver_down;
         auto rp = self->make_response_promise<int64_t>();
         self->request(self->state.scheduler, std::chrono::seconds(30), a)
             .then([rp](int64_t freed) mutable { rp.deliver(freed); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
@@ -270,10 +318,38 @@ caf::behavior gateway(Self* self, std::string secret) {
   };
 }
 
+// The gateway with its mailbox's door shut to exit and down messages. Any
+// peer can send either, naming any actor (the sender and source fields are
+// the peer's claims), and CAF acts on them before the behavior sees them:
+// an exit message with exit_reason::kill ends an actor whatever its exit
+// handler says. The gateway links to nothing, learns that heads went away
+// from functors attached to their proxies, and stops on a shutdown message
+// carrying a token only its owner holds, so it needs neither.
+class GatewayActor : public Self {
+ public:
+  GatewayActor(caf::actor_config& cfg, std::string secret, uint64_t stop_token)
+      : Self(cfg), secret_(std::move(secret)), stop_token_(stop_token) {}
+
+  caf::behavior make_behavior() override { return gateway(this, std::move(secret_), stop_token_); }
+
+  using Self::enqueue;
+  void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override {
+    if (ptr && (ptr->content().match_elements<caf::exit_msg>() || ptr->content().match_elements<caf::down_msg>())) {
+      std::fprintf(stderr, "actorlm %s: dropped an exit or down message\n", state.label.c_str());
+      return;
+    }
+    Self::enqueue(std::move(ptr), eu);
+  }
+
+ private:
+  std::string secret_;
+  uint64_t stop_token_;
+};
+
 }  // namespace
 
-caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret) {
-  return system.spawn(gateway, std::move(secret));
+caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token) {
+  return system.spawn<GatewayActor>(std::move(secret), stop_token);
 }
 
 }  // namespace actorlm

@@ -6,12 +6,15 @@
 // is split by head and sent back to the router that asked.
 //
 // Several heads may share a node, so the gateway gives every request its own
-// node-local id and keeps the (head, head's id) pair to answer with. It
-// monitors each head: when one goes away (process exit, lost connection,
-// missed heartbeats) its requests are aborted and their KV freed.
-// Everything that arrives is checked: the sender must have joined, the buffer
-// must verify, token ids must be in the vocabulary; what fails is logged and
-// dropped (or answered with an error for that request).
+// node-local id and keeps the (head, head's id) pair to answer with. When a
+// head's connection goes (process exit, lost connection, missed heartbeats)
+// its requests are aborted and their KV freed; the gateway learns it from a
+// functor attached to the head's proxy in this process, never from a message
+// a peer could send (it drops every exit and down message).
+// Everything that arrives is checked: the sender must have joined, the
+// request must be sealed with that join's session (actors/request_session.hpp),
+// the buffer must verify, token ids must be in the vocabulary; what fails is
+// logged and dropped (or answered with an error for that request).
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -25,7 +28,8 @@ namespace actorlm {
 // check). The engine that owns the gateway sends it, from this process,
 // (attach_atom, scheduler, WireMessage{NodeWelcome}, label): the scheduler
 // to feed, what the node serves, and its name in logs; heads are refused
-// until then.
-caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret);
+// until then. It stops on (shutdown_atom, stop_token) only: keep the token
+// in this process.
+caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token);
 
 }  // namespace actorlm

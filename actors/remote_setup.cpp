@@ -33,11 +33,29 @@ uint16_t publish_actor(caf::actor_system& system, const caf::actor& actor, const
   return *bound;
 }
 
-void join_node(caf::event_based_actor* self, const NodeAddress& node, const std::string& secret,
+std::unique_ptr<TcpGate> open_dial_gate(const NodeAddress& node, const RemoteSecurity& security) {
+  if (security.secret.empty()) return nullptr;
+  GateConfig g;
+  g.side = GateSide::dialer;
+  g.secret = security.secret;
+  g.target_host = node.host;
+  g.target_port = node.port;
+  g.max_frame_payload = security.tls() ? 0 : security.max_message_bytes;
+  g.label = "head gate to " + node.str();
+  return std::make_unique<TcpGate>(std::move(g));
+}
+
+void join_node(caf::event_based_actor* self, const NodeAddress& node, const TcpGate* gate, const std::string& secret,
                const std::string& head_name, std::chrono::milliseconds timeout, JoinedHandler joined,
                FailedHandler failed) {
-  auto fail = [self, failed](const caf::error& e) { failed(self->system().render(e)); };
-  self->request(dialer(self->system()), timeout, caf::connect_atom::value, node.host, node.port)
+  // CAF only sees the gate's side; the gate knows why the node refused.
+  auto fail = [self, failed, gate](const caf::error& e) {
+    std::string why = gate ? gate->last_failure() : "";
+    failed(why.empty() ? self->system().render(e) : why);
+  };
+  const std::string host = gate ? "127.0.0.1" : node.host;
+  const uint16_t port = gate ? gate->port() : node.port;
+  self->request(dialer(self->system()), timeout, caf::connect_atom::value, host, port)
       .then(
           [=](const caf::node_id&, const caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (!ptr) return failed("nothing is published on that port");
@@ -57,14 +75,16 @@ void join_node(caf::event_based_actor* self, const NodeAddress& node, const std:
                       join.nonce = challenge->nonce;
                       join.proof = join_proof(secret, challenge->nonce);
                       join.head_name = head_name;
+                      join.head_nonce = make_nonce();
+                      auto key = session_key(secret, join.nonce, join.head_nonce);
                       self->request(gateway, timeout, join_atom::value, WireMessage{msg::pack(join)})
                           .then(
-                              [=](const WireMessage& reply) {
+                              [=](const WireMessage& reply) mutable {
                                 std::string error;
                                 auto w = msg::unpack<fb::NodeWelcome>(reply.bytes, &error);
                                 if (!w) return failed("unreadable welcome: " + error);
                                 if (!w->accepted) return failed(w->error);
-                                joined(gateway, *w);
+                                joined(gateway, *w, RequestSession(std::move(key)));
                               },
                               fail);
                     },

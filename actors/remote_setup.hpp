@@ -14,6 +14,8 @@
 #include <string>
 
 #include "actors/cluster_config.hpp"
+#include "actors/request_session.hpp"
+#include "actors/tcp_gate.hpp"
 #include "messages/envelope.hpp"
 
 namespace actorlm {
@@ -29,14 +31,21 @@ void configure_remote(caf::actor_system_config& cfg, const RemoteSecurity& secur
 // std::runtime_error saying why it could not.
 uint16_t publish_actor(caf::actor_system& system, const caf::actor& actor, const std::string& host, uint16_t port);
 
-// Dials a node and joins it on behalf of `self` (connect, hello, challenge,
-// join; each step within `timeout`): `joined` gets the node's gateway and its
-// welcome, or `failed` why not (unreachable, refused, timed out). `self` is
-// the head's actor the node will know and monitor, so it must live as long
-// as the head uses the node.
-using JoinedHandler = std::function<void(const caf::actor& gateway, const fb::NodeWelcomeT& welcome)>;
+// A head's local gate to one node (actors/tcp_gate.hpp): CAF dials its
+// loopback port, and it authenticates the connection to the node's gate with
+// the shared secret. Null when there is no secret (TLS alone: no gate). The
+// caller owns it for as long as it uses the node.
+std::unique_ptr<TcpGate> open_dial_gate(const NodeAddress& node, const RemoteSecurity& security);
+
+// Dials a node (through `gate` when not null) and joins it on behalf of
+// `self` (connect, hello, challenge, join; each step within `timeout`):
+// `joined` gets the node's gateway, its welcome and the session that must
+// seal every request to it, or `failed` why not (unreachable, refused, timed
+// out). `self` is the head's actor the node will know, so it must live as
+// long as the head uses the node.
+using JoinedHandler = std::function<void(const caf::actor& gateway, const fb::NodeWelcomeT& welcome, RequestSession session)>;
 using FailedHandler = std::function<void(const std::string& why)>;
-void join_node(caf::event_based_actor* self, const NodeAddress& node, const std::string& secret,
+void join_node(caf::event_based_actor* self, const NodeAddress& node, const TcpGate* gate, const std::string& secret,
                const std::string& head_name, std::chrono::milliseconds timeout, JoinedHandler joined,
                FailedHandler failed);
 

@@ -19,6 +19,8 @@ constexpr auto stats_timeout = std::chrono::seconds(10);
 
 struct NodeLink {
   NodeAddress address;
+  std::unique_ptr<TcpGate> gate;  // with a secret: CAF dials the node through it
+  RequestSession session;    // seals every request to the node; one per join
   caf::actor gateway;        // set while joined
   bool dialling = false;
   std::string error;         // why it is not joined (last failure)
@@ -75,7 +77,7 @@ void lose_node(Self* self, int i, const std::string& why) {
   schedule_dial(self, i);
 }
 
-void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w) {
+void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
@@ -84,6 +86,7 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   n.dialling = false;
   n.error.clear();
   n.gateway = gateway;
+  n.session = std::move(session);
   self->monitor(gateway);
   s.policy->set_alive(i, true);
   if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
@@ -95,9 +98,18 @@ void dial(Self* self, int i) {
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (n.gateway || n.dialling) return;
   n.dialling = true;
+  if (!n.gate) {
+    try {
+      n.gate = open_dial_gate(n.address, s.config.security);
+    } catch (const std::exception& e) {
+      return dial_failed(self, i, e.what());
+    }
+  }
   join_node(
-      self, n.address, s.config.security.secret, s.head_name, handshake_timeout,
-      [self, i](const caf::actor& gateway, const fb::NodeWelcomeT& w) { joined(self, i, gateway, w); },
+      self, n.address, n.gate.get(), s.config.security.secret, s.head_name, handshake_timeout,
+      [self, i](const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
+        joined(self, i, gateway, w, std::move(session));
+      },
       [self, i](const std::string& why) { dial_failed(self, i, why); });
 }
 
@@ -118,7 +130,7 @@ void on_generate(Self* self, const WireMessage& in) {
   NodeLink& n = s.nodes[static_cast<size_t>(d.node)];
   s.placed[id] = d.node;
   n.requests.insert(id);
-  self->send(n.gateway, generate_atom::value, in);
+  self->send(n.gateway, generate_atom::value, WireMessage{n.session.seal(RequestKind::generate, in.bytes)});
 }
 
 template <class Atom>
@@ -133,9 +145,10 @@ void on_cancel(Self* self, Atom atom, const WireMessage& in) {
     per_node[it->second].request_ids.push_back(id);
     per_node[it->second].reason = a->reason;
   }
+  constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
   for (auto& [i, abort] : per_node) {
-    const auto& gw = s.nodes[static_cast<size_t>(i)].gateway;
-    if (gw) self->send(gw, atom, WireMessage{msg::pack(abort)});
+    NodeLink& n = s.nodes[static_cast<size_t>(i)];
+    if (n.gateway) self->send(n.gateway, atom, WireMessage{n.session.seal(kind, msg::pack(abort))});
   }
 }
 
@@ -218,7 +231,8 @@ caf::result<WireMessage> on_stats(Self* self, const WireMessage& in) {
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     if (!s.nodes[i].gateway) continue;
     ++g->pending;
-    self->request(s.nodes[i].gateway, stats_timeout, stats_atom::value, in)
+    self->request(s.nodes[i].gateway, stats_timeout, stats_atom::value,
+                  WireMessage{s.nodes[i].session.seal(RequestKind::stats, in.bytes)})
         .then(
             [self, g, i](const WireMessage& reply) {
               auto st = msg::unpack<fb::EngineStats>(reply.bytes, nullptr);
@@ -243,9 +257,9 @@ caf::result<int64_t> on_flush(Self* self) {
     promise.deliver(int64_t{0});
     return promise;
   }
-  for (const auto& n : s.nodes) {
+  for (auto& n : s.nodes) {
     if (!n.gateway) continue;
-    self->request(n.gateway, stats_timeout, flush_atom::value)
+    self->request(n.gateway, stats_timeout, flush_atom::value, WireMessage{n.session.seal(RequestKind::flush, {})})
         .then(
             [promise, sum](int64_t freed) mutable {
               sum->first += freed;
@@ -266,7 +280,7 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
   s.head_name = std::move(head_name);
   s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
   for (size_t i = 0; i < s.config.nodes.size(); ++i) {
-    s.nodes.push_back(NodeLink{s.config.nodes[i], {}, false, "", {}});
+    s.nodes.push_back(NodeLink{s.config.nodes[i], nullptr, {}, {}, false, "", {}});
     s.policy->set_alive(static_cast<int>(i), false);
   }
   // Only this process may stop the router (nodes hold its handle).

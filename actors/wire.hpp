@@ -47,5 +47,8 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using dial_atom = caf::atom_constant<caf::atom("dial")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+// A node's gateway, from a functor attached to a joined head's proxy in its
+// own process: that head's connection is gone.
+using head_gone_atom = caf::atom_constant<caf::atom("headgone")>;
 
 }  // namespace actorlm

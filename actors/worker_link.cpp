@@ -13,6 +13,8 @@ namespace {
 
 struct LinkState {
   NodeAddress node;
+  std::unique_ptr<TcpGate> gate;  // with a secret: CAF dials the node through it
+  RequestSession session;         // seals every forward batch
   caf::actor gateway;
   std::optional<WireMessage> welcome;
   std::string failure;  // why there is no gateway (yet, or any more)
@@ -37,7 +39,7 @@ void answer_waiting(Self* self) {
   self->state.waiting.clear();
 }
 
-caf::behavior worker_link(Self* self, NodeAddress node, std::string secret, std::string head_name,
+caf::behavior worker_link(Self* self, NodeAddress node, RemoteSecurity security, std::string head_name,
                           std::chrono::milliseconds timeout) {
   self->state.node = node;
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -49,10 +51,17 @@ caf::behavior worker_link(Self* self, NodeAddress node, std::string secret, std:
       self->state.in_flight.clear();
     }
   });
+  try {
+    self->state.gate = open_dial_gate(node, security);
+  } catch (const std::exception& e) {
+    self->state.failure = "cannot join " + node.str() + ": " + e.what();
+  }
+  if (self->state.failure.empty()) {
   join_node(
-      self, node, secret, head_name, timeout,
-      [self](const caf::actor& gateway, const fb::NodeWelcomeT& w) {
+      self, node, self->state.gate.get(), security.secret, head_name, timeout,
+      [self](const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
         self->state.gateway = gateway;
+        self->state.session = std::move(session);
         self->monitor(gateway);
         self->state.welcome = WireMessage{msg::pack(w)};
         answer_waiting(self);
@@ -61,6 +70,7 @@ caf::behavior worker_link(Self* self, NodeAddress node, std::string secret, std:
         self->state.failure = "cannot join " + self->state.node.str() + ": " + why;
         answer_waiting(self);
       });
+  }
   return {
       [self](join_atom) -> caf::result<WireMessage> {
         if (self->state.welcome) return *self->state.welcome;
@@ -79,7 +89,7 @@ caf::behavior worker_link(Self* self, NodeAddress node, std::string secret, std:
           it->second.deliver(std::forward<decltype(answer)>(answer));
           self->state.in_flight.erase(it);
         };
-        self->request(self->state.gateway, caf::infinite, a, in)
+        self->request(self->state.gateway, caf::infinite, a, WireMessage{self->state.session.seal(RequestKind::forward, in.bytes)})
             .then([settle](const WireMessage& m) { settle(m); }, [settle](caf::error& e) { settle(std::move(e)); });
         return caf::delegated<WireMessage>{};
       },
@@ -88,9 +98,9 @@ caf::behavior worker_link(Self* self, NodeAddress node, std::string secret, std:
 
 }  // namespace
 
-caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, std::string secret, std::string head_name,
+caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, RemoteSecurity security, std::string head_name,
                              std::chrono::milliseconds timeout) {
-  return system.spawn(worker_link, std::move(node), std::move(secret), std::move(head_name), timeout);
+  return system.spawn(worker_link, std::move(node), std::move(security), std::move(head_name), timeout);
 }
 
 }  // namespace actorlm

@@ -21,7 +21,7 @@
 
 namespace actorlm {
 
-caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, std::string secret, std::string head_name,
+caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, RemoteSecurity security, std::string head_name,
                              std::chrono::milliseconds timeout);
 
 }  // namespace actorlm

@@ -16,6 +16,8 @@ void apply_security(const cli::Args& args, RemoteSecurity& s) {
     }
   }
   if (args.has(allow_plain_switch)) s.allow_plain_remote = true;
+  s.max_message_bytes = static_cast<uint64_t>(
+      args.integer("--max-message-bytes", static_cast<int64_t>(s.max_message_bytes), 1 << 16, int64_t{4} << 30));
 }
 
 }  // namespace

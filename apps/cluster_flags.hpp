@@ -5,6 +5,7 @@
 //   --tls-cert PEM --tls-key PEM --tls-ca PEM   mutual TLS
 //   --secret-file FILE                          shared secret
 //   --allow-plain-remote                        plain TCP beyond loopback
+//   --max-message-bytes N                       largest CAF message a peer may announce
 //   --connect-timeout S                         head: wait for the nodes
 
 #include <set>
@@ -15,7 +16,8 @@
 
 namespace actorlm {
 
-inline const std::set<std::string> security_flags{"--tls-cert", "--tls-key", "--tls-ca", "--secret-file"};
+inline const std::set<std::string> security_flags{"--tls-cert", "--tls-key", "--tls-ca", "--secret-file",
+                                                  "--max-message-bytes"};
 inline const std::set<std::string> head_flags{"--node", "--topology", "--connect-timeout", "--remote-worker"};
 inline const char* const allow_plain_switch = "--allow-plain-remote";
 

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <csignal>
+#include <string>
 #include <cstdio>
 #include <unistd.h>
 
@@ -15,13 +16,15 @@ namespace {
 
 constexpr const char* usage =
     "usage: actorlm node [--host 127.0.0.1] [--port 7100] (--secret-file FILE | --tls-cert PEM --tls-key PEM --tls-ca PEM)\n"
-    "                    [--role engine|worker] [--allow-plain-remote] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
+    "                    [--role engine|worker] [--allow-plain-remote] [--max-message-bytes N] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
     "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"
+    "With a secret the port is a gate that authenticates each connection before CAF reads it; after\n"
+    "that, a peer announcing a CAF message over --max-message-bytes (default 65 MiB) is disconnected.\n"
     "--role worker runs only the worker (weights and KV): one head drives it with its own scheduler\n"
     "and managers (actorlm serve/chat --remote-worker HOST:PORT), one ForwardBatch per step.\n";
 
@@ -58,6 +61,12 @@ int node_command(int argc, char** argv, int first) {
                  nc.role.c_str(), nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
                  static_cast<long long>(node.kv_tokens()), nc.security.secret.empty() ? "no secret" : "shared secret",
                  nc.host.c_str(), node.port());
+    if (node.middleman_port() != node.port()) {
+      const std::string bound = nc.security.tls() ? "TLS frames are not metered"
+                                                  : "--max-message-bytes " + std::to_string(nc.security.max_message_bytes);
+      std::fprintf(stderr, "actorlm node: middleman behind the gate on 127.0.0.1:%u (%s)\n", node.middleman_port(),
+                   bound.c_str());
+    }
     while (!stop_requested) ::usleep(100 * 1000);
     std::fprintf(stderr, "actorlm node: stopping\n");
   }

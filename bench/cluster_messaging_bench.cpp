@@ -7,7 +7,10 @@
 //   - in-process: to an actor in the same actor system (a local engine);
 //   - network: through CAF's middleman to an actor in another process on
 //     loopback (a head and a node on one machine; a real network adds its
-//     own latency on top).
+//     own latency on top);
+//   - gated: the same, through the gates a node with a shared secret puts in
+//     front of its middleman and a head dials through (actors/tcp_gate.hpp):
+//     two more relays on the path, each way.
 // Each figure is a round trip (the message out, a 4-byte answer back), so
 // it bounds the one-way cost a step pays from above. Also: the build and
 // verify (msg::open) cost of the message itself.
@@ -97,12 +100,21 @@ int main(int argc, char** argv) {
     caf::actor_system system{cfg};
     auto e = system.spawn(echo);
     uint16_t port = publish_actor(system, e, "127.0.0.1", 0);
-    if (write(ports[1], &port, sizeof port) != sizeof port) _exit(1);
+    GateConfig g;
+    g.side = GateSide::acceptor;
+    g.secret = plain.secret;
+    g.target_host = "127.0.0.1";
+    g.target_port = port;
+    g.max_frame_payload = plain.max_message_bytes;
+    TcpGate gate(g);
+    uint16_t both[2] = {port, gate.port()};
+    if (write(ports[1], both, sizeof both) != sizeof both) _exit(1);
     pause();
     _exit(0);
   }
-  uint16_t port = 0;
-  if (read(ports[0], &port, sizeof port) != sizeof port) return 1;
+  uint16_t both[2] = {0, 0};
+  if (read(ports[0], both, sizeof both) != sizeof both) return 1;
+  const uint16_t port = both[0];
   caf::actor_system_config cfg;
   configure_remote(cfg, plain);
   caf::actor_system system{cfg};
@@ -111,10 +123,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot reach the echo process: %s\n", system.render(remote.error()).c_str());
     return 1;
   }
+  auto dial_gate = open_dial_gate(NodeAddress{"127.0.0.1", both[1]}, plain);
+  auto gated = system.middleman().remote_actor("127.0.0.1", dial_gate->port());
+  if (!gated) {
+    std::fprintf(stderr, "cannot reach the echo process through the gates: %s\n", system.render(gated.error()).c_str());
+    return 1;
+  }
   auto local = system.spawn(echo);
   std::printf("# one decode step's TokenStream, round trip (message out, 4-byte answer back), %d trips each\n", n);
-  std::printf("%6s %8s %12s %16s %16s %16s %16s\n", "batch", "bytes", "build+open us", "in-process p50", "in-process mean",
-              "network p50", "network mean");
+  std::printf("%6s %8s %12s %16s %16s %16s %16s %12s %12s\n", "batch", "bytes", "build+open us", "in-process p50",
+              "in-process mean", "network p50", "network mean", "gated p50", "gated mean");
   for (int batch : {1, 8, 32, 64}) {
     auto t0 = Clock::now();
     std::vector<uint8_t> bytes;
@@ -125,8 +143,9 @@ int main(int argc, char** argv) {
     double build_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200;
     Timing in = round_trips(system, local, bytes, n, {});
     Timing net = round_trips(system, *remote, bytes, n, {});
-    std::printf("%6d %8zu %12.1f %16.1f %16.1f %16.1f %16.1f\n", batch, bytes.size(), build_us, in.p50_us, in.mean_us,
-                net.p50_us, net.mean_us);
+    Timing gate = round_trips(system, *gated, bytes, n, {});
+    std::printf("%6d %8zu %12.1f %16.1f %16.1f %16.1f %16.1f %12.1f %12.1f\n", batch, bytes.size(), build_us, in.p50_us,
+                in.mean_us, net.p50_us, net.mean_us, gate.p50_us, gate.mean_us);
   }
   // The same with the system idle for a decode step's length before each
   // message: what a step pays when the actors' threads have gone to sleep.
@@ -135,8 +154,11 @@ int main(int argc, char** argv) {
   auto bytes = step_stream(32);
   Timing in = round_trips(system, local, bytes, idle_trips, gap);
   Timing net = round_trips(system, *remote, bytes, idle_trips, gap);
-  std::printf("# after %lld ms idle (batch 32, %d trips): in-process p50 %.1f mean %.1f us; network p50 %.1f mean %.1f us\n",
-              static_cast<long long>(gap.count()), idle_trips, in.p50_us, in.mean_us, net.p50_us, net.mean_us);
+  Timing gate = round_trips(system, *gated, bytes, idle_trips, gap);
+  std::printf("# after %lld ms idle (batch 32, %d trips): in-process p50 %.1f mean %.1f us; network p50 %.1f mean %.1f us; "
+              "gated p50 %.1f mean %.1f us\n",
+              static_cast<long long>(gap.count()), idle_trips, in.p50_us, in.mean_us, net.p50_us, net.mean_us, gate.p50_us,
+              gate.mean_us);
   kill(child, SIGTERM);
   waitpid(child, nullptr, 0);
   return 0;

@@ -9,7 +9,8 @@ Checks, on the default model:
   - a head that dies has its requests aborted on the nodes (their KV freed);
   - a head driving a worker node (--role worker, --remote-worker) gives the same outputs,
     owns the node until it dies, and fails its requests at once when the node is lost;
-  - a head with the wrong secret, or a certificate from another CA, is refused;
+  - a head with the wrong secret, or a certificate from another CA, is refused (also with TLS
+    and a secret together: the node's gate in front of TLS);
     unsafe setups (plain TCP off loopback, no secret and no TLS) do not start.
 
 Usage: python3 tests/actors/cluster_test.py path/to/actorlm
@@ -292,6 +293,17 @@ def check_tls():
         assert code == 1 and "no worker node could be joined" in err, (code, err)
         print("ok: mutual TLS: a head with a certificate from the node's CA is served; "
               "one from another CA, or plain TCP, is refused")
+    finally:
+        node.stop()
+    # TLS and a secret: the node's gate checks the secret, then relays TLS.
+    node = NodeProcess([*tls_flags("node", "ca"), "--secret-file", SECRET]).start()
+    try:
+        with ServerProcess(BIN, ["--node", node.address, "--secret-file", SECRET, *tls_flags("head", "ca")]) as h:
+            code, body = complete(h.port, "The capital of France is", max_tokens=8)
+            assert code == 200 and "Paris" in body["choices"][0]["text"], body
+        code, err = head_refused([node], ["--secret-file", WRONG_SECRET, *tls_flags("head", "ca")])
+        assert code == 1 and "shared secret does not match" in err, (code, err)
+        print("ok: TLS behind the secret's gate: the right secret and certificate are served, a wrong secret is refused")
     finally:
         node.stop()
 

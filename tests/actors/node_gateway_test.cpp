@@ -1,7 +1,8 @@
 // A worker node's gateway, spoken to directly through CAF messages: the join
 // handshake, and what it does with requests that are not from a joined head,
-// unreadable, or out of range. Real model, real middleman (published on a
-// loopback port), no head process.
+// not sealed by its session, unreadable, or out of range; and that a peer
+// that is not the head cannot end the head's requests. Real model, real
+// middleman (behind the node's gate on loopback), no head process.
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -9,6 +10,7 @@
 
 #include "actors/cluster_handshake.hpp"
 #include "actors/node.hpp"
+#include "actors/request_session.hpp"
 #include "actors/remote_setup.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
@@ -37,8 +39,10 @@ WireMessage hello() {
   return {msg::pack(h)};
 }
 
-// hello + join with `secret`; the welcome (accepted or not).
-fb::NodeWelcomeT join(caf::scoped_actor& self, const caf::actor& gw, const std::string& secret) {
+// hello + join with `secret`; the welcome (accepted or not). `session`, when
+// given, gets the key that seals this head's requests.
+fb::NodeWelcomeT join(caf::scoped_actor& self, const caf::actor& gw, const std::string& secret,
+                      RequestSession* session = nullptr) {
   fb::NodeWelcomeT out;
   self->request(gw, reply_timeout, hello_atom::value, hello())
       .receive(
@@ -50,6 +54,8 @@ fb::NodeWelcomeT join(caf::scoped_actor& self, const caf::actor& gw, const std::
             j.nonce = c->nonce;
             j.proof = join_proof(secret, c->nonce);
             j.head_name = "test head";
+            j.head_nonce = make_nonce();
+            if (session) *session = RequestSession(session_key(secret, j.nonce, j.head_nonce));
             self->request(gw, reply_timeout, join_atom::value, WireMessage{msg::pack(j)})
                 .receive(
                     [&](const WireMessage& w) {
@@ -127,6 +133,7 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
     fb::NodeJoinT j;
     j.nonce = c.nonce;
     j.proof = join_proof("s3cret", c.nonce);
+    j.head_nonce = make_nonce();
     for (int attempt = 0; attempt < 2; ++attempt) {
       head->request(gw, reply_timeout, join_atom::value, WireMessage{msg::pack(j)})
           .receive([&](const WireMessage& r) { CHECK(msg::unpack<fb::NodeWelcome>(r.bytes, nullptr)->accepted == (attempt == 0)); },
@@ -143,27 +150,43 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
     CHECK(refused);
   }
 
-  SECTION("after joining: garbage is dropped, bad ids are answered, a good request runs") {
-    REQUIRE(join(head, gw, "s3cret").accepted);
+  SECTION("after joining: unsealed, replayed and garbage requests are dropped, bad ids answered, a good request runs") {
+    RequestSession session;
+    REQUIRE(join(head, gw, "s3cret", &session).accepted);
+    auto sealed = [&](RequestKind kind, const WireMessage& m) { return WireMessage{session.seal(kind, m.bytes)}; };
+    // Not sealed, sealed under another key, sealed for another operation,
+    // or a sealed request sent again: dropped, nothing runs.
+    head->send(gw, generate_atom::value, tokenized(1, {1, 2, 3}));
+    RequestSession stranger(session_key("s3cret", make_nonce(), make_nonce()));
+    head->send(gw, generate_atom::value, WireMessage{stranger.seal(RequestKind::generate, tokenized(1, {1, 2, 3}).bytes)});
+    head->send(gw, generate_atom::value, sealed(RequestKind::abort, tokenized(1, {1, 2, 3})));
+    CHECK(collect(head, 1, std::chrono::milliseconds(1000)).empty());
+    WireMessage once = sealed(RequestKind::generate, tokenized(6, {504, 3458}, 2));
+    head->send(gw, generate_atom::value, once);
+    auto first = collect(head, 6, std::chrono::seconds(30));
+    REQUIRE_FALSE(first.empty());
+    CHECK(first.back().finish_reason == fb::FinishReason::Length);
+    head->send(gw, generate_atom::value, once);
+    CHECK(collect(head, 6, std::chrono::milliseconds(1000)).empty());
     // Unreadable buffers: dropped (and logged), nothing runs, the node stays up.
-    head->send(gw, generate_atom::value, WireMessage{{1, 2, 3, 4, 5}});
+    head->send(gw, generate_atom::value, sealed(RequestKind::generate, WireMessage{{1, 2, 3, 4, 5}}));
     WireMessage flipped = tokenized(2, {1, 2, 3});
     flipped.bytes[flipped.bytes.size() / 2] ^= 0x10;
-    head->send(gw, generate_atom::value, flipped);
-    head->send(gw, abort_atom::value, WireMessage{{9, 9, 9}});
+    head->send(gw, generate_atom::value, sealed(RequestKind::generate, flipped));
+    head->send(gw, abort_atom::value, sealed(RequestKind::abort, WireMessage{{9, 9, 9}}));
     CHECK(collect(head, 2, std::chrono::milliseconds(1000)).empty());
     // Out-of-vocabulary ids: that request ends with an error, under its own id.
-    head->send(gw, generate_atom::value, tokenized(3, {1, 49152, 2}));
+    head->send(gw, generate_atom::value, sealed(RequestKind::generate, tokenized(3, {1, 49152, 2})));
     auto bad = collect(head, 3, std::chrono::seconds(30));
     REQUIRE(bad.size() == 1);
     CHECK(bad[0].finish_reason == fb::FinishReason::Error);
     CHECK(bad[0].error.find("outside the vocabulary") != std::string::npos);
-    head->send(gw, generate_atom::value, tokenized(4, {}));
+    head->send(gw, generate_atom::value, sealed(RequestKind::generate, tokenized(4, {})));
     auto empty = collect(head, 4, std::chrono::seconds(30));
     REQUIRE(empty.size() == 1);
     CHECK(empty[0].error == "empty prompt");
     // A good request streams back under the head's id and finishes at its limit.
-    head->send(gw, generate_atom::value, tokenized(5, {504, 3458, 282, 4649, 314}, 6));
+    head->send(gw, generate_atom::value, sealed(RequestKind::generate, tokenized(5, {504, 3458, 282, 4649, 314}, 6)));
     auto good = collect(head, 5, std::chrono::seconds(60));
     REQUIRE_FALSE(good.empty());
     CHECK(good.back().finish_reason == fb::FinishReason::Length);
@@ -173,7 +196,7 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
     // Stats pass through to the node's scheduler; its pool is whole again once idle.
     fb::StatsRequestT check;
     check.self_check = true;
-    head->request(gw, reply_timeout, stats_atom::value, WireMessage{msg::pack(check)})
+    head->request(gw, reply_timeout, stats_atom::value, sealed(RequestKind::stats, WireMessage{msg::pack(check)}))
         .receive(
             [](const WireMessage& r) {
               auto st = msg::unpack<fb::EngineStats>(r.bytes, nullptr);
@@ -184,4 +207,44 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
             },
             [](const caf::error&) { FAIL("no stats"); });
   }
+}
+
+TEST_CASE("A peer that is not the head cannot make the node abort the head's requests", "[actors][cluster]") {
+  caf::actor_system_config cfg;
+  NodeConfig nc = node_config();
+  configure_remote(cfg, nc.security);
+  caf::actor_system system{cfg};
+  Node node(system, nc);
+  const caf::actor gw = node.gateway();
+  caf::scoped_actor head{system};
+  RequestSession session;
+  REQUIRE(join(head, gw, "s3cret", &session).accepted);
+
+  // Another process (its own actor system) that knows the secret, so it gets
+  // through the gate, but is not the head.
+  caf::actor_system_config peer_cfg;
+  configure_remote(peer_cfg, nc.security);
+  caf::actor_system peer_system{peer_cfg};
+  auto gate = open_dial_gate(NodeAddress{"127.0.0.1", node.port()}, nc.security);
+  auto remote_gw = peer_system.middleman().remote_actor("127.0.0.1", gate->port());
+  REQUIRE(remote_gw);
+  caf::scoped_actor peer{peer_system};
+
+  head->send(gw, generate_atom::value, WireMessage{session.seal(RequestKind::generate, tokenized(7, {504, 3458, 282}, 40).bytes)});
+  // What a "head went away" looks like as a message, naming the head: a down
+  // message, an exit message, and the gateway's own notice with guessed tokens.
+  const caf::actor_addr head_addr = head->address();
+  peer->send(*remote_gw, caf::down_msg{head_addr, caf::exit_reason::remote_link_unreachable});
+  peer->send(*remote_gw, caf::exit_msg{head_addr, caf::exit_reason::remote_link_unreachable});
+  for (uint64_t guess : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
+    peer->send(*remote_gw, head_gone_atom::value, guess, caf::make_error(caf::exit_reason::remote_link_unreachable));
+  }
+  // And an exit message that CAF would act on before any handler: kill.
+  peer->send(*remote_gw, caf::exit_msg{remote_gw->address(), caf::exit_reason::kill});
+  auto items = collect(head, 7, std::chrono::seconds(60));
+  REQUIRE_FALSE(items.empty());
+  CHECK(items.back().finish_reason == fb::FinishReason::Length);
+  size_t tokens = 0;
+  for (const auto& item : items) tokens += item.token_ids.size();
+  CHECK(tokens == 40);
 }
