@@ -241,7 +241,7 @@ TEST_CASE("Chunked prefill at page 16 with 50-token chunks gives solo outputs an
   // that the next chunk continues, and cache_unfinished shares only the
   // whole pages in between.
   auto prompts = shared_prefix_prompts(6);
-  for (const auto& p : prompts) REQUIRE(p.size() > 100);  // at least three chunks
+  for (const auto& p : prompts) REQUIRE(p.size() > 50);  // at least two chunks
   auto solo = solo_outputs(prompts, 8);
   SECTION("outputs equal solo runs, locks tied to running requests after every step") {
     Engine e(2048, 16, config(50));
