@@ -110,8 +110,12 @@ bool ActorKvService::extend(std::span<RequestKv* const> reqs, std::span<const st
   check(r.error, "memory-pool manager");
   if (!r.ok) {
     // Short: evict unlocked cache, give its rows to the pool, try once more.
+    // Only if eviction covers the whole shortfall: a refused extend must not
+    // have thrown the cache away (KvService::extend is all-or-nothing, as
+    // KvStore::extend_batch is).
     fb::EvictT e;
     e.num_tokens = r.shortfall_tokens;
+    e.only_if_enough = true;
     auto ev = open_reply<fb::EvictReply>(ask(radix_, "radix-cache manager", msg::pack(e)), "radix-cache manager");
     if (ev.freed.empty()) return false;
     free_rows(std::move(ev.freed), {});

@@ -3,7 +3,8 @@
 // a fixed number of message round trips whatever the number of requests:
 //   match_lengths     MatchPrefix (no lock)
 //   admit             AllocReqSlots (+1 retry with what is free), MatchPrefix (lock)
-//   extend            AllocTokens; if short: Evict, Free, AllocTokens
+//   extend            AllocTokens; if short: Evict (only if it covers the
+//                     shortfall), Free, AllocTokens
 //   cache_unfinished  CacheReqs(unfinished), Free
 //   finish / abort    CacheReqs(finished / release), Free
 // Runs on a blocking actor (a scoped_actor or the scheduler's own); every

@@ -68,7 +68,7 @@ std::vector<uint8_t> cache(RadixCache& t, const fb::CacheReqs& m) {
 
 std::vector<uint8_t> evict(RadixCache& t, const fb::Evict& m) {
   fb::EvictReplyT r;
-  r.freed = t.evict(m.num_tokens());
+  if (!m.only_if_enough() || t.evictable_size() >= m.num_tokens()) r.freed = t.evict(m.num_tokens());
   r.evictable_size = t.evictable_size();
   return msg::pack(r);
 }

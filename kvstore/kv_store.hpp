@@ -100,8 +100,11 @@ class KvStore {
   // Checks free + evictable + protected + private rows of `running` ==
   // capacity, that no page has two owners (free list, tree, requests), that
   // each request's req_to_token row equals its kv and its prefix is the
-  // tree's locked path, and each structure's own integrity. `running` must
-  // list every request that holds a slot. Empty string when all hold.
+  // tree's locked path, that every node's lock count is exactly the number
+  // of running requests whose prefix runs through it (so a lock leaked by a
+  // finished or aborted request fails here, at once), and each structure's
+  // own integrity. `running` must list every request that holds a slot.
+  // Empty string when all hold.
   std::string check_invariant(std::span<const RequestKv* const> running) const;
 
  private:

@@ -134,6 +134,14 @@ class RadixCache {
   std::string check_request_prefix(std::span<const int32_t> tokens, std::span<const int32_t> kv,
                                    int32_t prefix_len, NodeId last_node) const;
 
+  // Empty when every node's lock_ref is exactly the number of holders whose
+  // path root..holder runs through it (holders: the last_node of every
+  // request that holds a lock; root_id holds nothing). Pool accounting alone
+  // cannot see a lock that outlived its request — the rows just stay
+  // "protected" — so this is what catches a missing or doubled unlock at the
+  // step it happens. Otherwise names the first node that disagrees.
+  std::string check_lock_holders(std::span<const NodeId> holders) const;
+
   int64_t evictable_size() const { return evictable_size_; }
   int64_t protected_size() const { return protected_size_; }
   int64_t total_size() const { return evictable_size_ + protected_size_; }

@@ -47,6 +47,23 @@ std::vector<int32_t> RadixCache::all_rows() const {
   return rows;
 }
 
+std::string RadixCache::check_lock_holders(std::span<const NodeId> holders) const {
+  if (disabled_) return {};  // locks are no-ops
+  std::vector<int32_t> expected(nodes_.size(), 0);
+  for (NodeId h : holders) {
+    if (h == root_id) continue;
+    if (!valid(h)) return "lock holder " + std::to_string(h) + " names no live node";
+    for (int32_t n = index_of(h); n != 0; n = nodes_[static_cast<size_t>(n)].parent) ++expected[static_cast<size_t>(n)];
+  }
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    if (!nodes_[i].alive || nodes_[i].lock_ref == expected[i]) continue;
+    return "node " + std::to_string(id_of(static_cast<int32_t>(i))) + " has lock_ref " +
+           std::to_string(nodes_[i].lock_ref) + " but " + std::to_string(expected[i]) +
+           " running requests hold it";
+  }
+  return {};
+}
+
 std::string RadixCache::check_integrity() const {
   int64_t evictable = 0, locked = 0;
   std::unordered_set<int32_t> rows;

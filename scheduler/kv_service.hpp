@@ -62,6 +62,11 @@ class LocalKvService final : public KvService {
   std::string check_idle() override;
 
   const KvStore& store() const { return store_; }
+  // Self-check between steps: the pool invariant with `running` listing every
+  // request that holds a slot (Scheduler::running_kv()), locks included.
+  std::string check_running(std::span<const RequestKv* const> running) const {
+    return store_.check_invariant(running);
+  }
 
  private:
   KvStore store_;

@@ -37,6 +37,12 @@ std::optional<std::string> Scheduler::submit(Request r) {
   return std::nullopt;
 }
 
+std::vector<const RequestKv*> Scheduler::running_kv() const {
+  std::vector<const RequestKv*> kvs;
+  for (const auto& r : running_) kvs.push_back(&r.req.kv);
+  return kvs;
+}
+
 void Scheduler::abort(uint64_t id) { aborts_.push_back(id); }
 void Scheduler::stop(uint64_t id) { stops_.push_back(id); }
 

@@ -77,6 +77,9 @@ class Scheduler {
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }
+  // The KV of every running request, i.e. of every request holding a slot
+  // and locks between steps: what the KV self-check ties the locks to.
+  std::vector<const RequestKv*> running_kv() const;
 
  private:
   struct Running {

@@ -214,3 +214,123 @@ TEST_CASE("Extend evicts cache when short and fails cleanly when it cannot", "[k
   const RequestKv* running[] = {&b};
   CHECK(store.check_invariant(running).empty());
 }
+
+namespace {
+
+// A store of `pages` pages whose tree holds `cached` one-page leaves, each
+// under its own first token so that each is a separate leaf (leaf 0 the least
+// recently used), and whose other pages are free. Separate one-page leaves
+// matter: evicting "at least n rows" then frees exactly as many pages as n
+// rounds up to, so asking for too few rows shows up as a refused extend.
+KvStore store_with_cache(int32_t page, int64_t pages, int cached) {
+  KvStore store({.capacity_tokens = pages * page, .page_size = page, .max_requests = 8, .max_context_len = 1024,
+                 .disable_radix_cache = false});
+  for (int i = 0; i < cached; ++i) {
+    V tokens(static_cast<size_t>(page), 1000 + i);
+    RequestKv r;
+    REQUIRE(store.admit(r, tokens));
+    REQUIRE(store.extend(r, tokens));
+    store.finish(r);
+  }
+  REQUIRE(store.radix().evictable_size() == cached * page);
+  REQUIRE(store.allocator().free_pages() == pages - cached);
+  return store;
+}
+
+V filled(int64_t n, int32_t token) { return V(static_cast<size_t>(n), token); }
+
+}  // namespace
+
+TEST_CASE("Extend short by several pages evicts whole pages' worth of cache", "[kvstore][evict]") {
+  int32_t page = GENERATE(1, 4, 16);
+  INFO("page size " << page);
+  // 2 free pages + 4 evictable; 4 pages asked: 2 short, which eviction covers.
+  KvStore store = store_with_cache(page, 6, 4);
+  RequestKv r;
+  REQUIRE(store.admit(r, V{7}));
+  REQUIRE(store.extend(r, filled(4 * page, 7)));
+  CHECK(r.kv.size() == static_cast<size_t>(4 * page));
+  // Exactly the two least recently used leaves went; the others stay cached.
+  CHECK(store.radix().evictable_size() == 2 * page);
+  CHECK(store.allocator().free_pages() == 0);
+  V leaf2(static_cast<size_t>(page), 1002);
+  leaf2.push_back(0);  // match_prefix looks at all but the last token
+  CHECK(store.radix().match_prefix(leaf2).indices.size() == static_cast<size_t>(page));
+  const RequestKv* running[] = {&r};
+  CHECK(store.check_invariant(running).empty());
+}
+
+TEST_CASE("Extend refuses, changing nothing, when even eviction falls short", "[kvstore][evict]") {
+  int32_t page = GENERATE(1, 4, 16);
+  INFO("page size " << page);
+  KvStore store = store_with_cache(page, 6, 4);
+  RequestKv r;
+  REQUIRE(store.admit(r, V{7}));
+  // 2 free + 4 evictable = 6 pages; 7 asked.
+  CHECK_FALSE(store.extend(r, filled(7 * page, 7)));
+  CHECK(r.kv.empty());
+  CHECK(store.radix().evictable_size() == 4 * page);  // the cache was not thrown away for nothing
+  CHECK(store.allocator().free_pages() == 2);
+  // One page fewer fits, taking every evictable page.
+  REQUIRE(store.extend(r, filled(6 * page, 7)));
+  CHECK(store.radix().evictable_size() == 0);
+  const RequestKv* running[] = {&r};
+  CHECK(store.check_invariant(running).empty());
+}
+
+TEST_CASE("A batch extend short by several pages, one request continuing a partial page, evicts enough", "[kvstore][evict]") {
+  int32_t page = GENERATE(4, 16);  // a partial page needs page size > 1
+  INFO("page size " << page);
+  // a holds one full page and one row of the next: 2 pages. 1 page free, 3
+  // cached leaves.
+  KvStore store = store_with_cache(page, 6, 3);
+  RequestKv a, b;
+  REQUIRE(store.admit(a, V{7}));
+  REQUIRE(store.extend(a, filled(page + 1, 7)));
+  REQUIRE(store.admit(b, V{8}));
+  REQUIRE(store.allocator().free_pages() == 1);
+  // a: page - 1 rows fill its partial page, then one new page; b: two pages.
+  // 3 new pages, 1 free: 2 short, 3 evictable.
+  V more_a = filled(2 * page - 1, 7), more_b = filled(2 * page, 8);
+  RequestKv* reqs[] = {&a, &b};
+  std::span<const int32_t> toks[] = {more_a, more_b};
+  REQUIRE(store.extend_batch(reqs, toks));
+  CHECK(a.kv.size() == static_cast<size_t>(3 * page));
+  CHECK(b.kv.size() == static_cast<size_t>(2 * page));
+  // a's rows continue its partial page in place.
+  CHECK(a.kv[static_cast<size_t>(page + 1)] == a.kv[static_cast<size_t>(page)] + 1);
+  CHECK(store.radix().evictable_size() == page);
+  const RequestKv* running[] = {&a, &b};
+  CHECK(store.check_invariant(running).empty());
+  // Now 0 free + 1 evictable: another 2 pages for b are refused, nothing changes.
+  V two_pages = filled(2 * page, 8);
+  CHECK_FALSE(store.extend(b, two_pages));
+  CHECK(store.radix().evictable_size() == page);
+  CHECK(b.kv.size() == static_cast<size_t>(2 * page));
+}
+
+TEST_CASE("The self-check fails at the step a lock outlives its request", "[kvstore]") {
+  KvStore store({.capacity_tokens = 64, .page_size = 4, .max_requests = 4, .max_context_len = 64,
+                 .disable_radix_cache = false});
+  V prompt{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  RequestKv first;
+  REQUIRE(store.admit(first, prompt));
+  REQUIRE(store.extend(first, prompt));
+  store.finish(first);
+  RequestKv a, b;
+  REQUIRE(store.admit(a, prompt));
+  REQUIRE(store.admit(b, prompt));
+  REQUIRE(a.prefix_len == 8);
+  const RequestKv* both[] = {&a, &b};
+  REQUIRE(store.check_invariant(both).empty());
+  // Listing only one of two holders: each node of the shared path is locked
+  // twice but held once, and the pool accounting cannot tell.
+  store.radix().inc_lock_ref(a.last_node);
+  CHECK(store.check_invariant(both).find("locks:") == 0);
+  store.radix().dec_lock_ref(a.last_node);
+  store.abort(b);
+  const RequestKv* one[] = {&a};
+  CHECK(store.check_invariant(one).empty());
+  store.abort(a);
+  CHECK(store.check_invariant({}).empty());
+}

@@ -172,7 +172,12 @@ TEST_CASE("Aborting 100 requests at random points leaks nothing", "[scheduler]")
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
   size_t next = 0;
-  auto got = e.drain([&](int) {
+  auto got = e.drain([&](int s) {
+    // Every lock belongs to a running request at every step, so a lock an
+    // abort failed to release is caught at the step it happened.
+    auto running = e.scheduler.running_kv();
+    INFO("before step " << s);
+    REQUIRE(e.kv.check_running(running) == "");
     for (int k = 0; k < 4 && next < order.size(); ++k) e.scheduler.abort(order[next++]);
   });
   int aborted = 0;
@@ -229,4 +234,44 @@ TEST_CASE("When a step fails, every request ends with the error and nothing leak
   CHECK(kv.check_idle().empty());
   kv.flush_cache();
   CHECK(kv.usage().free == kv.usage().capacity);
+}
+
+TEST_CASE("Chunked prefill at page 16 with 50-token chunks gives solo outputs and an abort between chunks frees all", "[scheduler]") {
+  // 50 is not a multiple of 16: every chunk boundary leaves a partial page
+  // that the next chunk continues, and cache_unfinished shares only the
+  // whole pages in between.
+  auto prompts = shared_prefix_prompts(6);
+  for (const auto& p : prompts) REQUIRE(p.size() > 50);  // at least two chunks
+  auto solo = solo_outputs(prompts, 8);
+  SECTION("outputs equal solo runs, locks tied to running requests after every step") {
+    Engine e(2048, 16, config(50));
+    for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 8)));
+    auto got = e.drain([&](int s) {
+      auto running = e.scheduler.running_kv();
+      INFO("before step " << s);
+      REQUIRE(e.kv.check_running(running) == "");
+    });
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i].first == solo[i]);
+    }
+    require_no_leak(e);
+  }
+  SECTION("aborted after its first chunk, a request leaves zero locks and a whole pool") {
+    Engine e(2048, 16, config(50));
+    REQUIRE_FALSE(e.scheduler.submit(make(1, prompts[0], 8)));
+    CHECK(e.scheduler.step().empty());  // first chunk: nothing sampled
+    REQUIRE(e.kv.store().radix().protected_size() == 48);  // its whole pages, shared and locked
+    e.scheduler.abort(1);
+    auto events = e.scheduler.step();
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].finish == FinishReason::abort);
+    CHECK(e.scheduler.idle());
+    CHECK(e.kv.store().radix().protected_size() == 0);
+    require_no_leak(e);
+    // The engine still serves the same prompt correctly afterwards.
+    REQUIRE_FALSE(e.scheduler.submit(make(2, prompts[0], 8)));
+    CHECK(e.drain()[2].first == solo[0]);
+    require_no_leak(e);
+  }
 }

@@ -1,0 +1,239 @@
+// Scheduling policy, step by step, with a stub worker (no model): admission
+// order under lpm and fcfs, the prefill token budget, the running-request
+// cap, memory-short gating and retraction. After every step the KV
+// self-check ties the tree's locks to the running requests. (scheduler.cpp's
+// other test, scheduler_test.cpp, runs the real model; this one checks which
+// requests each step's batch holds, which needs no logits.)
+
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "scheduler/scheduler.hpp"
+
+using namespace actorlm;
+using Ids = std::vector<int32_t>;
+
+namespace {
+
+constexpr int32_t kToken = 7;  // every sampled token; no EOS is configured
+
+// Samples kToken for every request and records, per forward pass, which
+// requests were in the batch (found by their prompt) and how many new tokens
+// each brought.
+struct FixedTokenWorker final : Worker {
+  std::map<Ids, uint64_t> id_of_prompt;
+  std::vector<std::vector<uint64_t>> batches;
+  std::vector<std::vector<int32_t>> extend_lens;
+
+  std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override {
+    std::vector<uint64_t> ids;
+    std::vector<int32_t> lens;
+    for (size_t i = 0; i < sampling.size(); ++i) {
+      Ids prompt(sampling[i].prompt.begin(), sampling[i].prompt.end());
+      ids.push_back(id_of_prompt.at(prompt));
+      lens.push_back(batch.reqs[i].extend_len);
+    }
+    batches.push_back(ids);
+    extend_lens.push_back(lens);
+    std::vector<SampleResult> out(sampling.size());
+    for (auto& r : out) r.token = kToken;
+    return out;
+  }
+};
+
+SchedulerConfig config(SchedulePolicy policy, int32_t max_running, int32_t max_prefill, int32_t chunk) {
+  SchedulerConfig c;
+  c.policy = policy;
+  c.max_running_requests = max_running;
+  c.max_prefill_tokens = max_prefill;
+  c.chunked_prefill_size = chunk;
+  c.max_context = 256;
+  return c;
+}
+
+struct Harness {
+  LocalKvService kv;
+  FixedTokenWorker worker;
+  Scheduler scheduler;
+  std::map<uint64_t, Ids> outputs;
+  std::map<uint64_t, FinishReason> finish;
+
+  Harness(int64_t pool_tokens, int32_t page, const SchedulerConfig& c)
+      : kv({pool_tokens, page, 16, c.max_context, false}), scheduler(c, kv, worker) {}
+
+  void submit(uint64_t id, const Ids& prompt, int max_new) {
+    Request r;
+    r.id = id;
+    r.prompt = prompt;
+    r.sampling.temperature = 0;
+    r.stop.max_new_tokens = max_new;
+    worker.id_of_prompt[prompt] = id;
+    REQUIRE_FALSE(scheduler.submit(std::move(r)));
+  }
+
+  // One step; the ids in its forward batch (empty when it ran none). The KV
+  // self-check must hold after every step, not only once idle.
+  std::vector<uint64_t> step() {
+    size_t before = worker.batches.size();
+    for (const auto& e : scheduler.step()) {
+      if (e.token >= 0) outputs[e.id].push_back(e.token);
+      if (e.finish != FinishReason::none) finish[e.id] = e.finish;
+    }
+    auto running = scheduler.running_kv();
+    INFO("after step " << scheduler.stats().steps);
+    REQUIRE(kv.check_running(running) == "");
+    return worker.batches.size() > before ? worker.batches.back() : std::vector<uint64_t>{};
+  }
+  std::vector<int32_t> last_extends() const { return worker.extend_lens.back(); }
+
+  void drain() {
+    for (int guard = 0; !scheduler.idle() && guard < 1000; ++guard) step();
+    REQUIRE(scheduler.idle());
+    CHECK(kv.check_idle() == "");
+  }
+};
+
+using B = std::vector<uint64_t>;
+
+Ids range(int32_t from, int32_t n) {
+  Ids v(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = from + i;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("lpm admits the longest cached prefix first, fcfs admits by arrival", "[scheduler][policy]") {
+  auto policy = GENERATE(SchedulePolicy::lpm, SchedulePolicy::fcfs);
+  bool lpm = policy == SchedulePolicy::lpm;
+  INFO((lpm ? "lpm" : "fcfs"));
+  // One request at a time, each done in its prefill step (max_new 1), so each
+  // step's batch is the policy's next choice.
+  Harness h(1024, 1, config(policy, 1, 2048, 0));
+  Ids shared = range(1, 32);
+  h.submit(100, shared, 1);
+  CHECK(h.step() == B{100});  // leaves `shared` in the cache
+  Ids b = Ids(shared.begin(), shared.begin() + 24);
+  b.insert(b.end(), {300, 301, 302, 303, 304, 305});
+  h.submit(1, range(200, 10), 1);  // nothing cached
+  h.submit(2, b, 1);               // 24 tokens cached
+  h.submit(3, range(400, 10), 1);  // nothing cached
+  if (lpm) {
+    CHECK(h.step() == B{2});
+    CHECK(h.last_extends() == std::vector<int32_t>{6});  // only the uncached tail is computed
+    CHECK(h.step() == B{1});
+  } else {
+    CHECK(h.step() == B{1});
+    CHECK(h.step() == B{2});
+  }
+  CHECK(h.step() == B{3});
+  h.drain();
+}
+
+TEST_CASE("max_prefill_tokens bounds the new tokens of each prefill step", "[scheduler][policy]") {
+  SECTION("without chunking a request that does not fit the rest of the budget waits") {
+    Harness h(1024, 1, config(SchedulePolicy::fcfs, 16, 20, 0));
+    for (uint64_t i = 1; i <= 4; ++i) h.submit(i, range(static_cast<int32_t>(100 * i), 8), 1);
+    CHECK(h.step() == B{1, 2});
+    CHECK(h.last_extends() == std::vector<int32_t>{8, 8});
+    CHECK(h.scheduler.waiting() == 2);
+    CHECK(h.step() == B{3, 4});
+    h.drain();
+  }
+  SECTION("with chunking the last admitted request takes what is left of the budget") {
+    Harness h(1024, 1, config(SchedulePolicy::fcfs, 16, 20, 512));
+    for (uint64_t i = 1; i <= 4; ++i) h.submit(i, range(static_cast<int32_t>(100 * i), 8), 1);
+    CHECK(h.step() == B{1, 2, 3});
+    CHECK(h.last_extends() == std::vector<int32_t>{8, 8, 4});
+    CHECK(h.outputs.count(3) == 0);  // a chunk that is not the last samples nothing
+    CHECK(h.step() == B{3, 4});       // the half-prefilled request goes first
+    CHECK(h.last_extends() == std::vector<int32_t>{4, 8});
+    CHECK(h.outputs[3] == Ids{kToken});
+    h.drain();
+  }
+}
+
+TEST_CASE("max_running_requests caps the running batch and the rest wait for a finish", "[scheduler][policy]") {
+  Harness h(1024, 1, config(SchedulePolicy::fcfs, 2, 2048, 0));
+  for (uint64_t i = 1; i <= 4; ++i) h.submit(i, range(static_cast<int32_t>(100 * i), 8), 3);
+  CHECK(h.step() == B{1, 2});  // prefill
+  CHECK(h.step() == B{1, 2});  // decode: 3 and 4 find no room
+  CHECK(h.last_extends() == std::vector<int32_t>{1, 1});
+  CHECK(h.scheduler.waiting() == 2);
+  CHECK(h.step() == B{1, 2});  // third token: both finish
+  CHECK(h.step() == B{3, 4});
+  CHECK(h.step() == B{3, 4});
+  CHECK(h.step() == B{3, 4});
+  CHECK(h.scheduler.idle());
+  for (uint64_t i = 1; i <= 4; ++i) CHECK(h.outputs[i] == Ids(3, kToken));
+  h.drain();
+}
+
+TEST_CASE("A prefill that does not fit waits, and gates new admissions, until memory frees", "[scheduler][policy]") {
+  // 40 rows. big (30) + small (15) do not fit together.
+  Harness h(40, 1, config(SchedulePolicy::fcfs, 8, 2048, 0));
+  h.submit(1, range(100, 30), 3);  // big
+  h.submit(2, range(200, 15), 3);  // small
+  // Both admitted, the batch does not fit and nothing decodes: the newest
+  // goes back to wait and no forward runs.
+  CHECK(h.step() == B{});
+  CHECK(h.scheduler.running() == 1);
+  CHECK(h.scheduler.waiting() == 1);
+  CHECK(h.scheduler.stats().retractions == 1);
+  CHECK(h.step() == B{1});  // big alone fits (10 rows left)
+  CHECK(h.step() == B{1});  // small (15) does not fit: big decodes instead
+  CHECK(h.scheduler.running() == 2);  // small holds a slot, waiting for rows
+  h.submit(3, range(300, 2), 1);     // tiny would fit, but memory is short: it must wait
+  CHECK(h.step() == B{1});  // big's last token; it finishes and its rows become cache
+  CHECK(h.scheduler.waiting() == 1);
+  CHECK(h.step() == B{2});  // small evicts big's cache; tiny still gated this step
+  CHECK(h.last_extends() == std::vector<int32_t>{15});
+  CHECK(h.step() == B{3});  // memory is no longer short: tiny is admitted
+  CHECK(h.step() == B{2});
+  CHECK(h.step() == B{2});
+  CHECK(h.scheduler.idle());
+  CHECK(h.outputs[1] == Ids(3, kToken));
+  CHECK(h.outputs[2] == Ids(3, kToken));
+  CHECK(h.outputs[3] == Ids(1, kToken));
+  h.drain();
+}
+
+TEST_CASE("Decode short of rows retracts the newest request, which later resumes with its output", "[scheduler][policy]") {
+  // 24 rows; two 10-token prompts decoding 10 tokens each cannot both finish.
+  Harness h(24, 1, config(SchedulePolicy::fcfs, 8, 2048, 0));
+  h.submit(1, range(100, 10), 10);
+  h.submit(2, range(200, 10), 10);
+  CHECK(h.step() == B{1, 2});  // 20 rows
+  CHECK(h.step() == B{1, 2});  // 22
+  CHECK(h.step() == B{1, 2});  // 24: full
+  CHECK(h.scheduler.stats().retractions == 0);
+  CHECK(h.step() == B{1});     // 2 is retracted, its rows cached; 1 evicts some
+  CHECK(h.scheduler.stats().retractions == 1);
+  CHECK(h.scheduler.waiting() == 1);
+  CHECK(h.outputs[2].size() == 3);
+  h.drain();
+  CHECK(h.outputs[1] == Ids(10, kToken));
+  CHECK(h.outputs[2] == Ids(10, kToken));  // nothing lost or repeated across retraction
+  CHECK(h.finish[2] == FinishReason::length);
+}
+
+TEST_CASE("Aborting between two prefill chunks releases the request's locks at once", "[scheduler][policy]") {
+  int32_t page = GENERATE(1, 4, 16);
+  INFO("page size " << page);
+  Harness h(256, page, config(SchedulePolicy::fcfs, 8, 2048, 24));
+  h.submit(1, range(100, 60), 4);
+  h.submit(2, range(100, 70), 4);  // shares its first 60 tokens with 1
+  CHECK(h.step() == B{1, 2});
+  CHECK(h.last_extends() == std::vector<int32_t>{24, 24});
+  // Both cached their first chunk: 2 now shares 1's pages and locks them too.
+  REQUIRE(h.kv.store().radix().protected_size() >= page);
+  h.scheduler.abort(2);
+  // The abort applies first; step()'s self-check then finds a lock of 2's
+  // left behind, if any, while 1 still holds the same path.
+  CHECK(h.step() == B{1});
+  CHECK(h.finish[2] == FinishReason::abort);
+  CHECK(h.outputs.count(2) == 0);
+  h.drain();
+  CHECK(h.outputs[1] == Ids(4, kToken));
+  CHECK(h.kv.store().radix().protected_size() == 0);
+}
