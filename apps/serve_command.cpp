@@ -19,13 +19,15 @@ constexpr const char* usage =
     "usage: actorlm serve [--model PATH] [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
     "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests N]\n"
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs]\n"
-    "                     [--context-length N] [--disable-radix-cache]\n"
+    "                     [--context-length N] [--disable-radix-cache] [--special-tokens-in-content]\n"
     "                     [--max-concurrent-requests N] [--max-body-bytes N]\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
     "  as a cluster head (the nodes run the model; see docs/CLUSTER.md):\n"
     "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | --topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
-    "                     [--allow-plain-remote] [--connect-timeout S]\n";
+    "                     [--allow-plain-remote] [--connect-timeout S]\n"
+    "  --special-tokens-in-content: chat messages may hold control tokens such as <|im_start|>\n"
+    "  (by default they are plain text, so a client cannot forge system or assistant turns).\n";
 
 HttpServer* running_server = nullptr;
 void on_signal(int) {
@@ -39,13 +41,14 @@ int serve_command(int argc, char** argv, int first) {
                  with_flags(with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
                                                       "--max-body-bytes"}),
                             with_flags(head_flags, security_flags)),
-                 {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+                 {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
   }
   EngineConfig ec = engine_from_flags(args);
   ec.cluster = cluster_from_flags(args);
+  ec.special_tokens_in_content = args.has(special_tokens_in_content_switch);
 
   ServerConfig sc;
   sc.host = args.str("--host").value_or("127.0.0.1");
