@@ -39,6 +39,10 @@ struct EngineConfig {
   bool disable_radix_cache = false;
   SchedulerConfig scheduler;       // max_context 0 = the model's
   LoadProgress progress;
+  // Chat messages: special-token text in a role or content becomes special
+  // tokens (as every peer does) instead of plain text. Lets message text
+  // open and close turns, so only for callers that trust every client.
+  bool special_tokens_in_content = false;
   // Nodes listed: this engine is a cluster head. It loads only the model's
   // tokenizer and config (the nodes hold the weights and KV), and its actor
   // system must have been set up with configure_remote() (actors/remote_setup.hpp).

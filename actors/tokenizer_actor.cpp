@@ -13,16 +13,18 @@ struct TokenizerState {
   std::shared_ptr<const Tokenizer> tok;
   ChatTemplate chat{ChatTemplate::Format::chatml};
   caf::actor scheduler, detokenizer;
+  bool special_tokens_in_content = false;
   static inline const char* name = "actorlm.tokenizer";
 };
 
 caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::shared_ptr<const Tokenizer> tok,
-                              caf::actor scheduler, caf::actor detokenizer) {
+                              caf::actor scheduler, caf::actor detokenizer, bool special_tokens_in_content) {
   auto& s = self->state;
   s.tok = std::move(tok);
   s.chat = ChatTemplate::from_source(s.tok->chat_template(), nullptr);
   s.scheduler = std::move(scheduler);
   s.detokenizer = std::move(detokenizer);
+  s.special_tokens_in_content = special_tokens_in_content;
   return {[self](generate_atom, const WireMessage& in, const caf::actor& client) {
     auto& s = self->state;
     auto opened = msg::open<fb::GenerateRequest>(in.bytes);
@@ -48,7 +50,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       for (const fb::ChatMessage* m : *g.messages()) {
         messages.push_back({m->role() ? m->role()->str() : "", m->content() ? m->content()->str() : ""});
       }
-      t.input_ids = s.tok->encode(s.chat.render(messages, true), false, true);
+      t.input_ids = s.tok->encode(s.chat.render_segments(messages, true, s.special_tokens_in_content), false);
       if (auto eot = s.tok->token_id(s.chat.end_of_turn())) end_ids.push_back(*eot);
     } else {
       std::string text = g.text() ? g.text()->str() : "";
@@ -70,8 +72,9 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
 }  // namespace
 
 caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
-                           caf::actor detokenizer) {
-  return system.spawn(tokenizer_actor, std::move(tok), std::move(scheduler), std::move(detokenizer));
+                           caf::actor detokenizer, bool special_tokens_in_content) {
+  return system.spawn(tokenizer_actor, std::move(tok), std::move(scheduler), std::move(detokenizer),
+                      special_tokens_in_content);
 }
 
 }  // namespace actorlm

@@ -4,6 +4,17 @@
 // sends the TokenizedRequest both to the detokenizer (registration of the
 // client and its stop strings) and to `scheduler` (the local scheduler, or
 // the head's router in a cluster). Bad requests get an error TextDelta.
+//
+// Where special-token text (e.g. "<|im_start|>") becomes special tokens:
+//   - messages: only in the template's own markup. In roles and contents
+//     (client text) it is encoded as plain characters, so a user cannot
+//     forge system or assistant turns, unless special_tokens_in_content
+//     (trusted callers only: then message text may open and close turns);
+//   - text (/generate's text, /v1/completions' prompt): never; the text is
+//     encoded as the characters it is made of, with BOS when the model adds
+//     one. (Peers such as llama.cpp's server parse specials there; this
+//     path has not, and a caller who wants exact control sends input_ids.)
+//   - input_ids: taken as given (checked against the vocabulary).
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -14,6 +25,6 @@
 namespace actorlm {
 
 caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
-                           caf::actor detokenizer);
+                           caf::actor detokenizer, bool special_tokens_in_content = false);
 
 }  // namespace actorlm

@@ -15,6 +15,7 @@
 #include "apps/cli_args.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/device_flags.hpp"
+#include "apps/engine_flags.hpp"
 #include "model/default_model.hpp"
 
 namespace actorlm {
@@ -25,7 +26,9 @@ constexpr const char* usage =
     "                    [--threads N] [--kv-tokens N] [--seed S]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
     "                    [--node HOST:PORT ... | --topology FILE.json] [--secret-file FILE]\n"
-    "                    [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--allow-plain-remote]\n";
+    "                    [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--allow-plain-remote]\n"
+    "                    [--special-tokens-in-content]   (control tokens typed in a message are\n"
+    "                                                     tokens, not text: they can open turns)\n";
 
 constexpr const char* help =
     "commands:\n"
@@ -53,7 +56,7 @@ int chat_command(int argc, char** argv, int first) {
                  with_flags(with_device_flags({"--model", "--system", "--temperature", "--max-tokens", "--threads",
                                                "--kv-tokens", "--seed"}),
                             with_flags(head_flags, security_flags)),
-                 {"--help", allow_plain_switch}, {{"-m", "--model"}, {"-h", "--help"}});
+                 {"--help", allow_plain_switch, special_tokens_in_content_switch}, {{"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
@@ -65,6 +68,7 @@ int chat_command(int argc, char** argv, int first) {
   apply_device_flags(args, config, 16384);
   config.scheduler.max_context = 0;  // the model's
   config.cluster = cluster_from_flags(args);
+  config.special_tokens_in_content = args.has(special_tokens_in_content_switch);
   int shown = -1;
   config.progress = [&](int done, int total) {
     int pct = done * 100 / total;

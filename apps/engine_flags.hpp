@@ -14,6 +14,9 @@ namespace actorlm {
 
 extern const std::set<std::string> engine_flags;
 inline const char* const disable_radix_switch = "--disable-radix-cache";
+// serve, chat and run (not node: nodes never see text). Off by default: see
+// EngineConfig::special_tokens_in_content.
+inline const char* const special_tokens_in_content_switch = "--special-tokens-in-content";
 
 EngineConfig engine_from_flags(const cli::Args& args);
 

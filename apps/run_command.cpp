@@ -10,6 +10,7 @@
 #include "apps/cli_args.hpp"
 #include "actors/executor_factory.hpp"
 #include "apps/device_flags.hpp"
+#include "apps/engine_flags.hpp"
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_runner.hpp"
@@ -22,9 +23,10 @@ namespace {
 constexpr const char* usage =
     "usage: actorlm run -p PROMPT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
     "                   [--min-p P] [--repetition-penalty R] [--seed S] [--stop STR]\n"
-    "                   [--model PATH] [--threads N] [--raw] [--device cpu|cuda]\n"
-    "  PROMPT is sent as one user message through the model's chat template;\n"
-    "  --raw sends it as plain text instead.\n";
+    "                   [--model PATH] [--threads N] [--raw] [--special-tokens-in-content] [--device cpu|cuda]\n"
+    "  PROMPT is sent as one user message through the model's chat template, control tokens\n"
+    "  such as <|im_start|> in it as plain text unless --special-tokens-in-content;\n"
+    "  --raw sends it as plain text without the template.\n";
 
 Tokenizer load_tokenizer(const std::string& model) {
   namespace fs = std::filesystem;
@@ -43,7 +45,7 @@ int run_command(int argc, char** argv, int first) {
   Args args(argc, argv, first,
             with_device_flags({"--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--min-p",
                                "--repetition-penalty", "--seed", "--stop", "--model", "--threads"}),
-            {"--raw", "--help"}, {{"-p", "--prompt"}, {"-n", "--max-tokens"}, {"-m", "--model"}, {"-h", "--help"}});
+            {"--raw", special_tokens_in_content_switch, "--help"}, {{"-p", "--prompt"}, {"-n", "--max-tokens"}, {"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help") || !args.str("--prompt")) {
     std::fputs(usage, args.has("--help") ? stdout : stderr);
     return args.has("--help") ? 0 : 2;
@@ -73,7 +75,8 @@ int run_command(int argc, char** argv, int first) {
   });
   const ModelConfig cfg = weights.config;
 
-  std::string text = *args.str("--prompt");
+  const std::string text = *args.str("--prompt");
+  std::vector<int32_t> prompt;
   std::vector<std::string> stops;
   if (auto s = args.str("--stop")) stops.push_back(*s);
   std::vector<int32_t> stop_ids;
@@ -83,10 +86,13 @@ int run_command(int argc, char** argv, int first) {
     ChatTemplate tpl = ChatTemplate::from_source(tok.chat_template(), &warning);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     ChatMessage user{"user", text};
-    text = tpl.render(std::span<const ChatMessage>(&user, 1), true);
+    prompt = tok.encode(tpl.render_segments(std::span<const ChatMessage>(&user, 1), true,
+                                            args.has(special_tokens_in_content_switch)),
+                        tok.add_bos_by_default());
     if (auto id = tok.token_id(tpl.end_of_turn())) stop_ids.push_back(*id);
+  } else {
+    prompt = tok.encode(text, tok.add_bos_by_default(), /*parse_special=*/false);
   }
-  std::vector<int32_t> prompt = tok.encode(text, tok.add_bos_by_default(), /*parse_special=*/!args.has("--raw"));
   if (prompt.empty()) throw cli::UsageError("the prompt is empty");
   const int64_t need = static_cast<int64_t>(prompt.size()) + max_tokens;
   if (static_cast<int64_t>(prompt.size()) >= cfg.max_context) {

@@ -25,7 +25,8 @@ constexpr const char* usage =
     "N]\n"
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy "
     "lpm|fcfs]\n"
-    "                     [--context-length N] [--disable-radix-cache]\n"
+    "                     [--context-length N] [--disable-radix-cache] "
+    "[--special-tokens-in-content]\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
     "auto|bf16]\n"
     "  limits (docs/SECURITY.md):\n"
@@ -39,7 +40,9 @@ constexpr const char* usage =
     "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | "
     "--topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
-    "                     [--allow-plain-remote] [--connect-timeout S]\n";
+    "                     [--allow-plain-remote] [--connect-timeout S]\n"
+    "  --special-tokens-in-content: chat messages may hold control tokens such as <|im_start|>\n"
+    "  (by default they are plain text, so a client cannot forge system or assistant turns).\n";
 
 std::chrono::milliseconds seconds_flag(const cli::Args& args, const char* name, double fallback) {
   return std::chrono::milliseconds(
@@ -73,7 +76,7 @@ int serve_command(int argc, char** argv, int first) {
                                     "--header-timeout", "--body-timeout", "--keep-alive-timeout",
                                     "--write-timeout", "--shutdown-timeout", "--allowed-host"}),
           with_flags(head_flags, security_flags)),
-      {disable_radix_switch, allow_plain_switch, "--help"},
+      {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help"},
       {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -81,6 +84,7 @@ int serve_command(int argc, char** argv, int first) {
   }
   EngineConfig ec = engine_from_flags(args);
   ec.cluster = cluster_from_flags(args);
+  ec.special_tokens_in_content = args.has(special_tokens_in_content_switch);
 
   ServerConfig sc;
   sc.host = args.str("--host").value_or("127.0.0.1");

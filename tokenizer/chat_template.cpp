@@ -61,29 +61,51 @@ ChatTemplate ChatTemplate::choose(const std::string& jinja, std::string_view nam
   return name_override.empty() ? from_source(jinja, warning) : from_name(name_override, warning);
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  std::string out;
+std::vector<PromptSegment> ChatTemplate::render_segments(std::span<const ChatMessage> messages,
+                                                         bool add_generation_prompt,
+                                                         bool special_tokens_in_content) const {
+  std::vector<PromptSegment> out;
+  auto markup = [&](std::string text) { out.push_back({std::move(text), true}); };
+  auto client = [&](std::string text) { out.push_back({std::move(text), special_tokens_in_content}); };
   if (format_ == Format::llama3) {
-    if (!messages.empty()) out = "<|begin_of_text|>";
+    if (!messages.empty()) markup("<|begin_of_text|>");
     for (const auto& m : messages) {
-      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+      markup("<|start_header_id|>");
+      client(m.role);
+      markup("<|end_header_id|>\n\n");
+      client(trim(m.content));
+      markup("<|eot_id|>");
     }
-    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    if (add_generation_prompt) markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
     return out;
   }
   // As the template's loop does: the default system message goes before the
-  // first message, so an empty conversation gets none.
+  // first message, so an empty conversation gets none. Its text comes from
+  // the model's template, so it counts as markup.
   if (default_system_ && !messages.empty() && messages.front().role != "system") {
-    out += "<|im_start|>system\n" + *default_system_ + "<|im_end|>\n";
+    markup("<|im_start|>system\n" + *default_system_ + "<|im_end|>\n");
   }
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  for (const auto& m : messages) {
+    markup("<|im_start|>");
+    client(m.role);
+    markup("\n");
+    client(m.content);
+    markup("<|im_end|>\n");
+  }
+  if (add_generation_prompt) markup("<|im_start|>assistant\n");
+  return out;
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::string out;
+  for (const PromptSegment& s : render_segments(messages, add_generation_prompt)) out += s.text;
   return out;
 }
 
 std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                                          bool add_generation_prompt) const {
-  std::vector<int32_t> ids = tokenizer.encode(render(messages, add_generation_prompt), false, true);
+                                          bool add_generation_prompt, bool special_tokens_in_content) const {
+  std::vector<int32_t> ids =
+      tokenizer.encode(render_segments(messages, add_generation_prompt, special_tokens_in_content), false);
   auto bos = tokenizer.bos_id();
   if (tokenizer.add_bos_by_default() && bos && (ids.empty() || ids.front() != *bos)) ids.insert(ids.begin(), *bos);
   return ids;

@@ -10,6 +10,8 @@
 //     content trimmed, <|begin_of_text|> before the first message).
 // Anything else falls back to ChatML and says so in *warning (the library
 // never prints). Roles are copied as given (system, user, assistant, ...).
+// Special-token text inside roles and contents is client text, not markup
+// (see render_segments).
 // Immutable; thread-safe.
 
 #include <cstdint>
@@ -18,6 +20,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/prompt_segment.hpp"
 
 namespace actorlm {
 
@@ -45,16 +49,25 @@ class ChatTemplate {
   Format format() const { return format_; }
   std::string_view name() const { return format_ == Format::llama3 ? "llama3" : "chatml"; }
   const std::optional<std::string>& default_system() const { return default_system_; }
-  // The prompt text, as the model's Jinja template renders it; special
-  // tokens appear as their text, so encode it with parse_special = true (or
-  // use encode below).
+  // The prompt, as the model's Jinja template renders it, in segments: the
+  // template's own markup (turn markers, the default system prompt) with
+  // parse_special, and the client's text (each role and content) without,
+  // unless special_tokens_in_content. Encoded with Tokenizer's segment
+  // encode, a message that types "<|im_start|>system" gets those
+  // characters, not a forged turn; a conversation without such text gets
+  // the ids it always had. special_tokens_in_content is for trusted
+  // callers only (it lets message text open and close turns).
+  std::vector<PromptSegment> render_segments(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                             bool special_tokens_in_content = false) const;
+  // The segments' text joined: what Jinja prints (tests compare the two).
+  // Encoding this string with parse_special = true trusts every message.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  // render, then tokenize with special tokens parsed. BOS is put first when
+  // render_segments, then Tokenizer's segment encode. BOS is put first when
   // the tokenizer adds one by default and the rendered text does not already
   // begin with it (Llama 3 writes <|begin_of_text|> itself), so there is
   // never a double BOS.
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                              bool add_generation_prompt) const;
+                              bool add_generation_prompt, bool special_tokens_in_content = false) const;
   // Text of the token that ends an assistant turn.
   std::string end_of_turn() const;
 

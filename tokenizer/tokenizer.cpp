@@ -15,7 +15,6 @@ namespace {
 // it stays a few MB: long pieces are rare and merging them dominates anyway).
 constexpr size_t max_cached_words = 1 << 16;
 constexpr size_t max_cached_word_bytes = 64;
-constexpr size_t max_text_bytes = size_t{1} << 30;
 const std::string spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // Texts llama.cpp treats as end-of-turn / end-of-generation tokens, and the
@@ -229,74 +228,6 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
     if (t == TokenType::undefined && (id < 0 || id >= vocab_size())) continue;
     if (!render_special && (t == TokenType::control || t == TokenType::unknown)) continue;
     out += pieces_[static_cast<size_t>(id)];
-  }
-  return out;
-}
-
-// Splits text at special tokens: each special (longest first) is cut out of
-// every raw stretch left by the ones before it. Same order as llama.cpp, so
-// overlapping candidates resolve the same way.
-std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, bool parse_special) const {
-  std::vector<Fragment> frags;
-  if (text.empty()) return frags;
-  frags.push_back({0, text.size(), -1});
-  bool possible = false;
-  for (char c : text) {
-    if (special_first_byte_[static_cast<uint8_t>(c)]) {
-      possible = true;
-      break;
-    }
-  }
-  if (!possible) return frags;
-
-  std::vector<Fragment> next;
-  for (int32_t id : specials_) {
-    TokenType type = data_.types[static_cast<size_t>(id)];
-    if (!parse_special && (type == TokenType::control || type == TokenType::unknown)) continue;
-    const std::string& s = data_.tokens[static_cast<size_t>(id)];
-    if (text.find(s) == std::string_view::npos) continue;
-    next.clear();
-    for (const Fragment& f : frags) {
-      if (f.token >= 0) {
-        next.push_back(f);
-        continue;
-      }
-      const size_t end = f.start + f.len;
-      const std::string_view window = text.substr(0, end);
-      size_t pos = f.start;
-      for (size_t at = window.find(s, pos); at != std::string_view::npos; at = window.find(s, pos)) {
-        if (at > pos) next.push_back({pos, at - pos, -1});
-        next.push_back({at, s.size(), id});
-        pos = at + s.size();
-      }
-      if (pos < end) next.push_back({pos, end - pos, -1});
-    }
-    frags.swap(next);
-  }
-  return frags;
-}
-
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
-  if (text.size() > max_text_bytes) {
-    throw std::invalid_argument("tokenizer: text of " + std::to_string(text.size()) + " bytes is over the 1 GiB limit");
-  }
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
-  if (add_bos && data_.bos) out.push_back(*data_.bos);
-  bool after_special = true;  // SentencePiece puts its space prefix here
-  for (const Fragment& f : partition(text, parse_special)) {
-    if (f.token >= 0) {
-      out.push_back(f.token);
-      after_special = true;
-      continue;
-    }
-    std::string_view raw = text.substr(f.start, f.len);
-    if (data_.kind == VocabData::Kind::spm) {
-      spm_fragment(raw, data_.add_space_prefix && after_special, out);
-    } else {
-      for (std::string_view piece : pre_tokenize(data_.pre, raw)) bpe_piece(piece, out);
-    }
-    after_special = false;
   }
   return out;
 }

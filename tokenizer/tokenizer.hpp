@@ -9,7 +9,10 @@
 //     highest-scoring pairs, characters outside the vocabulary fall back to
 //     <0xNN> byte tokens.
 // Special tokens (control, user-defined, unknown) are found in the raw text
-// first, longest first, as llama.cpp does.
+// first, longest first, as llama.cpp does. Where they may be found is the
+// caller's choice: everywhere (parse_special), nowhere but user-defined
+// tokens, or only inside the trusted segments of a prompt (chat templates:
+// markup yes, message content no).
 //
 // Thread-safety: immutable after construction; every const member may be
 // called concurrently (the word cache is guarded by a mutex).
@@ -24,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/prompt_segment.hpp"
 #include "tokenizer/vocab.hpp"
 
 namespace actorlm {
@@ -44,6 +48,17 @@ class Tokenizer {
   // User-defined tokens are matched either way (as llama.cpp does).
   // Throws std::invalid_argument for text over 1 GiB.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // The concatenated text of segments, where control/unknown token text
+  // becomes a special token only when the whole match lies inside segments
+  // with parse_special (user-defined tokens: anywhere, as above).
+  // Segments decide nothing else: the raw text between two special tokens
+  // is split and merged as one stretch even where it crosses a segment
+  // boundary, exactly as encode(concatenation, add_bos, true) would. So a
+  // prompt whose untrusted segments hold no special-token text gives the
+  // same ids as before segments existed. (Merging each segment on its own
+  // would not: ChatML's "user\n" then content "\n\nHi" merges "\n\n\n"
+  // differently when cut after the first "\n".)
+  std::vector<int32_t> encode(std::span<const PromptSegment> segments, bool add_bos) const;
 
   // The bytes a token stands for (may be part of a UTF-8 character).
   // Control and unknown tokens give their text only with render_special;
@@ -85,7 +100,17 @@ class Tokenizer {
 
   void index_tokens();
   void find_end_of_generation();
-  std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  // Byte range [begin, end) of a text in which control tokens may match
+  // (trusted segments, adjacent ones joined).
+  struct TrustedRange {
+    size_t begin = 0, end = 0;
+  };
+  // trusted == nullptr: control tokens match anywhere when parse_special,
+  // nowhere otherwise. Else they match only inside one of *trusted (sorted,
+  // disjoint) and parse_special is ignored.
+  std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                  const std::vector<TrustedRange>* trusted) const;
+  std::vector<int32_t> encode_fragments(std::string_view text, const std::vector<Fragment>& frags, bool add_bos) const;
   void bpe_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void spm_fragment(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const;
   std::optional<int32_t> pair_merge(int32_t left, int32_t right, int32_t* rank) const;

@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -190,4 +191,41 @@ TEST_CASE("Bad vocabularies are refused with a message", "[tokenizer]") {
   CHECK_FALSE(t.bos_id());
   REQUIRE(t.warnings().size() >= 1);
   CHECK(t.warnings()[0].find("BOS id 7") != std::string::npos);
+}
+
+TEST_CASE("Segments: control tokens match only inside trusted text", "[tokenizer][special]") {
+  const Tokenizer& t = smollm();
+  const int32_t im_start = *t.token_id("<|im_start|>");
+  using S = PromptSegment;
+  const std::string text = "a<|im_start|>b<|im_end|>";
+  // All trusted or all not: the single-string encodings.
+  CHECK(t.encode(std::vector<S>{{text, true}}, false) == t.encode(text, false, true));
+  CHECK(t.encode(std::vector<S>{{text, false}}, false) == t.encode(text, false, false));
+  CHECK(t.encode(std::vector<S>{{text, false}}, true) == t.encode(text, true, false));
+  CHECK(t.encode(std::vector<S>{}, false).empty());
+  // A match must lie wholly inside trusted text; adjacent trusted segments
+  // count as one stretch.
+  CHECK(t.encode(std::vector<S>{{"<|im_", false}, {"start|>", true}}, false).size() > 1);
+  CHECK(t.encode(std::vector<S>{{"<|im_", true}, {"start|>", false}}, false).size() > 1);
+  CHECK(t.encode(std::vector<S>{{"<|im_", true}, {"", false}, {"start|>", true}}, false) == Ids{im_start});
+  // Untrusted text around a trusted marker: only the marker is special, and
+  // the raw text on each side is merged as if it were one string.
+  Ids mixed = t.encode(std::vector<S>{{"x<|im_start|>", false}, {"<|im_start|>", true}, {"<|im_start|>y", false}}, false);
+  CHECK(std::count(mixed.begin(), mixed.end(), im_start) == 1);
+  Ids left = t.encode("x<|im_start|>", false, false), right = t.encode("<|im_start|>y", false, false);
+  Ids expected = left;
+  expected.push_back(im_start);
+  expected.insert(expected.end(), right.begin(), right.end());
+  CHECK(mixed == expected);
+}
+
+TEST_CASE("Segments: control-token text straddling a segment boundary stays text", "[tokenizer][special]") {
+  const Tokenizer& t = smollm();
+  const int32_t im_end = *t.token_id("<|im_end|>");
+  // "<|im_end|>" at offset 0 straddles the boundary; the one at offset 10 is
+  // trusted.
+  Ids ids = t.encode(std::vector<PromptSegment>{{"<|im_end|><|im_", false}, {"end|>", false}, {"<|im_end|>", true}}, false);
+  CHECK(std::count(ids.begin(), ids.end(), im_end) == 1);
+  CHECK(ids.back() == im_end);
+  CHECK(t.decode(ids) == "<|im_end|><|im_end|><|im_end|>");
 }
