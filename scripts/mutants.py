@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import os
 import shutil
 import subprocess
@@ -139,10 +140,15 @@ def copy_tree(src: Path, dst: Path) -> None:
     what changed."""
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=src,
                            check=True, capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
+    wanted = {rel for rel in files if rel and (src / rel).is_file()}
+    # Files gone from the tree go from the copy too: the build globs *.cpp.
+    if dst.is_dir():
+        for d in dst.rglob("*"):
+            rel = d.relative_to(dst).as_posix()
+            if d.is_file() and not rel.startswith("build-cpu/") and rel not in wanted:
+                d.unlink()
+    for rel in sorted(wanted):
         s, d = src / rel, dst / rel
-        if not s.is_file():
-            continue  # deleted but still tracked
         if d.is_file() and d.read_bytes() == s.read_bytes():
             continue
         d.parent.mkdir(parents=True, exist_ok=True)
@@ -174,6 +180,13 @@ def main() -> int:
     build = src / "build-cpu"  # <src>/build-cpu: same relative layout as <root>/build-cpu
     logs = args.workdir.resolve() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    # One run per scratch folder: two would rewrite each other's sources.
+    lock = open(args.workdir.resolve() / "lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"another mutants.py run is using {args.workdir}; pass another --workdir", file=sys.stderr)
+        return 1
     for f in logs.glob("*.log"):
         f.unlink()
     # ccache shares objects with other builds at the same relative layout
@@ -192,19 +205,40 @@ def main() -> int:
             log(f"configure failed, see {logs / 'configure.log'}")
             return 1
 
-    def build_and_test(m: Mutant, tag: str) -> str:
-        """'pass', 'fail' (tests failed) or 'build-error'."""
-        logfile = logs / f"{m.name}.{tag}.log"
-        if run(["cmake", "--build", str(build), "--parallel", str(args.j), "--target", *m.targets],
-               src, logfile) != 0:
-            return "build-error"
-        for cmd in m.runs:
-            cmd = [c.replace("{build}", str(build)) for c in cmd]
-            if run(cmd, src, logfile, timeout=args.test_timeout) != 0:
-                return "fail"
-        return "pass"
+    def build_targets(m: Mutant, logfile: Path) -> bool:
+        return run(["cmake", "--build", str(build), "--parallel", str(args.j), "--target", *m.targets],
+                   src, logfile) == 0
 
-    baseline: dict[tuple, tuple[str, str]] = {}  # test set -> (unmutated outcome, its log)
+    def run_test(cmd: list[str], logfile: Path) -> bool:
+        return run([c.replace("{build}", str(build)) for c in cmd], src, logfile,
+                   timeout=args.test_timeout) == 0
+
+    # Each test command runs once unmutated, so a mutant's failure is its own.
+    # Kept per command, not per mutant: the scheduler test (minutes) is shared.
+    baseline: dict[tuple, tuple[str, Path]] = {}  # command -> (outcome, log)
+
+    def baseline_of(m: Mutant) -> tuple[str, str]:
+        todo = [cmd for cmd in m.runs if tuple(cmd) not in baseline]
+        if todo:
+            log(f"{m.name}: baseline (unmutated) build and {len(todo)} test command(s)")
+            logfile = logs / f"{m.name}.baseline.log"
+            built = build_targets(m, logfile)
+            for cmd in todo:
+                ok = built and run_test(cmd, logfile)
+                baseline[tuple(cmd)] = ("pass" if ok else "fail" if built else "build-error", logfile)
+        for cmd in m.runs:
+            outcome, logfile = baseline[tuple(cmd)]
+            if outcome != "pass":
+                return outcome, str(logfile)
+        return "pass", ""
+
+    def mutant_outcome(m: Mutant) -> str:
+        """'fail' at the first failing test command, else 'pass'; or 'build-error'."""
+        logfile = logs / f"{m.name}.mutant.log"
+        if not build_targets(m, logfile):
+            return "build-error"
+        return "pass" if all(run_test(cmd, logfile) for cmd in m.runs) else "fail"
+
     results: list[tuple[Mutant, str, str]] = []
     for m in chosen:
         path = src / m.path
@@ -222,11 +256,7 @@ def main() -> int:
             log(f"{m.name}: ERROR, pattern found {count} times")
             continue
 
-        key = (tuple(m.targets), tuple(map(tuple, m.runs)))
-        if key not in baseline:
-            log(f"{m.name}: baseline (unmutated) build and tests")
-            baseline[key] = (build_and_test(m, "baseline"), str(logs / f"{m.name}.baseline.log"))
-        base, base_log = baseline[key]
+        base, base_log = baseline_of(m)
         if base != "pass":
             results.append((m, "error", f"unmutated tests: {base} (log: {base_log})"))
             log(f"{m.name}: ERROR, baseline {base}")
@@ -235,7 +265,7 @@ def main() -> int:
         log(f"{m.name}: applying to {m.path}")
         path.write_text(original.replace(m.old, m.new))
         try:
-            outcome = build_and_test(m, "mutant")
+            outcome = mutant_outcome(m)
         finally:
             path.write_text(original)
         status = {"fail": "killed", "pass": "survived", "build-error": "error"}[outcome]
