@@ -192,8 +192,9 @@ def main() -> int:
     except BlockingIOError:
         print(f"another mutants.py run is using {args.workdir}; pass another --workdir", file=sys.stderr)
         return 1
-    for f in logs.glob("*.log"):
-        f.unlink()
+    for m in chosen:  # other mutants' logs from earlier runs stay
+        for f in logs.glob(f"{m.name}.*.log"):
+            f.unlink()
     # ccache shares objects with other builds at the same relative layout
     # only when the build directory is left out of the hash.
     os.environ.setdefault("CCACHE_NOHASHDIR", "1")
