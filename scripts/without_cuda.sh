@@ -12,6 +12,7 @@
 # covered by /dev/null, which is not executable.
 set -euo pipefail
 [[ $# -gt 0 ]] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
+# shellcheck disable=SC2016  # the inner script expands its own variables
 exec unshare -m --propagation private bash -c '
   set -euo pipefail
   if [[ -e /usr/local/cuda ]]; then mount -t tmpfs none /usr/local/cuda; fi
