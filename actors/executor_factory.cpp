@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "actorlm/config.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/host_executor.hpp"
 #if ACTORLM_HAVE_CUDA
@@ -10,7 +11,7 @@
 
 namespace actorlm {
 
-bool cuda_backend_built() { return ACTORLM_HAVE_CUDA + 0 != 0; }
+bool cuda_backend_built() { return ACTORLM_HAVE_CUDA != 0; }
 
 MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_t kv_tokens, int32_t page_size,
                            int32_t max_requests, int32_t max_context) {
@@ -45,6 +46,7 @@ MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_
     made.description = "cuda: " + ex->device_name();
     made.executor = std::move(ex);
 #else
+    (void)page_size;  // only the CUDA branch sizes the pool from free memory
     (void)max_requests;
     (void)max_context;
     throw std::invalid_argument("this actorlm was built without the CUDA backend (nvcc was not found at build time)");

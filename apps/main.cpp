@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "actorlm/config.hpp"
 #include "actorlm/version.hpp"
 #include "apps/chat_command.hpp"
 #include "apps/cli_args.hpp"
@@ -11,7 +12,7 @@
 #include "apps/run_command.hpp"
 #include "apps/serve_command.hpp"
 #include "model/gguf_file.hpp"
-#ifdef ACTORLM_HAVE_CUDA
+#if ACTORLM_HAVE_CUDA
 #include "kernels/cuda/device.cuh"
 #endif
 
@@ -19,7 +20,7 @@ namespace {
 
 int print_version() {
   std::printf("actorlm %s\n", actorlm::version_string);
-#ifdef ACTORLM_HAVE_CUDA
+#if ACTORLM_HAVE_CUDA
   auto report = actorlm::cuda::probe_devices();
   if (report.device_count > 0) {
     std::printf("CUDA backend: built (sm_90); device 0: %s (sm_%d%d, %.1f GiB)\n",

@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "actorlm/config.hpp"
 #include "actors/actor_kv_service.hpp"
 #include "actors/pool_actor.hpp"
 #include "actors/radix_actor.hpp"
