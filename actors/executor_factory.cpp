@@ -4,6 +4,11 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/host_executor.hpp"
+// The CUDA library defines ACTORLM_HAVE_CUDA for its users; a CPU-only
+// build (ACTORLM_CUDA=OFF or no nvcc) has no definition at all.
+#ifndef ACTORLM_HAVE_CUDA
+#define ACTORLM_HAVE_CUDA 0
+#endif
 #if ACTORLM_HAVE_CUDA
 #include "kernels/cuda/cuda_executor.hpp"
 #endif
@@ -45,6 +50,7 @@ MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_
     made.description = "cuda: " + ex->device_name();
     made.executor = std::move(ex);
 #else
+    (void)page_size;
     (void)max_requests;
     (void)max_context;
     throw std::invalid_argument("this actorlm was built without the CUDA backend (nvcc was not found at build time)");
