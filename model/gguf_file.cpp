@@ -162,7 +162,7 @@ uint64_t GgufTensorInfo::element_count() const {
 
 struct GgufFile::Impl {
   std::string path;
-  std::optional<MappedFile> file;
+  std::optional<MappedFile> file;  // empty for from_memory images
   uint32_t version = 0;
   std::map<std::string, Value, std::less<>> meta;
   std::vector<GgufTensorInfo> tensors;
@@ -191,9 +191,20 @@ GgufFile GgufFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->file.emplace(path);
-  const size_t size = impl->file->size();
-  if (size < 24) throw ModelError(path + ": too small to be a GGUF file (" + std::to_string(size) + " bytes)");
   const uint8_t* base = impl->file->data();
+  const size_t size = impl->file->size();
+  return parse(std::move(impl), base, size);
+}
+
+GgufFile GgufFile::from_memory(std::span<const uint8_t> bytes, const std::string& name) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = name;
+  return parse(std::move(impl), bytes.data(), bytes.size());
+}
+
+GgufFile GgufFile::parse(std::unique_ptr<Impl> impl, const uint8_t* base, size_t size) {
+  const std::string& path = impl->path;
+  if (size < 24) throw ModelError(path + ": too small to be a GGUF file (" + std::to_string(size) + " bytes)");
   Cursor c(base, size, impl->path);
 
   if (std::memcmp(base, "GGUF", 4) != 0) throw ModelError(path + ": not a GGUF file (bad magic)");

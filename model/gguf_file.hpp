@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -43,6 +44,10 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   static GgufFile open(const std::string& path);
+  // Reads a GGUF image that is already in memory (tests, fuzzing). Nothing is
+  // copied: `bytes` must outlive the GgufFile, and tensor data points into
+  // it. `name` stands in for the path in path() and in error messages.
+  static GgufFile from_memory(std::span<const uint8_t> bytes, const std::string& name);
 
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;
@@ -76,6 +81,8 @@ class GgufFile {
  private:
   struct Impl;
   explicit GgufFile(std::unique_ptr<Impl> impl);
+  // Parses the image at [base, base + size) into impl (both entry points).
+  static GgufFile parse(std::unique_ptr<Impl> impl, const uint8_t* base, size_t size);
   std::unique_ptr<Impl> impl_;
 };
 

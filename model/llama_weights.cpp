@@ -1,6 +1,9 @@
 #include "model/llama_weights.hpp"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
+#include <string_view>
 
 #include "model/gguf_file.hpp"
 #include "model/safetensors_file.hpp"
@@ -81,27 +84,30 @@ class GgufLoader {
     for (const char* extra : {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {
       if (file_.find_tensor(extra)) throw ModelError(file_.path() + ": tensor " + extra + " is not supported");
     }
+    check_layer_count(c);
+    check_token_count(c);
+    describe_sizes(c);
     const bool freq_factors = file_.find_tensor("rope_freqs.weight") != nullptr;
     progress_.set_total(tensor_total(c, freq_factors));
-    w.token_embedding = matrix("token_embd.weight", c.vocab_size, c.hidden);
-    w.output_norm = vector("output_norm.weight", c.hidden);
-    if (!c.tied_embeddings) w.lm_head = matrix("output.weight", c.vocab_size, c.hidden);
-    if (freq_factors) w.rope_freq_factors = vector("rope_freqs.weight", c.head_dim / 2);
+    w.token_embedding = matrix("token_embd.weight", c.vocab_size, c.hidden, vocab_, hidden_);
+    w.output_norm = vector("output_norm.weight", c.hidden, hidden_);
+    if (!c.tied_embeddings) w.lm_head = matrix("output.weight", c.vocab_size, c.hidden, vocab_, hidden_);
+    if (freq_factors) w.rope_freq_factors = vector("rope_freqs.weight", c.head_dim / 2, "head_dim / 2");
     // llama.cpp permutes Llama q/k at conversion but runs Qwen2 with NEOX
     // rotation on unpermuted rows; bring Qwen2 to the adjacent-pair layout.
     const bool permute = c.architecture == "qwen2";
     for (int32_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
       LayerWeights L;
-      L.attn_norm = vector(p + "attn_norm.weight", c.hidden);
-      L.wq = matrix(p + "attn_q.weight", c.q_dim(), c.hidden);
-      L.wk = matrix(p + "attn_k.weight", c.kv_dim(), c.hidden);
-      L.wv = matrix(p + "attn_v.weight", c.kv_dim(), c.hidden);
-      L.wo = matrix(p + "attn_output.weight", c.hidden, c.q_dim());
+      L.attn_norm = vector(p + "attn_norm.weight", c.hidden, hidden_);
+      L.wq = matrix(p + "attn_q.weight", c.q_dim(), c.hidden, q_dim_, hidden_);
+      L.wk = matrix(p + "attn_k.weight", c.kv_dim(), c.hidden, kv_dim_, hidden_);
+      L.wv = matrix(p + "attn_v.weight", c.kv_dim(), c.hidden, kv_dim_, hidden_);
+      L.wo = matrix(p + "attn_output.weight", c.hidden, c.q_dim(), hidden_, q_dim_);
       if (c.attention_bias) {
-        L.bq = vector(p + "attn_q.bias", c.q_dim());
-        L.bk = vector(p + "attn_k.bias", c.kv_dim());
-        L.bv = vector(p + "attn_v.bias", c.kv_dim());
+        L.bq = vector(p + "attn_q.bias", c.q_dim(), q_dim_);
+        L.bk = vector(p + "attn_k.bias", c.kv_dim(), kv_dim_);
+        L.bv = vector(p + "attn_v.bias", c.kv_dim(), kv_dim_);
       }
       if (permute) {
         permute_rope_rows(L.wq, c.n_heads);
@@ -109,32 +115,98 @@ class GgufLoader {
         if (!L.bq.empty()) L.bq = permute_rope_rows(L.bq, c.q_dim(), 1, c.n_heads);
         if (!L.bk.empty()) L.bk = permute_rope_rows(L.bk, c.kv_dim(), 1, c.n_kv_heads);
       }
-      L.ffn_norm = vector(p + "ffn_norm.weight", c.hidden);
-      L.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, c.hidden);
-      L.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, c.hidden);
-      L.w_down = matrix(p + "ffn_down.weight", c.hidden, c.ffn_hidden);
+      L.ffn_norm = vector(p + "ffn_norm.weight", c.hidden, hidden_);
+      L.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
+      L.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
+      L.w_down = matrix(p + "ffn_down.weight", c.hidden, c.ffn_hidden, hidden_, ffn_);
       w.layers.push_back(std::move(L));
     }
+    check_all_used(c);
     return w;
   }
 
  private:
-  const GgufTensorInfo& get(const std::string& name, int64_t rows, int64_t cols) {
+  // The layer of a "blk.N.*" tensor, -1 for any other name. Indices too long
+  // to parse count as huge, so they fail the layer count check.
+  static int64_t layer_of(std::string_view name) {
+    if (name.substr(0, 4) != "blk.") return -1;
+    name.remove_prefix(4);
+    size_t digits = 0;
+    while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
+    if (digits == 0 || digits == name.size() || name[digits] != '.') return -1;
+    if (digits > 9) return int64_t{1} << 40;
+    return std::stoll(std::string(name.substr(0, digits)));
+  }
+
+  // block_count must match the blk.N tensors present: fewer would silently
+  // run part of the model, more fails later on the first missing tensor
+  // without saying why.
+  void check_layer_count(const ModelConfig& c) const {
+    int64_t layers = 0;
+    for (const GgufTensorInfo& t : file_.tensors()) layers = std::max(layers, layer_of(t.name) + 1);
+    if (layers != c.n_layers) {
+      throw ModelError(file_.path() + ": " + c.architecture + ".block_count is " + std::to_string(c.n_layers) +
+                       " but the file has blk.N tensors for " + std::to_string(layers) + " layers" +
+                       (layers > 0 ? " (blk.0 to blk." + std::to_string(layers - 1) + ")" : ""));
+    }
+  }
+
+  // A token id the tokenizer can produce must have an embedding row. (More
+  // rows than tokens is fine: some models pad the embedding.)
+  void check_token_count(const ModelConfig& c) const {
+    auto tokens = file_.get_string_array("tokenizer.ggml.tokens");
+    if (tokens && tokens->size() > static_cast<size_t>(c.vocab_size)) {
+      throw ModelError(file_.path() + ": tokenizer.ggml.tokens has " + std::to_string(tokens->size()) +
+                       " entries but the vocabulary size is " + std::to_string(c.vocab_size) + " (" +
+                       c.architecture + ".vocab_size)");
+    }
+  }
+
+  // Where each expected size comes from, for shape errors: a mismatch says
+  // which metadata disagrees with the tensor.
+  void describe_sizes(const ModelConfig& c) {
+    const std::string a = c.architecture + ".";
+    const std::string head_dim = "head_dim " + std::to_string(c.head_dim);
+    hidden_ = a + "embedding_length " + std::to_string(c.hidden);
+    ffn_ = a + "feed_forward_length " + std::to_string(c.ffn_hidden);
+    q_dim_ = a + "attention.head_count " + std::to_string(c.n_heads) + " x " + head_dim;
+    kv_dim_ = a + "attention.head_count_kv " + std::to_string(c.n_kv_heads) + " x " + head_dim;
+    vocab_ = "vocabulary size " + std::to_string(c.vocab_size) + " (" +
+             (file_.has_key(a + "vocab_size") ? a + "vocab_size" : std::string("tokenizer.ggml.tokens entries")) + ")";
+  }
+
+  // Every tensor in the file is part of the model: one the loader does not
+  // read means the metadata describes a different model than the tensors.
+  void check_all_used(const ModelConfig& c) const {
+    for (const GgufTensorInfo& t : file_.tensors()) {
+      if (!used_.count(t.name)) {
+        throw ModelError(file_.path() + ": tensor " + t.name + " is not used by a " + c.architecture + " model with " +
+                         std::to_string(c.n_layers) + " layers (the metadata and the tensors disagree)");
+      }
+    }
+  }
+
+  // rows_from / cols_from: the metadata that sets each expected size.
+  const GgufTensorInfo& get(const std::string& name, int64_t rows, int64_t cols, const std::string& rows_from,
+                            const std::string& cols_from) {
     const GgufTensorInfo& t = file_.tensor(name);
     int64_t ne1 = t.shape.size() > 1 ? static_cast<int64_t>(t.shape[1]) : 1;
     if (static_cast<int64_t>(t.shape[0]) != cols || ne1 != rows || t.shape.size() > 2) {
       std::string got;
       for (uint64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
       throw ModelError(file_.path() + ": tensor " + name + " has shape [" + got + "], expected [" +
-                       std::to_string(cols) + (rows > 1 ? ", " + std::to_string(rows) : "") + "] (ggml order)");
+                       std::to_string(cols) + (rows > 1 ? ", " + std::to_string(rows) : "") +
+                       "] (ggml order) from " + cols_from + (rows_from.empty() ? "" : " and " + rows_from));
     }
+    used_.insert(name);
     if (!ggml_type_supported(static_cast<uint32_t>(t.type))) {
       throw ModelError(file_.path() + ": tensor " + name + " has unsupported type " + ggml_type_name(t.type));
     }
     return t;
   }
-  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const GgufTensorInfo& t = get(name, rows, cols);
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& rows_from,
+                      const std::string& cols_from) {
+    const GgufTensorInfo& t = get(name, rows, cols, rows_from, cols_from);
     WeightMatrix m{rows, cols, t.type, std::vector<float>(static_cast<size_t>(rows * cols)), {}};
     const size_t row_bytes = ggml_row_bytes(t.type, cols);
     for (int64_t r = 0; r < rows; ++r) {
@@ -146,8 +218,8 @@ class GgufLoader {
     progress_.tick();
     return m;
   }
-  std::vector<float> vector(const std::string& name, int64_t n) {
-    const GgufTensorInfo& t = get(name, 1, n);
+  std::vector<float> vector(const std::string& name, int64_t n, const std::string& n_from) {
+    const GgufTensorInfo& t = get(name, 1, n, "", n_from);
     std::vector<float> v(static_cast<size_t>(n));
     dequantize_row(t.type, t.data, v.data(), n);
     progress_.tick();
@@ -156,6 +228,8 @@ class GgufLoader {
 
   GgufFile file_;
   Progress progress_;
+  std::set<std::string, std::less<>> used_;  // tensors read so far
+  std::string hidden_, ffn_, q_dim_, kv_dim_, vocab_;  // see describe_sizes
 };
 
 // ---------------------------------------------------------------- Hugging Face

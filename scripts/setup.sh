@@ -5,11 +5,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # curl and openssl: the two-node example and the cluster tests (certificates for mutual TLS).
+# clang and libclang-rt-14-dev: the libFuzzer targets (scripts/fuzz.sh); the
+# fuzzer and sanitizer runtimes are only a recommendation of clang, which
+# --no-install-recommends skips.
 packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libcaf-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev nlohmann-json3-dev catch2
   libopenblas-dev libutf8proc-dev libboost-dev libedit-dev libssl-dev
-  python3 python3-pip tmux chromium curl openssl
+  python3 python3-pip tmux chromium curl openssl clang libclang-rt-14-dev
 )
 
 missing=()

@@ -21,7 +21,7 @@ const std::string spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 // fill-in-the-middle tokens it also stops on (pad, repo, file separator).
 const char* const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-    "<|end_of_text|>", "<end_of_utterance>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<|end_of_text|>", "<end_of_utterance>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
     "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
     "<reponame>", "<|file_sep|>"};
 // Fill-in-the-middle markers that are control tokens whatever the file says.

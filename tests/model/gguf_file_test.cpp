@@ -373,3 +373,24 @@ TEST_CASE("Random corruption never escapes as anything but ModelError", "[model]
   CHECK(opened + refused == 3000);
   CHECK(refused > 0);
 }
+
+TEST_CASE("An image in memory reads as the same file on disk does", "[model][gguf]") {
+  auto bytes = every_type_file(3, 64).bytes();
+  GgufFile disk = GgufFile::open(write_temp(bytes, "memory"));
+  GgufFile mem = GgufFile::from_memory(bytes, "image.gguf");
+  CHECK(mem.path() == "image.gguf");
+  CHECK(mem.keys() == disk.keys());
+  CHECK(mem.get_string_array("t.strings") == disk.get_string_array("t.strings"));
+  REQUIRE(mem.tensors().size() == disk.tensors().size());
+  // Tensor data is read in place, from the caller's bytes.
+  const GgufTensorInfo& c = mem.tensor("c");
+  CHECK(c.data >= bytes.data());
+  CHECK(c.data + c.byte_size <= bytes.data() + bytes.size());
+  CHECK(std::equal(c.data, c.data + c.byte_size, disk.tensor("c").data));
+
+  // Errors name the stand-in path, as they name a file.
+  bytes.resize(bytes.size() - 1);
+  CHECK_THROWS_WITH(GgufFile::from_memory(bytes, "image.gguf"),
+                    Catch::StartsWith("image.gguf: truncated GGUF file"));
+  CHECK_THROWS_WITH(GgufFile::from_memory({}, "empty"), Catch::Contains("empty: too small"));
+}
