@@ -272,6 +272,16 @@ void Engine::abort(uint64_t request_id) {
   caf::anon_send(impl_->scheduler, abort_atom::value, WireMessage{msg::pack(a)});
 }
 
+std::pair<int, int> Engine::nodes_joined() {
+  if (impl_->core) return {0, 0};
+  std::pair<int, int> out{0, 0};
+  caf::scoped_actor self{impl_->system};
+  self->request(impl_->scheduler, std::chrono::seconds(5), status_atom::value)
+      .receive([&](int32_t up, int32_t total, const std::string&) { out = {up, total}; },
+               [](const caf::error&) {});  // no answer: reported as none joined
+  return out;
+}
+
 EngineStatsSnapshot Engine::stats(bool self_check) {
   caf::scoped_actor self{impl_->system};
   EngineStatsSnapshot out;
