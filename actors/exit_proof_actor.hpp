@@ -15,8 +15,7 @@
 
 #include <caf/mailbox_element.hpp>
 #include <caf/stateful_actor.hpp>
-#include <caf/down_msg.hpp>
-#include <caf/exit_msg.hpp>
+#include <caf/system_messages.hpp>
 #include <cstdio>
 #include <tuple>
 
