@@ -88,7 +88,8 @@ caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t 
 WireMessage tokenized(uint64_t id) {
   fb::TokenizedRequestT t;
   t.request_id = id;
-  t.input_ids = {504, 3458, 282};
+  // A prompt of its own, so no request has a cached prefix on a node.
+  t.input_ids = {static_cast<int32_t>(500 + id), 3458, 282};
   t.sampling = std::make_unique<fb::SamplingParamsT>();
   t.stop = std::make_unique<fb::StopConditionsT>();
   t.stop->max_new_tokens = 8;
@@ -173,6 +174,17 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
   for (uint16_t p : ports) cc.nodes.push_back(NodeAddress{"127.0.0.1", p});
   const uint64_t stop_token = random_token();
   caf::actor router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(detok), "test head", stop_token);
+  // Stops every actor on the way out, also after a failed REQUIRE: the actor
+  // systems' destructors wait for them.
+  struct Stopper {
+    caf::actor router;
+    uint64_t token;
+    std::vector<caf::actor> fakes;
+    ~Stopper() {
+      caf::anon_send(router, shutdown_atom::value, token);
+      for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
+    }
+  } stopper{router, stop_token, fakes};
 
   const auto joined_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (router_status(detok, router).first < 2 && std::chrono::steady_clock::now() < joined_by) {
@@ -262,7 +274,4 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
     CHECK(seen[1][1].error.find("was lost") != std::string::npos);
     CHECK(router_status(detok, router).first == 1);
   }
-
-  caf::anon_send(router, shutdown_atom::value, stop_token);
-  for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
 }
