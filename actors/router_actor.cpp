@@ -28,6 +28,10 @@ struct NodeLink {
   // new per join, so neither a peer nor a late notice of an earlier join
   // can take a live node out of the rotation.
   uint64_t gone_token = 0;
+  // A node whose welcome the head refused (another model) stays joined on
+  // its side, so dialling it again would be refused; it is dialled again
+  // once this connection goes (the node restarted, perhaps with the model).
+  caf::actor refused;
   bool dialling = false;
   std::string error;         // why it is not joined (last failure)
   std::set<uint64_t> requests;  // in flight there, by the head's id
@@ -85,23 +89,38 @@ void lose_node(Self* self, int i, const std::string& why) {
   schedule_dial(self, i);
 }
 
+// Tells the router (node_gone_atom, i, token) when CAF loses the connection
+// to `gateway`; returns the token.
+uint64_t watch(Self* self, int i, const caf::actor& gateway) {
+  const uint64_t token = random_token();
+  // The gateway's proxy terminates when CAF loses the connection to the node
+  // (closed, or heartbeats missed); only then does this functor, in this
+  // process, tell the router. No message from a peer can say the same.
+  gateway->attach_functor([router = caf::actor_cast<caf::actor_addr>(self), i, token](const caf::error& reason) {
+    if (auto to = caf::actor_cast<caf::actor>(router)) caf::anon_send(to, node_gone_atom::value, static_cast<int32_t>(i), token, reason);
+  });
+  return token;
+}
+
 void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
   NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
-  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) return dial_failed(self, i, bad);
+  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) {
+    n.dialling = false;
+    if (bad != n.error) log_node(self, i, "cannot join: " + bad);
+    n.error = bad;
+    n.refused = gateway;
+    n.gone_token = watch(self, i, gateway);
+    return;
+  }
   n.dialling = false;
   n.error.clear();
   n.gateway = gateway;
   n.session = std::move(session);
-  n.gone_token = random_token();
-  // The gateway's proxy terminates when CAF loses the connection to the node
-  // (closed, or heartbeats missed); only then does this functor, in this
-  // process, tell the router. No message from a peer can say the same.
-  gateway->attach_functor([router = caf::actor_cast<caf::actor_addr>(self), i, token = n.gone_token](const caf::error& reason) {
-    if (auto to = caf::actor_cast<caf::actor>(router)) caf::anon_send(to, node_gone_atom::value, static_cast<int32_t>(i), token, reason);
-  });
+  n.refused = caf::actor{};
+  n.gone_token = watch(self, i, gateway);
   s.policy->set_alive(i, true);
   if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
   log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens)");
@@ -110,7 +129,7 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
 void dial(Self* self, int i) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
-  if (n.gateway || n.dialling) return;
+  if (n.gateway || n.dialling || n.refused) return;
   n.dialling = true;
   if (!n.gate) {
     try {
@@ -339,7 +358,7 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
   s.stop_token = stop_token;
   s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
   for (size_t i = 0; i < s.config.nodes.size(); ++i) {
-    s.nodes.push_back(NodeLink{s.config.nodes[i], nullptr, {}, {}, 0, false, "", {}});
+    s.nodes.push_back(NodeLink{s.config.nodes[i], nullptr, {}, {}, 0, {}, false, "", {}});
     s.policy->set_alive(static_cast<int>(i), false);
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) dial(self, static_cast<int>(i));
@@ -369,7 +388,14 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         auto& nodes = self->state.nodes;
         if (i < 0 || static_cast<size_t>(i) >= nodes.size()) return;
         NodeLink& n = nodes[static_cast<size_t>(i)];
-        if (n.gateway && token != 0 && token == n.gone_token) lose_node(self, i, self->system().render(reason));
+        if (token == 0 || token != n.gone_token) return;
+        if (n.gateway) {
+          lose_node(self, i, self->system().render(reason));
+        } else if (n.refused) {
+          n.refused = caf::actor{};
+          n.gone_token = 0;
+          schedule_dial(self, i);
+        }
       },
       [self](status_atom) {
         int32_t up = 0;
