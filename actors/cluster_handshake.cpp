@@ -35,6 +35,13 @@ std::vector<uint8_t> make_nonce() {
   return nonce;
 }
 
+uint64_t random_token() {
+  std::vector<uint8_t> r = make_nonce();
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i) t = (t << 8) | r[static_cast<size_t>(i)];
+  return t;
+}
+
 std::vector<uint8_t> join_proof(const std::string& secret, const std::vector<uint8_t>& nonce) {
   return labelled_mac(secret, join_label, {&nonce});
 }

@@ -30,6 +30,9 @@ inline constexpr size_t nonce_bytes = 32;
 inline constexpr size_t proof_bytes = 32;  // HMAC-SHA256
 
 std::vector<uint8_t> make_nonce();  // 32 bytes from OpenSSL's CSPRNG
+// 64 random bits from the same source: the tokens that name a departed peer
+// or allow a stop, which never leave the process that drew them.
+uint64_t random_token();
 std::vector<uint8_t> join_proof(const std::string& secret, const std::vector<uint8_t>& nonce);
 // Constant-time comparison against the expected proof.
 bool proof_matches(const std::string& secret, const std::vector<uint8_t>& nonce, const std::vector<uint8_t>& proof);

@@ -34,6 +34,10 @@ struct Engine::Impl {
   std::atomic<uint64_t> next_id{1};
   std::string device;
   int64_t kv_tokens = 0;
+  // Stops the router or the worker link. Nodes hold their handles, so a
+  // plain shutdown or exit message from a peer must not be able to.
+  uint64_t stop_token = random_token();
+  caf::actor link;  // a remote-worker head's link to its node
   explicit Impl(caf::actor_system& s) : system(s) {}
   std::string prepare_head(const EngineConfig& config);
   void start_head(const EngineConfig& config);
@@ -71,7 +75,8 @@ std::string Engine::Impl::prepare_head(const EngineConfig& config) {
 void Engine::Impl::start_head(const EngineConfig& config) {
   const ClusterConfig& cluster = config.cluster;
   std::string head_name = prepare_head(config);
-  scheduler = spawn_router(system, cluster, describe_model(config.model_path, model, *tok), detokenizer, head_name);
+  scheduler = spawn_router(system, cluster, describe_model(config.model_path, model, *tok), detokenizer, head_name,
+                           stop_token);
   caf::scoped_actor self{system};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cluster.connect_timeout_s);
   int32_t up = 0, total = 0;
@@ -84,7 +89,7 @@ void Engine::Impl::start_head(const EngineConfig& config) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (up == 0) {
-    caf::anon_send(scheduler, shutdown_atom::value);
+    caf::anon_send(scheduler, shutdown_atom::value, stop_token);
     caf::anon_send_exit(detokenizer, caf::exit_reason::user_shutdown);
     throw std::runtime_error("no worker node could be joined within " + std::to_string(cluster.connect_timeout_s) +
                              " s" + (errors.empty() ? std::string() : ": " + errors));
@@ -99,7 +104,7 @@ void Engine::Impl::start_remote_worker(const EngineConfig& config) {
   const ClusterConfig& cluster = config.cluster;
   std::string head_name = prepare_head(config);
   const auto timeout = std::chrono::milliseconds(std::max<int64_t>(1000, static_cast<int64_t>(cluster.connect_timeout_s * 1000)));
-  caf::actor link = spawn_worker_link(system, cluster.remote_worker, cluster.security, head_name, timeout);
+  link = spawn_worker_link(system, cluster.remote_worker, cluster.security, head_name, timeout, stop_token);
   fb::NodeWelcomeT w;
   std::string why;
   caf::scoped_actor self{system};
@@ -116,13 +121,15 @@ void Engine::Impl::start_remote_worker(const EngineConfig& config) {
                          {w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest});
   }
   if (!why.empty()) {
-    for (const auto& a : {link, detokenizer}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send(link, shutdown_atom::value, stop_token);
+    caf::anon_send_exit(detokenizer, caf::exit_reason::user_shutdown);
     throw std::runtime_error(why);
   }
   KvStoreConfig kv{w.kv_tokens, w.page_size, w.max_requests, w.max_context, config.disable_radix_cache};
   SchedulerConfig sc = scheduler_config(config, model, *tok);
   sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);
   core = spawn_managers(system, kv, sc, link, detokenizer);
+  core->owns_worker = false;
   core->model = model;
   scheduler = core->scheduler;
   device = "remote worker " + cluster.remote_worker.str() + " (" + w.device + ")";
@@ -153,8 +160,9 @@ Engine::~Engine() {
   auto& m = *impl_;
   if (m.core) {
     stop_engine_core(*m.core);
+    if (m.link) caf::anon_send(m.link, shutdown_atom::value, m.stop_token);
   } else {
-    caf::anon_send(m.scheduler, shutdown_atom::value);
+    caf::anon_send(m.scheduler, shutdown_atom::value, m.stop_token);
   }
   for (const auto& a : {m.tokenizer, m.detokenizer}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
@@ -262,6 +270,16 @@ void Engine::abort(uint64_t request_id) {
   a.request_ids = {request_id};
   a.reason = "aborted by the client";
   caf::anon_send(impl_->scheduler, abort_atom::value, WireMessage{msg::pack(a)});
+}
+
+std::pair<int, int> Engine::nodes_joined() {
+  if (impl_->core) return {0, 0};
+  std::pair<int, int> out{0, 0};
+  caf::scoped_actor self{impl_->system};
+  self->request(impl_->scheduler, std::chrono::seconds(5), status_atom::value)
+      .receive([&](int32_t up, int32_t total, const std::string&) { out = {up, total}; },
+               [](const caf::error&) {});  // no answer: reported as none joined
+  return out;
 }
 
 EngineStatsSnapshot Engine::stats(bool self_check) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/cluster_config.hpp"
@@ -131,6 +132,10 @@ class Engine {
   void abort(uint64_t request_id);
   // self_check: also verify the KV pool invariant (meaningful when idle).
   EngineStatsSnapshot stats(bool self_check = false);
+  // A head over engine nodes: how many nodes are joined now, of how many.
+  // Asks the head's router only (no node is asked, so a hung node cannot
+  // slow it down). {0, 0} for a local engine or a remote-worker head.
+  std::pair<int, int> nodes_joined();
   // Frees every unlocked cached row.
   void flush_cache();
 

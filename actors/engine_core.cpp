@@ -73,7 +73,9 @@ void stop_engine_core(const EngineCore& core) {
   caf::anon_send(core.scheduler, shutdown_atom::value);
   for (const auto& a : {core.radix, core.pool}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   // A remote worker (a head driving a worker node) is not ours to stop.
-  if (core.worker && core.worker.node() == core.pool.node()) caf::anon_send_exit(core.worker, caf::exit_reason::user_shutdown);
+  if (core.owns_worker && core.worker && core.worker.node() == core.pool.node()) {
+    caf::anon_send_exit(core.worker, caf::exit_reason::user_shutdown);
+  }
 }
 
 }  // namespace actorlm

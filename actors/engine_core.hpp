@@ -18,6 +18,9 @@ namespace actorlm {
 struct EngineCore {
   ModelConfig model;
   caf::actor pool, radix, worker, scheduler;
+  // False when `worker` is a head's link to a worker node: the engine stops
+  // that with its own token (actors/worker_link.hpp).
+  bool owns_worker = true;
   std::string device;      // what the worker runs on
   int64_t kv_tokens = 0;   // KV pool capacity
   int32_t max_context = 0;

@@ -80,13 +80,6 @@ Head* sealed_sender(Self* self, RequestKind kind, const WireMessage& in, std::ve
   return &it->second;
 }
 
-uint64_t random_token() {
-  std::vector<uint8_t> r = make_nonce();
-  uint64_t t = 0;
-  for (int i = 0; i < 8; ++i) t = (t << 8) | r[static_cast<size_t>(i)];
-  return t;
-}
-
 std::vector<uint8_t> refusal(const std::string& why) {
   fb::NodeWelcomeT w;
   w.accepted = false;

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "actors/exit_proof_actor.hpp"
 #include "actors/remote_setup.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
@@ -22,6 +23,15 @@ struct NodeLink {
   std::unique_ptr<TcpGate> gate;  // with a secret: CAF dials the node through it
   RequestSession session;    // seals every request to the node; one per join
   caf::actor gateway;        // set while joined
+  // Names this join in the notice the functor attached to the gateway's
+  // proxy sends when the connection goes: random, never sent anywhere, and
+  // new per join, so neither a peer nor a late notice of an earlier join
+  // can take a live node out of the rotation.
+  uint64_t gone_token = 0;
+  // A node whose welcome the head refused (another model) stays joined on
+  // its side, so dialling it again would be refused; it is dialled again
+  // once this connection goes (the node restarted, perhaps with the model).
+  caf::actor refused;
   bool dialling = false;
   std::string error;         // why it is not joined (last failure)
   std::set<uint64_t> requests;  // in flight there, by the head's id
@@ -35,6 +45,7 @@ struct RouterState {
   std::unique_ptr<PrefixRouter> policy;
   std::vector<NodeLink> nodes;
   std::map<uint64_t, int> placed;  // request id -> node index
+  uint64_t stop_token = 0;         // held by the engine that spawned the router
   static inline const char* name = "actorlm.router";
 };
 
@@ -67,6 +78,7 @@ void lose_node(Self* self, int i, const std::string& why) {
   for (uint64_t id : ids) s.placed.erase(id);
   n.requests.clear();
   n.gateway = caf::actor{};
+  n.gone_token = 0;
   n.error = why;
   s.policy->set_alive(i, false);
   log_node(self, i, "lost (" + why + "); failing its " + std::to_string(ids.size()) + " request(s)");
@@ -77,17 +89,38 @@ void lose_node(Self* self, int i, const std::string& why) {
   schedule_dial(self, i);
 }
 
+// Tells the router (node_gone_atom, i, token) when CAF loses the connection
+// to `gateway`; returns the token.
+uint64_t watch(Self* self, int i, const caf::actor& gateway) {
+  const uint64_t token = random_token();
+  // The gateway's proxy terminates when CAF loses the connection to the node
+  // (closed, or heartbeats missed); only then does this functor, in this
+  // process, tell the router. No message from a peer can say the same.
+  gateway->attach_functor([router = caf::actor_cast<caf::actor_addr>(self), i, token](const caf::error& reason) {
+    if (auto to = caf::actor_cast<caf::actor>(router)) caf::anon_send(to, node_gone_atom::value, static_cast<int32_t>(i), token, reason);
+  });
+  return token;
+}
+
 void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
   NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
-  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) return dial_failed(self, i, bad);
+  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) {
+    n.dialling = false;
+    if (bad != n.error) log_node(self, i, "cannot join: " + bad);
+    n.error = bad;
+    n.refused = gateway;
+    n.gone_token = watch(self, i, gateway);
+    return;
+  }
   n.dialling = false;
   n.error.clear();
   n.gateway = gateway;
   n.session = std::move(session);
-  self->monitor(gateway);
+  n.refused = caf::actor{};
+  n.gone_token = watch(self, i, gateway);
   s.policy->set_alive(i, true);
   if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
   log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens)");
@@ -96,7 +129,7 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
 void dial(Self* self, int i) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
-  if (n.gateway || n.dialling) return;
+  if (n.gateway || n.dialling || n.refused) return;
   n.dialling = true;
   if (!n.gate) {
     try {
@@ -152,6 +185,29 @@ void on_cancel(Self* self, Atom atom, const WireMessage& in) {
   }
 }
 
+// The node's in-flight requests end with `why`, and the node is told to
+// abort them, so their KV is freed there.
+void fail_requests(Self* self, int i, const std::string& why) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  std::vector<uint64_t> ids(n.requests.begin(), n.requests.end());
+  if (ids.empty()) return;
+  for (uint64_t id : ids) {
+    s.placed.erase(id);
+    s.policy->finished(i);
+  }
+  n.requests.clear();
+  fb::AbortT abort;
+  abort.request_ids = ids;
+  abort.reason = why;
+  if (n.gateway) self->send(n.gateway, abort_atom::value, WireMessage{n.session.seal(RequestKind::abort, msg::pack(abort))});
+  self->send(s.detokenizer, stream_atom::value,
+             WireMessage{error_stream(ids, "worker node " + n.address.str() + " " + why)});
+}
+
+// A node's TokenStream, passed on holding only the items for requests routed
+// to that node: a node cannot write into another node's requests. Which node
+// sent it is what CAF names as the sender.
 void on_stream(Self* self, const WireMessage& in) {
   auto& s = self->state;
   const caf::actor_addr from = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -163,18 +219,30 @@ void on_stream(Self* self, const WireMessage& in) {
   std::string error;
   auto ts = msg::unpack<fb::TokenStream>(in.bytes, &error);
   if (!ts) {
-    log_node(self, node, "sent an unreadable token stream (dropped): " + error);
+    // Which requests it carried is unknown, and a stream that lost a step
+    // cannot be repaired: every request there ends, and the node frees them.
+    log_node(self, node, "sent an unreadable token stream: " + error);
+    fail_requests(self, node, "sent an unreadable token stream");
     return;
   }
   NodeLink& n = s.nodes[static_cast<size_t>(node)];
-  for (const auto& item : ts->items) {
-    if (item->finish_reason == fb::FinishReason::None) continue;
-    if (n.requests.erase(item->request_id)) {
+  fb::TokenStreamT kept;
+  size_t foreign = 0;
+  for (auto& item : ts->items) {
+    if (!n.requests.count(item->request_id)) {
+      ++foreign;
+      continue;
+    }
+    if (item->finish_reason != fb::FinishReason::None) {
+      n.requests.erase(item->request_id);
       s.placed.erase(item->request_id);
       s.policy->finished(node);
     }
+    kept.items.push_back(std::move(item));
   }
-  self->send(s.detokenizer, stream_atom::value, in);
+  if (foreign > 0) log_node(self, node, "sent " + std::to_string(foreign) + " token stream item(s) for requests not routed there (dropped)");
+  if (kept.items.empty()) return;
+  self->send(s.detokenizer, stream_atom::value, foreign == 0 ? in : WireMessage{msg::pack(kept)});
 }
 
 // Sums the alive nodes' EngineStats and lists every node.
@@ -272,39 +340,62 @@ caf::result<int64_t> on_flush(Self* self) {
   return promise;
 }
 
-caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name) {
+// Orders to the router come from this process only: nodes hold its handle
+// (they stream to it), so without this check a node could route requests or
+// stop the head.
+bool from_this_process(Self* self) {
+  const auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
+caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name,
+                     uint64_t stop_token) {
   auto& s = self->state;
   s.config = std::move(config);
   s.model = std::move(model);
   s.detokenizer = std::move(detokenizer);
   s.head_name = std::move(head_name);
+  s.stop_token = stop_token;
   s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
   for (size_t i = 0; i < s.config.nodes.size(); ++i) {
-    s.nodes.push_back(NodeLink{s.config.nodes[i], nullptr, {}, {}, false, "", {}});
+    s.nodes.push_back(NodeLink{s.config.nodes[i], nullptr, {}, {}, 0, {}, false, "", {}});
     s.policy->set_alive(static_cast<int>(i), false);
   }
-  // Only this process may stop the router (nodes hold its handle).
-  self->set_exit_handler([self](caf::exit_msg& m) {
-    if (m.source && m.source.node() == self->node()) self->quit(m.reason);
-  });
-  self->set_down_handler([self](caf::down_msg& dm) {
-    auto& s = self->state;
-    for (size_t i = 0; i < s.nodes.size(); ++i) {
-      if (s.nodes[i].gateway && s.nodes[i].gateway.address() == dm.source) {
-        lose_node(self, static_cast<int>(i), self->system().render(dm.reason));
-      }
-    }
-  });
   for (size_t i = 0; i < s.nodes.size(); ++i) dial(self, static_cast<int>(i));
   return {
-      [self](generate_atom, const WireMessage& in, const caf::actor&) { on_generate(self, in); },
-      [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
-      [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
+      [self](generate_atom, const WireMessage& in, const caf::actor&) {
+        if (from_this_process(self)) on_generate(self, in);
+      },
+      [self](abort_atom a, const WireMessage& in) {
+        if (from_this_process(self)) on_cancel(self, a, in);
+      },
+      [self](stop_atom a, const WireMessage& in) {
+        if (from_this_process(self)) on_cancel(self, a, in);
+      },
       [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
-      [self](stats_atom, const WireMessage& in) { return on_stats(self, in); },
-      [self](flush_atom) { return on_flush(self); },
+      [self](stats_atom, const WireMessage& in) -> caf::result<WireMessage> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_stats(self, in);
+      },
+      [self](flush_atom) -> caf::result<int64_t> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_flush(self);
+      },
       [self](dial_atom, int32_t i) {
-        if (i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);
+        if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);
+      },
+      [self](node_gone_atom, int32_t i, uint64_t token, const caf::error& reason) {
+        auto& nodes = self->state.nodes;
+        if (i < 0 || static_cast<size_t>(i) >= nodes.size()) return;
+        NodeLink& n = nodes[static_cast<size_t>(i)];
+        if (token == 0 || token != n.gone_token) return;
+        if (n.gateway) {
+          lose_node(self, i, self->system().render(reason));
+        } else if (n.refused) {
+          n.refused = caf::actor{};
+          n.gone_token = 0;
+          schedule_dial(self, i);
+        }
       },
       [self](status_atom) {
         int32_t up = 0;
@@ -318,15 +409,18 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         }
         return caf::make_message(up, static_cast<int32_t>(self->state.nodes.size()), errors);
       },
-      [self](shutdown_atom) { self->quit(); },
+      [self](shutdown_atom, uint64_t token) {
+        if (token == self->state.stop_token) self->quit();
+      },
   };
 }
 
 }  // namespace
 
 caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
-                        std::string head_name) {
-  return system.spawn(router, std::move(config), std::move(model), std::move(detokenizer), std::move(head_name));
+                        std::string head_name, uint64_t stop_token) {
+  return system.spawn<ExitProofActor<RouterState, ClusterConfig, NodeModel, caf::actor, std::string, uint64_t>>(
+      router, std::move(config), std::move(model), std::move(detokenizer), std::move(head_name), stop_token);
 }
 
 }  // namespace actorlm

@@ -7,12 +7,16 @@
 //
 // It dials every node itself (through the middleman, TLS when configured),
 // joins it with the shared secret, checks that it serves the head's model,
-// and monitors it. A node that is lost (connection closed, heartbeats
+// and watches its connection (a functor attached to the gateway's proxy; no
+// monitor, and exit and down messages are dropped, since a node could forge
+// them, actors/exit_proof_actor.hpp). A node that is lost (connection closed, heartbeats
 // missed) ends its in-flight requests with an error at once, leaves the
 // rotation, and is dialled again every retry interval until it is back.
 //
 // (status_atom) -> (int32_t joined, int32_t total, std::string last errors):
 // how the engine waits for its nodes at start-up.
+// (shutdown_atom, stop_token) stops it; keep the token in this process.
+// Every order but a node's token stream must come from this process.
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -24,6 +28,6 @@
 namespace actorlm {
 
 caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
-                        std::string head_name);
+                        std::string head_name, uint64_t stop_token);
 
 }  // namespace actorlm

@@ -50,5 +50,8 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 // A node's gateway, from a functor attached to a joined head's proxy in its
 // own process: that head's connection is gone.
 using head_gone_atom = caf::atom_constant<caf::atom("headgone")>;
+// A head's router or worker link, from a functor attached to a joined node's
+// gateway proxy in its own process: that node's connection is gone.
+using node_gone_atom = caf::atom_constant<caf::atom("nodegone")>;
 
 }  // namespace actorlm

@@ -9,8 +9,13 @@
 //   (join_atom) -> WireMessage{NodeWelcome}, once joined; an error if not
 //   (forward_atom, WireMessage{ForwardBatch}) -> WireMessage{BatchResult}
 //
+//   (shutdown_atom, stop_token): stops it; keep the token in this process
+//
 // After the node is lost every forward fails with the reason, which fails
-// the scheduler's step and so the requests in it.
+// the scheduler's step and so the requests in it. It learns the loss from a
+// functor attached to the gateway's proxy, never from a message: it drops
+// exit and down messages, which a peer could forge (actors/exit_proof_actor.hpp),
+// and takes forward batches from this process only.
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -22,6 +27,6 @@
 namespace actorlm {
 
 caf::actor spawn_worker_link(caf::actor_system& system, NodeAddress node, RemoteSecurity security, std::string head_name,
-                             std::chrono::milliseconds timeout);
+                             std::chrono::milliseconds timeout, uint64_t stop_token);
 
 }  // namespace actorlm

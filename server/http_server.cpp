@@ -139,7 +139,17 @@ struct HttpServer::Impl final : http::RequestHandler {
             {200, "application/javascript; charset=utf-8", chat_page_js, page_headers});
       case RouteId::health:
         if (draining) return c->respond(http::Response::json(503, R"({"status":"shutting down"})"));
-        return c->respond(http::Response::json(200, R"({"status":"ok"})"));
+        // A cluster head with no node joined cannot serve anything: a load
+        // balancer in front should see that.
+        return asio::post(blocking, [this, c] {
+          auto [joined, total] = engine.nodes_joined();
+          if (total > 0 && joined == 0) {
+            json body = {{"status", "no worker node is available"}, {"nodes_joined", 0}, {"nodes", total}};
+            c->respond(http::Response::json(503, body.dump()));
+          } else {
+            c->respond(http::Response::json(200, R"({"status":"ok"})"));
+          }
+        });
       case RouteId::models: {
         json models = {{"object", "list"},
                        {"data", json::array({{{"id", config.model_id},

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Cluster failure paths, with a head and worker nodes as real processes on loopback.
+
+  - a node serving a different model (the default GGUF with one layer fewer: a
+    real, loadable model whose identity differs) is refused by the head with a
+    clear message, and the head keeps serving on the other node;
+  - a hung node (SIGSTOP while requests run) has its requests fail with 503
+    within the heartbeat timeout; the other node keeps serving; after SIGCONT
+    the node is joined again and gets requests;
+  - all nodes dead at once: requests get 503 at once, /health answers 503 and
+    /nodes lists every node as not alive.
+
+Checks raise AssertionError explicitly (they must survive `python -O`); waits
+poll for the expected state under a deadline.
+
+Usage: python3 tests/actors/cluster_failure_test.py path/to/actorlm
+"""
+import json
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_test import BIN, WORK, SECRET, NodeProcess, complete, head, nodes  # noqa: E402
+
+HEARTBEAT_TIMEOUT_S = 4  # docs/CLUSTER.md: about 4 s of missed heartbeats
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def poll(what, predicate, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def health(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def default_model():
+    """Where the engine finds the default model (model/default_model.hpp)."""
+    if os.environ.get("ACTORLM_MODEL"):
+        return os.environ["ACTORLM_MODEL"]
+    cache = os.environ.get("ACTORLM_CACHE") or os.path.join(os.environ.get("HOME") or "/root", ".cache", "actorlm")
+    path = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    check(os.path.isfile(path), f"default model not found at {path}")
+    return path
+
+
+def model_with_fewer_layers(src):
+    """The GGUF at `src` with llama.block_count one lower, patched in place of
+    the same 4 bytes: every offset stays valid and the last layer's tensors are
+    simply not used. Another model by identity (layers), same tokenizer."""
+    with open(src, "rb") as f:
+        data = bytearray(f.read())
+    key = b"llama.block_count"
+    at = data.find(struct.pack("<Q", len(key)) + key)
+    check(at >= 0, "no llama.block_count in the default model")
+    value_type_at = at + 8 + len(key)
+    (value_type,) = struct.unpack_from("<I", data, value_type_at)
+    check(value_type == 4, f"llama.block_count is GGUF type {value_type}, expected uint32")
+    (layers,) = struct.unpack_from("<I", data, value_type_at + 4)
+    struct.pack_into("<I", data, value_type_at + 4, layers - 1)
+    path = os.path.join(WORK, "smaller-model.gguf")
+    with open(path, "wb") as f:
+        f.write(data)
+    return path, layers
+
+
+def check_different_model(node_a):
+    path, layers = model_with_fewer_layers(default_model())
+    other = NodeProcess(["--secret-file", SECRET, "--model", path]).start()
+    try:
+        with head([node_a, other], ["--connect-timeout", "10"]) as h:
+            poll("the head to refuse the other model",
+                 lambda: "different model" in (nodes(h.port)[other.address].get("error") or ""), 30)
+            view = nodes(h.port)
+            msg = view[other.address]["error"]
+            check(not view[other.address]["alive"] and view[node_a.address]["alive"], view)
+            check(f"{layers - 1} layers" in msg, f"the refusal does not say what differs: {msg}")
+            for i in range(3):
+                code, body = complete(h.port, f"Still serving {i}:", max_tokens=4)
+                check(code == 200, (code, body))
+            check(nodes(h.port)[other.address]["routed"] == 0, "a request was routed to the other model")
+        print(f"ok: a node serving another model is refused ({msg}); the head serves on the other node")
+    finally:
+        other.stop()
+
+
+def check_hung_node(node_a, node_b):
+    with head([node_a, node_b]) as h:
+        poll("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+        results = {}
+
+        def run(i):
+            code, body = complete(h.port, f"Tale {i}: long ago, beyond the mountains,", max_tokens=600, ignore_eos=True)
+            results[i] = (code, body, time.time())
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
+        for t in threads:
+            t.start()
+        poll("requests on both nodes", lambda: all(n["in_flight"] >= 1 for n in nodes(h.port).values()), 60)
+        on_b = nodes(h.port)[node_b.address]["in_flight"]
+        stopped_at = time.time()
+        node_b.proc.send_signal(signal.SIGSTOP)
+        try:
+            poll("the hung node's requests to fail", lambda: len([r for r in results.values() if r[0] != 200]) >= on_b,
+                 HEARTBEAT_TIMEOUT_S + 10)
+            failed = [r for r in results.values() if r[0] != 200]
+            for code, body, at in failed:
+                check(code == 503, (code, body))
+                check("was lost" in body["error"]["message"], body)
+                check(at - stopped_at < HEARTBEAT_TIMEOUT_S + 6,
+                      f"a request on the hung node took {at - stopped_at:.1f} s to fail")
+            check(not nodes(h.port)[node_b.address]["alive"], "the hung node is still listed as alive")
+            for i in range(2):
+                code, body = complete(h.port, f"While one node hangs {i}:", max_tokens=4)
+                check(code == 200, (code, body))
+            lost_after = max(at for _, _, at in failed) - stopped_at
+        finally:
+            node_b.proc.send_signal(signal.SIGCONT)
+        for t in threads:
+            t.join(300)
+        check(len(results) == 4, f"a request never ended: {sorted(results)}")
+        check(len([r for r in results.values() if r[0] != 200]) == on_b,
+              f"{on_b} requests were on the hung node: {[(r[0], r[1].get('error')) for r in results.values()]}")
+        poll("the resumed node to be joined again", lambda: nodes(h.port)[node_b.address]["alive"], 30)
+        routed = nodes(h.port)[node_b.address]["routed"]
+        for i in range(4):
+            code, body = complete(h.port, f"New subject {i} on rivers and lakes:", max_tokens=4)
+            check(code == 200, (code, body))
+        check(nodes(h.port)[node_b.address]["routed"] > routed, "the resumed node gets no requests")
+        poll("the resumed node to free the failed requests' KV",
+             lambda: (lambda n: n["running"] == 0 and n["kv_locked_tokens"] == 0)(nodes(h.port)[node_b.address]), 30)
+        print(f"ok: a hung node's {on_b} request(s) failed with 503 {lost_after:.1f} s after SIGSTOP; "
+              "the other node served meanwhile; after SIGCONT it was joined again, got requests, and held no KV")
+
+
+def check_all_nodes_dead(node_a, node_b):
+    with head([node_a, node_b]) as h:
+        poll("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+        node_a.kill()
+        node_b.kill()
+        poll("the head to see both nodes gone", lambda: not any(n["alive"] for n in nodes(h.port).values()), 10)
+        t0 = time.time()
+        code, body = complete(h.port, "Anyone there?", max_tokens=4)
+        took = time.time() - t0
+        check(code == 503, (code, body))
+        check("no worker node is available" in body["error"]["message"], body)
+        check(took < 2, f"a request with every node dead took {took:.1f} s to fail")
+        code, body = health(h.port)
+        check(code == 503 and body.get("nodes_joined") == 0 and body.get("nodes") == 2, (code, body))
+        view = nodes(h.port)
+        check(all(not n["alive"] and n.get("error") for n in view.values()), view)
+        print(f"ok: with every node dead a request fails with 503 in {took * 1000:.0f} ms; /health is 503; "
+              "/nodes lists both as down with the reason")
+
+
+def main():
+    node_a = NodeProcess(["--secret-file", SECRET]).start()
+    node_b = NodeProcess(["--secret-file", SECRET]).start()
+    try:
+        check_different_model(node_a)
+        check_hung_node(node_a, node_b)
+        check_all_nodes_dead(node_a, node_b)
+    finally:
+        for n in (node_a, node_b):
+            if n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGCONT)
+                n.stop()
+    print("cluster failures: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
