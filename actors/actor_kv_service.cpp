@@ -21,6 +21,15 @@ void check(const std::string& error, const char* who) {
   if (!error.empty()) throw std::runtime_error(std::string(who) + ": " + error);
 }
 
+// A well-formed reply can still be wrong; its sizes are checked before any
+// index into it, so a confused manager is an error, not a read out of range.
+void check_count(size_t got, size_t want, const char* who, const char* what) {
+  if (got != want) {
+    throw std::runtime_error(std::string(who) + " answered with " + std::to_string(got) + " " + what + " for " +
+                             std::to_string(want));
+  }
+}
+
 }  // namespace
 
 ActorKvService::ActorKvService(caf::blocking_actor* self, caf::actor pool, caf::actor radix,
@@ -56,6 +65,7 @@ std::vector<int32_t> ActorKvService::match_lengths(std::span<const std::vector<i
   }
   auto r = open_reply<fb::MatchPrefixReply>(ask(radix_, "radix-cache manager", msg::pack(m)), "radix-cache manager");
   check(r.error, "radix-cache manager");
+  check_count(r.matches.size(), keys.size(), "radix-cache manager", "matches");
   std::vector<int32_t> out;
   for (const auto& pm : r.matches) out.push_back(static_cast<int32_t>(pm->indices.size()));
   return out;
@@ -83,6 +93,7 @@ size_t ActorKvService::admit(std::span<RequestKv* const> reqs, std::span<const s
   }
   auto r = open_reply<fb::MatchPrefixReply>(ask(radix_, "radix-cache manager", msg::pack(m)), "radix-cache manager");
   check(r.error, "radix-cache manager");
+  check_count(r.matches.size(), n, "radix-cache manager", "matches");
   for (size_t i = 0; i < n; ++i) {
     RequestKv& k = *reqs[i];
     k.slot = slots.slots[i];
@@ -123,6 +134,9 @@ bool ActorKvService::extend(std::span<RequestKv* const> reqs, std::span<const st
     check(r.error, "memory-pool manager");
     if (!r.ok) return false;
   }
+  size_t wanted = 0;
+  for (const auto& t : new_tokens) wanted += t.size();
+  check_count(r.out_cache_loc.size(), wanted, "memory-pool manager", "KV rows");
   size_t at = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     RequestKv& k = *reqs[i];
@@ -149,11 +163,17 @@ void ActorKvService::cache(std::span<RequestKv* const> reqs, int mode) {
   }
   auto r = open_reply<fb::CacheReqsReply>(ask(radix_, "radix-cache manager", msg::pack(m)), "radix-cache manager");
   check(r.error, "radix-cache manager");
+  const bool unfinished = mode == static_cast<int>(fb::CacheMode::Unfinished);
+  if (unfinished) check_count(r.results.size(), reqs.size(), "radix-cache manager", "results");
   std::vector<int32_t> slots;
   for (size_t i = 0; i < reqs.size(); ++i) {
     RequestKv& k = *reqs[i];
-    if (mode == static_cast<int>(fb::CacheMode::Unfinished)) {
+    if (unfinished) {
       const auto& res = *r.results[i];
+      if (res.new_prefix_len < 0 || static_cast<size_t>(res.new_prefix_len) > k.kv.size() ||
+          res.new_prefix_indices.size() < static_cast<size_t>(res.new_prefix_len)) {
+        throw std::runtime_error("radix-cache manager answered a prefix outside the request");
+      }
       for (int32_t p = k.prefix_len; p < res.new_prefix_len; ++p) k.kv[static_cast<size_t>(p)] = res.new_prefix_indices[static_cast<size_t>(p)];
       k.prefix_len = res.new_prefix_len;
       k.last_node = res.new_last_node;

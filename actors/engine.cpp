@@ -299,6 +299,8 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
             out.scheduler.prompt_tokens = st->prompt_tokens_total;
             out.scheduler.cached_tokens = st->cached_tokens_total;
             out.scheduler.generated_tokens = st->generated_tokens_total;
+            out.scheduler.prefill_steps = st->prefill_steps_total;
+            out.scheduler.decode_steps = st->decode_steps_total;
             out.kv = {st->pool_capacity_tokens, st->pool_free_tokens, st->evictable_tokens, st->protected_tokens,
                       st->free_req_slots};
             out.invariant_error = st->invariant_error;

@@ -13,7 +13,8 @@ namespace actorlm {
 
 bool cuda_backend_built() { return ACTORLM_HAVE_CUDA != 0; }
 
-MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_t kv_tokens, int32_t page_size,
+MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_t kv_tokens,
+                           [[maybe_unused]] int32_t page_size,  // sizes the GPU pool only
                            int32_t max_requests, int32_t max_context) {
   if (kv_tokens < 0) throw std::invalid_argument("kv_tokens must be >= 0");
   if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "bf16") {

@@ -275,6 +275,8 @@ void add_node_stats(fb::EngineStatsT& t, fb::NodeStatsT& ns, const fb::EngineSta
   t.prompt_tokens_total += st.prompt_tokens_total;
   t.cached_tokens_total += st.cached_tokens_total;
   t.generated_tokens_total += st.generated_tokens_total;
+  t.prefill_steps_total += st.prefill_steps_total;
+  t.decode_steps_total += st.decode_steps_total;
   t.pool_capacity_tokens += st.pool_capacity_tokens;
   t.pool_free_tokens += st.pool_free_tokens;
   t.evictable_tokens += st.evictable_tokens;

@@ -64,6 +64,8 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     st.prompt_tokens_total = x.prompt_tokens;
     st.cached_tokens_total = x.cached_tokens;
     st.generated_tokens_total = x.generated_tokens;
+    st.prefill_steps_total = x.prefill_steps;
+    st.decode_steps_total = x.decode_steps;
     st.cache_hit_rate = x.cache_hit_rate();
     KvUsage u = kv.usage();
     st.pool_capacity_tokens = u.capacity;

@@ -199,6 +199,25 @@ TEST_CASE("With the CUDA worker, retraction under a small pool keeps every outpu
   retraction_through_actors(true);
 }
 
+namespace {
+
+// A stand-in manager that answers every request with the same bytes.
+caf::behavior answering(caf::event_based_actor*, WireMessage reply) {
+  return {[reply](kv_atom, const WireMessage&) { return reply; }};
+}
+
+// The message of what `call` throws, or "" when it returns.
+std::string thrown_by(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
 TEST_CASE("A manager that answers garbage is reported, not trusted", "[actors]") {
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
@@ -229,4 +248,36 @@ TEST_CASE("A manager that answers garbage is reported, not trusted", "[actors]")
             CHECK(r->free_req_slots == 2);
           },
           [&](const caf::error&) { FAIL("no reply"); });
+
+  // The scheduler's side: a reply it cannot read, or one whose sizes do not
+  // fit the question, is an error naming the manager, never indexed into.
+  std::vector<Ids> keys{{1, 2, 3}, {4, 5, 6}};
+  caf::actor noise = system.spawn(answering, WireMessage{{1, 2, 3, 4, 5, 6, 7, 8}});
+  ActorKvService noisy(self.ptr(), noise, noise, std::chrono::seconds(5));
+  CHECK(thrown_by([&] { noisy.usage(); }).find("memory-pool manager sent an unreadable reply") != std::string::npos);
+  CHECK(thrown_by([&] { noisy.match_lengths(keys); }).find("radix-cache manager sent an unreadable reply") !=
+        std::string::npos);
+  // A readable reply of another kind (the pool answering a radix question).
+  ActorKvService crossed(self.ptr(), pool, pool, std::chrono::seconds(5));
+  CHECK(thrown_by([&] { crossed.match_lengths(keys); }).find("radix-cache manager sent an unreadable reply") !=
+        std::string::npos);
+  // The right kind with too few entries.
+  caf::actor no_matches = system.spawn(answering, WireMessage{msg::pack(fb::MatchPrefixReplyT{})});
+  ActorKvService short_radix(self.ptr(), pool, no_matches, std::chrono::seconds(5));
+  CHECK(thrown_by([&] { short_radix.match_lengths(keys); }).find("answered with 0 matches for 2") != std::string::npos);
+  fb::AllocTokensReplyT few;
+  few.ok = true;
+  few.out_cache_loc = {7};
+  caf::actor short_pool = system.spawn(answering, WireMessage{msg::pack(few)});
+  ActorKvService short_kv(self.ptr(), short_pool, no_matches, std::chrono::seconds(5));
+  RequestKv req;
+  req.slot = 0;
+  std::vector<RequestKv*> reqs{&req};
+  std::vector<Ids> new_tokens{{1, 2, 3}};
+  CHECK(thrown_by([&] { short_kv.extend(reqs, new_tokens); }).find("answered with 1 KV rows for 3") !=
+        std::string::npos);
+  CHECK(req.kv.empty());
+  caf::anon_send_exit(noise, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(no_matches, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(short_pool, caf::exit_reason::user_shutdown);
 }

@@ -47,22 +47,31 @@ GenerateOptions ask(const std::string& q, int max_new = 24) {
   return o;
 }
 
-// Asks 8 questions one at a time, then all at once from 8 threads; returns
-// how many batched answers equal their solo answer.
-int batched_equal_solo(Engine& engine) {
+struct BatchedRun {
+  int same = 0;             // batched answers equal to their solo answer
+  int64_t forwards = 0;     // forward steps (prefill + decode) of the concurrent phase
+  int64_t sampled = 0;      // tokens sampled in those steps
+};
+
+// Asks 8 questions one at a time, then all at once from 8 threads.
+BatchedRun batched_equal_solo(Engine& engine) {
   std::vector<std::string> questions;
   for (int i = 0; i < 8; ++i) questions.push_back("Give one fact about the number " + std::to_string(i * 11) + ".");
   std::vector<std::string> solo;
   for (const auto& q : questions) solo.push_back(engine.generate_text(ask(q, 16)));
+  const SchedulerStats before = engine.stats().scheduler;
   std::vector<std::string> together(questions.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < questions.size(); ++i) {
     threads.emplace_back([&, i] { together[i] = engine.generate_text(ask(questions[i], 16)); });
   }
   for (auto& t : threads) t.join();
-  int same = 0;
-  for (size_t i = 0; i < questions.size(); ++i) same += together[i] == solo[i];
-  return same;
+  const SchedulerStats after = engine.stats().scheduler;
+  BatchedRun run;
+  for (size_t i = 0; i < questions.size(); ++i) run.same += together[i] == solo[i];
+  run.forwards = (after.prefill_steps + after.decode_steps) - (before.prefill_steps + before.decode_steps);
+  run.sampled = after.generated_tokens - before.generated_tokens;
+  return run;
 }
 
 }  // namespace
@@ -80,7 +89,14 @@ TEST_CASE("The embedded engine answers through the facade", "[actors][engine]") 
 
 TEST_CASE("Concurrent callers are batched and each gets its solo answer", "[actors][engine]") {
   App a;
-  CHECK(batched_equal_solo(a.engine) == 8);
+  BatchedRun run = batched_equal_solo(a.engine);
+  CHECK(run.same == 8);
+  // Each forward samples at most one token per request in it, so more tokens
+  // than forwards means some forwards carried several callers. Run one at a
+  // time, the 8 answers would take at least as many forwards as tokens.
+  INFO(run.sampled << " tokens in " << run.forwards << " forwards");
+  CHECK(run.forwards > 0);
+  CHECK(run.forwards < run.sampled);
   auto st = a.engine.stats();
   CHECK(st.scheduler.cached_tokens > 0);  // the shared system prompt was reused
 }
@@ -88,10 +104,16 @@ TEST_CASE("Concurrent callers are batched and each gets its solo answer", "[acto
 TEST_CASE("Stop strings end the answer before the stop text", "[actors][engine]") {
   App a;
   GenerateOptions o = ask("What is the capital of France?");
+  // Greedy, so the answer with the stop string is the plain answer cut just
+  // before it (an empty or truncated answer would also lack the word).
+  const std::string full = a.engine.generate_text(o);
+  const size_t cut = full.find("Paris");
+  INFO(full);
+  REQUIRE(cut != std::string::npos);
   o.stop = {"Paris"};
   TextDeltaEvent last;
   std::string text = a.engine.generate_text(o, &last);
-  CHECK(text.find("Paris") == std::string::npos);
+  CHECK(text == full.substr(0, cut));
   CHECK(last.finish == FinishReason::stop);
 }
 
@@ -188,7 +210,10 @@ TEST_CASE("The engine on the CUDA worker answers, batches callers and ends with 
   CHECK(a.engine.device().rfind("cuda: ", 0) == 0);
   CHECK(a.engine.kv_tokens() > 100000);  // sized from GPU memory (--mem-fraction-static 0.85)
   CHECK(a.engine.generate_text(ask("What is the capital of France?")).find("Paris") != std::string::npos);
-  const int same = batched_equal_solo(a.engine);
+  const BatchedRun run = batched_equal_solo(a.engine);
+  const int same = run.same;
+  CHECK(run.forwards > 0);
+  CHECK(run.forwards < run.sampled);  // callers were batched
   // cuBLAS may pick another GEMM kernel for another batch size, so a near
   // tie can flip; most answers must still match their solo run.
   std::printf("CUDA engine: %d of 8 batched answers equal their solo runs\n", same);

@@ -100,6 +100,31 @@ std::vector<fb::TokenStreamItemT> collect(caf::scoped_actor& self, uint64_t id, 
   return items;
 }
 
+// The node scheduler's counters, asked through the gateway. A head's messages
+// reach the gateway in the order sent and the gateway passes requests and
+// stats to the scheduler in that order, so a request sent earlier that had
+// been passed on would show here as waiting, running or finished.
+// The node's scheduler counters, asked for after whatever the head sent
+// before: messages from one sender arrive in order, so these counters
+// already show what those messages did (a positive signal, no waiting).
+fb::EngineStatsT node_stats(caf::scoped_actor& head, const caf::actor& gw, RequestSession& session) {
+  fb::EngineStatsT out;
+  head->request(gw, reply_timeout, stats_atom::value,
+                WireMessage{session.seal(RequestKind::stats, msg::pack(fb::StatsRequestT{}))})
+      .receive(
+          [&](const WireMessage& r) {
+            auto st = msg::unpack<fb::EngineStats>(r.bytes, nullptr);
+            REQUIRE(st);
+            out = std::move(*st);
+          },
+          [](const caf::error&) { FAIL("no stats"); });
+  return out;
+}
+
+bool nothing_submitted(const fb::EngineStatsT& st) {
+  return st.running == 0 && st.waiting == 0 && st.finished_total == 0 && st.prompt_tokens_total == 0;
+}
+
 }  // namespace
 
 TEST_CASE("A node's gateway joins heads with the secret and checks everything they send", "[actors][cluster]") {
@@ -143,11 +168,14 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
 
   SECTION("a peer that has not joined gets nothing run for it") {
     head->send(gw, generate_atom::value, tokenized(1, {1, 2, 3}));
-    CHECK(collect(head, 1, std::chrono::milliseconds(1500)).empty());
     bool refused = false;
     head->request(gw, reply_timeout, stats_atom::value, WireMessage{msg::pack(fb::StatsRequestT{})})
         .receive([](const WireMessage&) {}, [&](const caf::error&) { refused = true; });
     CHECK(refused);
+    // Joined only now: the request before the join never reached the scheduler.
+    RequestSession session;
+    REQUIRE(join(head, gw, "s3cret", &session).accepted);
+    CHECK(nothing_submitted(node_stats(head, gw, session)));
   }
 
   SECTION("after joining: unsealed, replayed and garbage requests are dropped, bad ids answered, a good request runs") {
@@ -160,21 +188,26 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
     RequestSession stranger(session_key("s3cret", make_nonce(), make_nonce()));
     head->send(gw, generate_atom::value, WireMessage{stranger.seal(RequestKind::generate, tokenized(1, {1, 2, 3}).bytes)});
     head->send(gw, generate_atom::value, sealed(RequestKind::abort, tokenized(1, {1, 2, 3})));
-    CHECK(collect(head, 1, std::chrono::milliseconds(1000)).empty());
+    CHECK(nothing_submitted(node_stats(head, gw, session)));
     WireMessage once = sealed(RequestKind::generate, tokenized(6, {504, 3458}, 2));
     head->send(gw, generate_atom::value, once);
     auto first = collect(head, 6, std::chrono::seconds(30));
     REQUIRE_FALSE(first.empty());
     CHECK(first.back().finish_reason == fb::FinishReason::Length);
+    const fb::EngineStatsT after_once = node_stats(head, gw, session);
+    CHECK(after_once.finished_total == 1);
     head->send(gw, generate_atom::value, once);
-    CHECK(collect(head, 6, std::chrono::milliseconds(1000)).empty());
     // Unreadable buffers: dropped (and logged), nothing runs, the node stays up.
     head->send(gw, generate_atom::value, sealed(RequestKind::generate, WireMessage{{1, 2, 3, 4, 5}}));
     WireMessage flipped = tokenized(2, {1, 2, 3});
     flipped.bytes[flipped.bytes.size() / 2] ^= 0x10;
     head->send(gw, generate_atom::value, sealed(RequestKind::generate, flipped));
     head->send(gw, abort_atom::value, sealed(RequestKind::abort, WireMessage{{9, 9, 9}}));
-    CHECK(collect(head, 2, std::chrono::milliseconds(1000)).empty());
+    const fb::EngineStatsT after_junk = node_stats(head, gw, session);
+    CHECK(after_junk.finished_total == after_once.finished_total);
+    CHECK(after_junk.prompt_tokens_total == after_once.prompt_tokens_total);
+    CHECK(after_junk.running == 0);
+    CHECK(after_junk.waiting == 0);
     // Out-of-vocabulary ids: that request ends with an error, under its own id.
     head->send(gw, generate_atom::value, sealed(RequestKind::generate, tokenized(3, {1, 49152, 2})));
     auto bad = collect(head, 3, std::chrono::seconds(30));

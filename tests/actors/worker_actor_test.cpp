@@ -55,19 +55,48 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
   CHECK(result->results[0].top.size() == 3);
   CHECK(result->results[0].logprob < 0.0f);
 
+  // The next step, " Paris" at position 5, reads the slot's table and KV rows
+  // 1..5: whatever a refused message changed would change its answer.
+  ForwardBatch next;
+  next.reqs = {{0, 5, 1}};
+  next.token_ids = {7042};
+  next.out_cache_loc = {6};
+  next.writes = {{0, 5, {6}}};
+  auto decode_next = [&] {
+    auto r = decode_result(call(self, worker, {encode_forward(90, next, {9}, sampling)}).bytes, &error);
+    REQUIRE(r);
+    REQUIRE(r->error.empty());
+    REQUIRE(r->results.size() == 1);
+    return r->results[0];
+  };
+  const auto want = decode_next();
+  // A batch that would, if run at all, repoint the slot at rows 11..15 and
+  // fill them with other tokens' K/V.
+  ForwardBatch other = b;
+  other.token_ids = {100, 200, 300, 400, 500};
+  other.out_cache_loc = {11, 12, 13, 14, 15};
+  other.writes = {{0, 0, {11, 12, 13, 14, 15}}};
+
   SECTION("a damaged message gets an error reply and changes nothing") {
-    auto bytes = encode_forward(78, b, {9}, sampling);
+    auto bytes = encode_forward(78, other, {9}, sampling);
     bytes[bytes.size() / 2] ^= 0x10;
     auto bad = decode_result(call(self, worker, {bytes}).bytes, &error);
     REQUIRE(bad);
     CHECK(bad->error.find("checksum") != std::string::npos);
+    auto got = decode_next();
+    CHECK(got.token == want.token);
+    CHECK(got.logprob == want.logprob);
   }
-  SECTION("an inconsistent batch is refused by the runner with its reason") {
-    ForwardBatch wrong = b;
+  SECTION("an inconsistent batch is refused by the runner with its reason, and changes nothing") {
+    ForwardBatch wrong = other;
     wrong.out_cache_loc[4] = 100000;
+    wrong.writes[0].kv[4] = 100000;
     auto bad = decode_result(call(self, worker, {encode_forward(79, wrong, {9}, sampling)}).bytes, &error);
     REQUIRE(bad);
     CHECK(bad->error.find("outside the pool") != std::string::npos);
+    auto got = decode_next();
+    CHECK(got.token == want.token);
+    CHECK(got.logprob == want.logprob);
   }
   SECTION("out-of-range sampling parameters from a message are refused") {
     std::vector<SampleRequest> hot{{greedy, {}, {}, 0, 0}};

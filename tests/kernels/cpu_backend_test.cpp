@@ -107,7 +107,7 @@ TEST_CASE("SwiGLU is silu(gate) * up", "[kernels]") {
 }
 
 // Paged attention over scattered pool rows equals dense causal attention over
-// the same K/V gathered in position order.
+// the K/V it was given (prefix rows and store_kv inputs) in position order.
 TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][attention]") {
   struct Shape {
     int heads, kv_heads;
@@ -135,6 +135,9 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   plan.scale = 1.0f / std::sqrt(float(hd));
   plan.kv_indptr.push_back(0);
   std::vector<int32_t> new_rows;
+  // K/V of every request by position, kept apart from the pool so the
+  // reference never reads what store_kv wrote: a misplaced store must show.
+  std::vector<V> k_at(prefix.size()), v_at(prefix.size());
   int q_start = 0;
   for (size_t r = 0; r < prefix.size(); ++r) {
     int len = prefix[r] + qlen[r];
@@ -153,6 +156,8 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
       V kr = random_vec(kv_row, rng), vr = random_vec(kv_row, rng);
       std::copy(kr.begin(), kr.end(), kbuf.begin() + rows[p] * kv_row);
       std::copy(vr.begin(), vr.end(), vbuf.begin() + rows[p] * kv_row);
+      k_at[r].insert(k_at[r].end(), kr.begin(), kr.end());
+      v_at[r].insert(v_at[r].end(), vr.begin(), vr.end());
     }
     new_rows.insert(new_rows.end(), rows.begin() + prefix[r], rows.end());
     q_start += qlen[r];
@@ -160,12 +165,16 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   const int T = q_start;
   V knew = random_vec(T * kv_row, rng), vnew = random_vec(T * kv_row, rng);
   backend().store_kv(cache, knew.data(), vnew.data(), new_rows);
+  for (size_t r = 0; r < prefix.size(); ++r) {
+    const auto from = static_cast<ptrdiff_t>(plan.q_start[r] * kv_row), to = from + qlen[r] * kv_row;
+    k_at[r].insert(k_at[r].end(), knew.begin() + from, knew.begin() + to);
+    v_at[r].insert(v_at[r].end(), vnew.begin() + from, vnew.begin() + to);
+  }
   V q = random_vec(T * shape.heads * hd, rng), out(q.size()), want(q.size());
   backend().attention(q.data(), cache, plan, out.data());
 
   const int group = shape.heads / shape.kv_heads;
   for (size_t r = 0; r < prefix.size(); ++r) {
-    const int32_t* rows = plan.kv_indices.data() + plan.kv_indptr[r];
     for (int j = 0; j < qlen[r]; ++j) {
       int qi = plan.q_start[r] + j;
       int visible = prefix[r] + j + 1;
@@ -175,7 +184,7 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
         double mx = -1e300;
         for (int p = 0; p < visible; ++p) {
           double d = 0;
-          for (int e = 0; e < hd; ++e) d += double(q[(qi * shape.heads + h) * hd + e]) * kbuf[rows[p] * kv_row + kvh * hd + e];
+          for (int e = 0; e < hd; ++e) d += double(q[(qi * shape.heads + h) * hd + e]) * k_at[r][p * kv_row + kvh * hd + e];
           s[p] = d * plan.scale;
           mx = std::max(mx, s[p]);
         }
@@ -183,7 +192,7 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
         for (auto& x : s) sum += (x = std::exp(x - mx));
         for (int e = 0; e < hd; ++e) {
           double acc = 0;
-          for (int p = 0; p < visible; ++p) acc += s[p] * vbuf[rows[p] * kv_row + kvh * hd + e];
+          for (int p = 0; p < visible; ++p) acc += s[p] * v_at[r][p * kv_row + kvh * hd + e];
           want[(qi * shape.heads + h) * hd + e] = float(acc / sum);
         }
       }

@@ -184,7 +184,9 @@ TEST_CASE("Seed example: a later prefill chunk frees KV the cache already had", 
   CHECK(res.new_prefix_len == 8);
   CHECK(res.new_prefix_indices == V{1, 2, 3, 4, 5, 60, 70, 80});
   CHECK(t.lock_ref(res.new_last_node) == 1);
-  CHECK_FALSE((t.valid(m.last_node) && t.lock_ref(m.last_node) != 1));  // old node still on the path, locked once
+  // The old node is still on the request's path, now locked once through it.
+  REQUIRE(t.valid(m.last_node));
+  CHECK(t.lock_ref(m.last_node) == 1);
   CHECK(t.protected_size() == 8);
   CHECK(t.evictable_size() == 0);
   require_sound(t);

@@ -2,7 +2,9 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -84,4 +86,48 @@ TEST_CASE("Half conversions are exact", "[model]") {
   CHECK(f16_to_f32(0x3c00) == 1.0f);
   CHECK(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
   CHECK(bf16_to_f32(0x3f80) == 1.0f);
+}
+
+// The exhaustive round trip above only feeds exact halves back in; these are
+// the floats in between, where rounding decides.
+TEST_CASE("Float to half rounds to nearest even, through subnormals, to inf and NaN", "[model]") {
+  const float ulp1 = std::ldexp(1.0f, -10);  // half spacing in [1, 2)
+  // Ties go to the even mantissa, anything past the tie goes up.
+  CHECK(f32_to_f16(1.0f + ulp1 / 2) == 0x3c00);
+  CHECK(f32_to_f16(1.0f + 3 * ulp1 / 2) == 0x3c02);
+  CHECK(f32_to_f16(std::nextafter(1.0f + ulp1 / 2, 2.0f)) == 0x3c01);
+  CHECK(f32_to_f16(std::nextafter(1.0f + ulp1 / 2, 0.0f)) == 0x3c00);
+  CHECK(f32_to_f16(-(1.0f + 3 * ulp1 / 2)) == 0xbc02);
+  // Subnormals (spacing 2^-24): ties to even there too, and half the smallest
+  // one rounds to zero while anything above it rounds up to it.
+  const float sub = std::ldexp(1.0f, -24);
+  CHECK(f32_to_f16(sub / 2) == 0x0000);
+  CHECK(f32_to_f16(std::nextafter(sub / 2, 1.0f)) == 0x0001);
+  CHECK(f32_to_f16(3 * sub / 2) == 0x0002);
+  CHECK(f32_to_f16(5 * sub / 2) == 0x0002);
+  CHECK(f32_to_f16(-sub / 4) == 0x8000);
+  CHECK(f32_to_f16(std::ldexp(1.0f, -40)) == 0x0000);
+  CHECK(f32_to_f16(-0.0f) == 0x8000);
+  // The largest subnormal plus half a step carries into the smallest normal.
+  CHECK(f32_to_f16(1023.5f * sub) == 0x0400);
+  CHECK(f32_to_f16(1022.5f * sub) == 0x03fe);
+  // 65504 is the largest half; from the tie with 65536 on, the result is inf.
+  CHECK(f32_to_f16(65504.0f) == 0x7bff);
+  CHECK(f32_to_f16(65519.0f) == 0x7bff);
+  CHECK(f32_to_f16(65520.0f) == 0x7c00);
+  CHECK(f32_to_f16(-1e10f) == 0xfc00);
+  CHECK(f32_to_f16(std::numeric_limits<float>::infinity()) == 0x7c00);
+  CHECK(f32_to_f16(-std::numeric_limits<float>::infinity()) == 0xfc00);
+  // NaN stays NaN (all-ones exponent, nonzero mantissa), never inf.
+  for (float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::signaling_NaN()}) {
+    uint16_t h = f32_to_f16(nan);
+    CHECK((h & 0x7c00) == 0x7c00);
+    CHECK((h & 0x03ff) != 0);
+  }
+  // A float NaN whose payload lies only in the low 13 bits must not become inf.
+  uint32_t low_payload = 0x7f800001u;
+  float tiny_nan;
+  std::memcpy(&tiny_nan, &low_payload, sizeof tiny_nan);
+  CHECK((f32_to_f16(tiny_nan) & 0x03ff) != 0);
 }

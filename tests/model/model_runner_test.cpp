@@ -44,25 +44,49 @@ TEST_CASE("The runner reports the model it loaded", "[model]") {
 }
 
 TEST_CASE("Inconsistent batches are rejected with a reason and change nothing", "[model]") {
-  ForwardBatch b = good_batch();
+  ModelRunner& runner = test::default_runner();
+  runner.forward(good_batch());
+  // A decode after the good prefill reads slot 0's table and KV rows 1..3;
+  // its logits show any change a rejected batch left behind.
+  ForwardBatch probe;
+  probe.reqs = {{0, 3, 1}};
+  probe.token_ids = {4649};
+  probe.out_cache_loc = {4};
+  probe.writes = {{0, 3, {4}}};
+  const std::vector<float> before = runner.forward(probe).logits;
+  REQUIRE_FALSE(before.empty());
+
+  // Each flaw sits on a batch that, were it run even in part, would repoint
+  // slot 0 at rows 11..13 and fill them with other tokens' K/V.
+  auto bad = [] {
+    ForwardBatch b = good_batch();
+    b.token_ids = {100, 200, 300};
+    b.out_cache_loc = {11, 12, 13};
+    b.writes = {{0, 0, {11, 12, 13}}};
+    return b;
+  };
+  ForwardBatch b = bad();
   b.token_ids[1] = 49152;
   expect_rejected(b, "vocabulary");
-  b = good_batch();
+  b = bad();
   b.out_cache_loc[2] = 1 << 20;
   expect_rejected(b, "outside the pool");
-  b = good_batch();
+  b = bad();
   b.token_ids.pop_back();
   expect_rejected(b, "extend lengths");
-  b = good_batch();
+  b = bad();
   b.reqs[0].slot = 99;
   expect_rejected(b, "slot");
-  b = good_batch();
+  b = bad();
   b.reqs[0].prefix_len = 1023;
   expect_rejected(b, "context length");
-  b = good_batch();
-  b.writes[0].kv = {1, 2, 9};  // the table would not point at row 3
+  b = bad();
+  b.writes[0].kv = {11, 12, 19};  // the table would not point at row 13
   expect_rejected(b, "does not point at out_cache_loc");
-  b = good_batch();
+  b = bad();
   b.reqs.clear();
   expect_rejected(b, "no requests");
+
+  // Same table, same KV: the probe's logits are bit for bit the same.
+  CHECK(runner.forward(probe).logits == before);
 }

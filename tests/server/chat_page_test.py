@@ -19,6 +19,7 @@ import urllib.request
 import websocket
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 
@@ -27,7 +28,7 @@ class Browser:
 
     def __init__(self):
         exe = shutil.which("chromium") or shutil.which("chromium-browser")
-        assert exe, "chromium is not installed (scripts/setup.sh installs it)"
+        check(exe, "chromium is not installed (scripts/setup.sh installs it)")
         self.profile = tempfile.mkdtemp(prefix="actorlm-chromium-")
         self.proc = subprocess.Popen([exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                       "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
@@ -51,12 +52,12 @@ class Browser:
         while True:
             msg = json.loads(self.ws.recv())
             if msg.get("id") == self.next_id:
-                assert "error" not in msg, msg
+                check("error" not in msg, msg)
                 return msg.get("result", {})
 
     def eval(self, expression):
         r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        assert "exceptionDetails" not in r, r
+        check("exceptionDetails" not in r, r)
         return r["result"].get("value")
 
     def wait(self, expression, timeout=120):
@@ -80,17 +81,17 @@ def main():
         base = f"http://127.0.0.1:{server.port}"
         head = urllib.request.urlopen(base + "/")
         csp = head.headers["Content-Security-Policy"]
-        assert "script-src 'self'" in csp and "default-src 'none'" in csp, csp
-        assert head.headers["Content-Type"].startswith("text/html")
+        check("script-src 'self'" in csp and "default-src 'none'" in csp, csp)
+        check(head.headers["Content-Type"].startswith("text/html"), 'head.headers["Content-Type"].startswith("text/html")')
         browser = Browser()
         try:
             browser.call("Page.navigate",
                          url=base + "/?t=0&q=" + urllib.request.quote("What is the capital of France?"))
             browser.wait("document.body.dataset.state === 'done'")
             answers = browser.eval("[...document.querySelectorAll('.assistant')].map(e => e.textContent)")
-            assert len(answers) == 1 and "Paris" in answers[0], answers
-            assert not browser.eval("document.querySelector('.error')"), browser.eval("document.body.innerText")
-            assert "tokens in" in browser.eval("document.getElementById('stats').textContent")
+            check(len(answers) == 1 and "Paris" in answers[0], answers)
+            check(not browser.eval("document.querySelector('.error')"), browser.eval("document.body.innerText"))
+            check("tokens in" in browser.eval("document.getElementById('stats').textContent"), '"tokens in" in browser.eval("document.getElementById(\'stats\').textContent")')
 
             # A second turn typed into the form, answered in the context of the first.
             browser.eval("document.getElementById('input').value = 'And what country is that city in?';"
@@ -98,7 +99,7 @@ def main():
             browser.wait("document.querySelectorAll('.assistant').length === 2 && "
                          "document.body.dataset.state === 'done'")
             second = browser.eval("document.querySelectorAll('.assistant')[1].textContent")
-            assert "France" in second, second
+            check("France" in second, second)
 
             # Stop ends a long answer early and the page stays usable.
             browser.eval("document.getElementById('input').value = 'Write a very long story about a lighthouse.';"
@@ -107,7 +108,7 @@ def main():
                          "document.querySelectorAll('.assistant')[2].textContent.length > 20")
             browser.eval("document.getElementById('stop').click(); true")
             browser.wait("document.body.dataset.state === 'done'")
-            assert browser.eval("document.getElementById('stats').textContent") == "stopped"
+            check(browser.eval("document.getElementById('stats').textContent") == "stopped", 'browser.eval("document.getElementById(\'stats\').textContent") == "stopped"')
         finally:
             browser.close()
         # The stopped stream was aborted on the server: nothing left running or locked.
@@ -116,7 +117,7 @@ def main():
             if m["actorlm_running_requests"] == 0:
                 break
             time.sleep(0.1)
-        assert m["actorlm_running_requests"] == 0 and m["actorlm_kv_pool_locked_tokens"] == 0, m
+        check(m["actorlm_running_requests"] == 0 and m["actorlm_kv_pool_locked_tokens"] == 0, m)
     print("chat page: loads under its CSP, streams answers, keeps context, stops on request")
 
 

@@ -13,6 +13,7 @@ import threading
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 SLOTS = 72  # --max-running-requests 64 + the engine's 8 spare slots
@@ -77,10 +78,10 @@ def settle(server, what):
         if m["actorlm_running_requests"] == 0 and m["actorlm_waiting_requests"] == 0:
             break
         time.sleep(0.1)
-    assert m["actorlm_running_requests"] == 0 and m["actorlm_waiting_requests"] == 0, (what, m)
-    assert m["actorlm_kv_pool_locked_tokens"] == 0, (what, m)
-    assert m["actorlm_kv_pool_free_tokens"] + m["actorlm_kv_pool_cached_tokens"] == m["actorlm_kv_pool_capacity_tokens"], (what, m)
-    assert m["actorlm_request_slots_free"] == SLOTS, (what, m)
+    check(m["actorlm_running_requests"] == 0 and m["actorlm_waiting_requests"] == 0, (what, m))
+    check(m["actorlm_kv_pool_locked_tokens"] == 0, (what, m))
+    check(m["actorlm_kv_pool_free_tokens"] + m["actorlm_kv_pool_cached_tokens"] == m["actorlm_kv_pool_capacity_tokens"], (what, m))
+    check(m["actorlm_request_slots_free"] == SLOTS, (what, m))
     return m
 
 
@@ -89,18 +90,18 @@ def main():
                                      "--max-concurrent-requests", "256"]) as server:
         t0 = time.time()
         results, errors = run_all(server.port, 64, max_tokens=24)
-        assert not errors, errors[:5]
-        assert all(r and r[2] and r[1] in ("stop", "length") and r[0] for r in results), results
+        check(not errors, errors[:5])
+        check(all(r and r[2] and r[1] in ("stop", "length") and r[0] for r in results), results)
         m = settle(server, "after 64 streams")
-        assert m["actorlm_requests_total"] == 64, m
+        check(m["actorlm_requests_total"] == 64, m)
         print(f"64 concurrent streams completed in {time.time() - t0:.1f} s")
 
         results, errors = run_all(server.port, 50, max_tokens=200, drop_after=3)
-        assert not errors, errors[:5]
+        check(not errors, errors[:5])
         settle(server, "after 50 dropped streams")
         # Still serving.
         results, errors = run_all(server.port, 4, max_tokens=8)
-        assert not errors and all(r and r[2] for r in results), (errors, results)
+        check(not errors and all(r and r[2] for r in results), (errors, results))
     print("concurrency: 64 streams completed, 50 dropped streams left no slot or KV row held")
 
 

@@ -13,6 +13,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 KEY = "hostile-key"
@@ -144,17 +145,17 @@ def main():
                 failures.append(f"{name}: got {status} {body}, want {want}")
             # Healthy after every case.
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
-                assert r.status == 200, name
-        assert not failures, "\n".join(failures)
+                check(r.status == 200, name)
+        check(not failures, "\n".join(failures))
         # Unknown fields are ignored, as the OpenAI-compatible servers do (clients send extras).
         status, body = post(port, CHAT, chat(user="someone", service_tier="auto", foo={"bar": 1}))
-        assert status == 200 and body["choices"][0]["message"]["content"], body
+        check(status == 200 and body["choices"][0]["message"]["content"], body)
         # Nothing leaked: no request running or waiting, no KV row locked.
         metrics = server.metrics(KEY)
         for key in ("actorlm_running_requests", "actorlm_waiting_requests", "actorlm_kv_pool_locked_tokens"):
-            assert metrics[key] == 0, (key, metrics[key])
-        assert metrics["actorlm_kv_pool_free_tokens"] + metrics["actorlm_kv_pool_cached_tokens"] == \
-            metrics["actorlm_kv_pool_capacity_tokens"], metrics
+            check(metrics[key] == 0, (key, metrics[key]))
+        check(metrics["actorlm_kv_pool_free_tokens"] + metrics["actorlm_kv_pool_cached_tokens"] ==
+              metrics["actorlm_kv_pool_capacity_tokens"], metrics)
     print(f"hostile input: {len(cases)} malformed requests answered correctly, server healthy, nothing leaked")
 
 

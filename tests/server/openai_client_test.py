@@ -13,6 +13,9 @@ import urllib.request
 
 import openai
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check  # noqa: E402
+
 BIN = sys.argv[1]
 KEY = "test-key-123"
 
@@ -29,7 +32,7 @@ def start_server():
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if m and int(m.group(1)) > 0:
             port = int(m.group(1))
-    assert port, "server did not announce its port"
+    check(port, "server did not announce its port")
     for _ in range(100):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
@@ -47,39 +50,42 @@ def main():
     try:
         models = client.models.list()
         model = models.data[0].id
-        assert model.endswith(".gguf"), model
+        check(model.endswith(".gguf"), model)
         checks += 1
 
         q = [{"role": "user", "content": "What is the capital of France?"}]
         r = client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24)
         text = r.choices[0].message.content
-        assert "Paris" in text, text
-        assert r.choices[0].finish_reason == "stop"
-        assert r.usage.prompt_tokens > 10 and r.usage.completion_tokens > 0
-        assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+        check("Paris" in text, text)
+        check(r.choices[0].finish_reason == "stop", 'r.choices[0].finish_reason == "stop"')
+        check(r.usage.prompt_tokens > 10 and r.usage.completion_tokens > 0, 'r.usage.prompt_tokens > 10 and r.usage.completion_tokens > 0')
+        check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, 'r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens')
         checks += 1
 
         # Streaming gives the same greedy text, then usage when asked, then ends.
         chunks = list(client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24,
                                                      stream=True, stream_options={"include_usage": True}))
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        assert streamed == text, (streamed, text)
-        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
-        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+        check(streamed == text, (streamed, text))
+        check([c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop", '[c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"')
+        check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == r.usage.completion_tokens, 'chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == r.usage.completion_tokens')
         checks += 1
 
         # Completions, plain and streamed.
         c = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=4)
-        assert c.choices[0].text.startswith(" Paris"), c.choices[0].text
-        assert c.choices[0].finish_reason == "length"
+        check(c.choices[0].text.startswith(" Paris"), c.choices[0].text)
+        check(c.choices[0].finish_reason == "length", 'c.choices[0].finish_reason == "length"')
         s = "".join(x.choices[0].text for x in client.completions.create(
             model=model, prompt="The capital of France is", temperature=0, max_tokens=4, stream=True) if x.choices)
-        assert s == c.choices[0].text, (s, c.choices[0].text)
+        check(s == c.choices[0].text, (s, c.choices[0].text))
         checks += 1
 
-        # Stop strings end the text before them.
+        # Stop strings end the text just before them: the greedy answer above,
+        # cut there (an empty or shortened answer would also lack the word).
         r2 = client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24, stop=["Paris"])
-        assert "Paris" not in r2.choices[0].message.content and r2.choices[0].finish_reason == "stop"
+        cut = text[:text.index("Paris")]
+        check(r2.choices[0].message.content == cut, (r2.choices[0].message.content, cut))
+        check(r2.choices[0].finish_reason == "stop", r2.choices[0].finish_reason)
         checks += 1
 
         # Same seed, same sample; the seed matters.
@@ -87,8 +93,8 @@ def main():
             return client.completions.create(model=model, prompt="Once upon a time", temperature=1.0,
                                              max_tokens=16, seed=seed).choices[0].text
         a, b, other = sample(7), sample(7), sample(8)
-        assert a == b, (a, b)
-        assert a != other, (a, other)
+        check(a == b, (a, b))
+        check(a != other, (a, other))
         checks += 1
 
         # Errors arrive in OpenAI's format with the right status.
@@ -99,7 +105,7 @@ def main():
                 return e
             raise AssertionError(f"expected {exc.__name__} for {kw}")
         e = expect(openai.BadRequestError, model=model, messages=q, max_tokens=0)
-        assert "max_tokens" in str(e)
+        check("max_tokens" in str(e), '"max_tokens" in str(e)')
         expect(openai.BadRequestError, model=model, messages=[])
         expect(openai.BadRequestError, model=model, messages=q, temperature=5)
         expect(openai.BadRequestError, model=model, messages=[{"role": "user", "content": "x " * 9000}])
@@ -116,7 +122,7 @@ def main():
             urllib.request.urlopen(req)
             raise AssertionError("bad JSON accepted")
         except urllib.error.HTTPError as he:
-            assert he.code == 400 and "error" in json.loads(he.read())
+            check(he.code == 400 and "error" in json.loads(he.read()), 'he.code == 400 and "error" in json.loads(he.read())')
         checks += 1
 
         # A client that drops mid-stream does not hurt the server.
@@ -127,7 +133,7 @@ def main():
                 break
         stream.close()
         r3 = client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24)
-        assert r3.choices[0].message.content == text
+        check(r3.choices[0].message.content == text, 'r3.choices[0].message.content == text')
         checks += 1
 
         # n > 1: independent choices, reproducible with a seed (choice i samples with seed + i).
@@ -136,18 +142,18 @@ def main():
             r = client.chat.completions.create(model=model, messages=story, max_tokens=16, **kw)
             return r, [ch.message.content for ch in sorted(r.choices, key=lambda ch: ch.index)]
         rn, three = choices(n=3, temperature=1.0, seed=5)
-        assert [ch.index for ch in rn.choices] == [0, 1, 2] and all(three), three
-        assert len(set(three)) >= 2, three
-        assert choices(n=3, temperature=1.0, seed=5)[1] == three
-        assert rn.usage.completion_tokens >= 3
+        check([ch.index for ch in rn.choices] == [0, 1, 2] and all(three), three)
+        check(len(set(three)) >= 2, three)
+        check(choices(n=3, temperature=1.0, seed=5)[1] == three, 'choices(n=3, temperature=1.0, seed=5)[1] == three')
+        check(rn.usage.completion_tokens >= 3, 'rn.usage.completion_tokens >= 3')
         _, greedy2 = choices(n=2, temperature=0)
-        assert greedy2[0] == greedy2[1], greedy2
+        check(greedy2[0] == greedy2[1], greedy2)
         by_index = {}
         for chunk in client.chat.completions.create(model=model, messages=story, max_tokens=16, n=2, temperature=0,
                                                     stream=True):
             for ch in chunk.choices:
                 by_index[ch.index] = by_index.get(ch.index, "") + (ch.delta.content or "")
-        assert by_index == {0: greedy2[0], 1: greedy2[1]}, by_index
+        check(by_index == {0: greedy2[0], 1: greedy2[1]}, by_index)
         expect(openai.BadRequestError, model=model, messages=q, n=0)
         expect(openai.BadRequestError, model=model, messages=q, n=17)
         checks += 1
@@ -157,25 +163,25 @@ def main():
                                             top_logprobs=3)
         content = r4.choices[0].logprobs.content
         # usage counts the end-of-turn token that stopped it; logprobs cover the text's tokens
-        assert r4.choices[0].finish_reason == "stop"
-        assert len(content) == r4.usage.completion_tokens - 1, (len(content), r4.usage)
-        assert "".join(t.token for t in content) == r4.choices[0].message.content
+        check(r4.choices[0].finish_reason == "stop", 'r4.choices[0].finish_reason == "stop"')
+        check(len(content) == r4.usage.completion_tokens - 1, (len(content), r4.usage))
+        check("".join(t.token for t in content) == r4.choices[0].message.content, '"".join(t.token for t in content) == r4.choices[0].message.content')
         for t in content:
-            assert t.logprob <= 0 and len(t.top_logprobs) == 3, t
-            assert t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4, t
-            assert bytes(t.bytes).decode("utf-8", "replace") == t.token
-        assert r.choices[0].logprobs is None  # not asked for, not sent
+            check(t.logprob <= 0 and len(t.top_logprobs) == 3, t)
+            check(t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4, t)
+            check(bytes(t.bytes).decode("utf-8", "replace") == t.token, 'bytes(t.bytes).decode("utf-8", "replace") == t.token')
+        check(r.choices[0].logprobs is None, 'r.choices[0].logprobs is None')  # not asked for, not sent
         streamed_lp = []
         for ch in client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24, logprobs=True,
                                                  stream=True):
             if ch.choices and ch.choices[0].logprobs:
                 streamed_lp += [t.token for t in ch.choices[0].logprobs.content]
-        assert streamed_lp == [t.token for t in content], (streamed_lp, content)
+        check(streamed_lp == [t.token for t in content], (streamed_lp, content))
         c2 = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=4,
                                        logprobs=2)
         lp = c2.choices[0].logprobs
-        assert "".join(lp.tokens) == c2.choices[0].text and len(lp.token_logprobs) == 4
-        assert all(1 <= len(alts) <= 2 for alts in lp.top_logprobs) and lp.text_offset[0] == 0
+        check("".join(lp.tokens) == c2.choices[0].text and len(lp.token_logprobs) == 4, '"".join(lp.tokens) == c2.choices[0].text and len(lp.token_logprobs) == 4')
+        check(all(1 <= len(alts) <= 2 for alts in lp.top_logprobs) and lp.text_offset[0] == 0, 'all(1 <= len(alts) <= 2 for alts in lp.top_logprobs) and lp.text_offset[0] == 0')
         expect(openai.BadRequestError, model=model, messages=q, top_logprobs=3)  # without logprobs
         expect(openai.BadRequestError, model=model, messages=q, logprobs=True, top_logprobs=21)
         checks += 1
@@ -186,7 +192,7 @@ def main():
                                      data=json.dumps({"text": "The capital of France is",
                                                       "sampling_params": {"temperature": 0, "max_new_tokens": 4}}).encode())
         g = json.loads(urllib.request.urlopen(req).read())
-        assert g["text"] == c.choices[0].text and g["meta_info"]["finish_reason"] == "length", g
+        check(g["text"] == c.choices[0].text and g["meta_info"]["finish_reason"] == "length", g)
         # Token ids instead of text, natively and through /v1/completions.
         ids = [504, 3575, 282, 4649, 314]
         req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", method="POST", headers=auth,
@@ -194,31 +200,31 @@ def main():
                                                       "sampling_params": {"temperature": 0, "max_new_tokens": 6}}).encode())
         g_ids = json.loads(urllib.request.urlopen(req).read())
         c_ids = client.completions.create(model=model, prompt=ids, temperature=0, max_tokens=6)
-        assert g_ids["text"] == c_ids.choices[0].text and g_ids["meta_info"]["prompt_tokens"] == len(ids), (g_ids, c_ids)
+        check(g_ids["text"] == c_ids.choices[0].text and g_ids["meta_info"]["prompt_tokens"] == len(ids), (g_ids, c_ids))
         try:
             client.completions.create(model=model, prompt=[1, 2, 10**9], max_tokens=2)
             raise AssertionError("a token id outside the vocabulary was accepted")
         except openai.BadRequestError as e:
-            assert "vocabulary" in str(e), e
+            check("vocabulary" in str(e), e)
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics")
             raise AssertionError("/metrics answered without the API key")
         except urllib.error.HTTPError as he:
-            assert he.code == 401
+            check(he.code == 401, 'he.code == 401')
         metrics = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
                                                                 headers=auth)).read().decode()
         values = dict(line.split(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
-        assert float(values["actorlm_requests_total"]) >= 10, metrics
-        assert float(values["actorlm_requests_rejected_total"]) >= 4, metrics
-        assert float(values["actorlm_generation_tokens_total"]) > 0
-        assert float(values["actorlm_cached_prompt_tokens_total"]) > 0  # repeated questions hit the cache
-        assert float(values["actorlm_running_requests"]) == 0
-        assert float(values["actorlm_kv_pool_locked_tokens"]) == 0  # the dropped stream released its KV
+        check(float(values["actorlm_requests_total"]) >= 10, metrics)
+        check(float(values["actorlm_requests_rejected_total"]) >= 4, metrics)
+        check(float(values["actorlm_generation_tokens_total"]) > 0, 'float(values["actorlm_generation_tokens_total"]) > 0')
+        check(float(values["actorlm_cached_prompt_tokens_total"]) > 0, 'float(values["actorlm_cached_prompt_tokens_total"]) > 0')  # repeated questions hit the cache
+        check(float(values["actorlm_running_requests"]) == 0, 'float(values["actorlm_running_requests"]) == 0')
+        check(float(values["actorlm_kv_pool_locked_tokens"]) == 0, 'float(values["actorlm_kv_pool_locked_tokens"]) == 0')  # the dropped stream released its KV
         for h in ("actorlm_time_to_first_token_seconds", "actorlm_inter_token_latency_seconds"):
-            assert f"# TYPE {h} histogram" in metrics, metrics
+            check(f"# TYPE {h} histogram" in metrics, metrics)
             count = float(values[f"{h}_count"])
-            assert count > 10 and float(values[f'{h}_bucket{{le="+Inf"}}']) == count, metrics
-            assert float(values[f"{h}_sum"]) > 0
+            check(count > 10 and float(values[f'{h}_bucket{{le="+Inf"}}']) == count, metrics)
+            check(float(values[f"{h}_sum"]) > 0, 'float(values[f"{h}_sum"]) > 0')
         checks += 1
     finally:
         proc.terminate()

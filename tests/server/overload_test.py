@@ -13,6 +13,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check  # noqa: E402
+
 BIN = sys.argv[1]
 
 
@@ -25,6 +28,14 @@ def post(port, body, raw=None):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def running_requests(port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    for line in text.splitlines():
+        if line.startswith("actorlm_running_requests "):
+            return float(line.split(" ", 1)[1])
+    raise SystemExit("/metrics has no actorlm_running_requests")
 
 
 def main():
@@ -44,17 +55,23 @@ def main():
         results = {}
         t = threading.Thread(target=lambda: results.setdefault("first", post(port, long_req)))
         t.start()
-        time.sleep(1.0)  # the first request is now generating
+        # The second request must arrive while the first holds the only place:
+        # wait until the engine reports it running (or it already finished).
+        deadline = time.time() + 120
+        while running_requests(port) < 1:
+            check(t.is_alive(), f"the first request ended before it was seen running: {results}")
+            check(time.time() < deadline, "the first request never started running")
+            time.sleep(0.02)
         status, body = post(port, {"prompt": "Hi", "max_tokens": 4})
-        assert status == 503, (status, body)
-        assert "concurrent requests" in body["error"]["message"], body
+        check(status == 503, (status, body))
+        check("concurrent requests" in body["error"]["message"], body)
         t.join()
-        assert results["first"][0] == 200, results["first"]
+        check(results["first"][0] == 200, results["first"])
         status, body = post(port, None, raw=b'{"prompt": "' + b"x" * 8000 + b'"}')
-        assert status == 413, (status, body)
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200
+        check(status == 413, (status, body))
+        check(urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200, 'urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200')
         status, body = post(port, {"prompt": "Hi", "max_tokens": 2})
-        assert status == 200, (status, body)
+        check(status == 200, (status, body))
         print("overload: 503 beyond the limit, 413 for big bodies, healthy after")
     finally:
         proc.terminate()

@@ -23,7 +23,8 @@ class ServerProcess:
             m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
             if m and int(m.group(1)) > 0:
                 self.port = int(m.group(1))
-        assert self.port, "server did not announce its port"
+        if not self.port:  # explicit: python -O drops asserts
+            raise SystemExit(f"server did not announce its port: {self.args}")
         # Keep reading stderr so a chatty server never blocks on a full pipe.
         threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
         for _ in range(100):

@@ -95,6 +95,8 @@ TEST_CASE("llama.cpp's built-in renderer differs only where its docs say it does
   // prompt) and Llama 3 without <|begin_of_text|> (llama.cpp adds BOS while
   // tokenizing).
   auto fx = fixture();
+  // Counted so a fixture that lost its llama.cpp renderings cannot pass empty.
+  size_t compared_chatml = 0, compared_llama3 = 0;
   for (const auto& c : fx["cases"]) {
     if (c["llamacpp_builtin"].is_null()) continue;
     INFO(c["template"].get<std::string>() << ": " << c["messages"].dump());
@@ -103,10 +105,14 @@ TEST_CASE("llama.cpp's built-in renderer differs only where its docs say it does
     const std::string builtin = c["llamacpp_builtin"];
     if (c["template"] == "llama3") {
       CHECK("<|begin_of_text|>" + builtin == ChatTemplate(ChatTemplate::Format::llama3).render(messages, gen));
+      ++compared_llama3;
     } else {
       CHECK(builtin == ChatTemplate(ChatTemplate::Format::chatml).render(messages, gen));
+      ++compared_chatml;
     }
   }
+  CHECK(compared_chatml >= 9);
+  CHECK(compared_llama3 >= 9);
 }
 
 TEST_CASE("A name overrides the model's template, unknown names and templates fall back to ChatML", "[tokenizer][chat]") {
