@@ -64,22 +64,61 @@ def default_model():
 
 
 def model_with_fewer_layers(src):
-    """The GGUF at `src` with llama.block_count one lower, patched in place of
-    the same 4 bytes: every offset stays valid and the last layer's tensors are
-    simply not used. Another model by identity (layers), same tokenizer."""
+    """The GGUF at `src` without its last layer: llama.block_count one lower
+    and that layer's tensors left out of the tensor list (their bytes stay in
+    the data section, unreferenced). A consistent, loadable model that is
+    another model by identity (layers) with the same tokenizer."""
     with open(src, "rb") as f:
-        data = bytearray(f.read())
-    key = b"llama.block_count"
-    at = data.find(struct.pack("<Q", len(key)) + key)
-    check(at >= 0, "no llama.block_count in the default model")
-    value_type_at = at + 8 + len(key)
-    (value_type,) = struct.unpack_from("<I", data, value_type_at)
-    check(value_type == 4, f"llama.block_count is GGUF type {value_type}, expected uint32")
-    (layers,) = struct.unpack_from("<I", data, value_type_at + 4)
-    struct.pack_into("<I", data, value_type_at + 4, layers - 1)
+        data = f.read()
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_value(at, vtype):
+        if vtype in scalar:
+            return at + scalar[vtype]
+        if vtype == 8:
+            (n,) = struct.unpack_from("<Q", data, at)
+            return at + 8 + n
+        check(vtype == 9, f"unknown GGUF value type {vtype}")
+        etype, count = struct.unpack_from("<IQ", data, at)
+        at += 12
+        for _ in range(count):
+            at = skip_value(at, etype)
+        return at
+
+    magic, version, n_tensors, n_kv = struct.unpack_from("<IIQQ", data, 0)
+    check(magic == 0x46554747 and version >= 2, "not a GGUF v2/v3 file")
+    at, kvs, layers, alignment = 24, bytearray(), None, 32
+    for _ in range(n_kv):
+        start = at
+        (klen,) = struct.unpack_from("<Q", data, at)
+        key = data[at + 8:at + 8 + klen]
+        (vtype,) = struct.unpack_from("<I", data, at + 8 + klen)
+        value_at = at + 12 + klen
+        at = skip_value(value_at, vtype)
+        entry = bytearray(data[start:at])
+        if key == b"llama.block_count":
+            (layers,) = struct.unpack_from("<I", data, value_at)
+            struct.pack_into("<I", entry, value_at - start, layers - 1)
+        elif key == b"general.alignment":
+            (alignment,) = struct.unpack_from("<I", data, value_at)
+        kvs += entry
+    check(layers is not None, "no llama.block_count in the default model")
+    infos, kept, last = bytearray(), 0, f"blk.{layers - 1}.".encode()
+    for _ in range(n_tensors):
+        start = at
+        (nlen,) = struct.unpack_from("<Q", data, at)
+        name = data[at + 8:at + 8 + nlen]
+        (ndims,) = struct.unpack_from("<I", data, at + 8 + nlen)
+        at += 8 + nlen + 4 + 8 * ndims + 4 + 8  # name, dims, type, offset
+        if not name.startswith(last):
+            infos += data[start:at]
+            kept += 1
+    data_start = (at + alignment - 1) // alignment * alignment
+    head = struct.pack("<IIQQ", magic, version, kept, n_kv) + kvs + infos
+    head += b"\0" * ((-len(head)) % alignment)
     path = os.path.join(WORK, "smaller-model.gguf")
     with open(path, "wb") as f:
-        f.write(data)
+        f.write(head + data[data_start:])
     return path, layers
 
 
