@@ -39,8 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # command lines live in tests/**/CMakeLists.txt.
 KV_TESTS = ["kvstore_kv_store_test", "kvstore_radix_cache_test",
             "kvstore_token_to_kv_pool_allocator_test", "kvstore_req_to_token_pool_test",
-            "scheduler_scheduler_test"]
-SCHED_TESTS = ["scheduler_scheduler_test"]
+            "scheduler_scheduler_test", "actors_actor_kv_service_test"]
+# The policy tests (stub worker, no model) check admission order step by step.
+SCHED_TESTS = ["scheduler_scheduler_policy_test", "scheduler_scheduler_test"]
 # All of tests/server's Catch2 binaries must exist before CTest runs anything
 # there: catch_discover_tests turns an unbuilt one into a failing *_NOT_BUILT
 # test, which would count as a kill.
