@@ -27,6 +27,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_test import BIN, WORK, SECRET, NodeProcess, complete, head, nodes  # noqa: E402
+from cluster_test import wait_for as poll  # noqa: E402
 
 HEARTBEAT_TIMEOUT_S = 4  # docs/CLUSTER.md: about 4 s of missed heartbeats
 
@@ -34,15 +35,6 @@ HEARTBEAT_TIMEOUT_S = 4  # docs/CLUSTER.md: about 4 s of missed heartbeats
 def check(cond, msg):
     if not cond:
         raise AssertionError(msg)
-
-
-def poll(what, predicate, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def health(port):

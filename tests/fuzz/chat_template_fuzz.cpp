@@ -19,6 +19,7 @@
 
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
+#include "tests/fuzz/default_vocabulary.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -26,17 +27,7 @@ namespace {
 
 using namespace actorlm;
 
-const Tokenizer& tokenizer() {
-  static const Tokenizer t = [] {
-    try {
-      return Tokenizer::from_gguf(GgufFile::open(default_model_path()));
-    } catch (const ModelError& e) {
-      std::fprintf(stderr, "chat_template_fuzz: cannot load the vocabulary: %s\n", e.what());
-      std::abort();
-    }
-  }();
-  return t;
-}
+const Tokenizer& tokenizer() { return fuzz::default_tokenizer("chat_template_fuzz"); }
 
 std::vector<ChatMessage> messages_of(std::string_view rest) {
   std::vector<std::string> fields;

@@ -20,6 +20,7 @@
 
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
+#include "tests/fuzz/default_vocabulary.hpp"
 #include "tokenizer/incremental_detokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/unicode.hpp"
@@ -28,17 +29,7 @@ namespace {
 
 using namespace actorlm;
 
-const Tokenizer& tokenizer() {
-  static const Tokenizer t = [] {
-    try {
-      return Tokenizer::from_gguf(GgufFile::open(default_model_path()));
-    } catch (const ModelError& e) {
-      std::fprintf(stderr, "tokenizer_fuzz: cannot load the vocabulary: %s\n", e.what());
-      std::abort();
-    }
-  }();
-  return t;
-}
+const Tokenizer& tokenizer() { return fuzz::default_tokenizer("tokenizer_fuzz"); }
 
 bool has_byte_token(uint8_t b) {
   static const std::vector<bool> present = [] {
