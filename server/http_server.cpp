@@ -73,7 +73,7 @@ struct HttpServer::Impl final : http::RequestHandler {
   asio::thread_pool blocking{2};  // /metrics and /nodes ask the engine and wait
   std::atomic<int> port{0};
   std::atomic<bool> draining{false};
-  std::atomic<int64_t> connections_accepted{0}, connections_dropped{0};
+  std::atomic<int64_t> connections_dropped{0};
   std::mutex mu;
   std::unordered_map<http::Connection*, std::weak_ptr<http::Connection>> connections;
   Completions completions;  // last: its destructor waits for request threads that post to ioc
@@ -244,7 +244,6 @@ struct HttpServer::Impl final : http::RequestHandler {
               std::lock_guard<std::mutex> lock(mu);
               connections[c.get()] = c;
             }
-            ++connections_accepted;
             c->start();
           }
           accept();
