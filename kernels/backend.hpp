@@ -18,26 +18,23 @@
 #include <span>
 #include <vector>
 
+#include "kernels/ggml_type.hpp"
 #include "kernels/sampling_params.hpp"
 
 namespace actorlm {
 
-// How a weight matrix was stored on disk, when its blocks are kept beside
-// the float32 copy (ggml's layouts: Q4_1 = {f16 d, f16 m, 16 bytes of
-// nibbles} per 32 values, Q8_0 = {f16 d, 32 int8}).
-enum class BlockFormat : int32_t { none, q4_1, q8_0 };
-
-// A row-major matrix [rows][cols] (weights are [out][in]). `blocks`, when
-// set, holds the same values quantized (each row whole blocks), which a
-// backend may read instead of `data` (fewer bytes per product). A backend
-// that does must do so for every row count of x, so that a token's result
-// does not depend on the batch it is in.
+// A row-major weight matrix [rows][cols] (weights are [out][in]) in one of
+// ggml's storage formats: float32, f16, bf16 or a block quantization (see
+// ggml_type.hpp). Row r is ggml_row_bytes(type, cols) bytes at
+// data + r * that. Backends read the format as it is (the CPU one multiplies
+// from the blocks directly; nothing is widened to float32 ahead of time). A
+// backend must compute a token's product the same way for every row count
+// of x, so that its result does not depend on the batch it is in.
 struct MatrixView {
-  const float* data = nullptr;
+  const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
-  const uint8_t* blocks = nullptr;
-  BlockFormat format = BlockFormat::none;
+  GgmlType type = GgmlType::F32;
 };
 
 struct KvLayerView {

@@ -162,7 +162,7 @@ uint64_t GgufTensorInfo::element_count() const {
 
 struct GgufFile::Impl {
   std::string path;
-  std::optional<MappedFile> file;  // empty for from_memory images
+  std::shared_ptr<const MappedFile> file;  // null for from_memory images
   uint32_t version = 0;
   std::map<std::string, Value, std::less<>> meta;
   std::vector<GgufTensorInfo> tensors;
@@ -190,11 +190,13 @@ GgufFile::~GgufFile() = default;
 GgufFile GgufFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->file.emplace(path);
+  impl->file = std::make_shared<const MappedFile>(path);
   const uint8_t* base = impl->file->data();
   const size_t size = impl->file->size();
   return parse(std::move(impl), base, size);
 }
+
+std::shared_ptr<const void> GgufFile::mapping() const { return impl_->file; }
 
 GgufFile GgufFile::from_memory(std::span<const uint8_t> bytes, const std::string& name) {
   auto impl = std::make_unique<Impl>();
@@ -266,7 +268,7 @@ GgufFile GgufFile::parse(std::unique_ptr<Impl> impl, const uint8_t* base, size_t
     }
     try {
       info.byte_size = ggml_row_bytes(info.type, static_cast<int64_t>(info.shape[0])) * (elements / info.shape[0]);
-    } catch (const ModelError& e) {
+    } catch (const WeightFormatError& e) {
       throw ModelError(path + ": tensor " + info.name + ": " + e.what());
     }
     impl->tensors.push_back(std::move(info));

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/ggml_type.hpp"
+#include "kernels/ggml_type.hpp"
 
 namespace actorlm {
 
@@ -55,6 +55,9 @@ class GgufFile {
 
   const std::string& path() const;
   uint32_t version() const;
+  // Owns the mapping tensor data points into, so that weights can keep
+  // reading it after the GgufFile is gone; null for from_memory images.
+  std::shared_ptr<const void> mapping() const;
 
   bool has_key(std::string_view key) const;
   // Typed getters return nullopt when the key is absent; a key present with an

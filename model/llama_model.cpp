@@ -3,24 +3,6 @@
 #include <cmath>
 
 namespace actorlm {
-namespace {
-
-BlockFormat block_format(const WeightMatrix& w) {
-  if (w.blocks.empty()) return BlockFormat::none;
-  switch (w.source_type) {
-    case GgmlType::Q4_1: return BlockFormat::q4_1;
-    case GgmlType::Q8_0: return BlockFormat::q8_0;
-    default: return BlockFormat::none;
-  }
-}
-
-MatrixView view(const WeightMatrix& w) {
-  BlockFormat f = block_format(w);
-  return {w.data.data(), w.rows, w.cols, f == BlockFormat::none ? nullptr : w.blocks.data(), f};
-}
-
-}  // namespace
-
 RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_factors) {
   RopeTable t;
   t.head_dim = c.head_dim;
@@ -63,13 +45,13 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
   std::vector<float> attn(static_cast<size_t>(T * Q));
   std::vector<float> gate(static_cast<size_t>(T * F)), up(static_cast<size_t>(T * F));
 
-  backend_.embed(view(weights_.token_embedding), tokens, x.data());
+  backend_.embed(weights_.token_embedding.view(), tokens, x.data());
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     backend_.rms_norm(x.data(), L.attn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    backend_.matmul(h.data(), T, view(L.wq), q.data(), false);
-    backend_.matmul(h.data(), T, view(L.wk), k.data(), false);
-    backend_.matmul(h.data(), T, view(L.wv), v.data(), false);
+    backend_.matmul(h.data(), T, L.wq.view(), q.data(), false);
+    backend_.matmul(h.data(), T, L.wk.view(), k.data(), false);
+    backend_.matmul(h.data(), T, L.wv.view(), v.data(), false);
     if (!L.bq.empty()) {
       backend_.add_bias(q.data(), L.bq.data(), T, Q);
       backend_.add_bias(k.data(), L.bk.data(), T, KV);
@@ -78,13 +60,13 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
     backend_.rope(q.data(), c.n_heads, k.data(), c.n_kv_heads, positions, rope_);
     backend_.store_kv(kv[static_cast<size_t>(l)], k.data(), v.data(), out_cache_loc);
     backend_.attention(q.data(), kv[static_cast<size_t>(l)], plan, attn.data());
-    backend_.matmul(attn.data(), T, view(L.wo), x.data(), /*accumulate=*/true);  // residual
+    backend_.matmul(attn.data(), T, L.wo.view(), x.data(), /*accumulate=*/true);  // residual
 
     backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    backend_.matmul(h.data(), T, view(L.w_gate), gate.data(), false);
-    backend_.matmul(h.data(), T, view(L.w_up), up.data(), false);
+    backend_.matmul(h.data(), T, L.w_gate.view(), gate.data(), false);
+    backend_.matmul(h.data(), T, L.w_up.view(), up.data(), false);
     backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
-    backend_.matmul(gate.data(), T, view(L.w_down), x.data(), /*accumulate=*/true);  // residual
+    backend_.matmul(gate.data(), T, L.w_down.view(), x.data(), /*accumulate=*/true);  // residual
   }
 
   // Only the rows that need logits go through the final norm and lm_head.
@@ -95,7 +77,7 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
   }
   backend_.rms_norm(picked.data(), weights_.output_norm.data(), picked.data(), R, H, c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(R * c.vocab_size));
-  backend_.matmul(picked.data(), R, view(weights_.output()), logits.data(), false);
+  backend_.matmul(picked.data(), R, weights_.output().view(), logits.data(), false);
   return logits;
 }
 

@@ -43,10 +43,31 @@ std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t rows, 
 }
 
 void permute_rope_rows(WeightMatrix& w, int32_t n_heads) {
-  w.data = permute_rows(w.data, w.rows, w.cols, n_heads);
-  if (!w.blocks.empty()) {
-    w.blocks = permute_rows(w.blocks, w.rows, static_cast<int64_t>(w.blocks.size()) / w.rows, n_heads);
+  const size_t size = static_cast<size_t>(w.rows) * w.row_bytes();
+  auto permuted = std::make_shared<const std::vector<uint8_t>>(
+      permute_rows(std::vector<uint8_t>(w.bytes.get(), w.bytes.get() + size), w.rows,
+                   static_cast<int64_t>(w.row_bytes()), n_heads));
+  w.bytes = std::shared_ptr<const uint8_t>(permuted, permuted->data());
+}
+
+void WeightMatrix::dequantize_rows(int64_t begin, int64_t end, float* out) const {
+  actorlm::dequantize_rows(type, row(begin), out, end - begin, cols);
+}
+
+std::vector<float> WeightMatrix::to_float() const {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  dequantize_rows(0, rows, out.data());
+  return out;
+}
+
+WeightMatrix WeightMatrix::from_floats(int64_t rows, int64_t cols, const std::vector<float>& values) {
+  if (static_cast<int64_t>(values.size()) != rows * cols) {
+    throw ModelError("a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix cannot hold " +
+                     std::to_string(values.size()) + " values");
   }
+  auto copy = std::make_shared<const std::vector<float>>(values);
+  return {rows, cols, GgmlType::F32,
+          std::shared_ptr<const uint8_t>(copy, reinterpret_cast<const uint8_t*>(copy->data()))};
 }
 
 namespace {
@@ -75,7 +96,7 @@ int tensor_total(const ModelConfig& c, bool freq_factors) {
 class GgufLoader {
  public:
   GgufLoader(const std::string& path, const LoadProgress& progress)
-      : file_(GgufFile::open(path)), progress_(progress) {}
+      : file_(GgufFile::open(path)), mapping_(file_.mapping()), progress_(progress) {}
 
   LlamaWeights load() {
     LlamaWeights w;
@@ -207,14 +228,8 @@ class GgufLoader {
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& rows_from,
                       const std::string& cols_from) {
     const GgufTensorInfo& t = get(name, rows, cols, rows_from, cols_from);
-    WeightMatrix m{rows, cols, t.type, std::vector<float>(static_cast<size_t>(rows * cols)), {}};
-    const size_t row_bytes = ggml_row_bytes(t.type, cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(t.type, t.data + static_cast<size_t>(r) * row_bytes, m.data.data() + r * cols, cols);
-    }
-    if (t.type == GgmlType::Q4_1 || t.type == GgmlType::Q8_0) {
-      m.blocks.assign(t.data, t.data + static_cast<size_t>(rows) * row_bytes);
-    }
+    // In place: the matrix shares the mapping (see the header).
+    WeightMatrix m{rows, cols, t.type, std::shared_ptr<const uint8_t>(mapping_, t.data)};
     progress_.tick();
     return m;
   }
@@ -227,18 +242,13 @@ class GgufLoader {
   }
 
   GgufFile file_;
+  std::shared_ptr<const void> mapping_;
   Progress progress_;
   std::set<std::string, std::less<>> used_;  // tensors read so far
   std::string hidden_, ffn_, q_dim_, kv_dim_, vocab_;  // see describe_sizes
 };
 
 // ---------------------------------------------------------------- Hugging Face
-GgmlType storage_type(const std::string& dtype) {
-  if (dtype == "F16") return GgmlType::F16;
-  if (dtype == "BF16") return GgmlType::BF16;
-  return GgmlType::F32;
-}
-
 // Tensor names as transformers writes them (model.layers.N.self_attn.q_proj.weight, ...).
 class HfLoader {
  public:
@@ -285,7 +295,7 @@ class HfLoader {
   }
 
  private:
-  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape, GgmlType* type = nullptr) {
+  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
     auto e = checkpoint_.find(name);
     if (!e) throw ModelError(dir_ + ": missing tensor " + name);
     if (e.tensor->shape != shape) {
@@ -298,14 +308,11 @@ class HfLoader {
                        str(shape));
     }
     auto v = e.file->read_f32(*e.tensor);
-    if (type) *type = storage_type(e.tensor->dtype);
     progress_.tick();
     return v;
   }
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    WeightMatrix m{rows, cols, GgmlType::F32, {}, {}};
-    m.data = read(name, {rows, cols}, &m.source_type);
-    return m;
+    return WeightMatrix::from_floats(rows, cols, read(name, {rows, cols}));
   }
   std::vector<float> vector(const std::string& name, int64_t n) { return read(name, {n}); }
 

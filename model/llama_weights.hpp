@@ -21,22 +21,21 @@
 //   into the adjacent order. Attention scores are unchanged because q and k
 //   are permuted alike and v/wo are untouched; so there is ONE RoPE code path.
 // - A tied model has an empty lm_head; output() returns the embedding.
-// - source_type records how a matrix was stored (Q4_1, Q8_0, F16, BF16, ...);
-//   data is always the dequantized float32. Q4_1 and Q8_0 matrices from GGUF
-//   also keep their on-disk blocks (row order as data, RoPE permutation
-//   included), which the CPU backend multiplies from instead of data. Those
-//   matrices are thus held twice (float32 for the embedding lookup and the
-//   CUDA upload, blocks for the CPU products): ~97 MB more (the file's tensor
-//   data) beside the default model's ~540 MB of float32.
+// - Matrices keep the format they were stored in (Q4_K, Q8_0, F16, ...): a
+//   GGUF matrix is a view into the memory-mapped file (q/k rows permuted for
+//   RoPE are the one copy), so the process holds the file's pages and nothing
+//   widened to float32. Hugging Face checkpoints are read as float32.
 // - Unsupported pieces (o_proj / FFN biases, partial RoPE, other
 //   architectures, tensor types without a dequantizer) are ModelErrors.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "model/ggml_type.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/ggml_type.hpp"
 #include "model/model_config.hpp"
 
 namespace actorlm {
@@ -44,15 +43,22 @@ namespace actorlm {
 struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
-  GgmlType source_type = GgmlType::F32;  // how it was stored on disk
-  std::vector<float> data;               // rows * cols
-  // The on-disk blocks too, for Q4_1 and Q8_0 matrices from GGUF (the CPU
-  // backend's products read these: 20 or 34 bytes per 32 values instead of
-  // 128); empty otherwise. Row r is bytes [r * blocks.size() / rows, ...).
-  std::vector<uint8_t> blocks;
+  GgmlType type = GgmlType::F32;
+  // rows * row_bytes() bytes in `type`'s layout. Shares ownership of what it
+  // points into (the file mapping, or a buffer of its own), so copies are
+  // cheap and stay valid.
+  std::shared_ptr<const uint8_t> bytes;
 
-  const float* row(int64_t r) const { return data.data() + r * cols; }
-  bool empty() const { return data.empty(); }
+  bool empty() const { return !bytes; }
+  size_t row_bytes() const { return ggml_row_bytes(type, cols); }
+  const uint8_t* row(int64_t r) const { return bytes.get() + static_cast<size_t>(r) * row_bytes(); }
+  // Rows [begin, end) as float32 into out[(end - begin) * cols].
+  void dequantize_rows(int64_t begin, int64_t end, float* out) const;
+  std::vector<float> to_float() const;
+  MatrixView view() const { return {bytes.get(), rows, cols, type}; }
+
+  // A float32 matrix owning a copy of `values` (rows * cols).
+  static WeightMatrix from_floats(int64_t rows, int64_t cols, const std::vector<float>& values);
 };
 
 struct LayerWeights {

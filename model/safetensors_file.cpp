@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "model/gguf_file.hpp"
-#include "model/half.hpp"
+#include "kernels/half.hpp"
 #include "model/mapped_file.hpp"
 
 namespace actorlm {

@@ -34,14 +34,15 @@ CpuBackend::CpuBackend(int n_threads) : pool_(resolve_threads(n_threads)) {
 }
 
 void CpuBackend::embed(MatrixView table, std::span<const int32_t> tokens, float* out) {
+  const size_t row_bytes = ggml_row_bytes(table.type, table.cols);
   for (size_t t = 0; t < tokens.size(); ++t) {
     int32_t id = tokens[t];
     if (id < 0 || id >= table.rows) {
       throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
                               std::to_string(table.rows));
     }
-    std::memcpy(out + static_cast<int64_t>(t) * table.cols, table.data + id * table.cols,
-                static_cast<size_t>(table.cols) * sizeof(float));
+    dequantize_row(table.type, static_cast<const uint8_t*>(table.data) + static_cast<size_t>(id) * row_bytes,
+                   out + static_cast<int64_t>(t) * table.cols, table.cols);
   }
 }
 
@@ -59,29 +60,33 @@ void CpuBackend::rms_norm(const float* x, const float* weight, float* out, int64
 
 void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) {
   if (rows <= 0) return;
-  if (block_matmul_supported(w)) {
-    // From the quantized blocks, for every row count: a token's product is
-    // then the same alone or in a batch (quantized_matmul.hpp), and a batch
-    // reads a quarter (Q4_1) or half (Q8_0) of sgemm's bytes.
-    prepare_activations(rows, w.cols, activations_);
-    pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(x, begin, end, activations_); });
-    pool_.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
-      block_matmul_rows(w, activations_, out, begin, end, accumulate);
-    });
+  if (w.type == GgmlType::F32) {
+    const auto* data = static_cast<const float*>(w.data);
+    if (rows == 1) {
+      // One row (single-sequence decode): sgemm would first copy ("pack")
+      // the whole weight matrix; sgemv streams it once.
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(w.rows), static_cast<blasint>(w.cols), 1.0f,
+                  data, static_cast<blasint>(w.cols), x, 1, accumulate ? 1.0f : 0.0f, out, 1);
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(w.rows),
+                static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols), data,
+                static_cast<blasint>(w.cols), accumulate ? 1.0f : 0.0f, out, static_cast<blasint>(w.rows));
     return;
   }
-  if (rows == 1) {
-    // One row (single-sequence decode): sgemm would first copy ("pack") the
-    // whole weight matrix, which perf showed as 60% of decode time; sgemv
-    // streams the weights once.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(w.rows), static_cast<blasint>(w.cols), 1.0f, w.data,
-                static_cast<blasint>(w.cols), x, 1, accumulate ? 1.0f : 0.0f, out, 1);
-    return;
+  if (!matmul_supported(w)) {
+    throw std::invalid_argument("no CPU product for a " + ggml_type_name(w.type) + " matrix of " +
+                                std::to_string(w.cols) + " columns");
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-              static_cast<blasint>(w.rows), static_cast<blasint>(w.cols), 1.0f, x,
-              static_cast<blasint>(w.cols), w.data, static_cast<blasint>(w.cols), accumulate ? 1.0f : 0.0f,
-              out, static_cast<blasint>(w.rows));
+  // From the stored format, for every row count: a token's product is then
+  // the same alone or in a batch (quantized_matmul.hpp).
+  prepare_activations(x, rows, w.cols, w.type, activations_);
+  if (activations_.scheme != ActivationScheme::none) {
+    pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, activations_); });
+  }
+  pool_.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
+    matmul_rows(w, activations_, out, begin, end, accumulate);
+  });
 }
 
 void CpuBackend::add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {

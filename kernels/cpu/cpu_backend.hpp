@@ -37,7 +37,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
-  BlockActivations activations_;  // matmul's scratch, kept to reuse its storage
+  Activations activations_;  // matmul's scratch, kept to reuse its storage
 };
 
 }  // namespace actorlm::cpu

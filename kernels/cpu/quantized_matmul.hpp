@@ -1,27 +1,29 @@
 #pragma once
-// Products out = x · Wᵀ read straight from ggml weight blocks (Q4_1, Q8_0)
-// instead of their float32 copy: a row of 576 weights is 360 (Q4_1) or 612
-// (Q8_0) bytes instead of 2304, and single-sequence decode is bound by those
-// bytes.
+// Products out = x · Wᵀ read straight from a weight matrix in its file's
+// format (ggml blocks, f16, bf16, f32): nothing is widened to float32 ahead of
+// time, so single-sequence decode streams the file's bytes (a Q4_K row of
+// 576 weights is 324 bytes, not 2,304).
 //
-// Each row of x is first quantized per 32-value block to int16 (scale =
-// max|x_block| / 32767, round to nearest), so a block's dot product is an
-// exact integer sum (AVX2 madd on int16) times d * scale; Q4_1's min term uses
-// the sum of the quantized copy too:
-//   sum_j (d q_j + m) x~_j = d * scale * sum_j q_j xq_j + m * scale * sum_j xq_j.
-// So the result is W x~ up to float32 summation, x~ being x rounded per
-// block; each x~_j is within max|x_block(j)| / 65534 of x_j, hence
-//   |y_r - (W x)_r| <= sum_j |W_rj| * max|x_block(j)| / 65534 (+ float32 sums).
-// Why int16 and not llama.cpp's int8: int8 activations (maddubs) were 10%
-// faster in a one-thread kernel benchmark here but moved the default model's
-// logits by up to 1.6 against float32 and took teacher-forced agreement with
-// llama.cpp below the 98% its test asks (97.7%); int16 keeps the float32
-// path's results (tests/model/llama_model_test).
+// For the block quantizations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+// Q6_K) each row of x is first quantized to int8 the way llama.cpp does it
+// for the same weight type, so that logits track llama.cpp's:
+//   q8_0 (Q4_0, Q5_0, Q8_0) and q8_1 (Q4_1, Q5_1): per 32 values,
+//     d = max|x| / 127 rounded to f16, q = round(x * 127 / max|x|) (ties to
+//     even); q8_1's block sum s = d * sum q (which the mins of Q4_1/Q5_1
+//     multiply) is rounded to f16 too;
+//   q8_K (the K-quants): per 256 values, d = -max / 127 where max is the value
+//     of largest magnitude, q = round(x / d).
+// A block's product with the weights is then an exact integer sum times
+// float scales: the result is W x~ up to float32 summation, x~ = d q being x
+// rounded per block (|x~_j - x_j| <= about d / 2).
 //
-// Batch invariance: every output element is computed by the same sequence of
-// operations whatever the number of x rows and whatever row range a thread
-// gets, so a token's result is bit-for-bit the same alone or in any batch
-// (prefix reuse and continuous batching rely on that).
+// Which code runs is chosen at run time from CPUID: AVX-512 VNNI (vpdpbusd
+// on 256-bit vectors), AVX2 (vpmaddubsw + vpmaddwd), or portable C++ that
+// dequantizes a row and multiplies in float. Every output element is
+// computed by the same operations whatever the number of x rows and whatever
+// row range a thread gets, so a token's result is bit-for-bit the same alone
+// or in any batch (prefix reuse and continuous batching rely on that), for a
+// given ISA.
 
 #include <cstdint>
 #include <vector>
@@ -32,35 +34,45 @@ namespace actorlm::cpu {
 
 inline constexpr int64_t block_values = 32;
 
-// Bytes of one 32-value block: 20 for Q4_1, 34 for Q8_0, 0 for none.
-int64_t block_bytes(BlockFormat f);
+enum class Isa { portable, avx2, avx512_vnni };
+const char* isa_name(Isa isa);
+// The widest ISA this CPU runs and this build compiled.
+Isa best_isa();
+bool isa_available(Isa isa);
 
-// True when block_matmul_rows can read w: blocks set, a known format, and
-// cols a (positive) multiple of 32.
-bool block_matmul_supported(const MatrixView& w);
+// True when matmul_rows can multiply by w: a type ggml_type.hpp can
+// dequantize and cols a positive whole number of its blocks (and of 32).
+bool matmul_supported(const MatrixView& w);
 
-// x [rows][cols] quantized once per product, shared by every weight row.
-struct BlockActivations {
+// How x is quantized for a weight type (see above); none for the float formats.
+enum class ActivationScheme { none, q8_0, q8_1, q8_K };
+ActivationScheme activation_scheme(GgmlType weights);
+
+// x [rows][cols] prepared once per product and shared by every weight row:
+// int8 blocks for the integer kernels, or the float rows as they are. Scales
+// are kept per 32 values whatever the scheme (q8_K's repeats over its 256),
+// so the kernels read one layout.
+struct Activations {
   int64_t rows = 0, cols = 0;
-  std::vector<int16_t> q;    // rows * cols values in [-32767, 32767]
-  std::vector<float> scale;  // per block: x_j ~= scale * q_j
-  std::vector<float> sum;    // per block: scale * sum of q (Q4_1's min term)
+  ActivationScheme scheme = ActivationScheme::none;
+  const float* x = nullptr;  // the float rows (the float-weight products read these)
+  std::vector<int8_t> q;     // rows * cols values in [-127, 127]
+  std::vector<float> d;      // per 32 values: x~_j = d * q_j
+  std::vector<float> s;      // per 32 values: d * sum of their q (the min term of Q4_1, Q5_1, Q4_K, Q5_K)
 };
 
-// Sizes `out` for x [rows][cols] (cols a positive multiple of 32), reusing
-// its storage; then quantize_rows fills x rows [begin, end), so callers may
-// split the rows over threads.
-void prepare_activations(int64_t rows, int64_t cols, BlockActivations& out);
-void quantize_rows(const float* x, int64_t begin, int64_t end, BlockActivations& out);
-
-enum class MatmulImpl { best, scalar };
+// Sizes `out` for x [rows][cols] multiplied by weights of type `weights`
+// (cols a positive multiple of the scheme's block), reusing its storage;
+// then quantize_rows fills rows [begin, end) (nothing to do for the float
+// formats), so callers may split the rows over threads.
+void prepare_activations(const float* x, int64_t rows, int64_t cols, GgmlType weights, Activations& out);
+void quantize_rows(int64_t begin, int64_t end, Activations& out);
 
 // For every x row t and weight row r in [begin, end):
 //   out[t * w.rows + r] = row r of w · x_t  (+ the old value when accumulate).
-// Precondition: block_matmul_supported(w) and x.cols == w.cols. `best` uses
-// AVX2 where the build targets it and is otherwise the scalar loop; `scalar`
-// is there so tests cover both (the two may differ in float32 rounding).
-void block_matmul_rows(const MatrixView& w, const BlockActivations& x, float* out, int64_t begin, int64_t end,
-                       bool accumulate, MatmulImpl impl = MatmulImpl::best);
+// Precondition: matmul_supported(w), x prepared for w.type and quantized. `isa` must be available (tests pick narrower
+// ones; the results of two ISAs differ only in float32 rounding).
+void matmul_rows(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate,
+                 Isa isa = best_isa());
 
 }  // namespace actorlm::cpu

@@ -31,6 +31,14 @@ DeviceBuffer<bf16> bf16_device(const float* host, size_t n) {
   return b;
 }
 
+// A weight matrix in any ggml format, widened on the host first (this backend
+// is the per-call reference the executor is tested against, not a fast path).
+DeviceBuffer<bf16> bf16_device(const MatrixView& w) {
+  std::vector<float> f(static_cast<size_t>(w.rows * w.cols));
+  dequantize_rows(w.type, w.data, f.data(), w.rows, w.cols);
+  return bf16_device(f.data(), f.size());
+}
+
 void bf16_to_host(const DeviceBuffer<bf16>& b, float* host, size_t n) {
   DeviceBuffer<float> f(std::max<size_t>(n, 1));
   to_f32(b.get(), f.get(), static_cast<int64_t>(n), nullptr);
@@ -54,7 +62,7 @@ CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
 CudaBackend::~CudaBackend() = default;
 
 void CudaBackend::embed(MatrixView table, std::span<const int32_t> tokens, float* out) {
-  auto t = bf16_device(table.data, static_cast<size_t>(table.rows * table.cols));
+  auto t = bf16_device(table);
   auto ids = to_device(tokens.data(), tokens.size());
   DeviceBuffer<float> o(tokens.size() * static_cast<size_t>(table.cols));
   cuda::embed(t.get(), table.cols, ids.get(), static_cast<int32_t>(tokens.size()), o.get(), nullptr);
@@ -71,7 +79,7 @@ void CudaBackend::rms_norm(const float* x, const float* weight, float* out, int6
 
 void CudaBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) {
   auto dx = bf16_device(x, static_cast<size_t>(rows * w.cols));
-  auto dw = bf16_device(w.data, static_cast<size_t>(w.rows * w.cols));
+  auto dw = bf16_device(w);
   const auto n = static_cast<size_t>(rows * w.rows);
   DeviceBuffer<float> y = accumulate ? to_device(out, n) : DeviceBuffer<float>(n);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

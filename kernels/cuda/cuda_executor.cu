@@ -19,13 +19,20 @@
 namespace actorlm::cuda {
 namespace {
 
+// Weights arrive in their file's format (quantized blocks, f16, ...); they
+// are widened one row at a time on the way to bf16.
 DeviceBuffer<bf16> upload_bf16(const std::vector<const WeightMatrix*>& parts) {
   size_t n = 0;
-  for (const auto* p : parts) n += p->data.size();
+  for (const auto* p : parts) n += static_cast<size_t>(p->rows * p->cols);
   std::vector<bf16> host(n);
+  std::vector<float> row;
   size_t at = 0;
   for (const auto* p : parts) {
-    for (float v : p->data) host[at++] = __float2bfloat16(v);
+    row.resize(static_cast<size_t>(p->cols));
+    for (int64_t r = 0; r < p->rows; ++r) {
+      p->dequantize_rows(r, r + 1, row.data());
+      for (float v : row) host[at++] = __float2bfloat16(v);
+    }
   }
   DeviceBuffer<bf16> d(n);
   ACTORLM_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));

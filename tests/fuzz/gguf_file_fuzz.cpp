@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/ggml_type.hpp"
+#include "kernels/ggml_type.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_config.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -1,19 +1,22 @@
-// Products from Q4_1 / Q8_0 blocks against references in double,
-// the weights dequantized by model/ggml_type's dequantize_row (itself checked
-// against the gguf package), on random blocks: random f16 scales and mins,
-// every nibble / int8 value (Q8_0 including -128).
+// Products straight from every weight format the CPU backend reads, against
+// references in double: the weights widened by dequantize_row (itself
+// checked against the gguf package in ggml_type_test and gguf_file_test), on
+// random blocks (random f16 scales, every other byte random, so every
+// nibble, fifth bit, 6-bit scale and Q8_0's -128 occur), on every ISA this
+// CPU has.
 //
 // Tolerances, per output element:
-//   - against W x~, x~ being the kernel's int16 copy of x (scale * q): the
-//     kernel's arithmetic is exact up to float32 summation, so
-//     1e-5 * sum_j |W_j x~_j| + 1e-6;
-//   - against the float32 product W x: the activation rounding bound of
-//     quantized_matmul.hpp, sum_j |W_j| * max|x_block(j)| / 65534, plus the
-//     same float32 allowance.
+//   - against W x~ (x~ = d q, the kernel's int8 copy of x; x itself for the
+//     float formats): the arithmetic is exact up to float32 summation, so
+//     2e-5 * sum_j |W_j x~_j| + 1e-6;
+//   - against W x: the activation rounding bound, sum over blocks of
+//     sum_j |W_j| * 0.57 d (half a step, plus q8_0/q8_1's f16 rounding of d:
+//     127 * 2^-11 steps at most), plus the same allowance.
 
 #include "kernels/cpu/quantized_matmul.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -21,21 +24,33 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/ggml_type.hpp"
-#include "model/half.hpp"
+#include "kernels/ggml_type.hpp"
+#include "kernels/half.hpp"
 
 using namespace actorlm;
 using V = std::vector<float>;
 
 namespace {
 
-struct BlockMatrix {
-  BlockFormat format;
-  int64_t rows, cols;
-  std::vector<uint8_t> blocks;
-  V dequantized;  // rows * cols, by dequantize_row
+constexpr GgmlType all_types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                  GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
 
-  MatrixView view() const { return {dequantized.data(), rows, cols, blocks.data(), format}; }
+std::vector<cpu::Isa> available_isas() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512_vnni}) {
+    if (cpu::isa_available(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+struct Matrix {
+  GgmlType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  V dequantized;  // rows * cols, by dequantize_rows
+
+  MatrixView view() const { return {bytes.data(), rows, cols, type}; }
 };
 
 void put_half(uint8_t* p, float v) {
@@ -43,22 +58,45 @@ void put_half(uint8_t* p, float v) {
   std::memcpy(p, &h, sizeof h);
 }
 
-BlockMatrix random_blocks(BlockFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
-  BlockMatrix m{f, rows, cols, {}, {}};
-  const int64_t n_blocks = rows * cols / 32;
-  const auto bytes = static_cast<size_t>(cpu::block_bytes(f));
-  m.blocks.resize(static_cast<size_t>(n_blocks) * bytes);
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f), min(-0.8f, 0.2f);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    uint8_t* p = m.blocks.data() + static_cast<size_t>(b) * bytes;
-    put_half(p, scale(rng));
-    if (f == BlockFormat::q4_1) put_half(p + 2, min(rng));
-    for (size_t i = f == BlockFormat::q4_1 ? 4 : 2; i < bytes; ++i) p[i] = static_cast<uint8_t>(byte(rng));
+// Where each block keeps its f16 scale (and min): random bytes there could
+// be inf or NaN, so those fields get sane random values.
+std::vector<size_t> half_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0: return {0};
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q6_K: return {208};
+    default: return {};
   }
-  const GgmlType t = f == BlockFormat::q4_1 ? GgmlType::Q4_1 : GgmlType::Q8_0;
+}
+
+Matrix random_matrix(GgmlType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Matrix m{t, rows, cols, std::vector<uint8_t>(ggml_row_bytes(t, cols) * static_cast<size_t>(rows)), {}};
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f), value(-1.0f, 1.0f);
+  if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = value(rng);
+      if (t == GgmlType::F32) {
+        std::memcpy(m.bytes.data() + 4 * i, &v, 4);
+      } else {
+        uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
+        std::memcpy(m.bytes.data() + 2 * i, &h, 2);
+      }
+    }
+  } else {
+    for (auto& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+    const size_t block = ggml_block_bytes(t);
+    for (size_t at = 0; at < m.bytes.size(); at += block) {
+      for (size_t field : half_fields(t)) put_half(m.bytes.data() + at + field, scale(rng));
+    }
+  }
   m.dequantized.resize(static_cast<size_t>(rows * cols));
-  dequantize_row(t, m.blocks.data(), m.dequantized.data(), rows * cols);
+  dequantize_rows(t, m.bytes.data(), m.dequantized.data(), rows, cols);
   return m;
 }
 
@@ -74,166 +112,205 @@ V random_x(int64_t n, std::mt19937& rng) {
   return x;
 }
 
+cpu::Activations prepare(const V& x, int64_t rows, int64_t cols, GgmlType t) {
+  cpu::Activations a;
+  cpu::prepare_activations(x.data(), rows, cols, t, a);
+  cpu::quantize_rows(0, rows, a);
+  return a;
+}
+
 struct Expected {
   std::vector<double> exact, exact_tol, f32, f32_tol;
 };
 
-// x quantized as the backend does it.
-cpu::BlockActivations quantize(const V& x, int64_t rows, int64_t cols) {
-  cpu::BlockActivations a;
-  cpu::prepare_activations(rows, cols, a);
-  cpu::quantize_rows(x.data(), 0, rows, a);
-  return a;
-}
-
-// The product of every weight row with x row t; init: what the outputs held
-// before (the accumulate case adds to it).
-Expected reference(const BlockMatrix& m, const V& x, const cpu::BlockActivations& a, int64_t t, const V& init) {
+// The product of every weight row with x row t, on top of init.
+Expected reference(const Matrix& m, const V& x, const cpu::Activations& a, int64_t t, const V& init) {
   Expected e;
+  const bool integer = a.scheme != cpu::ActivationScheme::none;
   const int64_t n_blocks = m.cols / 32;
   for (int64_t r = 0; r < m.rows; ++r) {
     const double old = init[static_cast<size_t>(r)];
     double exact = old, exact_abs = std::abs(old), f32 = old, f32_abs = std::abs(old), bound = 0;
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const double scale = a.scale[static_cast<size_t>(t * n_blocks + b)];
-      double amax = 0, w_abs = 0;
+      const double d = integer ? a.d[static_cast<size_t>(t * n_blocks + b)] : 0.0;
+      double w_abs = 0;
       for (int64_t j = b * 32; j < b * 32 + 32; ++j) {
         const double w = m.dequantized[static_cast<size_t>(r * m.cols + j)];
         const double xj = x[static_cast<size_t>(t * m.cols + j)];
-        const double rounded = scale * a.q[static_cast<size_t>(t * m.cols + j)];
+        const double rounded = integer ? d * a.q[static_cast<size_t>(t * m.cols + j)] : xj;
         exact += w * rounded;
         exact_abs += std::abs(w * rounded);
         f32 += w * xj;
         f32_abs += std::abs(w * xj);
         w_abs += std::abs(w);
-        amax = std::max(amax, std::abs(xj));
       }
-      bound += w_abs * amax / 65534.0;
+      bound += w_abs * std::abs(d) * 0.57;
+      if (a.scheme == cpu::ActivationScheme::q8_1) {
+        // q8_1 keeps the block sum s = d * sum q as an f16 of its own, which
+        // the kernels multiply by the block's min (the f16 after its scale).
+        double q_sum = 0;
+        for (int64_t j = b * 32; j < b * 32 + 32; ++j) q_sum += a.q[static_cast<size_t>(t * m.cols + j)];
+        uint16_t h;
+        std::memcpy(&h, m.bytes.data() + r * ggml_row_bytes(m.type, m.cols) + b * ggml_block_bytes(m.type) + 2, 2);
+        const double s = a.s[static_cast<size_t>(t * n_blocks + b)];
+        exact += f16_to_f32(h) * (s - d * q_sum);
+        exact_abs += std::abs(f16_to_f32(h) * s);
+      }
     }
     e.exact.push_back(exact);
-    e.exact_tol.push_back(1e-5 * exact_abs + 1e-6);
+    e.exact_tol.push_back(2e-5 * exact_abs + 1e-6);
     e.f32.push_back(f32);
-    e.f32_tol.push_back(bound + 1e-5 * (exact_abs + f32_abs) + 1e-6);
+    e.f32_tol.push_back(bound + 2e-5 * (exact_abs + f32_abs) + 1e-6);
   }
   return e;
 }
 
-void require_within(const float* got, const std::vector<double>& want, const std::vector<double>& tol,
-                    const char* what) {
+void require_within(const float* got, const std::vector<double>& want, const std::vector<double>& tol) {
   for (size_t r = 0; r < want.size(); ++r) {
-    INFO(what << ", row " << r << ": got " << got[r] << ", want " << want[r] << " +- " << tol[r]);
+    INFO("weight row " << r << ": got " << got[r] << ", want " << want[r] << " +- " << tol[r]);
     REQUIRE(std::abs(got[r] - want[r]) <= tol[r]);
   }
 }
 
-const char* name(BlockFormat f) { return f == BlockFormat::q4_1 ? "Q4_1" : "Q8_0"; }
+// Columns: an odd number of blocks (and of K-quant super-blocks).
+int64_t odd_cols(GgmlType t) { return ggml_block_elements(t) == 256 ? 3 * 256 : 7 * 32; }
 
 }  // namespace
 
-TEST_CASE("Activations quantize per block to int16 within half a step", "[kernels][quantized]") {
+TEST_CASE("Activations quantize to int8 as llama.cpp does for each weight type", "[kernels][quantized]") {
   std::mt19937 rng(11);
   const int64_t rows = 3, cols = 1536, n_blocks = rows * cols / 32;
   V x = random_x(rows * cols, rng);
-  cpu::BlockActivations a = quantize(x, rows, cols);
-  REQUIRE(a.q.size() == size_t(rows * cols));
-  REQUIRE(a.scale.size() == size_t(n_blocks));
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    float amax = 0, sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      amax = std::max(amax, std::abs(x[size_t(b * 32 + j)]));
-      sum += x[size_t(b * 32 + j)];
+  // x [0, 32) is 100x the rest and [32, 64) zeros (random_x).
+  SECTION("q8_0 and q8_1: per 32 values, d rounded to f16") {
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1}) {
+      cpu::Activations a = prepare(x, rows, cols, t);
+      REQUIRE(a.q.size() == size_t(rows * cols));
+      REQUIRE(a.d.size() == size_t(n_blocks));
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[size_t(b * 32 + j)]));
+        const float scale = amax / 127.0f;
+        CHECK(a.d[size_t(b)] == f16_to_f32(f32_to_f16(scale)));
+        int q_sum = 0, extreme = 0;
+        for (int j = 0; j < 32; ++j) {
+          const int q = a.q[size_t(b * 32 + j)];
+          q_sum += q;
+          extreme = std::max(extreme, std::abs(q));
+          REQUIRE(q == (amax > 0 ? int(std::nearbyint(x[size_t(b * 32 + j)] * (1.0f / scale))) : 0));
+        }
+        if (t == GgmlType::Q4_1) {
+          CHECK(a.s[size_t(b)] == f16_to_f32(f32_to_f16(scale * float(q_sum))));
+        } else {
+          CHECK(a.s[size_t(b)] == a.d[size_t(b)] * float(q_sum));
+        }
+        if (amax > 0) CHECK(extreme == 127);  // the block's largest value uses the whole range
+      }
+      CHECK(a.d[1] == 0.0f);  // the all-zero block
     }
-    CHECK(a.scale[size_t(b)] == amax / 32767.0f);
-    int q_sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      int q = a.q[size_t(b * 32 + j)];
-      q_sum += q;
-      REQUIRE(std::abs(q) <= 32767);
-      // Rounded to nearest, ties to even: within half a step (plus the float
-      // rounding of x * (32767 / amax), ~0.004 steps).
-      REQUIRE(q == (amax > 0 ? int(std::nearbyint(x[size_t(b * 32 + j)] * (32767.0f / amax))) : 0));
-      REQUIRE(std::abs(x[size_t(b * 32 + j)] - a.scale[size_t(b)] * q) <= a.scale[size_t(b)] * 0.505f);
-    }
-    CHECK(a.sum[size_t(b)] == a.scale[size_t(b)] * float(q_sum));
-    // The sum of x itself is off by at most 32 half steps.
-    CHECK(std::abs(a.sum[size_t(b)] - sum) <= 32 * 0.505f * a.scale[size_t(b)] + 1e-5f);
   }
-  CHECK(a.scale[1] == 0.0f);  // the all-zero block
-
-  // Rows quantized in pieces (as threads do) give the same bytes.
-  cpu::BlockActivations pieces;
-  cpu::prepare_activations(rows, cols, pieces);
-  cpu::quantize_rows(x.data(), 2, 3, pieces);
-  cpu::quantize_rows(x.data(), 0, 2, pieces);
-  CHECK(pieces.q == a.q);
-  CHECK(pieces.scale == a.scale);
-  CHECK(pieces.sum == a.sum);
+  SECTION("q8_K: per 256 values, the largest magnitude maps to -127") {
+    cpu::Activations a = prepare(x, rows, cols, GgmlType::Q4_K);
+    for (int64_t sb = 0; sb < rows * cols / 256; ++sb) {
+      float max = 0;
+      for (int j = 0; j < 256; ++j) {
+        if (std::abs(x[size_t(sb * 256 + j)]) > std::abs(max)) max = x[size_t(sb * 256 + j)];
+      }
+      const float inv = -127.0f / max;
+      for (int j = 0; j < 256; ++j) {
+        REQUIRE(a.q[size_t(sb * 256 + j)] == std::min(127, int(std::nearbyint(inv * x[size_t(sb * 256 + j)]))));
+      }
+      for (int64_t b = sb * 8; b < sb * 8 + 8; ++b) {
+        CHECK(a.d[size_t(b)] == 1.0f / inv);
+        int q_sum = 0;
+        for (int j = 0; j < 32; ++j) q_sum += a.q[size_t(b * 32 + j)];
+        CHECK(a.s[size_t(b)] == a.d[size_t(b)] * float(q_sum));
+      }
+    }
+  }
+  SECTION("rows quantized in pieces (as threads do) give the same bytes") {
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q6_K}) {
+      cpu::Activations whole = prepare(x, rows, cols, t), pieces;
+      cpu::prepare_activations(x.data(), rows, cols, t, pieces);
+      cpu::quantize_rows(2, 3, pieces);
+      cpu::quantize_rows(0, 2, pieces);
+      CHECK(pieces.q == whole.q);
+      CHECK(pieces.d == whole.d);
+      CHECK(pieces.s == whole.s);
+    }
+  }
 }
 
-TEST_CASE("Block matmul equals the dequantized product, AVX2 and scalar", "[kernels][quantized]") {
+TEST_CASE("Every format's product equals the dequantized product in double, on every ISA", "[kernels][quantized]") {
   std::mt19937 rng(12);
-  for (BlockFormat f : {BlockFormat::q4_1, BlockFormat::q8_0}) {
-    for (int64_t cols : {32, 576, 1536}) {
-      for (int64_t rows : {1, 7, 33, 192}) {
-        for (int64_t tokens : {1, 3}) {
-          for (bool accumulate : {false, true}) {
-            INFO(name(f) << " " << rows << " x " << cols << ", " << tokens << " x rows"
-                         << (accumulate ? ", accumulate" : ""));
-            BlockMatrix m = random_blocks(f, rows, cols, rng);
-            REQUIRE(cpu::block_matmul_supported(m.view()));
-            V x = random_x(tokens * cols, rng);
-            cpu::BlockActivations a = quantize(x, tokens, cols);
-            V init(static_cast<size_t>(tokens * rows), accumulate ? 0.25f : -99.0f);
-            for (cpu::MatmulImpl impl : {cpu::MatmulImpl::best, cpu::MatmulImpl::scalar}) {
-              const char* what = impl == cpu::MatmulImpl::best ? "best" : "scalar";
-              V y = init;
-              cpu::block_matmul_rows(m.view(), a, y.data(), 0, rows, accumulate, impl);
-              for (int64_t t = 0; t < tokens; ++t) {
-                INFO("x row " << t);
-                V old(init.begin() + t * rows, init.begin() + (t + 1) * rows);
-                if (!accumulate) std::fill(old.begin(), old.end(), 0.0f);
-                Expected e = reference(m, x, a, t, old);
-                require_within(y.data() + t * rows, e.exact, e.exact_tol, what);
-                require_within(y.data() + t * rows, e.f32, e.f32_tol, what);
-              }
+  const auto isas = available_isas();
+  REQUIRE(isas.front() == cpu::Isa::portable);
+  int compared = 0;
+  for (GgmlType t : all_types) {
+    for (int64_t cols : {odd_cols(t), int64_t{1536}}) {
+      for (int64_t rows : {1, 7, 37}) {
+        for (int64_t tokens : {1, 3, 6}) {  // one, a partial group, a group of four and a partial one
+          const bool accumulate = tokens != 3;
+          INFO(ggml_type_name(t) << " " << rows << " x " << cols << ", " << tokens << " x rows"
+                                 << (accumulate ? ", accumulate" : ""));
+          Matrix m = random_matrix(t, rows, cols, rng);
+          REQUIRE(cpu::matmul_supported(m.view()));
+          V x = random_x(tokens * cols, rng);
+          cpu::Activations a = prepare(x, tokens, cols, t);
+          V init(static_cast<size_t>(tokens * rows), accumulate ? 0.25f : -99.0f);
+          for (cpu::Isa isa : isas) {
+            INFO("ISA " << cpu::isa_name(isa));
+            V y = init;
+            cpu::matmul_rows(m.view(), a, y.data(), 0, rows, accumulate, isa);
+            for (int64_t tk = 0; tk < tokens; ++tk) {
+              INFO("x row " << tk);
+              V old(init.begin() + tk * rows, init.begin() + (tk + 1) * rows);
+              if (!accumulate) std::fill(old.begin(), old.end(), 0.0f);
+              Expected e = reference(m, x, a, tk, old);
+              require_within(y.data() + tk * rows, e.exact, e.exact_tol);
+              require_within(y.data() + tk * rows, e.f32, e.f32_tol);
+              compared += static_cast<int>(rows);
             }
           }
         }
       }
     }
   }
+  // 11 formats x 2 widths x (1 + 7 + 37 rows) x (1 + 3 + 6 tokens) per ISA.
+  CHECK(compared == static_cast<int>(11 * 2 * 45 * 10 * isas.size()));
 }
 
 TEST_CASE("A token's product is bit for bit the same alone, in a batch, under any row split",
           "[kernels][quantized]") {
   cpu::CpuBackend backend(2);
   std::mt19937 rng(13);
-  for (BlockFormat f : {BlockFormat::q4_1, BlockFormat::q8_0}) {
+  for (GgmlType t : all_types) {
+    if (t == GgmlType::F32) continue;  // float32 matrices go through BLAS (sgemv alone, sgemm in a batch)
     // Weight row counts not a multiple of the two threads or of the tile.
     for (int64_t rows : {1, 3, 577}) {
-      const int64_t cols = 576, tokens = 5;
-      INFO(name(f) << " " << rows << " rows");
-      BlockMatrix m = random_blocks(f, rows, cols, rng);
+      const int64_t cols = 768, tokens = 5;
+      INFO(ggml_type_name(t) << " " << rows << " rows");
+      Matrix m = random_matrix(t, rows, cols, rng);
       V x = random_x(tokens * cols, rng);
-      cpu::BlockActivations a = quantize(x, tokens, cols);
+      cpu::Activations a = prepare(x, tokens, cols, t);
 
       V batch(static_cast<size_t>(tokens * rows), 0.5f);
       backend.matmul(x.data(), tokens, m.view(), batch.data(), /*accumulate=*/true);
-      for (int64_t t = 0; t < tokens; ++t) {
-        INFO("x row " << t);
+      for (int64_t tk = 0; tk < tokens; ++tk) {
+        INFO("x row " << tk);
         V old(static_cast<size_t>(rows), 0.5f);
-        Expected e = reference(m, x, a, t, old);
-        require_within(batch.data() + t * rows, e.exact, e.exact_tol, "batch");
+        Expected e = reference(m, x, a, tk, old);
+        require_within(batch.data() + tk * rows, e.exact, e.exact_tol);
 
         V alone = old;
-        backend.matmul(x.data() + t * cols, 1, m.view(), alone.data(), true);
-        REQUIRE(std::equal(alone.begin(), alone.end(), batch.begin() + t * rows));
+        backend.matmul(x.data() + tk * cols, 1, m.view(), alone.data(), true);
+        REQUIRE(std::equal(alone.begin(), alone.end(), batch.begin() + tk * rows));
       }
       // One thread, weight rows split unevenly.
       V split(static_cast<size_t>(tokens * rows), 0.5f);
       const int64_t k = rows / 3;
-      cpu::block_matmul_rows(m.view(), a, split.data(), k, rows, true);
-      cpu::block_matmul_rows(m.view(), a, split.data(), 0, k, true);
+      cpu::matmul_rows(m.view(), a, split.data(), k, rows, true);
+      cpu::matmul_rows(m.view(), a, split.data(), 0, k, true);
       REQUIRE(split == batch);
     }
   }
@@ -241,17 +318,50 @@ TEST_CASE("A token's product is bit for bit the same alone, in a batch, under an
 
 TEST_CASE("NaN or infinity in x makes every output NaN", "[kernels][quantized]") {
   std::mt19937 rng(14);
-  for (BlockFormat f : {BlockFormat::q4_1, BlockFormat::q8_0}) {
-    BlockMatrix m = random_blocks(f, 5, 64, rng);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                     GgmlType::Q6_K}) {
+    Matrix m = random_matrix(t, 5, 256, rng);
     for (float bad : {NAN, INFINITY}) {
-      V x = random_x(64, rng);
+      V x = random_x(256, rng);
       x[40] = bad;
-      cpu::BlockActivations a = quantize(x, 1, 64);
-      for (cpu::MatmulImpl impl : {cpu::MatmulImpl::best, cpu::MatmulImpl::scalar}) {
+      cpu::Activations a = prepare(x, 1, 256, t);
+      for (cpu::Isa isa : available_isas()) {
+        INFO(ggml_type_name(t) << " on " << cpu::isa_name(isa) << ", x holds " << bad);
         V y(5);
-        cpu::block_matmul_rows(m.view(), a, y.data(), 0, 5, false, impl);
+        cpu::matmul_rows(m.view(), a, y.data(), 0, 5, false, isa);
         for (float v : y) CHECK(std::isnan(v));
       }
     }
+  }
+}
+
+TEST_CASE("Shapes the kernels cannot read are refused", "[kernels][quantized]") {
+  std::vector<uint8_t> bytes(4096);
+  CHECK_FALSE(cpu::matmul_supported({bytes.data(), 2, 288, GgmlType::Q4_K}));  // not whole super-blocks
+  CHECK_FALSE(cpu::matmul_supported({bytes.data(), 2, 40, GgmlType::F16}));    // not whole 32-value blocks
+  CHECK_FALSE(cpu::matmul_supported({bytes.data(), 2, 256, GgmlType::Q2_K}));  // no dequantizer
+  CHECK_FALSE(cpu::matmul_supported({nullptr, 2, 256, GgmlType::Q4_K}));
+  CHECK(cpu::matmul_supported({bytes.data(), 2, 256, GgmlType::Q4_K}));
+  cpu::CpuBackend backend(1);
+  V x(40), y(2);
+  CHECK_THROWS_AS(backend.matmul(x.data(), 1, {bytes.data(), 2, 40, GgmlType::F16}, y.data(), false),
+                  std::invalid_argument);
+}
+
+TEST_CASE("The embedding lookup widens the token's row from any format", "[kernels][quantized]") {
+  std::mt19937 rng(15);
+  cpu::CpuBackend backend(1);
+  for (GgmlType t : all_types) {
+    INFO(ggml_type_name(t));
+    Matrix m = random_matrix(t, 9, 256, rng);
+    const std::vector<int32_t> tokens = {8, 0, 3, 3};
+    V out(tokens.size() * 256);
+    backend.embed(m.view(), tokens, out.data());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      REQUIRE(std::equal(out.begin() + static_cast<int64_t>(i) * 256, out.begin() + static_cast<int64_t>(i + 1) * 256,
+                         m.dequantized.begin() + tokens[i] * 256));
+    }
+    const std::vector<int32_t> bad = {9};
+    CHECK_THROWS_AS(backend.embed(m.view(), bad, out.data()), std::out_of_range);
   }
 }

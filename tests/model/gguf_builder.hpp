@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/ggml_type.hpp"
+#include "kernels/ggml_type.hpp"
 
 namespace actorlm::test {
 

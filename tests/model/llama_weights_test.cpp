@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "model/gguf_file.hpp"
@@ -177,41 +179,43 @@ TEST_CASE("The default GGUF loads with the shapes of its config", "[model][weigh
   CHECK(w.layers[0].wq.rows == c.q_dim());
   CHECK(w.layers[0].wk.rows == c.kv_dim());
   CHECK(w.layers[29].w_down.cols == c.ffn_hidden);
-  CHECK(w.layers[0].wq.source_type == GgmlType::Q4_1);
+  CHECK(w.layers[0].wq.type == GgmlType::Q4_1);
 
-  // Q4_1 / Q8_0 matrices keep their blocks, in the row order of data.
-  for (const WeightMatrix* m : {&w.token_embedding, &w.layers[0].wq, &w.layers[0].wk, &w.layers[29].w_down}) {
-    INFO(ggml_type_name(m->source_type) << " " << m->rows << " x " << m->cols);
-    if (m->source_type != GgmlType::Q4_1 && m->source_type != GgmlType::Q8_0) {
-      CHECK(m->blocks.empty());
-      continue;
-    }
-    const size_t row_bytes = ggml_row_bytes(m->source_type, m->cols);
-    REQUIRE(m->blocks.size() == size_t(m->rows) * row_bytes);
-    V row(size_t(m->cols));
-    for (int64_t r : {int64_t(0), m->rows / 2 + 1, m->rows - 1}) {
-      dequantize_row(m->source_type, m->blocks.data() + size_t(r) * row_bytes, row.data(), m->cols);
-      REQUIRE(std::equal(row.begin(), row.end(), m->row(r)));
-    }
+  // GGUF matrices are views of the file's bytes, not copies: each points at
+  // its tensor's data inside the mapping, in the file's own format.
+  GgufFile file = GgufFile::open(default_model_path());
+  const std::pair<const WeightMatrix*, const char*> checked[] = {{&w.token_embedding, "token_embd.weight"},
+                                                                 {&w.layers[0].wq, "blk.0.attn_q.weight"},
+                                                                 {&w.layers[29].w_down, "blk.29.ffn_down.weight"}};
+  for (const auto& [m, name] : checked) {
+    INFO(name);
+    const GgufTensorInfo& t = file.tensor(name);
+    CHECK(m->type == t.type);
+    REQUIRE(size_t(m->rows) * m->row_bytes() == t.byte_size);
+    // Two mappings of one file: equal bytes at the same offset from the start of the tensor data.
+    CHECK(std::memcmp(m->bytes.get(), t.data, t.byte_size) == 0);
+    CHECK(m->bytes.get() != t.data);  // w's own mapping, alive after the loader's GgufFile closed
   }
+  // Sharing, not copying: the matrices of a copied LlamaWeights point at the same bytes.
+  LlamaWeights copy = w;
+  CHECK(copy.layers[3].w_up.bytes.get() == w.layers[3].w_up.bytes.get());
 }
 
-TEST_CASE("permute_rope_rows moves a matrix's blocks with its float32 rows", "[model][weights]") {
+TEST_CASE("permute_rope_rows moves a quantized matrix's rows whole", "[model][weights]") {
   // 8 rows of 64 Q8_0 values (2 blocks of 34 bytes), 2 heads of 4 rows.
   std::mt19937 rng(5);
   const int64_t rows = 8, cols = 64;
   const size_t row_bytes = ggml_row_bytes(GgmlType::Q8_0, cols);
-  WeightMatrix m{rows, cols, GgmlType::Q8_0, V(size_t(rows * cols)), std::vector<uint8_t>(rows * row_bytes)};
-  for (auto& b : m.blocks) b = uint8_t(rng());
-  for (size_t i = 0; i < m.blocks.size(); i += 34) m.blocks[i + 1] = 0x3c;  // scale near 1, finite
-  dequantize_row(GgmlType::Q8_0, m.blocks.data(), m.data.data(), rows * cols);
-  const V before = m.data;
+  auto raw = std::make_shared<std::vector<uint8_t>>(rows * row_bytes);
+  for (auto& b : *raw) b = uint8_t(rng());
+  for (size_t i = 0; i < raw->size(); i += 34) (*raw)[i + 1] = 0x3c;  // scale near 1, finite
+  WeightMatrix m{rows, cols, GgmlType::Q8_0, std::shared_ptr<const uint8_t>(raw, raw->data())};
+  const V before = m.to_float();
 
   permute_rope_rows(m, 2);
-  CHECK(m.data == permute_rope_rows(before, rows, cols, 2));
-  V from_blocks(size_t(rows * cols));
-  dequantize_row(GgmlType::Q8_0, m.blocks.data(), from_blocks.data(), rows * cols);
-  CHECK(from_blocks == m.data);
+  CHECK(m.type == GgmlType::Q8_0);
+  CHECK(m.bytes.get() != raw->data());  // a permuted copy; the original is untouched
+  CHECK(m.to_float() == permute_rope_rows(before, rows, cols, 2));
 }
 
 TEST_CASE("A Hugging Face checkpoint gives the logits of a reference forward in HF's convention",

@@ -1,4 +1,4 @@
-#include "model/ggml_type.hpp"
+#include "kernels/ggml_type.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/gguf_file.hpp"
-#include "model/half.hpp"
+#include "kernels/half.hpp"
 #include "tests/test_paths.hpp"
 
 using namespace actorlm;
@@ -63,18 +63,18 @@ TEST_CASE("Dequantization of every supported type matches the gguf package", "[m
   }
 }
 
-TEST_CASE("Unsupported types are errors that name the type", "[model][gguf]") {
+TEST_CASE("Unsupported types are errors that name the type", "[kernels][gguf]") {
   std::vector<uint8_t> block(84, 0);
   float out[256];
   try {
     dequantize_row(GgmlType::Q2_K, block.data(), out, 256);
     FAIL("expected an error");
-  } catch (const ModelError& e) {
+  } catch (const WeightFormatError& e) {
     CHECK(std::string(e.what()).find("Q2_K") != std::string::npos);
   }
   CHECK(ggml_type_name(99) == "type#99");
   CHECK_FALSE(ggml_type_supported(99));
-  CHECK_THROWS_AS(ggml_row_bytes(GgmlType::Q4_0, 33), ModelError);  // not whole blocks
+  CHECK_THROWS_AS(ggml_row_bytes(GgmlType::Q4_0, 33), WeightFormatError);  // not whole blocks
 }
 
 TEST_CASE("Half conversions are exact", "[model]") {

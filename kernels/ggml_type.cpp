@@ -1,9 +1,8 @@
-#include "model/ggml_type.hpp"
+#include "kernels/ggml_type.hpp"
 
 #include <cstring>
 
-#include "model/gguf_file.hpp"
-#include "model/half.hpp"
+#include "kernels/half.hpp"
 
 namespace actorlm {
 namespace {
@@ -35,7 +34,7 @@ const Layout* find(uint32_t id) {
 
 const Layout& layout_or_throw(GgmlType t) {
   const Layout* l = find(static_cast<uint32_t>(t));
-  if (!l) throw ModelError("unsupported ggml tensor type " + ggml_type_name(t));
+  if (!l) throw WeightFormatError("unsupported ggml tensor type " + ggml_type_name(t));
   return *l;
 }
 
@@ -175,7 +174,7 @@ size_t ggml_block_bytes(GgmlType t) { return layout_or_throw(t).block_bytes; }
 size_t ggml_row_bytes(GgmlType t, int64_t n) {
   const Layout& l = layout_or_throw(t);
   if (n < 0 || static_cast<size_t>(n) % l.block_elements != 0) {
-    throw ModelError("a row of " + std::to_string(n) + " elements is not a whole number of " +
+    throw WeightFormatError("a row of " + std::to_string(n) + " elements is not a whole number of " +
                      l.name + " blocks of " + std::to_string(l.block_elements));
   }
   return static_cast<size_t>(n) / l.block_elements * l.block_bytes;
@@ -183,7 +182,7 @@ size_t ggml_row_bytes(GgmlType t, int64_t n) {
 
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   const Layout& l = layout_or_throw(t);
-  if (!l.dequantizable) throw ModelError("dequantization of " + std::string(l.name) + " is not supported");
+  if (!l.dequantizable) throw WeightFormatError("dequantization of " + std::string(l.name) + " is not supported");
   size_t row_bytes = ggml_row_bytes(t, n);
   const auto* p = static_cast<const uint8_t*>(src);
   size_t blocks = static_cast<size_t>(n) / l.block_elements;
@@ -212,8 +211,15 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
       case GgmlType::Q4_K: deq_q4_k(b, y); break;
       case GgmlType::Q5_K: deq_q5_k(b, y); break;
       case GgmlType::Q6_K: deq_q6_k(b, y); break;
-      default: throw ModelError("dequantization of " + std::string(l.name) + " is not supported");
+      default: throw WeightFormatError("dequantization of " + std::string(l.name) + " is not supported");
     }
+  }
+}
+
+void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t rows, int64_t cols) {
+  const size_t row_bytes = ggml_row_bytes(t, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(t, static_cast<const uint8_t*>(src) + static_cast<size_t>(r) * row_bytes, dst + r * cols, cols);
   }
 }
 

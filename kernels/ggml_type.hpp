@@ -4,9 +4,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace actorlm {
+
+// A type or row length the block layouts below cannot describe (the file
+// readers turn it into a ModelError naming the file and tensor).
+class WeightFormatError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 // Values are the on-disk ggml type ids.
 enum class GgmlType : uint32_t {
@@ -45,7 +53,9 @@ size_t ggml_block_bytes(GgmlType t);
 size_t ggml_row_bytes(GgmlType t, int64_t n);
 
 // Dequantizes n elements (a multiple of the block size) from src to dst.
-// Throws ModelError for unsupported types, naming the type.
+// Throws WeightFormatError for unsupported types, naming the type.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
+// The same for `rows` consecutive rows of `cols` elements each.
+void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t rows, int64_t cols);
 
 }  // namespace actorlm

@@ -1,0 +1,16 @@
+#pragma once
+// Entry points of the ISA-specific translation units (x86-64 builds only):
+// each returns false for a weight type without an integer kernel.
+
+#include <cstdint>
+
+#include "kernels/cpu/quantized_matmul.hpp"
+
+namespace actorlm::cpu {
+
+bool integer_matmul_avx2(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end,
+                         bool accumulate);
+bool integer_matmul_avx512_vnni(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end,
+                                bool accumulate);
+
+}  // namespace actorlm::cpu
