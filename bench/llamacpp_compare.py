@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""actorlm's CPU forward pass against mainline llama.cpp on the same GGUF
+files, threads and machine, each measurement alternated between the two.
+
+  actorlm:   build/bench/cpu_decode_bench (prefill N, decode CxB)
+  llama.cpp: llama-bench (prefill N: -p N -n 0; decode Cx1: -p 0 -n 32 -d C)
+             llama-batched-bench (decode CxB, B > 1: -npp C -ntg 32 -npl B)
+
+llama.cpp is built from the tree vendored in the llama-cpp-python sdist
+(see docs/BENCHMARKS.md for the commands). Quantized variants of the default
+model are made once with that tree's llama-quantize (--allow-requantize from
+the Q4_1 file; the weights are for speed, not quality) into
+~/.cache/actorlm/bench/. Each cell runs `rounds` times alternating
+actorlm, llama.cpp, actorlm, ...; the table shows both medians and their
+ratio (above 1: actorlm faster).
+
+  python3 bench/llamacpp_compare.py --llamacpp /path/to/llama.cpp/build/bin \\
+      [--types Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K] [--threads 2] [--rounds 3] \\
+      [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32] [--model FILE.gguf]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.join(os.environ.get("ACTORLM_CACHE", os.path.expanduser("~/.cache/actorlm")))
+DEFAULT = os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def quantized(bin_dir, source, qtype):
+    if qtype == "Q4_1" and source == DEFAULT:
+        return source
+    out = os.path.join(CACHE, "bench", os.path.basename(source).replace(".gguf", "") + f".{qtype}.gguf")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        run([os.path.join(bin_dir, "llama-quantize"), "--allow-requantize", source, out, qtype, "2"])
+    return out
+
+
+def actorlm(model, threads, what):
+    kind, shape = what
+    # Only the one figure asked for (an empty list measures nothing).
+    cmd = [os.path.join(ROOT, "build/bench/cpu_decode_bench"), "--threads", str(threads), "--model", model,
+           "--repeats", "3", "--prefill", str(shape) if kind == "prefill" else "",
+           "--decode", shape if kind == "decode" else ""]
+    out = run(cmd)
+    m = re.search(rf"^{kind} {shape} t/s ([0-9.]+)$", out, re.M)
+    if not m:
+        sys.exit(f"no {kind} {shape} in:\n{out}")
+    return float(m.group(1))
+
+
+def llamacpp(bin_dir, model, threads, what):
+    kind, shape = what
+    if kind == "prefill":
+        out = run([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-p", str(shape), "-n", "0",
+                   "-r", "3", "-o", "json"])
+        return json.loads(out)[0]["avg_ts"]
+    context, batch = (int(v) for v in shape.split("x"))
+    if batch == 1:
+        out = run([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-p", "0", "-n", "32",
+                   "-d", str(context), "-r", "3", "-o", "json"])
+        return json.loads(out)[0]["avg_ts"]
+    out = run([os.path.join(bin_dir, "llama-batched-bench"), "-m", model, "-t", str(threads), "-tb", str(threads),
+               "-c", str((context + 64) * batch), "-b", "2048", "-ub", "512", "-npp", str(context), "-ntg", "32",
+               "-npl", str(batch)])
+    # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and cells[0] == str(context) and cells[2] == str(batch):
+            return float(cells[7])
+    sys.exit(f"no result row in llama-batched-bench output:\n{out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llamacpp", required=True, help="folder with llama-bench, llama-batched-bench, llama-quantize")
+    ap.add_argument("--model", default=DEFAULT, help="source GGUF (default: the default model)")
+    ap.add_argument("--types", default="Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prefill", default="128,512,2048")
+    ap.add_argument("--decode", default="128x1,2048x1,128x8,128x32")
+    args = ap.parse_args()
+    cells = [("prefill", int(n)) for n in args.prefill.split(",") if n] + \
+            [("decode", s) for s in args.decode.split(",") if s]
+    print(f"| GGUF type | measurement | actorlm t/s | llama.cpp t/s | actorlm / llama.cpp |")
+    print(f"|---|---|---:|---:|---:|")
+    for qtype in args.types.split(","):
+        model = quantized(args.llamacpp, args.model, qtype)
+        for what in cells:
+            ours, theirs = [], []
+            for _ in range(args.rounds):
+                ours.append(actorlm(model, args.threads, what))
+                theirs.append(llamacpp(args.llamacpp, model, args.threads, what))
+            a, b = statistics.median(ours), statistics.median(theirs)
+            label = f"prefill {what[1]}" if what[0] == "prefill" else f"decode {what[1]} (context x sequences)"
+            print(f"| {qtype} | {label} | {a:.1f} | {b:.1f} | {a / b:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
