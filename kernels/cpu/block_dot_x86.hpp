@@ -211,7 +211,7 @@ struct XRow {
   const float* s;
 };
 
-inline constexpr int max_group = 4;
+inline constexpr int max_group = 8;
 
 // y[n] = weight row `row` · x[n] for n < N. The row's chunks are decoded once
 // for all N x rows; each x row has its own accumulators and sees the same
@@ -273,7 +273,11 @@ void tile_loop(const MatrixView& w, const Activations& x, float* out, int64_t be
           case 1: row_dots<D, Dot, 1>(row, group, n_blocks, y); break;
           case 2: row_dots<D, Dot, 2>(row, group, n_blocks, y); break;
           case 3: row_dots<D, Dot, 3>(row, group, n_blocks, y); break;
-          default: row_dots<D, Dot, 4>(row, group, n_blocks, y); break;
+          case 4: row_dots<D, Dot, 4>(row, group, n_blocks, y); break;
+          case 5: row_dots<D, Dot, 5>(row, group, n_blocks, y); break;
+          case 6: row_dots<D, Dot, 6>(row, group, n_blocks, y); break;
+          case 7: row_dots<D, Dot, 7>(row, group, n_blocks, y); break;
+          default: row_dots<D, Dot, 8>(row, group, n_blocks, y); break;
         }
         for (int n = 0; n < count; ++n) {
           float& o = out[(t0 + n) * w.rows + r];

@@ -249,7 +249,7 @@ TEST_CASE("Every format's product equals the dequantized product in double, on e
   for (GgmlType t : all_types) {
     for (int64_t cols : {odd_cols(t), int64_t{1536}}) {
       for (int64_t rows : {1, 7, 37}) {
-        for (int64_t tokens : {1, 3, 6}) {  // one, a partial group, a group of four and a partial one
+        for (int64_t tokens : {1, 3, 11}) {  // one, a partial group, a group of eight and a partial one
           const bool accumulate = tokens != 3;
           INFO(ggml_type_name(t) << " " << rows << " x " << cols << ", " << tokens << " x rows"
                                  << (accumulate ? ", accumulate" : ""));
@@ -276,8 +276,8 @@ TEST_CASE("Every format's product equals the dequantized product in double, on e
       }
     }
   }
-  // 11 formats x 2 widths x (1 + 7 + 37 rows) x (1 + 3 + 6 tokens) per ISA.
-  CHECK(compared == static_cast<int>(11 * 2 * 45 * 10 * isas.size()));
+  // 11 formats x 2 widths x (1 + 7 + 37 rows) x (1 + 3 + 11 tokens) per ISA.
+  CHECK(compared == static_cast<int>(11 * 2 * 45 * 15 * isas.size()));
 }
 
 TEST_CASE("A token's product is bit for bit the same alone, in a batch, under any row split",
