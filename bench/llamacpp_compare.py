@@ -16,7 +16,11 @@ ratio (above 1: actorlm faster).
 
   python3 bench/llamacpp_compare.py --llamacpp /path/to/llama.cpp/build/bin \\
       [--types Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K] [--threads 2] [--rounds 3] \\
-      [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32] [--model FILE.gguf]
+      [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32] [--model FILE.gguf] [--rss]
+
+--rss instead measures peak RSS (GNU time) of the same small job in both:
+`actorlm run` with a 32-token prompt and 64 new tokens, and llama-bench -p 32
+-n 64 (llama.cpp's context is sized for the job, as ours is).
 """
 import argparse
 import json
@@ -83,6 +87,25 @@ def llamacpp(bin_dir, model, threads, what):
     sys.exit(f"no result row in llama-batched-bench output:\n{out}")
 
 
+def peak_rss_mb(cmd):
+    """Peak resident set of a command, from GNU time (kilobytes)."""
+    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
+
+
+def rss_row(actorlm_bin, bin_dir, model, threads, qtype):
+    """The same small job in both: a 32-token prompt and 64 generated tokens."""
+    prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle on the beach."
+    ours = peak_rss_mb([actorlm_bin, "run", "--model", model, "--threads", str(threads),
+                        "--raw", "--max-tokens", "64", "-p", prompt])
+    theirs = peak_rss_mb([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-p", "32", "-n",
+                          "64", "-r", "1"])
+    size = os.path.getsize(model) / 2**20
+    print(f"| {qtype} | {size:.0f} MB | {ours:.0f} MB | {theirs:.0f} MB | {ours / theirs:.2f} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llamacpp", required=True, help="folder with llama-bench, llama-batched-bench, llama-quantize")
@@ -92,7 +115,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prefill", default="128,512,2048")
     ap.add_argument("--decode", default="128x1,2048x1,128x8,128x32")
+    ap.add_argument("--rss", action="store_true", help="peak RSS of one small generation instead of speed")
+    # A CUDA-enabled binary maps cuBLAS at start (~140 MB resident before any
+    # model); CPU users build without CUDA, so that is the one to measure.
+    ap.add_argument("--actorlm", default=os.path.join(ROOT, "build-cpu/apps/actorlm"),
+                    help="the actorlm binary for --rss (default: the CPU-only build of scripts/test.sh)")
     args = ap.parse_args()
+    if args.rss:
+        print("| GGUF type | file | actorlm run | llama-bench | ratio |")
+        print("|---|---:|---:|---:|---:|")
+        for qtype in args.types.split(","):
+            rss_row(args.actorlm, args.llamacpp, quantized(args.llamacpp, args.model, qtype), args.threads, qtype)
+        return
     cells = [("prefill", int(n)) for n in args.prefill.split(",") if n] + \
             [("decode", s) for s in args.decode.split(",") if s]
     print(f"| GGUF type | measurement | actorlm t/s | llama.cpp t/s | actorlm / llama.cpp |")

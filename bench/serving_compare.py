@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""actorlm serve and llama.cpp's OpenAI-compatible server (llama-cpp-python's,
-built from source by pip) side by side: same GGUF, same machine, same thread
-count, same workloads (bench/serving_bench.py), one server at a time. Writes
-every result as JSON, a markdown table and a plot (PNG) into --out-dir.
+"""actorlm serve and llama.cpp's own llama-server (mainline, built from the
+tree vendored in the llama-cpp-python sdist; see docs/BENCHMARKS.md) side by
+side: same GGUF, same machine, same thread count, same workloads
+(bench/serving_bench.py), one server at a time. llama-server runs 32
+parallel slots with continuous batching (-np 32), its strongest setting for
+these workloads; llama-cpp-python's own server runs one request at a time and
+would flatter us. Writes every result as JSON, a markdown table and a plot
+(PNG) into --out-dir.
 
-usage: serving_compare.py [--model GGUF] [--threads N] [--actorlm build/apps/actorlm] [--out-dir docs/bench]
+usage: serving_compare.py --llama-server PATH [--model GGUF] [--threads N]
+                          [--actorlm build/apps/actorlm] [--out-dir docs/bench]
 """
 import argparse
 import json
@@ -57,14 +62,13 @@ def start_actorlm(binary, model, threads):
     return proc, port
 
 
-def start_llamacpp(model, threads, port=30871):
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-                             "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
-                             "--n_ctx", "4096",
-                             # Its default cancels the running request whenever another arrives.
-                             "--interrupt_requests", "False"],
+def start_llama_server(binary, model, threads, port=30871):
+    # 32 slots of 1,024 tokens each (the longest workload is ~450 + 128).
+    proc = subprocess.Popen([binary, "--model", model, "--host", "127.0.0.1", "--port", str(port),
+                             "--threads", str(threads), "--threads-batch", str(threads), "--parallel", "32",
+                             "--ctx-size", str(32 * 1024), "--cont-batching"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, "llama.cpp server")
+    wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, "llama-server")
     return proc, port
 
 
@@ -82,15 +86,14 @@ def main():
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--actorlm", default=os.path.join(HERE, "..", "build", "apps", "actorlm"))
+    ap.add_argument("--llama-server", required=True, help="llama.cpp's llama-server binary")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "..", "docs", "bench"))
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     results = {"actorlm": {}, "llama.cpp": {}}
     servers = [
         ("actorlm", lambda: start_actorlm(args.actorlm, args.model, args.threads), {"ignore_eos": True}),
-        # llama.cpp: end-of-text, im_start and im_end banned instead of ignore_eos.
-        ("llama.cpp", lambda: start_llamacpp(args.model, args.threads),
-         {"logit_bias": {"0": -100, "1": -100, "2": -100}}),
+        ("llama.cpp", lambda: start_llama_server(args.llama_server, args.model, args.threads), {"ignore_eos": True}),
     ]
     for server, start, extra in servers:
         proc, port = start()
