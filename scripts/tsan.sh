@@ -28,6 +28,8 @@ built=$(date +%s)
 echo "tsan: build took $((built - start)) s"
 # second_deadlock_stack for readable lock-order reports; the suppressions
 # file lists only reports traced to uninstrumented system libraries.
+# The actor engine test waits for real-model steps 10-20x slower than usual.
+export ACTORLM_TEST_REPLY_TIMEOUT_S=3600
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 cd "$build"
 status=0
