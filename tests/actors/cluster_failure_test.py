@@ -26,15 +26,10 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_test import BIN, WORK, SECRET, NodeProcess, complete, head, nodes  # noqa: E402
+from cluster_test import BIN, WORK, SECRET, NodeProcess, check, complete, head, nodes  # noqa: E402
 from cluster_test import wait_for as poll  # noqa: E402
 
 HEARTBEAT_TIMEOUT_S = 4  # docs/CLUSTER.md: about 4 s of missed heartbeats
-
-
-def check(cond, msg):
-    if not cond:
-        raise AssertionError(msg)
 
 
 def health(port):

@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from server_process import ServerProcess, stop_process  # noqa: E402
-from cluster_test import NodeProcess, complete, nodes, wait_for  # noqa: E402
+from cluster_test import NodeProcess, check, complete, nodes, wait_for  # noqa: E402
 
 BIN = sys.argv[1]
 WORK = tempfile.mkdtemp(prefix="actorlm-cluster-security-")
@@ -77,12 +77,12 @@ def gate_handshake(port):
     mine = os.urandom(32)
     s.sendall(b"ALMGATE1" + mine)
     hello = recv_exact(s, 40)
-    assert hello[:8] == b"ALMGATE1", hello
+    check(hello[:8] == b"ALMGATE1", hello)
     theirs = hello[8:]
     s.sendall(hmac.new(SECRET_TEXT, b"actorlm-gate-dialer" + mine + theirs, hashlib.sha256).digest())
     verdict = recv_exact(s, 33)
-    assert verdict[0] == 0, "the gate refused the right secret"
-    assert verdict[1:] == hmac.new(SECRET_TEXT, b"actorlm-gate-acceptor" + mine + theirs, hashlib.sha256).digest()
+    check(verdict[0] == 0, "the gate refused the right secret")
+    check(verdict[1:] == hmac.new(SECRET_TEXT, b"actorlm-gate-acceptor" + mine + theirs, hashlib.sha256).digest(), "the gate's verdict does not carry the acceptor's HMAC of both nonces")
     return s
 
 
@@ -163,13 +163,13 @@ def check_replay(node):
         address = f"127.0.0.1:{recorder.port}"
         wait_for("the head to join through the relay", lambda: nodes(h.port)[address]["alive"], 30)
         code, body = complete(h.port, "The capital of France is", max_tokens=8)
-        assert code == 200 and "Paris" in body["choices"][0]["text"], body
+        check(code == 200 and "Paris" in body["choices"][0]["text"], body)
         time.sleep(0.5)
         prompts = nodes(h.port)[address]["prompt_tokens"]
-        assert prompts > 0, nodes(h.port)
-        assert len(recorder.sent) == 1, f"{len(recorder.sent)} connections through the relay"
+        check(prompts > 0, nodes(h.port))
+        check(len(recorder.sent) == 1, f"{len(recorder.sent)} connections through the relay")
         recorded = bytes(recorder.sent[0])
-        assert len(recorded) > 100, len(recorded)
+        check(len(recorded) > 100, len(recorded))
         back = replay(node.port, recorded)
         targets = ["the node's port"]
         if middleman:
@@ -178,18 +178,18 @@ def check_replay(node):
             replay(middleman, recorded[72:])
             targets.append("its loopback middleman")
         time.sleep(2)
-        assert node.proc.poll() is None, "the node died"
+        check(node.proc.poll() is None, "the node died")
         after = nodes(h.port)[address]
-        assert after["alive"], after
-        assert after["prompt_tokens"] == prompts, f"the replay ran a request on the node: {prompts} -> {after}"
+        check(after["alive"], after)
+        check(after["prompt_tokens"] == prompts, f"the replay ran a request on the node: {prompts} -> {after}")
         if middleman:
             # Past the gate it was the seal that refused the requests, not CAF.
-            assert any("forged or replayed" in line for line in node.lines), node.lines[-8:]
-        assert any("refused a head: the shared secret does not match" in line for line in node.lines), node.lines[-8:]
+            check(any("forged or replayed" in line for line in node.lines), node.lines[-8:])
+        check(any("refused a head: the shared secret does not match" in line for line in node.lines), node.lines[-8:])
         # The measure works: a real request from the real head is counted.
         code, body = complete(h.port, "The capital of France is", max_tokens=8)
-        assert code == 200 and "Paris" in body["choices"][0]["text"], body
-        assert nodes(h.port)[address]["prompt_tokens"] > prompts
+        check(code == 200 and "Paris" in body["choices"][0]["text"], body)
+        check(nodes(h.port)[address]["prompt_tokens"] > prompts, f"the node at {address} ran nothing after the join")
     print(f"ok: {len(recorded)} bytes recorded from a joined head, replayed to {' and '.join(targets)} without the "
           f"secret, ran nothing (node prompt tokens stayed {prompts}; {len(back)} bytes came back); the node stayed up")
 
@@ -203,27 +203,27 @@ def check_basp_bomb(node):
         socks.append(s)
     time.sleep(2)
     grown = rss_mb(node.proc.pid) - base
-    assert grown < 50, f"node RSS grew {grown:.0f} MB after 20 BASP bombs"
+    check(grown < 50, f"node RSS grew {grown:.0f} MB after 20 BASP bombs")
     t0 = time.time()
-    assert all(closed_within(s, 10) for s in socks), "the node kept an unauthenticated connection past its deadline"
+    check(all(closed_within(s, 10) for s in socks), "the node kept an unauthenticated connection past its deadline")
     waited = time.time() - t0 + 2
     for s in socks:
         s.close()
     # After a valid gate handshake, the frame bound still holds.
     authed = gate_handshake(node.port)
     authed.sendall(BOMB)
-    assert closed_within(authed, 5), "an authenticated peer's 4 GiB frame was not refused"
+    check(closed_within(authed, 5), "an authenticated peer's 4 GiB frame was not refused")
     authed.close()
-    assert any("over --max-message-bytes" in line for line in node.lines), node.lines[-5:]
+    check(any("over --max-message-bytes" in line for line in node.lines), node.lines[-5:])
     # Beyond the cap on connections still authenticating, the node closes at once.
     idle = [socket.create_connection(("127.0.0.1", node.port), timeout=10) for _ in range(70)]
     shut = sum(closed_within(s, 0.3) for s in idle[-10:])
     for s in idle:
         s.close()
-    assert shut >= 6, f"only {shut} of the last 10 of 70 idle connections were closed at once"
+    check(shut >= 6, f"only {shut} of the last 10 of 70 idle connections were closed at once")
     grown = rss_mb(node.proc.pid) - base
-    assert grown < 50, f"node RSS grew {grown:.0f} MB"
-    assert node.proc.poll() is None, "the node died"
+    check(grown < 50, f"node RSS grew {grown:.0f} MB")
+    check(node.proc.poll() is None, "the node died")
     print(f"ok: 20 x 4 GiB BASP headers before auth: node RSS +{grown:.1f} MB, all closed within {waited:.1f} s; "
           f"after auth the 4 GiB frame closes the connection; {shut} connections over the cap closed at once")
 
@@ -236,7 +236,7 @@ def main():
         # A real head still joins and gets correct tokens afterwards.
         with ServerProcess(BIN, ["--node", node.address, "--secret-file", SECRET]) as h:
             code, body = complete(h.port, "The capital of France is", max_tokens=8)
-            assert code == 200 and "Paris" in body["choices"][0]["text"], body
+            check(code == 200 and "Paris" in body["choices"][0]["text"], body)
         print("ok: after the attacks a real head joins and gets correct tokens")
     finally:
         stop_process(node.proc)

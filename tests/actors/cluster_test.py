@@ -30,6 +30,13 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from server_process import ServerProcess, stop_process  # noqa: E402
 
+
+def check(cond, msg):
+    """An assert that `python -O` keeps."""
+    if not cond:
+        raise AssertionError(msg)
+
+
 BIN = sys.argv[1]
 WORK = tempfile.mkdtemp(prefix="actorlm-cluster-")
 
@@ -64,7 +71,7 @@ class NodeProcess:
             m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
             if m:
                 self.port = int(m.group(1))
-        assert self.port, "node did not announce its port"
+        check(self.port, "node did not announce its port")
         threading.Thread(target=lambda: [self.lines.append(x) for x in self.proc.stderr], daemon=True).start()
         return self
 
@@ -129,11 +136,11 @@ def greedy_outputs(port):
     out = {}
     for p in PROMPTS:
         code, body = complete(port, p)
-        assert code == 200, body
+        check(code == 200, body)
         out[p] = body["choices"][0]["text"]
     for q in QUESTIONS:
         code, body = chat(port, q)
-        assert code == 200, body
+        check(code == 200, body)
         out[q] = body["choices"][0]["message"]["content"]
     return out
 
@@ -142,7 +149,7 @@ def check_greedy_equals_single_process(port, what):
     if not LOCAL:
         with ServerProcess(BIN, ["--kv-tokens", "8192"]) as local:
             LOCAL.update(greedy_outputs(local.port))
-    assert greedy_outputs(port) == LOCAL
+    check(greedy_outputs(port) == LOCAL, f"{what}: greedy outputs differ from the single-process run")
     print(f"ok: greedy outputs through {what} equal the single-process engine's ({len(LOCAL)} prompts)")
 
 
@@ -157,15 +164,15 @@ def check_prefix_affinity(port):
         start = nodes(port)
         for q in ("Where are you based?", "How many ships?", "Tell me more.", "When were you founded?"):
             code, body = chat(port, q, max_tokens=8, system=system)
-            assert code == 200, body
+            check(code == 200, body)
         end = nodes(port)
         grew = {a: end[a]["routed"] - start[a]["routed"] for a in end}
-        assert sorted(grew.values()) == [0, 4], f"group {group} spread over nodes: {grew}"
+        check(sorted(grew.values()) == [0, 4], f"group {group} spread over nodes: {grew}")
         landed[group] = max(grew, key=grew.get)
-    assert landed["a"] != landed["b"], f"both prefix groups went to {landed['a']}"
+    check(landed["a"] != landed["b"], f"both prefix groups went to {landed['a']}")
     after = nodes(port)
     for a, n in after.items():
-        assert n["cached_tokens"] > before[a]["cached_tokens"], f"node {a} reused no cached prefix: {n}"
+        check(n["cached_tokens"] > before[a]["cached_tokens"], f"node {a} reused no cached prefix: {n}")
     rates = {a: round(n["cache_hit_rate"], 3) for a, n in after.items()}
     print(f"ok: each prefix group stayed on one node ({landed}); per-node cache hit rates {rates}")
 
@@ -189,18 +196,18 @@ def check_node_failure(port, node_a, node_b):
         t.join(300)
     failed = [r for r in results.values() if r[0] != 200]
     ok = [r for r in results.values() if r[0] == 200]
-    assert len(failed) == on_b, f"{on_b} requests were on the killed node, {len(failed)} failed: {results}"
+    check(len(failed) == on_b, f"{on_b} requests were on the killed node, {len(failed)} failed: {results}")
     for code, body, at in failed:
-        assert code == 503, (code, body)
-        assert "was lost" in body["error"]["message"], body
-        assert at - killed_at < 5, f"a failed request took {at - killed_at:.1f} s to end"
+        check(code == 503, (code, body))
+        check("was lost" in body["error"]["message"], body)
+        check(at - killed_at < 5, f"a failed request took {at - killed_at:.1f} s to end")
     for code, body, _ in ok:
-        assert body["choices"][0]["finish_reason"] == "length", body
+        check(body["choices"][0]["finish_reason"] == "length", body)
     view = nodes(port)
-    assert not view[node_b.address]["alive"] and view[node_a.address]["alive"], view
+    check(not view[node_b.address]["alive"] and view[node_a.address]["alive"], view)
     for i in range(3):
         code, body = complete(port, f"After the failure {i}:", max_tokens=8)
-        assert code == 200, body
+        check(code == 200, body)
     print(f"ok: killing a node failed its {len(failed)} in-flight request(s) with 503 within 5 s; "
           f"{len(ok)} on the other node finished; later requests succeed")
     # The node comes back on the same port and rejoins.
@@ -210,8 +217,8 @@ def check_node_failure(port, node_a, node_b):
     routed = nodes(port)[node_b.address]["routed"]
     for i in range(4):
         code, body = complete(port, f"Fresh topic number {i} about gardening and soil:", max_tokens=4)
-        assert code == 200, body
-    assert nodes(port)[node_b.address]["routed"] > routed, "the rejoined node gets no requests"
+        check(code == 200, body)
+    check(nodes(port)[node_b.address]["routed"] > routed, "the rejoined node gets no requests")
     print("ok: the restarted node rejoined and receives requests again")
 
 
@@ -245,13 +252,13 @@ def head_refused(node_list, extra):
 
 def check_refusals(node_a):
     code, err = head_refused([node_a], ["--secret-file", WRONG_SECRET])
-    assert code == 1 and "shared secret does not match" in err, (code, err)
-    assert any("refused a head: the shared secret does not match" in line for line in node_a.lines), node_a.lines[-5:]
+    check(code == 1 and "shared secret does not match" in err, (code, err))
+    check(any("refused a head: the shared secret does not match" in line for line in node_a.lines), node_a.lines[-5:])
     code, err = head_refused([node_a], [])
-    assert code == 2 and "needs a shared secret" in err, (code, err)
+    check(code == 2 and "needs a shared secret" in err, (code, err))
     p = subprocess.run([BIN, "node", "--host", "0.0.0.0", "--secret-file", SECRET], capture_output=True, text=True,
                        timeout=60)
-    assert p.returncode == 2 and "plain TCP" in p.stderr, (p.returncode, p.stderr)
+    check(p.returncode == 2 and "plain TCP" in p.stderr, (p.returncode, p.stderr))
     print("ok: a wrong secret is refused (head exits 1, node logs it); no secret or plain TCP off loopback does not start")
 
 
@@ -283,14 +290,14 @@ def check_tls():
     make_cert("intruder", "rogue-ca")
     node = NodeProcess(tls_flags("node", "ca")).start()
     try:
-        assert any("on TLS" in line for line in node.lines), node.lines
+        check(any("on TLS" in line for line in node.lines), node.lines)
         with ServerProcess(BIN, ["--node", node.address, *tls_flags("head", "ca")]) as h:
             code, body = complete(h.port, "The capital of France is", max_tokens=8)
-            assert code == 200 and "Paris" in body["choices"][0]["text"], body
+            check(code == 200 and "Paris" in body["choices"][0]["text"], body)
         code, err = head_refused([node], tls_flags("intruder", "rogue-ca"))
-        assert code == 1 and "no worker node could be joined" in err, (code, err)
+        check(code == 1 and "no worker node could be joined" in err, (code, err))
         code, err = head_refused([node], ["--secret-file", SECRET])
-        assert code == 1 and "no worker node could be joined" in err, (code, err)
+        check(code == 1 and "no worker node could be joined" in err, (code, err))
         print("ok: mutual TLS: a head with a certificate from the node's CA is served; "
               "one from another CA, or plain TCP, is refused")
     finally:
@@ -300,9 +307,9 @@ def check_tls():
     try:
         with ServerProcess(BIN, ["--node", node.address, "--secret-file", SECRET, *tls_flags("head", "ca")]) as h:
             code, body = complete(h.port, "The capital of France is", max_tokens=8)
-            assert code == 200 and "Paris" in body["choices"][0]["text"], body
+            check(code == 200 and "Paris" in body["choices"][0]["text"], body)
         code, err = head_refused([node], ["--secret-file", WRONG_SECRET, *tls_flags("head", "ca")])
-        assert code == 1 and "shared secret does not match" in err, (code, err)
+        check(code == 1 and "shared secret does not match" in err, (code, err))
         print("ok: TLS behind the secret's gate: the right secret and certificate are served, a wrong secret is refused")
     finally:
         node.stop()
@@ -314,14 +321,14 @@ def check_remote_worker():
         first = ServerProcess(BIN, ["--remote-worker", worker.address, "--secret-file", SECRET]).__enter__()
         check_greedy_equals_single_process(first.port, "a head driving a worker node")
         code, err = head_refused([], ["--remote-worker", worker.address, "--secret-file", SECRET])
-        assert code == 1 and "driven by" in err, (code, err)
+        check(code == 1 and "driven by" in err, (code, err))
         code, err = head_refused([worker], ["--secret-file", SECRET])
-        assert code == 1 and "no worker node could be joined" in err, (code, err)
+        check(code == 1 and "no worker node could be joined" in err, (code, err))
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait()
         with ServerProcess(BIN, ["--remote-worker", worker.address, "--secret-file", SECRET]) as second:
             code, body = complete(second.port, PROMPTS[0])
-            assert code == 200 and body["choices"][0]["text"] == LOCAL[PROMPTS[0]], body
+            check(code == 200 and body["choices"][0]["text"] == LOCAL[PROMPTS[0]], body)
             result = {}
 
             def endless():
@@ -335,8 +342,8 @@ def check_remote_worker():
             worker.kill()
             t.join(60)
             code, body = result["r"]
-            assert code == 500 and "was lost" in body["error"]["message"], (code, body)
-            assert result["at"] - killed_at < 5, result["at"] - killed_at
+            check(code == 500 and "was lost" in body["error"]["message"], (code, body))
+            check(result["at"] - killed_at < 5, result["at"] - killed_at)
         print("ok: a head drives a worker node (greedy equal); a second head is refused while it does, "
               "takes over when it dies; a lost worker fails the running request within 5 s")
     finally:
