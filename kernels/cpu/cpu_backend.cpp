@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
 #include "kernels/cpu/sampler.hpp"
 
@@ -19,12 +20,6 @@ int resolve_threads(int n) {
   if (n > 0) return n;
   unsigned hw = std::thread::hardware_concurrency();
   return hw ? static_cast<int>(hw) : 1;
-}
-
-float dot(const float* a, const float* b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
 }  // namespace
@@ -136,60 +131,8 @@ void CpuBackend::store_kv(KvLayerView cache, const float* k, const float* v,
   }
 }
 
-// One task per (request, KV head): its group of query heads reads each KV row
-// once, which is what GQA saves in memory traffic.
 void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) {
-  const int32_t hd = plan.head_dim;
-  const int32_t group = plan.n_heads / plan.n_kv_heads;
-  const int64_t kv_row = static_cast<int64_t>(plan.n_kv_heads) * hd;
-  const int64_t q_row = static_cast<int64_t>(plan.n_heads) * hd;
-  const auto n_req = static_cast<int64_t>(plan.q_len.size());
-  for (int32_t idx : plan.kv_indices) {
-    if (idx < 0 || idx >= cache.pool_rows) {
-      throw std::out_of_range("attention plan names KV row " + std::to_string(idx) + " outside the pool");
-    }
-  }
-  pool_.parallel_for(n_req * plan.n_kv_heads, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(static_cast<size_t>(hd));
-    for (int64_t task = begin; task < end; ++task) {
-      int64_t r = task / plan.n_kv_heads;
-      int32_t kvh = static_cast<int32_t>(task % plan.n_kv_heads);
-      const int32_t* rows = plan.kv_indices.data() + plan.kv_indptr[static_cast<size_t>(r)];
-      int32_t prefix = plan.prefix_len[static_cast<size_t>(r)];
-      for (int32_t j = 0; j < plan.q_len[static_cast<size_t>(r)]; ++j) {
-        int32_t visible = prefix + j + 1;  // causal: positions [0, prefix + j]
-        int64_t qi = plan.q_start[static_cast<size_t>(r)] + j;
-        scores.resize(static_cast<size_t>(visible));
-        for (int32_t g = 0; g < group; ++g) {
-          int32_t h = kvh * group + g;
-          const float* qv = q + qi * q_row + static_cast<int64_t>(h) * hd;
-          float mx = -INFINITY;
-          for (int32_t p = 0; p < visible; ++p) {
-            const float* kv = cache.k + rows[p] * kv_row + static_cast<int64_t>(kvh) * hd;
-            float s = dot(qv, kv, hd) * plan.scale;
-            scores[static_cast<size_t>(p)] = s;
-            mx = std::max(mx, s);
-          }
-          float sum = 0.0f;
-          for (int32_t p = 0; p < visible; ++p) {
-            float e = std::exp(scores[static_cast<size_t>(p)] - mx);
-            scores[static_cast<size_t>(p)] = e;
-            sum += e;
-          }
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int32_t p = 0; p < visible; ++p) {
-            const float* vv = cache.v + rows[p] * kv_row + static_cast<int64_t>(kvh) * hd;
-            float w = scores[static_cast<size_t>(p)];
-            for (int32_t d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] += w * vv[d];
-          }
-          float* o = out + qi * q_row + static_cast<int64_t>(h) * hd;
-          float inv = 1.0f / sum;
-          for (int32_t d = 0; d < hd; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
-        }
-      }
-    }
-  });
+  paged_attention(q, cache, plan, out, pool_);
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {

@@ -114,11 +114,13 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   };
   int page = GENERATE(1, 16);
   Shape shape = GENERATE(Shape{3, 3}, Shape{9, 3}, Shape{8, 2});
-  const int hd = 64;
-  std::mt19937 rng(5 + static_cast<unsigned>(page * 10 + shape.heads));
-  // Three requests: a long prefill on a cached prefix, a fresh prefill, a decode.
-  std::vector<int> prefix{37, 0, 250}, qlen{20, 9, 1};
-  const int64_t pool_rows = 1024 + page;
+  const int hd = GENERATE(64, 128);
+  std::mt19937 rng(5 + static_cast<unsigned>(page * 10 + shape.heads + hd));
+  // A long prefill on a cached prefix, a fresh prefill, decodes at contexts
+  // around the kernel's 64-key blocks and 512-key chunks, and an extend that
+  // crosses a chunk boundary.
+  std::vector<int> prefix{37, 0, 250, 63, 511, 1500, 500}, qlen{20, 9, 1, 1, 2, 1, 30};
+  const int64_t pool_rows = 4096 + page;
   const int64_t kv_row = int64_t(shape.kv_heads) * hd;
   V kbuf(pool_rows * kv_row, 0.0f), vbuf(pool_rows * kv_row, 0.0f);
   KvLayerView cache{kbuf.data(), vbuf.data(), pool_rows, shape.kv_heads, hd};
@@ -199,6 +201,24 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
     }
   }
   require_close(out, want, 1e-4, 1e-5);
+
+  // Batch invariance: each request alone gives bit for bit what it got in
+  // the batch (alone, a long decode is split over the KV sequence across
+  // threads; in the batch it is not).
+  for (size_t r = 0; r < prefix.size(); ++r) {
+    INFO("request " << r << " alone");
+    AttentionPlan one = plan;
+    one.q_start = {0};
+    one.q_len = {qlen[r]};
+    one.prefix_len = {prefix[r]};
+    one.kv_indices.assign(plan.kv_indices.begin() + plan.kv_indptr[r], plan.kv_indices.begin() + plan.kv_indptr[r + 1]);
+    one.kv_indptr = {0, static_cast<int32_t>(one.kv_indices.size())};
+    const int64_t row = int64_t(shape.heads) * hd;
+    V q_one(q.begin() + plan.q_start[r] * row, q.begin() + (plan.q_start[r] + qlen[r]) * row);
+    V alone(q_one.size());
+    backend().attention(q_one.data(), cache, one, alone.data());
+    REQUIRE(std::equal(alone.begin(), alone.end(), out.begin() + plan.q_start[r] * row));
+  }
 }
 
 TEST_CASE("Out-of-range token ids and KV rows are errors, not memory corruption", "[kernels]") {
