@@ -1,11 +1,11 @@
 #pragma once
-// The CPU backend: OpenBLAS sgemm for the projections, own loops (vectorised
-// by the compiler for AVX2/FMA) for the rest, attention spread over a thread
-// pool by (request, KV head). Weights that carry Q4_1 or Q8_0 blocks are
-// multiplied from the blocks instead, with int8 activations, split over the
-// pool by weight row (quantized_matmul.hpp). OpenBLAS and the pool get the
-// same thread count and never run at the same time, so the cores are not
-// oversubscribed. Not thread-safe: one caller at a time.
+// The CPU backend: products read the weights in their stored format (integer
+// kernels for the ggml block quantizations, split over a thread pool by
+// weight row: quantized_matmul.hpp; OpenBLAS for float32 matrices), tiled
+// paged attention on the same pool (paged_attention.hpp), own loops for the
+// rest. OpenBLAS and the pool get the same thread count and never run at the
+// same time, so the cores are not oversubscribed. Not thread-safe: one
+// caller at a time.
 
 #include <memory>
 
