@@ -196,9 +196,11 @@ ActivationScheme activation_scheme(GgmlType weights) {
 }
 
 bool matmul_supported(const MatrixView& w) {
-  if (w.data == nullptr || w.cols <= 0 || w.cols % block_values != 0) return false;
-  if (!ggml_type_supported(static_cast<uint32_t>(w.type))) return false;
-  return w.cols % static_cast<int64_t>(ggml_block_elements(w.type)) == 0;
+  if (w.data == nullptr || w.cols <= 0 || !ggml_type_supported(static_cast<uint32_t>(w.type))) return false;
+  // Float formats take any width; the block types whole blocks (32 or 256
+  // values, so their activations quantize per 32 too).
+  return w.cols % static_cast<int64_t>(ggml_block_elements(w.type)) == 0 &&
+         (activation_scheme(w.type) == ActivationScheme::none || w.cols % block_values == 0);
 }
 
 void prepare_activations(const float* x, int64_t rows, int64_t cols, GgmlType weights, Activations& out) {

@@ -41,7 +41,8 @@ Isa best_isa();
 bool isa_available(Isa isa);
 
 // True when matmul_rows can multiply by w: a type ggml_type.hpp can
-// dequantize and cols a positive whole number of its blocks (and of 32).
+// dequantize and cols a positive whole number of its blocks (any width for
+// F32/F16/BF16).
 bool matmul_supported(const MatrixView& w);
 
 // How x is quantized for a weight type (see above); none for the float formats.

@@ -338,14 +338,24 @@ TEST_CASE("NaN or infinity in x makes every output NaN", "[kernels][quantized]")
 TEST_CASE("Shapes the kernels cannot read are refused", "[kernels][quantized]") {
   std::vector<uint8_t> bytes(4096);
   CHECK_FALSE(cpu::matmul_supported({bytes.data(), 2, 288, GgmlType::Q4_K}));  // not whole super-blocks
-  CHECK_FALSE(cpu::matmul_supported({bytes.data(), 2, 40, GgmlType::F16}));    // not whole 32-value blocks
+  CHECK(cpu::matmul_supported({bytes.data(), 2, 40, GgmlType::F16}));          // float formats: any width
   CHECK_FALSE(cpu::matmul_supported({bytes.data(), 2, 256, GgmlType::Q2_K}));  // no dequantizer
   CHECK_FALSE(cpu::matmul_supported({nullptr, 2, 256, GgmlType::Q4_K}));
   CHECK(cpu::matmul_supported({bytes.data(), 2, 256, GgmlType::Q4_K}));
   cpu::CpuBackend backend(1);
-  V x(40), y(2);
-  CHECK_THROWS_AS(backend.matmul(x.data(), 1, {bytes.data(), 2, 40, GgmlType::F16}, y.data(), false),
+  V x(256), y(2);
+  CHECK_THROWS_AS(backend.matmul(x.data(), 1, {bytes.data(), 2, 256, GgmlType::Q2_K}, y.data(), false),
                   std::invalid_argument);
+  // An F16 matrix 40 wide (no 32-value blocks) against the dequantized product.
+  std::mt19937 rng(16);
+  Matrix m = random_matrix(GgmlType::F16, 3, 40, rng);
+  V x40 = random_x(40, rng), y3(3);
+  backend.matmul(x40.data(), 1, m.view(), y3.data(), false);
+  for (int r = 0; r < 3; ++r) {
+    double want = 0;
+    for (int j = 0; j < 40; ++j) want += double(m.dequantized[size_t(r * 40 + j)]) * x40[size_t(j)];
+    CHECK(std::abs(y3[size_t(r)] - want) <= 1e-5 * (1 + std::abs(want)));
+  }
 }
 
 TEST_CASE("The embedding lookup widens the token's row from any format", "[kernels][quantized]") {
