@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   // Wait for the asker to finish (the engine's actors keep running until the
   // Engine is destroyed, so waiting for all actors would never end).
   caf::scoped_actor self{system};
-  auto a = system.spawn(asker, engine.handle(), std::string("What is the capital of France?"), &ok);
+  auto a = system.spawn(asker, engine.handle(), std::string("Name the capital of France."), &ok);
   self->monitor(a);
   self->receive([](const caf::down_msg&) {});
   return ok ? 0 : 1;

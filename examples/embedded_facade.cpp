@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
 
   // Streaming: text arrives piece by piece.
   actorlm::GenerateOptions ask;
-  ask.prompt = "What is the capital of France?";
+  ask.prompt = "Name the capital of France.";
   ask.sampling.temperature = 0;
   ask.max_new_tokens = 32;
   std::printf("streamed: ");

@@ -42,7 +42,7 @@ pids+=($!)
 for _ in $(seq 600); do curl -sf http://127.0.0.1:30100/health >/dev/null && break; sleep 0.1; done
 
 curl -s http://127.0.0.1:30100/v1/chat/completions -H 'Content-Type: application/json' \
-  -d '{"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24, "temperature": 0}'
+  -d '{"messages": [{"role": "user", "content": "Name the capital of France."}], "max_tokens": 24, "temperature": 0}'
 echo
 curl -s http://127.0.0.1:30100/nodes
 echo

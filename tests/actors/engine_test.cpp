@@ -79,7 +79,7 @@ BatchedRun batched_equal_solo(Engine& engine) {
 TEST_CASE("The embedded engine answers through the facade", "[actors][engine]") {
   App a;
   TextDeltaEvent last;
-  std::string text = a.engine.generate_text(ask("What is the capital of France?"), &last);
+  std::string text = a.engine.generate_text(ask("Name the capital of France."), &last);
   INFO(text);
   CHECK(text.find("Paris") != std::string::npos);
   CHECK(last.finish == FinishReason::stop);
@@ -103,7 +103,7 @@ TEST_CASE("Concurrent callers are batched and each gets its solo answer", "[acto
 
 TEST_CASE("Stop strings end the answer before the stop text", "[actors][engine]") {
   App a;
-  GenerateOptions o = ask("What is the capital of France?");
+  GenerateOptions o = ask("Name the capital of France.");
   // Greedy, so the answer with the stop string is the plain answer cut just
   // before it (an empty or truncated answer would also lack the word).
   const std::string full = a.engine.generate_text(o);
@@ -209,7 +209,7 @@ TEST_CASE("The engine on the CUDA worker answers, batches callers and ends with 
   INFO(a.engine.device());
   CHECK(a.engine.device().rfind("cuda: ", 0) == 0);
   CHECK(a.engine.kv_tokens() > 100000);  // sized from GPU memory (--mem-fraction-static 0.85)
-  CHECK(a.engine.generate_text(ask("What is the capital of France?")).find("Paris") != std::string::npos);
+  CHECK(a.engine.generate_text(ask("Name the capital of France.")).find("Paris") != std::string::npos);
   const BatchedRun run = batched_equal_solo(a.engine);
   const int same = run.same;
   CHECK(run.forwards > 0);

@@ -59,7 +59,7 @@ TEST_CASE("A person can chat, interrupt an answer, ask for stats and quit", "[ap
   REQUIRE(wait_for("/help for commands"));
   REQUIRE(wait_for("> "));
 
-  type("What is the capital of France?");
+  type("Name the capital of France.");
   press("Enter");
   REQUIRE(wait_for("tokens,", 1));
   CHECK(pane().find("Paris") != std::string::npos);

@@ -28,7 +28,7 @@ Result run(const std::string& args) {
 }  // namespace
 
 TEST_CASE("actorlm run answers a question on the default model", "[apps]") {
-  Result r = run("run -p 'What is the capital of France?' --max-tokens 20 --threads 2");
+  Result r = run("run -p 'Name the capital of France.' --max-tokens 20 --threads 2");
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK(r.out.find("Paris") != std::string::npos);

@@ -86,7 +86,7 @@ def main():
         browser = Browser()
         try:
             browser.call("Page.navigate",
-                         url=base + "/?t=0&q=" + urllib.request.quote("What is the capital of France?"))
+                         url=base + "/?t=0&q=" + urllib.request.quote("Name the capital of France."))
             browser.wait("document.body.dataset.state === 'done'")
             answers = browser.eval("[...document.querySelectorAll('.assistant')].map(e => e.textContent)")
             check(len(answers) == 1 and "Paris" in answers[0], answers)

@@ -53,7 +53,7 @@ def main():
         check(model.endswith(".gguf"), model)
         checks += 1
 
-        q = [{"role": "user", "content": "What is the capital of France?"}]
+        q = [{"role": "user", "content": "Name the capital of France."}]
         r = client.chat.completions.create(model=model, messages=q, temperature=0, max_tokens=24)
         text = r.choices[0].message.content
         check("Paris" in text, text)
