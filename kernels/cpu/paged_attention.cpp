@@ -32,7 +32,9 @@ inline float exp_nonpositive(float x) {
   r = std::fma(n, -1.42860677e-6f, r);
   const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
                                                                    r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  return std::bit_cast<float>(std::bit_cast<int32_t>(p) + (static_cast<int32_t>(n) << 23));
+  // n in [-126, 0]: adding n to the exponent field (in unsigned arithmetic,
+  // so a negative n wraps instead of shifting a negative value).
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p) + (static_cast<uint32_t>(static_cast<int32_t>(n)) << 23));
 }
 
 float dot(const float* a, const float* b, int32_t n) {
