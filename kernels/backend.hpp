@@ -15,6 +15,7 @@
 //     new tokens, are written by store_kv() before attention runs.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -35,6 +36,16 @@ struct MatrixView {
   int64_t rows = 0;
   int64_t cols = 0;
   GgmlType type = GgmlType::F32;
+  // The same matrix in a layout of the backend's own (Backend::prepare_weights),
+  // or null; `data` stays valid and is what every other reader uses.
+  const void* packed = nullptr;
+};
+
+// What prepare_weights returns: the view to multiply by from then on, and
+// whatever keeps its packed copy alive (null when there is none).
+struct PreparedMatrix {
+  MatrixView view;
+  std::shared_ptr<const void> storage;
 };
 
 struct KvLayerView {
@@ -83,7 +94,12 @@ class Backend {
   // out[r] = x[r] / rms(x[r]) * weight, for rows x cols.
   virtual void rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,
                         float eps) = 0;
-  // out[rows][w.rows] = x[rows][w.cols] · wᵀ  (+ out when accumulate).
+  // Called once per weight matrix before products with it (at model load):
+  // a backend may copy it into a layout its kernels read faster. The default
+  // keeps the view as it is.
+  virtual PreparedMatrix prepare_weights(MatrixView w) { return {w, nullptr}; }
+  // out[rows][w.rows] = x[rows][w.cols] · wᵀ  (+ out when accumulate). Any
+  // view works; one from prepare_weights may be faster.
   virtual void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) = 0;
   // Adds bias[cols] to every row.
   virtual void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) = 0;

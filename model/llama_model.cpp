@@ -32,7 +32,19 @@ RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_f
 }
 
 LlamaModel::LlamaModel(LlamaWeights weights, Backend& backend)
-    : weights_(std::move(weights)), backend_(backend), rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)) {}
+    : weights_(std::move(weights)), backend_(backend), rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)) {
+  for (const LayerWeights& L : weights_.layers) {
+    layer_views_.push_back(
+        {prepare(L.wq), prepare(L.wk), prepare(L.wv), prepare(L.wo), prepare(L.w_gate), prepare(L.w_up), prepare(L.w_down)});
+  }
+  output_view_ = prepare(weights_.output());
+}
+
+MatrixView LlamaModel::prepare(const WeightMatrix& w) {
+  PreparedMatrix p = backend_.prepare_weights(w.view());
+  if (p.storage) prepared_storage_.push_back(std::move(p.storage));
+  return p.view;
+}
 
 std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                        std::span<const int32_t> out_cache_loc, std::span<const KvLayerView> kv,
@@ -48,10 +60,11 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
   backend_.embed(weights_.token_embedding.view(), tokens, x.data());
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+    const LayerViews& M = layer_views_[static_cast<size_t>(l)];
     backend_.rms_norm(x.data(), L.attn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    backend_.matmul(h.data(), T, L.wq.view(), q.data(), false);
-    backend_.matmul(h.data(), T, L.wk.view(), k.data(), false);
-    backend_.matmul(h.data(), T, L.wv.view(), v.data(), false);
+    backend_.matmul(h.data(), T, M.wq, q.data(), false);
+    backend_.matmul(h.data(), T, M.wk, k.data(), false);
+    backend_.matmul(h.data(), T, M.wv, v.data(), false);
     if (!L.bq.empty()) {
       backend_.add_bias(q.data(), L.bq.data(), T, Q);
       backend_.add_bias(k.data(), L.bk.data(), T, KV);
@@ -60,13 +73,13 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
     backend_.rope(q.data(), c.n_heads, k.data(), c.n_kv_heads, positions, rope_);
     backend_.store_kv(kv[static_cast<size_t>(l)], k.data(), v.data(), out_cache_loc);
     backend_.attention(q.data(), kv[static_cast<size_t>(l)], plan, attn.data());
-    backend_.matmul(attn.data(), T, L.wo.view(), x.data(), /*accumulate=*/true);  // residual
+    backend_.matmul(attn.data(), T, M.wo, x.data(), /*accumulate=*/true);  // residual
 
     backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    backend_.matmul(h.data(), T, L.w_gate.view(), gate.data(), false);
-    backend_.matmul(h.data(), T, L.w_up.view(), up.data(), false);
+    backend_.matmul(h.data(), T, M.gate, gate.data(), false);
+    backend_.matmul(h.data(), T, M.up, up.data(), false);
     backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
-    backend_.matmul(gate.data(), T, L.w_down.view(), x.data(), /*accumulate=*/true);  // residual
+    backend_.matmul(gate.data(), T, M.down, x.data(), /*accumulate=*/true);  // residual
   }
 
   // Only the rows that need logits go through the final norm and lm_head.
@@ -77,7 +90,7 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
   }
   backend_.rms_norm(picked.data(), weights_.output_norm.data(), picked.data(), R, H, c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(R * c.vocab_size));
-  backend_.matmul(picked.data(), R, weights_.output().view(), logits.data(), false);
+  backend_.matmul(picked.data(), R, output_view_, logits.data(), false);
   return logits;
 }
 

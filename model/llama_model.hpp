@@ -4,6 +4,7 @@
 // from its weights: the KV buffers and the attention plan come from the caller
 // (ModelRunner).
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -27,9 +28,19 @@ class LlamaModel {
                              const AttentionPlan& plan, std::span<const int32_t> logit_rows);
 
  private:
+  // The matrices as the backend wants them multiplied (prepare_weights: the
+  // CPU backend's packed tiles), and what keeps those copies alive.
+  struct LayerViews {
+    MatrixView wq, wk, wv, wo, gate, up, down;
+  };
+  MatrixView prepare(const WeightMatrix& w);
+
   LlamaWeights weights_;
   Backend& backend_;
   RopeTable rope_;
+  std::vector<std::shared_ptr<const void>> prepared_storage_;
+  std::vector<LayerViews> layer_views_;
+  MatrixView output_view_;
 };
 
 // Rotation frequencies for a config (Llama 3 scaling and per-pair GGUF

@@ -1,10 +1,13 @@
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
 #include "kernels/cpu/sampler.hpp"
 
 #include <cblas.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +23,29 @@ int resolve_threads(int n) {
   if (n > 0) return n;
   unsigned hw = std::thread::hardware_concurrency();
   return hw ? static_cast<int>(hw) : 1;
+}
+
+// Whether products with w read a packed copy on this CPU.
+bool packs(const MatrixView& w) {
+  return best_isa() != Isa::portable && packed_layout(w.type) != nullptr && matmul_supported(w);
+}
+
+// Asks the kernel to drop the resident pages of [p, p + n) (whole pages
+// inside it): after packing, the file's copy of a matrix is read again only
+// by the embedding lookup, if at all, and would otherwise stay resident next
+// to the packed one. MADV_PAGEOUT keeps the contents (a file-backed page is
+// read back on its next use; an anonymous one, as in tests, is swapped or
+// kept), unlike MADV_DONTNEED, which would zero anonymous memory.
+void release_pages(const void* p, size_t n) {
+#ifdef MADV_PAGEOUT
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // advice only
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 }  // namespace
@@ -73,15 +99,33 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
     throw std::invalid_argument("no CPU product for a " + ggml_type_name(w.type) + " matrix of " +
                                 std::to_string(w.cols) + " columns");
   }
+  // A view that did not go through prepare_weights is packed for this one
+  // product (correct, but the packing costs more than the product).
+  std::shared_ptr<const PackedMatrix> scratch;
+  if (w.packed == nullptr && packs(w)) {
+    scratch = pack_matrix(w);
+    w.packed = scratch.get();
+  }
   // From the stored format, for every row count: a token's product is then
   // the same alone or in a batch (quantized_matmul.hpp).
   prepare_activations(x, rows, w.cols, w.type, activations_);
   if (activations_.scheme != ActivationScheme::none) {
     pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, activations_); });
   }
-  pool_.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
-    matmul_rows(w, activations_, out, begin, end, accumulate);
+  // Split by whole tiles of the packed layout (a thread never computes a
+  // tile another one writes).
+  const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
+  pool_.parallel_for(tiles, [&](int64_t begin, int64_t end) {
+    matmul_rows(w, activations_, out, begin * tile_rows, std::min(w.rows, end * tile_rows), accumulate);
   });
+}
+
+PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {
+  if (!packs(w)) return {w, nullptr};
+  std::shared_ptr<const PackedMatrix> packed = pack_matrix(w);
+  release_pages(w.data, ggml_row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows));
+  w.packed = packed.get();
+  return {w, std::move(packed)};
 }
 
 void CpuBackend::add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {

@@ -23,6 +23,9 @@ class CpuBackend final : public Backend {
   void embed(MatrixView table, std::span<const int32_t> tokens, float* out) override;
   void rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,
                 float eps) override;
+  // Block-quantized matrices are repacked into 8-row tiles
+  // (packed_matrix.hpp) when the CPU has the AVX2 or AVX-512 VNNI kernels.
+  PreparedMatrix prepare_weights(MatrixView w) override;
   void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) override;
   void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override;
   void rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads,

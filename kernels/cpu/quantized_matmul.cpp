@@ -212,6 +212,8 @@ void prepare_activations(const float* x, int64_t rows, int64_t cols, GgmlType we
   out.q.resize(static_cast<size_t>(rows * cols));
   out.d.resize(static_cast<size_t>(rows * cols / block_values));
   out.s.resize(static_cast<size_t>(rows * cols / block_values));
+  out.sum32.resize(static_cast<size_t>(rows * cols / block_values));
+  out.pairs.resize(out.scheme == ActivationScheme::q8_K ? static_cast<size_t>(rows * cols / 256 * 12) : 0);
 }
 
 void quantize_rows(int64_t begin, int64_t end, Activations& out) {
@@ -224,14 +226,34 @@ void quantize_rows(int64_t begin, int64_t end, Activations& out) {
     } else {
       quantize_32(out.x + at, out.scheme == ActivationScheme::q8_1, out.q.data() + at, &out.d[b], &out.s[b]);
     }
+    int32_t sum16[16];
+    for (int64_t h = 0; h < step / 16; ++h) {
+      int32_t sum = 0;
+      for (int64_t j = 0; j < 16; ++j) sum += out.q[static_cast<size_t>(at + 16 * h + j)];
+      sum16[h] = sum;
+    }
+    for (int64_t c = 0; c < step / block_values; ++c) out.sum32[b + static_cast<size_t>(c)] = sum16[2 * c] + sum16[2 * c + 1];
+    if (step == 256) {
+      // |sum| <= 32 * 127 fits an int16.
+      auto pair = [](int32_t lo, int32_t hi) {
+        return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                    (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+      };
+      int32_t* p = out.pairs.data() + at / 256 * 12;
+      for (int64_t v = 0; v < 4; ++v) p[v] = pair(out.sum32[b + 2 * v], out.sum32[b + 2 * v + 1]);
+      for (int64_t v = 0; v < 8; ++v) p[4 + v] = pair(sum16[2 * v], sum16[2 * v + 1]);
+    }
   }
 }
 
 void matmul_rows(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate,
                  Isa isa) {
 #if defined(__x86_64__)
-  if (isa == Isa::avx512_vnni && integer_matmul_avx512_vnni(w, x, out, begin, end, accumulate)) return;
-  if (isa == Isa::avx2 && integer_matmul_avx2(w, x, out, begin, end, accumulate)) return;
+  if (w.packed != nullptr && x.scheme != ActivationScheme::none) {
+    const auto& packed = *static_cast<const PackedMatrix*>(w.packed);
+    if (isa == Isa::avx512_vnni && integer_matmul_avx512_vnni(packed, x, out, begin, end, accumulate)) return;
+    if (isa == Isa::avx2 && integer_matmul_avx2(packed, x, out, begin, end, accumulate)) return;
+  }
 #endif
   portable_rows(w, x, out, begin, end, accumulate);
 }

@@ -18,8 +18,9 @@
 // rounded per block (|x~_j - x_j| <= about d / 2).
 //
 // Which code runs is chosen at run time from CPUID: AVX-512 VNNI (vpdpbusd
-// on 256-bit vectors), AVX2 (vpmaddubsw + vpmaddwd), or portable C++ that
-// dequantizes a row and multiplies in float. Every output element is
+// on 256-bit vectors) or AVX2 (vpmaddubsw + vpmaddwd) over the matrix packed
+// into 8-row tiles (packed_matrix.hpp, MatrixView::packed), or portable C++
+// that dequantizes a row and multiplies in float. Every output element is
 // computed by the same operations whatever the number of x rows and whatever
 // row range a thread gets, so a token's result is bit-for-bit the same alone
 // or in any batch (prefix reuse and continuous batching rely on that), for a
@@ -59,7 +60,11 @@ struct Activations {
   const float* x = nullptr;  // the float rows (the float-weight products read these)
   std::vector<int8_t> q;     // rows * cols values in [-127, 127]
   std::vector<float> d;      // per 32 values: x~_j = d * q_j
-  std::vector<float> s;      // per 32 values: d * sum of their q (the min term of Q4_1, Q5_1, Q4_K, Q5_K)
+  std::vector<float> s;      // per 32 values: d * sum of their q (the min term of Q4_1, Q5_1)
+  std::vector<int32_t> sum32;  // per 32 values: sum of their q (offsets and K-quant mins, exactly)
+  // q8_K only, per 256 values: the sums of q over 32-value sub-blocks 2p and
+  // 2p + 1 as a pair of int16 (p < 4), then over 16-value ones (p < 8).
+  std::vector<int32_t> pairs;
 };
 
 // Sizes `out` for x [rows][cols] multiplied by weights of type `weights`
@@ -71,8 +76,10 @@ void quantize_rows(int64_t begin, int64_t end, Activations& out);
 
 // For every x row t and weight row r in [begin, end):
 //   out[t * w.rows + r] = row r of w · x_t  (+ the old value when accumulate).
-// Precondition: matmul_supported(w), x prepared for w.type and quantized. `isa` must be available (tests pick narrower
-// ones; the results of two ISAs differ only in float32 rounding).
+// Precondition: matmul_supported(w), x prepared for w.type and quantized.
+// `isa` must be available (tests pick narrower ones; the results of two ISAs
+// differ only in float32 rounding). The SIMD kernels read w.packed (a
+// PackedMatrix from pack_matrix); a view without one takes the portable path.
 void matmul_rows(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate,
                  Isa isa = best_isa());
 

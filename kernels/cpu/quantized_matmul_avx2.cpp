@@ -1,7 +1,8 @@
 // The integer kernels for AVX2 without VNNI (compiled with -mavx2 -mfma
-// -mf16c only; chosen at run time). A 32-byte dot product is vpmaddubsw
-// (unsigned x signed bytes, adjacent pairs summed to int16) then vpmaddwd by
-// ones (pairs of those to int32).
+// -mf16c only; chosen at run time). Four byte products into an int32 lane
+// are vpmaddubsw (unsigned x signed bytes, adjacent pairs summed to int16)
+// then vpmaddwd by ones. The int16 pair sums hold for stored values up to 63
+// (2 * 63 * 127 < 32,768); Q8_0's go through |w| and sign(q, w) instead.
 #if defined(__x86_64__)
 #include "kernels/cpu/block_dot_x86.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
@@ -10,14 +11,22 @@ namespace actorlm::cpu {
 namespace {
 
 struct Avx2Dot {
-  static __m256i unsigned_signed(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  static constexpr int group = 4;  // 16 vector registers
+  static constexpr bool wide_includes_offset = false;
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+  }
+  // u = w + 128 for signed w: sums w * s (|w| <= 128, |s| <= 127 keep the
+  // pairs from saturating).
+  static __m256i dot_wide(__m256i acc, __m256i u, __m256i s) {
+    const __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));
+    return dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(s, w));
   }
 };
 
 }  // namespace
 
-bool integer_matmul_avx2(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end,
+bool integer_matmul_avx2(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                          bool accumulate) {
   return integer_matmul<Avx2Dot>(w, x, out, begin, end, accumulate);
 }

@@ -1,7 +1,9 @@
 // The integer kernels for AVX-512 VNNI (compiled with -mavx512f -mavx512bw
-// -mavx512vl -mavx512vnni; chosen at run time): a 32-byte dot product is one
-// vpdpbusd on 256-bit vectors, which on the cores we run (Zen 4, Ice Lake
-// and later) issues as fast as the 512-bit form without its clock penalty.
+// -mavx512vl -mavx512vnni; chosen at run time): four byte products summed
+// into an int32 lane is one vpdpbusd on 256-bit vectors, which on the cores
+// we run (Zen 4, Ice Lake and later) issues as fast as the 512-bit form
+// without its clock penalty. 32 vector registers hold 8 activation rows'
+// accumulators.
 #if defined(__x86_64__)
 #include "kernels/cpu/block_dot_x86.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
@@ -10,12 +12,17 @@ namespace actorlm::cpu {
 namespace {
 
 struct VnniDot {
-  static __m256i unsigned_signed(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+  static constexpr int group = 8;
+  // vpdpbusd takes unsigned bytes up to 255, so Q8_0's stored w + 128 goes
+  // in as it is and its offset is removed afterwards.
+  static constexpr bool wide_includes_offset = true;
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+  static __m256i dot_wide(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 };
 
 }  // namespace
 
-bool integer_matmul_avx512_vnni(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end,
+bool integer_matmul_avx512_vnni(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                                 bool accumulate) {
   return integer_matmul<VnniDot>(w, x, out, begin, end, accumulate);
 }

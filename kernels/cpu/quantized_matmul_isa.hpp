@@ -4,13 +4,14 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
 
 namespace actorlm::cpu {
 
-bool integer_matmul_avx2(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end,
+bool integer_matmul_avx2(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                          bool accumulate);
-bool integer_matmul_avx512_vnni(const MatrixView& w, const Activations& x, float* out, int64_t begin, int64_t end,
+bool integer_matmul_avx512_vnni(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                                 bool accumulate);
 
 }  // namespace actorlm::cpu

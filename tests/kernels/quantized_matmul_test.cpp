@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/ggml_type.hpp"
 #include "kernels/half.hpp"
 
@@ -49,8 +50,11 @@ struct Matrix {
   int64_t rows, cols;
   std::vector<uint8_t> bytes;
   V dequantized;  // rows * cols, by dequantize_rows
+  std::shared_ptr<const cpu::PackedMatrix> packed;  // the SIMD kernels' tiles (block types)
 
-  MatrixView view() const { return {bytes.data(), rows, cols, type}; }
+  // With the packed tiles, as CpuBackend::prepare_weights gives it.
+  MatrixView view() const { return {bytes.data(), rows, cols, type, packed.get()}; }
+  MatrixView file_view() const { return {bytes.data(), rows, cols, type}; }
 };
 
 void put_half(uint8_t* p, float v) {
@@ -75,7 +79,7 @@ std::vector<size_t> half_fields(GgmlType t) {
 }
 
 Matrix random_matrix(GgmlType t, int64_t rows, int64_t cols, std::mt19937& rng) {
-  Matrix m{t, rows, cols, std::vector<uint8_t>(ggml_row_bytes(t, cols) * static_cast<size_t>(rows)), {}};
+  Matrix m{t, rows, cols, std::vector<uint8_t>(ggml_row_bytes(t, cols) * static_cast<size_t>(rows)), {}, nullptr};
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(-0.05f, 0.05f), value(-1.0f, 1.0f);
   if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
@@ -97,6 +101,7 @@ Matrix random_matrix(GgmlType t, int64_t rows, int64_t cols, std::mt19937& rng) 
   }
   m.dequantized.resize(static_cast<size_t>(rows * cols));
   dequantize_rows(t, m.bytes.data(), m.dequantized.data(), rows, cols);
+  if (cpu::packed_layout(t) != nullptr) m.packed = cpu::pack_matrix(m.file_view());
   return m;
 }
 
@@ -306,6 +311,11 @@ TEST_CASE("A token's product is bit for bit the same alone, in a batch, under an
         backend.matmul(x.data() + tk * cols, 1, m.view(), alone.data(), true);
         REQUIRE(std::equal(alone.begin(), alone.end(), batch.begin() + tk * rows));
       }
+      // A view that did not go through prepare_weights is packed on the fly:
+      // the same numbers.
+      V unprepared(static_cast<size_t>(tokens * rows), 0.5f);
+      backend.matmul(x.data(), tokens, m.file_view(), unprepared.data(), true);
+      REQUIRE(unprepared == batch);
       // One thread, weight rows split unevenly.
       V split(static_cast<size_t>(tokens * rows), 0.5f);
       const int64_t k = rows / 3;
