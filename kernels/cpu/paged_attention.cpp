@@ -1,9 +1,14 @@
 #include "kernels/cpu/paged_attention.hpp"
 
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,11 +42,63 @@ inline float exp_nonpositive(float x) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(p) + (static_cast<uint32_t>(static_cast<int32_t>(n)) << 23));
 }
 
-float dot(const float* a, const float* b, int32_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int32_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// Eight floats at any alignment (GCC vector extension: the same code builds
+// for any x86 level, or none).
+using f8 = float __attribute__((vector_size(32), aligned(4)));
+
+inline f8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
+
+// a * b + c, fused where the build has FMA (then in every use alike).
+inline f8 madd(f8 a, f8 b, f8 c) {
+#if defined(__FMA__)
+  return f8(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c)));
+#else
+  return a * b + c;
+#endif
+}
+
+inline float madd1(float a, float b, float c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+inline float lane_sum(f8 a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+
+// q · k_j for up to 4 keys at once (independent chains for the FPU), in
+// one fixed order: lane p of 16 sums the dimensions d = p (mod 16) in order
+// (dimensions past the last 16 go to lane 0), then the lanes are added one
+// after another from lane 0. A score is then the same number whatever keys
+// it is computed with. (That is also the order the previous, per-key loop
+// compiled to; a tree over 8 lanes instead moved teacher-forced agreement
+// with llama.cpp from 98.08% to 97.81%, near ties flipping on rounding.)
+template <int M>
+void dots(const float* q, const float* const* k, int32_t hd, float* out) {
+  f8 lo[M], hi[M];
+  for (int m = 0; m < M; ++m) lo[m] = hi[m] = f8{};
+  int32_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    const f8 q0 = load8(q + d), q1 = load8(q + d + 8);
+    for (int m = 0; m < M; ++m) {
+      lo[m] = madd(q0, load8(k[m] + d), lo[m]);
+      hi[m] = madd(q1, load8(k[m] + d + 8), hi[m]);
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    for (int32_t e = d; e < hd; ++e) lo[m][0] = madd1(q[e], k[m][e], lo[m][0]);
+    float s = 0.0f;
+    for (int p = 0; p < 8; ++p) s += lo[m][p];
+    for (int p = 0; p < 8; ++p) s += hi[m][p];
+    out[m] = s;
+  }
 }
 
 // One query's softmax state over some keys: max score, sum of exp(score -
@@ -79,44 +136,63 @@ struct Geometry {
   float scale;
 };
 
-// Keys [k0, k1) (positions of one request, rows from its kv_indices) into a
-// fresh state for one query vector, in blocks of key_block starting at k0.
-void attend_chunk(const Geometry& g, const float* qv, const int32_t* rows, int32_t kvh, int32_t k0, int32_t k1,
-                  State& s, float* scores) {
-  const float* kbase = g.cache->k + static_cast<int64_t>(kvh) * g.hd;
-  const float* vbase = g.cache->v + static_cast<int64_t>(kvh) * g.hd;
-  for (int32_t b0 = k0; b0 < k1; b0 += key_block) {
-    const int32_t n = std::min(key_block, k1 - b0);
-    float block_max = -INFINITY;
-    bool finite = true;
-    for (int32_t j = 0; j < n; ++j) {
-      const float v = dot(qv, kbase + rows[b0 + j] * g.kv_row, g.hd) * g.scale;
-      scores[j] = v;
-      finite &= std::isfinite(v);
-      block_max = std::max(block_max, v);
-    }
-    if (!finite) {
-      s.bad = true;
-      continue;
-    }
-    const float m = std::max(s.m, block_max);
-    const float alpha = exp_nonpositive(s.m - m);
-    float sum = 0.0f;
+// One online-softmax step of one query over n keys (n <= key_block), K and
+// V rows given by pointer.
+void attend_block(const float* qv, const float* const* k, const float* const* v, int32_t n, int32_t hd,
+                  float scale, State& s, float* scores) {
+  int32_t j = 0;
+  for (; j + 4 <= n; j += 4) dots<4>(qv, k + j, hd, scores + j);
+  for (; j < n; ++j) dots<1>(qv, k + j, hd, scores + j);
+  float block_max = -INFINITY;
+  bool finite = true;
+  for (j = 0; j < n; ++j) {
+    scores[j] *= scale;
+    finite &= std::isfinite(scores[j]);
+    block_max = std::max(block_max, scores[j]);
+  }
+  if (!finite) {
+    s.bad = true;
+    return;
+  }
+  const float m = std::max(s.m, block_max);
+  const float alpha = exp_nonpositive(s.m - m);
+  float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int32_t j = 0; j < n; ++j) {
-      scores[j] = exp_nonpositive(scores[j] - m);
-      sum += scores[j];
+  for (j = 0; j < n; ++j) {
+    scores[j] = exp_nonpositive(scores[j] - m);
+    sum += scores[j];
+  }
+  s.l = s.l * alpha + sum;
+  s.m = m;
+  // acc = acc * alpha + sum_j p_j v_j, 32 dimensions at a time in registers;
+  // each element sees the same operations in the same order as one at a time.
+  const f8 a8 = f8{} + alpha;
+  int32_t d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    f8 c0 = load8(s.acc + d) * a8, c1 = load8(s.acc + d + 8) * a8;
+    f8 c2 = load8(s.acc + d + 16) * a8, c3 = load8(s.acc + d + 24) * a8;
+    for (j = 0; j < n; ++j) {
+      const f8 p = f8{} + scores[j];
+      const float* vr = v[j] + d;
+      c0 = madd(p, load8(vr), c0);
+      c1 = madd(p, load8(vr + 8), c1);
+      c2 = madd(p, load8(vr + 16), c2);
+      c3 = madd(p, load8(vr + 24), c3);
     }
-    s.l = s.l * alpha + sum;
-#pragma omp simd
-    for (int32_t d = 0; d < g.hd; ++d) s.acc[d] *= alpha;
-    for (int32_t j = 0; j < n; ++j) {
-      const float p = scores[j];
-      const float* vr = vbase + rows[b0 + j] * g.kv_row;
-#pragma omp simd
-      for (int32_t d = 0; d < g.hd; ++d) s.acc[d] += p * vr[d];
-    }
-    s.m = m;
+    store8(s.acc + d, c0);
+    store8(s.acc + d + 8, c1);
+    store8(s.acc + d + 16, c2);
+    store8(s.acc + d + 24, c3);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    f8 c = load8(s.acc + d) * a8;
+    for (j = 0; j < n; ++j) c = madd(f8{} + scores[j], load8(v[j] + d), c);
+    store8(s.acc + d, c);
+  }
+  for (; d < hd; ++d) {
+    float e = s.acc[d] * alpha;
+    for (j = 0; j < n; ++j) e = madd1(scores[j], v[j][d], e);
+    s.acc[d] = e;
   }
 }
 
@@ -177,19 +253,27 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
     const int32_t k0 = c * chunk_keys;
     // Key blocks outer, queries inner: a block's K/V rows stay in cache for
     // every query of the tile; each query still sees its blocks in order.
-    for (int32_t b0 = k0; b0 < k0 + chunk_keys; b0 += key_block) {
-      bool any = false;
+    const float* kr[key_block];
+    const float* vr[key_block];
+    const int32_t* rows = rows_of(t);
+    const int32_t last_visible = plan.prefix_len[static_cast<size_t>(t.req)] + t.first + t.count;
+    const float* kbase = cache.k + static_cast<int64_t>(t.kvh) * hd;
+    const float* vbase = cache.v + static_cast<int64_t>(t.kvh) * hd;
+    for (int32_t b0 = k0; b0 < std::min(k0 + chunk_keys, last_visible); b0 += key_block) {
+      const int32_t n_block = std::min(key_block, last_visible - b0);
+      for (int32_t j = 0; j < n_block; ++j) {
+        kr[j] = kbase + rows[b0 + j] * g.kv_row;
+        vr[j] = vbase + rows[b0 + j] * g.kv_row;
+      }
       for (int32_t i = 0; i < n; ++i) {
         const float* qv;
         float* o;
         int32_t visible;
         query(t, i, &qv, &o, &visible);
         if (b0 >= visible) continue;
-        any = true;
-        attend_chunk(g, qv, rows_of(t), t.kvh, b0, std::min(b0 + key_block, visible),
-                     states[static_cast<size_t>(i)], scores);
+        attend_block(qv, kr, vr, std::min(key_block, visible - b0), hd, g.scale, states[static_cast<size_t>(i)],
+                     scores);
       }
-      if (!any) break;
     }
   };
 
