@@ -122,8 +122,9 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
 
 PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {
   if (!packs(w)) return {w, nullptr};
-  std::shared_ptr<const PackedMatrix> packed = pack_matrix(w);
-  release_pages(w.data, ggml_row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows));
+  // The file's pages are let go as they are read, so that peak memory is the
+  // packed copy plus about a megabyte, not plus the largest matrix.
+  std::shared_ptr<const PackedMatrix> packed = pack_matrix(w, release_pages);
   w.packed = packed.get();
   return {w, std::move(packed)};
 }

@@ -1,5 +1,6 @@
 #include "kernels/cpu/packed_matrix.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -192,7 +193,8 @@ const PackedLayout* packed_layout(GgmlType type) {
   }
 }
 
-std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w) {
+std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w,
+                                                const std::function<void(const void*, size_t)>& consumed) {
   const PackedLayout* l = packed_layout(w.type);
   if (l == nullptr || w.data == nullptr || w.rows <= 0 || w.cols <= 0 || w.cols % l->values != 0) {
     throw std::invalid_argument("pack_matrix: " + ggml_type_name(w.type) + " matrix of " + std::to_string(w.cols) +
@@ -215,14 +217,23 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w) {
   const size_t row_bytes = ggml_row_bytes(w.type, w.cols);
   const size_t block_bytes = ggml_block_bytes(w.type);
   Unit x;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  const size_t stretch = std::max<size_t>(row_bytes, size_t{1} << 20);
+  size_t reported = 0;  // bytes of w handed to `consumed`
   for (int64_t r = 0; r < w.rows; ++r) {
-    const auto* row = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes;
+    const uint8_t* row = src + static_cast<size_t>(r) * row_bytes;
+    const size_t read = static_cast<size_t>(r) * row_bytes;
+    if (consumed && read - reported >= stretch) {
+      consumed(src + reported, read - reported);
+      reported = read;
+    }
     uint8_t* tile = raw + static_cast<size_t>(r / tile_rows) * m->tile_bytes;
     for (int64_t j = 0; j < m->units; ++j) {
       extract(w.type, row + static_cast<size_t>(j) * block_bytes, x);
       place(*l, x, static_cast<int>(r % tile_rows), tile + static_cast<size_t>(j) * l->unit_bytes);
     }
   }
+  if (consumed) consumed(src + reported, static_cast<size_t>(w.rows) * row_bytes - reported);
   return m;
 }
 

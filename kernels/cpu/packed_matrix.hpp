@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "kernels/backend.hpp"
@@ -63,7 +64,9 @@ struct PackedMatrix {
 };
 
 // Repacks w (a type packed_layout knows, whole units per row); the result
-// does not refer to w's bytes.
-std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w);
+// does not refer to w's bytes. `consumed`, when given, is called with each
+// stretch of w's bytes (about 1 MB at a time) once it has been read.
+std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w,
+                                                const std::function<void(const void*, size_t)>& consumed = {});
 
 }  // namespace actorlm::cpu

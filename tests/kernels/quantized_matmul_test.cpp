@@ -385,3 +385,26 @@ TEST_CASE("The embedding lookup widens the token's row from any format", "[kerne
     CHECK_THROWS_AS(backend.embed(m.view(), bad, out.data()), std::out_of_range);
   }
 }
+
+TEST_CASE("prepare_weights packs block types and leaves the matrix's own bytes intact", "[kernels][quantized]") {
+  std::mt19937 rng(17);
+  cpu::CpuBackend backend(2);
+  for (GgmlType t : all_types) {
+    INFO(ggml_type_name(t));
+    // 1,000 rows of 768: several megabytes, so pages are released while packing.
+    Matrix m = random_matrix(t, 1000, 768, rng);
+    const std::vector<uint8_t> before = m.bytes;
+    PreparedMatrix p = backend.prepare_weights(m.file_view());
+    const bool expect_packed = cpu::best_isa() != cpu::Isa::portable && cpu::packed_layout(t) != nullptr;
+    CHECK((p.view.packed != nullptr) == expect_packed);
+    CHECK((p.storage != nullptr) == expect_packed);
+    CHECK(p.view.data == m.bytes.data());
+    // Released pages of anonymous memory keep their contents (MADV_PAGEOUT,
+    // never MADV_DONTNEED).
+    REQUIRE(m.bytes == before);
+    V x = random_x(2 * 768, rng), a(2 * 1000), b(2 * 1000);
+    backend.matmul(x.data(), 2, p.view, a.data(), false);
+    backend.matmul(x.data(), 2, m.view(), b.data(), false);
+    CHECK(a == b);
+  }
+}
