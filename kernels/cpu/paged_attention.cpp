@@ -1,6 +1,6 @@
 #include "kernels/cpu/paged_attention.hpp"
 
-#if defined(__FMA__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -136,11 +136,61 @@ struct Geometry {
   float scale;
 };
 
+// dots<8> with the 16-lane sums of 8 keys done as vector adds across keys
+// (their lanes transposed first) instead of one scalar add at a time: the
+// same additions in the same order, so the same scores.
+void dots8(const float* q, const float* const* k, int32_t hd, float* out) {
+#if defined(__AVX__)
+  f8 lo[8], hi[8];
+  for (int m = 0; m < 8; ++m) lo[m] = hi[m] = f8{};
+  int32_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    const f8 q0 = load8(q + d), q1 = load8(q + d + 8);
+    for (int m = 0; m < 8; ++m) {
+      lo[m] = madd(q0, load8(k[m] + d), lo[m]);
+      hi[m] = madd(q1, load8(k[m] + d + 8), hi[m]);
+    }
+  }
+  for (int m = 0; m < 8; ++m) {
+    for (int32_t e = d; e < hd; ++e) lo[m][0] = madd1(q[e], k[m][e], lo[m][0]);
+  }
+  // 8x8 transpose: t[p] lane m = v[m] lane p.
+  auto transpose = [](const f8* v, f8* t) {
+    __m256 a[8], b[8];
+    for (int m = 0; m < 8; m += 2) {
+      a[m] = _mm256_unpacklo_ps(__m256(v[m]), __m256(v[m + 1]));
+      a[m + 1] = _mm256_unpackhi_ps(__m256(v[m]), __m256(v[m + 1]));
+    }
+    for (int m = 0; m < 8; m += 4) {
+      b[m] = _mm256_shuffle_ps(a[m], a[m + 2], 0x44);
+      b[m + 1] = _mm256_shuffle_ps(a[m], a[m + 2], 0xEE);
+      b[m + 2] = _mm256_shuffle_ps(a[m + 1], a[m + 3], 0x44);
+      b[m + 3] = _mm256_shuffle_ps(a[m + 1], a[m + 3], 0xEE);
+    }
+    for (int p = 0; p < 4; ++p) {
+      t[p] = f8(_mm256_permute2f128_ps(b[p], b[p + 4], 0x20));
+      t[p + 4] = f8(_mm256_permute2f128_ps(b[p], b[p + 4], 0x31));
+    }
+  };
+  f8 t[8];
+  f8 sum = f8{};
+  transpose(lo, t);
+  for (int p = 0; p < 8; ++p) sum += t[p];
+  transpose(hi, t);
+  for (int p = 0; p < 8; ++p) sum += t[p];
+  store8(out, sum);
+#else
+  dots<4>(q, k, hd, out);
+  dots<4>(q, k + 4, hd, out + 4);
+#endif
+}
+
 // One online-softmax step of one query over n keys (n <= key_block), K and
 // V rows given by pointer.
 void attend_block(const float* qv, const float* const* k, const float* const* v, int32_t n, int32_t hd,
                   float scale, State& s, float* scores) {
   int32_t j = 0;
+  for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
   for (; j + 4 <= n; j += 4) dots<4>(qv, k + j, hd, scores + j);
   for (; j < n; ++j) dots<1>(qv, k + j, hd, scores + j);
   float block_max = -INFINITY;
