@@ -32,14 +32,19 @@
 namespace actorlm::cpu {
 namespace {
 
+// Everything on the hot path is forced inline: GCC otherwise kept some of
+// these lambdas out of line (their accumulators then live in memory), which
+// made the K-quant kernels 3x slower.
+#define ACTORLM_HOT inline __attribute__((always_inline))
+
 template <class F, int... K>
-inline void unroll_sequence(F&& f, std::integer_sequence<int, K...>) {
+ACTORLM_HOT void unroll_sequence(F&& f, std::integer_sequence<int, K...>) {
   (f(std::integral_constant<int, K>{}), ...);
 }
 // f(integral_constant<int, 0>) ... f(integral_constant<int, N - 1>): shift
 // counts and offsets stay compile-time constants.
 template <int N, class F>
-inline void unroll(F&& f) {
+ACTORLM_HOT void unroll(F&& f) {
   unroll_sequence(f, std::make_integer_sequence<int, N>{});
 }
 
@@ -101,16 +106,28 @@ struct XRow {
 
 // dot[n] += dwords [K0, K1) of the chunk at value `at` (weights from
 // weight(k)) against x[n]. Wide: stored values up to 255 (Q8_0).
+// With fewer than 4 rows, odd dwords go to a second accumulator (added at
+// the end: integer sums, so the result is the same) for two independent
+// dependency chains.
 template <class Dot, bool Wide, int N, int K0, int K1, class W>
-inline void chunk_dots(W&& weight, const XRow* x, int64_t at, __m256i* dot) {
-  unroll<K1 - K0>([&](auto i) {
+ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, __m256i* dot) {
+  constexpr bool split = N < 4;
+  __m256i odd[N];
+  if constexpr (split) {
+    for (int n = 0; n < N; ++n) odd[n] = _mm256_setzero_si256();
+  }
+  unroll<K1 - K0>([&](auto i) __attribute__((always_inline)) {
     constexpr int k = K0 + decltype(i)::value;
     const __m256i w = weight(std::integral_constant<int, k>{});
     for (int n = 0; n < N; ++n) {
       const __m256i q = broadcast4(x[n].q + at + 4 * k);
-      dot[n] = Wide ? Dot::dot_wide(dot[n], w, q) : Dot::dot(dot[n], w, q);
+      __m256i& a = (split && k % 2 == 1) ? odd[n] : dot[n];
+      a = Wide ? Dot::dot_wide(a, w, q) : Dot::dot(a, w, q);
     }
   });
+  if constexpr (split) {
+    for (int n = 0; n < N; ++n) dot[n] = _mm256_add_epi32(dot[n], odd[n]);
+  }
 }
 
 // ------------------------------------------------------------ types
@@ -141,10 +158,10 @@ struct Block32 {
   }
 
   template <class Dot, int N>
-  static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
+  ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
     const __m256 d = halves8(p);
     const uint8_t* body = p + (Min ? 32 : 16);
-    auto weight = [&](auto k) -> __m256i {
+    auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
       constexpr int K = decltype(k)::value;
       if constexpr (Bits == 8) {
         return load32(body + 32 * K);
@@ -158,7 +175,7 @@ struct Block32 {
       const __m256 m = halves8(p + 16);
       __m256 dd[N];
       for (int n = 0; n < N; ++n) dd[n] = _mm256_mul_ps(d, _mm256_set1_ps(x[n].d[j]));
-      unroll<8>([&](auto k) {
+      unroll<8>([&](auto k) __attribute__((always_inline)) {
         constexpr int K = decltype(k)::value;
         const __m256i w = weight(k);
         for (int n = 0; n < N; ++n) {
@@ -196,26 +213,40 @@ struct KQuant {
   static __m256 finish(const __m256* a) { return a[0]; }
 
   template <class Dot, int N>
-  static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
+  ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
     const uint8_t* scales = p + 32;
     const uint8_t* mins = scales + 128;
     const uint8_t* body = mins + 128;
     const uint8_t* high = body + 8 * 128;
     __m256i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
-    unroll<8>([&](auto c) {
-      constexpr int C = decltype(c)::value;
-      auto weight = [&](auto k) -> __m256i {
-        constexpr int K = decltype(k)::value;
-        if constexpr (Bits == 5) return _mm256_or_si256(low4<K>(body + 128 * C), bit4<K>(high + 32 * C));
-        return low4<K>(body + 128 * C);
+    // With many rows, a rolled loop over the chunk pairs: fully unrolled, the
+    // compiler reassociated the 8 chunks' integer sums into a tree and
+    // spilled every chunk's dots to the stack to build it. With one or two
+    // rows (decode) unrolled, which streams the weights ~25% faster. Integer
+    // sums: the same result either way.
+    auto pair_step = [&](int pair) __attribute__((always_inline)) {
+      const __m256i scale_pair = load32(scales + 32 * pair);
+      auto chunk = [&](int c, __m256i sc) __attribute__((always_inline)) {
+        auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
+          constexpr int K = decltype(k)::value;
+          if constexpr (Bits == 5) return _mm256_or_si256(low4<K>(body + 128 * c), bit4<K>(high + 32 * c));
+          return low4<K>(body + 128 * c);
+        };
+        __m256i dot[N];
+        for (int n = 0; n < N; ++n) dot[n] = _mm256_setzero_si256();
+        chunk_dots<Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * c, dot);
+        for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], _mm256_mullo_epi32(dot[n], sc));
       };
-      __m256i dot[N];
-      for (int n = 0; n < N; ++n) dot[n] = _mm256_setzero_si256();
-      chunk_dots<Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * C, dot);
-      const __m256i sc = pair_half<C % 2 == 1>(load32(scales + 32 * (C / 2)));
-      for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], _mm256_mullo_epi32(dot[n], sc));
-    });
+      chunk(2 * pair, pair_half<false>(scale_pair));
+      chunk(2 * pair + 1, pair_half<true>(scale_pair));
+    };
+    if constexpr (N <= 2) {
+      unroll<4>([&](auto pair) __attribute__((always_inline)) { pair_step(decltype(pair)::value); });
+    } else {
+#pragma GCC unroll 1
+      for (int pair = 0; pair < 4; ++pair) pair_step(pair);
+    }
     const __m256 d = halves8(p), dmin = halves8(p + 16);
     for (int n = 0; n < N; ++n) {
       const int32_t* pairs = x[n].pairs + 12 * j;  // Σ q per 32 values, as int16 pairs
@@ -240,29 +271,34 @@ struct Q6_K {
   static __m256 finish(const __m256* a) { return a[0]; }
 
   template <class Dot, int N>
-  static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
+  ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
     const uint8_t* scales = p + 16;
     const uint8_t* body = scales + 256;
     const uint8_t* high = body + 8 * 128;
     __m256i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
-    unroll<8>([&](auto c) {
-      constexpr int C = decltype(c)::value;
-      auto weight = [&](auto k) -> __m256i {
+    auto chunk = [&](int c) __attribute__((always_inline)) {
+      auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
         constexpr int K = decltype(k)::value;
-        return _mm256_or_si256(low4<K>(body + 128 * C), bits45<K>(high + 64 * C));
+        return _mm256_or_si256(low4<K>(body + 128 * c), bits45<K>(high + 64 * c));
       };
       __m256i first[N], second[N];  // the chunk's two 16-value sub-blocks
       for (int n = 0; n < N; ++n) first[n] = second[n] = _mm256_setzero_si256();
-      chunk_dots<Dot, false, N, 0, 4>(weight, x, 256 * j + 32 * C, first);
-      chunk_dots<Dot, false, N, 4, 8>(weight, x, 256 * j + 32 * C, second);
-      const __m256i v = load32(scales + 32 * C);
+      chunk_dots<Dot, false, N, 0, 4>(weight, x, 256 * j + 32 * c, first);
+      chunk_dots<Dot, false, N, 4, 8>(weight, x, 256 * j + 32 * c, second);
+      const __m256i v = load32(scales + 32 * c);
       const __m256i sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
       for (int n = 0; n < N; ++n) {
         sum[n] = _mm256_add_epi32(sum[n], _mm256_add_epi32(_mm256_mullo_epi32(first[n], sc0),
                                                            _mm256_mullo_epi32(second[n], sc1)));
       }
-    });
+    };
+    if constexpr (N <= 2) {  // as in KQuant
+      unroll<8>([&](auto c) __attribute__((always_inline)) { chunk(decltype(c)::value); });
+    } else {
+#pragma GCC unroll 1
+      for (int c = 0; c < 8; ++c) chunk(c);
+    }
     const __m256 d = halves8(p);
     for (int n = 0; n < N; ++n) {
       const int32_t* pairs = x[n].pairs + 12 * j + 4;  // Σ q per 16 values, as int16 pairs
