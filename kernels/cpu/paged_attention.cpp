@@ -185,10 +185,14 @@ void dots8(const float* q, const float* const* k, int32_t hd, float* out) {
 #endif
 }
 
-// One online-softmax step of one query over n keys (n <= key_block), K and
-// V rows given by pointer.
-void attend_block(const float* qv, const float* const* k, const float* const* v, int32_t n, int32_t hd,
-                  float scale, State& s, float* scores) {
+// One online-softmax step of one query over n keys (n <= key_block), in two
+// halves so that a tile runs the first for all its queries over a block's K
+// rows, then the second over its V rows (each 16 KB for 64 keys of 64
+// floats, so either fits in L1; both at once did not). score_block leaves
+// p_j = exp(score_j - max) in scores and the factor for the old sums in
+// *alpha; false when a score is not finite (the state is then marked bad).
+bool score_block(const float* qv, const float* const* k, int32_t n, int32_t hd, float scale, State& s,
+                 float* scores, float* alpha_out) {
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
   for (; j + 4 <= n; j += 4) dots<4>(qv, k + j, hd, scores + j);
@@ -202,7 +206,7 @@ void attend_block(const float* qv, const float* const* k, const float* const* v,
   }
   if (!finite) {
     s.bad = true;
-    return;
+    return false;
   }
   const float m = std::max(s.m, block_max);
   const float alpha = exp_nonpositive(s.m - m);
@@ -214,6 +218,12 @@ void attend_block(const float* qv, const float* const* k, const float* const* v,
   }
   s.l = s.l * alpha + sum;
   s.m = m;
+  *alpha_out = alpha;
+  return true;
+}
+
+void accumulate_block(const float* const* v, int32_t n, int32_t hd, const float* scores, float alpha, State& s) {
+  int32_t j = 0;
   // acc = acc * alpha + sum_j p_j v_j, 32 dimensions at a time in registers;
   // each element sees the same operations in the same order as one at a time.
   const f8 a8 = f8{} + alpha;
@@ -297,7 +307,8 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
     return plan.kv_indices.data() + plan.kv_indptr[static_cast<size_t>(t.req)];
   };
   // The partial of one chunk for every query of a tile into states[i].
-  auto chunk_states = [&](const Tile& t, int32_t c, std::vector<State>& states, float* scores) {
+  // scratch: per_tile * (key_block + 1) floats.
+  auto chunk_states = [&](const Tile& t, int32_t c, std::vector<State>& states, float* scratch) {
     const int32_t n = t.count * group;
     for (int32_t i = 0; i < n; ++i) reset(states[static_cast<size_t>(i)], hd);
     const int32_t k0 = c * chunk_keys;
@@ -309,20 +320,32 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
     const int32_t last_visible = plan.prefix_len[static_cast<size_t>(t.req)] + t.first + t.count;
     const float* kbase = cache.k + static_cast<int64_t>(t.kvh) * hd;
     const float* vbase = cache.v + static_cast<int64_t>(t.kvh) * hd;
+    float* alpha = scratch + static_cast<int64_t>(per_tile) * key_block;
     for (int32_t b0 = k0; b0 < std::min(k0 + chunk_keys, last_visible); b0 += key_block) {
       const int32_t n_block = std::min(key_block, last_visible - b0);
       for (int32_t j = 0; j < n_block; ++j) {
         kr[j] = kbase + rows[b0 + j] * g.kv_row;
         vr[j] = vbase + rows[b0 + j] * g.kv_row;
       }
-      for (int32_t i = 0; i < n; ++i) {
+      // Visible keys of query i in this block (0: none), scores, then values.
+      auto keys_of = [&](int32_t i) {
         const float* qv;
         float* o;
         int32_t visible;
         query(t, i, &qv, &o, &visible);
-        if (b0 >= visible) continue;
-        attend_block(qv, kr, vr, std::min(key_block, visible - b0), hd, g.scale, states[static_cast<size_t>(i)],
-                     scores);
+        return std::pair{qv, std::clamp(visible - b0, 0, key_block)};
+      };
+      for (int32_t i = 0; i < n; ++i) {
+        const auto [qv, keys] = keys_of(i);
+        if (keys == 0 || !score_block(qv, kr, keys, hd, g.scale, states[static_cast<size_t>(i)],
+                                      scratch + static_cast<int64_t>(i) * key_block, &alpha[i])) {
+          alpha[i] = NAN;  // nothing to add
+        }
+      }
+      for (int32_t i = 0; i < n; ++i) {
+        if (std::isnan(alpha[i])) continue;
+        accumulate_block(vr, keys_of(i).second, hd, scratch + static_cast<int64_t>(i) * key_block, alpha[i],
+                         states[static_cast<size_t>(i)]);
       }
     }
   };
@@ -330,7 +353,7 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
   const bool split = static_cast<int64_t>(tiles.size()) < 2 * pool.size();
   if (!split) {
     pool.parallel_for(static_cast<int64_t>(tiles.size()), [&](int64_t begin, int64_t end) {
-      std::vector<float> buf(static_cast<size_t>(2 * per_tile * hd + key_block));
+      std::vector<float> buf(static_cast<size_t>(2 * per_tile * hd + per_tile * (key_block + 1)));
       std::vector<State> total(static_cast<size_t>(per_tile)), part(static_cast<size_t>(per_tile));
       for (int32_t i = 0; i < per_tile; ++i) {
         total[static_cast<size_t>(i)].acc = buf.data() + static_cast<int64_t>(i) * hd;
@@ -371,7 +394,7 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
   const int64_t slot = static_cast<int64_t>(per_tile) * (hd + 3);  // per task: per query acc, m, l, bad
   std::vector<float> partials(static_cast<size_t>(n_tasks * slot));
   pool.parallel_for(n_tasks, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(key_block);
+    std::vector<float> scores(static_cast<size_t>(per_tile * (key_block + 1)));
     std::vector<State> states(static_cast<size_t>(per_tile));
     for (int64_t task = begin; task < end; ++task) {
       const auto ti = static_cast<size_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
