@@ -224,10 +224,21 @@ bool score_block(const float* qv, const float* const* k, int32_t n, int32_t hd, 
 
 void accumulate_block(const float* const* v, int32_t n, int32_t hd, const float* scores, float alpha, State& s) {
   int32_t j = 0;
-  // acc = acc * alpha + sum_j p_j v_j, 32 dimensions at a time in registers;
-  // each element sees the same operations in the same order as one at a time.
+  // acc = acc * alpha + sum_j p_j v_j, 64 dimensions at a time in registers
+  // (8 independent FMA chains: with 4, their latency bounded the loop); each
+  // element sees the same operations in the same order as one at a time.
   const f8 a8 = f8{} + alpha;
   int32_t d = 0;
+  for (; d + 64 <= hd; d += 64) {
+    f8 c[8];
+    for (int u = 0; u < 8; ++u) c[u] = load8(s.acc + d + 8 * u) * a8;
+    for (j = 0; j < n; ++j) {
+      const f8 p = f8{} + scores[j];
+      const float* vr = v[j] + d;
+      for (int u = 0; u < 8; ++u) c[u] = madd(p, load8(vr + 8 * u), c[u]);
+    }
+    for (int u = 0; u < 8; ++u) store8(s.acc + d + 8 * u, c[u]);
+  }
   for (; d + 32 <= hd; d += 32) {
     f8 c0 = load8(s.acc + d) * a8, c1 = load8(s.acc + d + 8) * a8;
     f8 c2 = load8(s.acc + d + 16) * a8, c3 = load8(s.acc + d + 24) * a8;
