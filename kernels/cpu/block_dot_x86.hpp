@@ -87,6 +87,15 @@ inline __m256i bits45(const uint8_t* high) {
   return _mm256_and_si256(s, _mm256_set1_epi8(0x30));
 }
 
+// 16 bytes, a pair per lane, widened to int16 pairs: unsigned (Q4_K/Q5_K
+// mins) or signed (Q6_K scales).
+inline __m256i mins16(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i scales16(const uint8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // Sub-block scale 2p (Odd = false) or 2p + 1 of each lane, from a vector of
 // int16 pairs, sign-extended to int32.
 template <bool Odd>
@@ -205,8 +214,8 @@ using Q5_0 = Block32<5, 16, false>;
 using Q5_1 = Block32<5, 0, true>;
 using Q8_0 = Block32<8, 128, false>;
 
-// Q4_K and Q5_K super-blocks: d[8], dmin[8], 4 scale-pair vectors, 4
-// min-pair vectors, 8 chunks of nibble vectors, 8 5th-bit vectors if Bits 5.
+// Q4_K and Q5_K super-blocks: d[8], dmin[8], 64 bytes of scales, 64 of mins,
+// 8 chunks of nibble vectors, 8 5th-bit vectors if Bits 5.
 template <int Bits>
 struct KQuant {
   static constexpr int accumulators = 1;
@@ -214,45 +223,40 @@ struct KQuant {
 
   template <class Dot, int N>
   ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
-    const uint8_t* scales = p + 32;
-    const uint8_t* mins = scales + 128;
-    const uint8_t* body = mins + 128;
+    const uint8_t* scales = p + 32;  // per chunk: 8 rows' scales
+    const uint8_t* mins = scales + 64;  // per chunk pair: 8 rows' two mins
+    const uint8_t* body = mins + 64;
     const uint8_t* high = body + 8 * 128;
     __m256i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
-    // With many rows, a rolled loop over the chunk pairs: fully unrolled, the
+    auto chunk = [&](int c) __attribute__((always_inline)) {
+      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * c)));
+      auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
+        constexpr int K = decltype(k)::value;
+        if constexpr (Bits == 5) return _mm256_or_si256(low4<K>(body + 128 * c), bit4<K>(high + 32 * c));
+        return low4<K>(body + 128 * c);
+      };
+      __m256i dot[N];
+      for (int n = 0; n < N; ++n) dot[n] = _mm256_setzero_si256();
+      chunk_dots<Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * c, dot);
+      for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], _mm256_mullo_epi32(dot[n], sc));
+    };
+    // With many rows, a rolled loop over the chunks: fully unrolled, the
     // compiler reassociated the 8 chunks' integer sums into a tree and
     // spilled every chunk's dots to the stack to build it. With one or two
-    // rows (decode) unrolled, which streams the weights ~25% faster. Integer
-    // sums: the same result either way.
-    auto pair_step = [&](int pair) __attribute__((always_inline)) {
-      const __m256i scale_pair = load32(scales + 32 * pair);
-      auto chunk = [&](int c, __m256i sc) __attribute__((always_inline)) {
-        auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
-          constexpr int K = decltype(k)::value;
-          if constexpr (Bits == 5) return _mm256_or_si256(low4<K>(body + 128 * c), bit4<K>(high + 32 * c));
-          return low4<K>(body + 128 * c);
-        };
-        __m256i dot[N];
-        for (int n = 0; n < N; ++n) dot[n] = _mm256_setzero_si256();
-        chunk_dots<Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * c, dot);
-        for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], _mm256_mullo_epi32(dot[n], sc));
-      };
-      chunk(2 * pair, pair_half<false>(scale_pair));
-      chunk(2 * pair + 1, pair_half<true>(scale_pair));
-    };
+    // rows (decode) unrolled. Integer sums: the same result either way.
     if constexpr (N <= 2) {
-      unroll<4>([&](auto pair) __attribute__((always_inline)) { pair_step(decltype(pair)::value); });
+      unroll<8>([&](auto c) __attribute__((always_inline)) { chunk(decltype(c)::value); });
     } else {
 #pragma GCC unroll 1
-      for (int pair = 0; pair < 4; ++pair) pair_step(pair);
+      for (int c = 0; c < 8; ++c) chunk(c);
     }
     const __m256 d = halves8(p), dmin = halves8(p + 16);
     for (int n = 0; n < N; ++n) {
       const int32_t* pairs = x[n].pairs + 12 * j;  // Σ q per 32 values, as int16 pairs
-      __m256i m = _mm256_madd_epi16(load32(mins), _mm256_set1_epi32(pairs[0]));
+      __m256i m = _mm256_madd_epi16(mins16(mins), _mm256_set1_epi32(pairs[0]));
       for (int v = 1; v < 4; ++v) {
-        m = _mm256_add_epi32(m, _mm256_madd_epi16(load32(mins + 32 * v), _mm256_set1_epi32(pairs[v])));
+        m = _mm256_add_epi32(m, _mm256_madd_epi16(mins16(mins + 16 * v), _mm256_set1_epi32(pairs[v])));
       }
       const __m256 dx = _mm256_set1_ps(x[n].d[8 * j]);
       acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[n]), _mm256_mul_ps(d, dx), acc[n]);
@@ -264,7 +268,7 @@ struct KQuant {
 using Q4_K = KQuant<4>;
 using Q5_K = KQuant<5>;
 
-// Q6_K super-blocks: d[8], 8 scale-pair vectors (16 sub-blocks of 16), 8
+// Q6_K super-blocks: d[8], 128 bytes of scales (16 sub-blocks of 16), 8
 // chunks of nibble vectors, 8 pairs of 2-bit vectors.
 struct Q6_K {
   static constexpr int accumulators = 1;
@@ -272,8 +276,8 @@ struct Q6_K {
 
   template <class Dot, int N>
   ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
-    const uint8_t* scales = p + 16;
-    const uint8_t* body = scales + 256;
+    const uint8_t* scales = p + 16;  // per chunk: 8 rows' two int8 scales
+    const uint8_t* body = scales + 128;
     const uint8_t* high = body + 8 * 128;
     __m256i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
@@ -286,7 +290,7 @@ struct Q6_K {
       for (int n = 0; n < N; ++n) first[n] = second[n] = _mm256_setzero_si256();
       chunk_dots<Dot, false, N, 0, 4>(weight, x, 256 * j + 32 * c, first);
       chunk_dots<Dot, false, N, 4, 8>(weight, x, 256 * j + 32 * c, second);
-      const __m256i v = load32(scales + 32 * c);
+      const __m256i v = scales16(scales + 16 * c);
       const __m256i sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
       for (int n = 0; n < N; ++n) {
         sum[n] = _mm256_add_epi32(sum[n], _mm256_add_epi32(_mm256_mullo_epi32(first[n], sc0),
@@ -302,9 +306,9 @@ struct Q6_K {
     const __m256 d = halves8(p);
     for (int n = 0; n < N; ++n) {
       const int32_t* pairs = x[n].pairs + 12 * j + 4;  // Σ q per 16 values, as int16 pairs
-      __m256i o = _mm256_madd_epi16(load32(scales), _mm256_set1_epi32(pairs[0]));
+      __m256i o = _mm256_madd_epi16(scales16(scales), _mm256_set1_epi32(pairs[0]));
       for (int v = 1; v < 8; ++v) {
-        o = _mm256_add_epi32(o, _mm256_madd_epi16(load32(scales + 32 * v), _mm256_set1_epi32(pairs[v])));
+        o = _mm256_add_epi32(o, _mm256_madd_epi16(scales16(scales + 16 * v), _mm256_set1_epi32(pairs[v])));
       }
       const __m256i s = _mm256_sub_epi32(sum[n], _mm256_slli_epi32(o, 5));  // the offset 32
       acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(x[n].d[8 * j])), acc[n]);

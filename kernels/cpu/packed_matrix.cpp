@@ -109,20 +109,18 @@ void extract(GgmlType t, const uint8_t* b, Unit& x) {
   }
 }
 
-constexpr PackedLayout layout(int64_t values, int64_t offset, int64_t bits, bool has_min, int64_t scale_vectors) {
+constexpr PackedLayout layout(int64_t values, int64_t offset, int64_t bits, bool has_min, int64_t scale_bytes) {
   const int64_t chunks = values / 32;
   const int64_t high = bits == 5 ? 32 : bits == 6 ? 64 : 0;
   const int64_t body = bits == 8 ? 256 : 128;
-  const auto bytes = 16 * (has_min ? 2 : 1) + 32 * scale_vectors * (has_min ? 2 : 1) + chunks * (body + high);
-  return {values, offset, bits, has_min, scale_vectors, static_cast<size_t>(bytes)};
+  const auto bytes = 16 * (has_min ? 2 : 1) + scale_bytes + chunks * (body + high);
+  return {values, offset, bits, has_min, scale_bytes, static_cast<size_t>(bytes)};
 }
 
 constexpr PackedLayout q4_0 = layout(32, 8, 4, false, 0), q4_1 = layout(32, 0, 4, true, 0),
                        q5_0 = layout(32, 16, 5, false, 0), q5_1 = layout(32, 0, 5, true, 0),
-                       q8_0 = layout(32, 128, 8, false, 0), q4_k = layout(256, 0, 4, true, 4),
-                       q5_k = layout(256, 0, 5, true, 4), q6_k = layout(256, 32, 6, false, 8);
-
-void put16(uint8_t* p, int lane, int index, uint16_t v) { std::memcpy(p + 4 * lane + 2 * index, &v, 2); }
+                       q8_0 = layout(32, 128, 8, false, 0), q4_k = layout(256, 0, 4, true, 128),
+                       q5_k = layout(256, 0, 5, true, 128), q6_k = layout(256, 32, 6, false, 128);
 
 // Writes row `lane` of one tile's unit.
 void place(const PackedLayout& l, const Unit& x, int lane, uint8_t* p) {
@@ -132,18 +130,19 @@ void place(const PackedLayout& l, const Unit& x, int lane, uint8_t* p) {
     std::memcpy(p + 2 * lane, &x.m, 2);
     p += 16;
   }
-  for (int64_t v = 0; v < l.scale_vectors; ++v) {
-    put16(p, lane, 0, static_cast<uint16_t>(x.scale[static_cast<size_t>(2 * v)]));
-    put16(p, lane, 1, static_cast<uint16_t>(x.scale[static_cast<size_t>(2 * v + 1)]));
-    p += 32;
-  }
-  if (l.has_min) {
-    for (int64_t v = 0; v < l.scale_vectors; ++v) {
-      put16(p, lane, 0, static_cast<uint16_t>(x.min[static_cast<size_t>(2 * v)]));
-      put16(p, lane, 1, static_cast<uint16_t>(x.min[static_cast<size_t>(2 * v + 1)]));
-      p += 32;
+  if (l.scale_bytes > 0 && l.has_min) {  // Q4_K, Q5_K
+    for (int c = 0; c < 8; ++c) p[8 * c + lane] = static_cast<uint8_t>(x.scale[static_cast<size_t>(c)]);
+    for (int pair = 0; pair < 4; ++pair) {
+      p[64 + 16 * pair + 2 * lane] = static_cast<uint8_t>(x.min[static_cast<size_t>(2 * pair)]);
+      p[64 + 16 * pair + 2 * lane + 1] = static_cast<uint8_t>(x.min[static_cast<size_t>(2 * pair + 1)]);
+    }
+  } else if (l.scale_bytes > 0) {  // Q6_K: int8
+    for (int c = 0; c < 8; ++c) {
+      p[16 * c + 2 * lane] = static_cast<uint8_t>(x.scale[static_cast<size_t>(2 * c)]);
+      p[16 * c + 2 * lane + 1] = static_cast<uint8_t>(x.scale[static_cast<size_t>(2 * c + 1)]);
     }
   }
+  p += l.scale_bytes;
   const int64_t chunks = l.values / 32;
   for (int64_t c = 0; c < chunks; ++c) {
     const int* u = x.u.data() + 32 * c;

@@ -22,11 +22,14 @@
 //   Q8_0:        8 vectors of whole bytes.
 // Per unit (a 32-value block, or a 256-value K-quant super-block), in order:
 // the 8 rows' f16 scales (d; then the f16 mins or dmins where the type has
-// them), the K-quants' sub-block scales (and Q4_K/Q5_K's mins) as pairs of
-// int16 per lane (sub-blocks 2p and 2p+1 in vector p), then the chunks'
-// value vectors, then their high-bit vectors. The packed matrix is about the
-// size of the file's (Q4_0/Q4_1/Q5_x/Q8_0 the same; K-quants 8-14% more, for
-// the int16 scales); rows past the last are zero.
+// them), the K-quants' sub-block scales as bytes (Q4_K/Q5_K: per chunk the 8
+// rows' 6-bit scales, then per chunk pair the rows' two 6-bit mins side by
+// side; Q6_K: per chunk the rows' two int8 scales side by side), then the
+// chunks' value vectors, then their high-bit vectors. The packed matrix is
+// the size of the file's (Q4_0/Q4_1/Q5_x/Q8_0/Q6_K) or 2-3% larger (Q4_K,
+// Q5_K: their scales unpacked from 6 bits to 8); rows past the last are
+// zero. Single-sequence decode streams these bytes, so every extra byte
+// costs memory-bound decode its share.
 
 #include <cstddef>
 #include <cstdint>
@@ -44,7 +47,7 @@ struct PackedLayout {
   int64_t offset = 0;      // added to every stored value (see above)
   int64_t value_bits = 0;  // 4, 5, 6 or 8
   bool has_min = false;    // Q4_1, Q5_1, Q4_K, Q5_K
-  int64_t scale_vectors = 0;  // int16-pair vectors of sub-block scales (and as many of mins if has_min)
+  int64_t scale_bytes = 0;  // K-quant sub-block scales (and mins), per unit of a tile
   size_t unit_bytes = 0;      // one unit of one tile
 };
 
