@@ -122,9 +122,11 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
 
 PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {
   if (!packs(w)) return {w, nullptr};
-  // The file's pages are let go as they are read, so that peak memory is the
-  // packed copy plus about a megabyte, not plus the largest matrix.
-  std::shared_ptr<const PackedMatrix> packed = pack_matrix(w, release_pages);
+  // On every thread (an 8B model is ~5 GB to repack); the file's pages are
+  // let go as they are read, so that peak memory is the packed copy plus a
+  // megabyte or so per thread, not plus the largest matrix.
+  std::shared_ptr<PackedMatrix> packed = allocate_packed(w);
+  pool_.parallel_for(packed->tiles(), [&](int64_t begin, int64_t end) { pack_tiles(w, *packed, begin, end, release_pages); });
   w.packed = packed.get();
   return {w, std::move(packed)};
 }

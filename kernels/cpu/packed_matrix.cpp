@@ -192,8 +192,7 @@ const PackedLayout* packed_layout(GgmlType type) {
   }
 }
 
-std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w,
-                                                const std::function<void(const void*, size_t)>& consumed) {
+std::shared_ptr<PackedMatrix> allocate_packed(const MatrixView& w) {
   const PackedLayout* l = packed_layout(w.type);
   if (l == nullptr || w.data == nullptr || w.rows <= 0 || w.cols <= 0 || w.cols % l->values != 0) {
     throw std::invalid_argument("pack_matrix: " + ggml_type_name(w.type) + " matrix of " + std::to_string(w.cols) +
@@ -212,27 +211,39 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w,
   if (raw == nullptr) throw std::bad_alloc();
   std::memset(raw, 0, total);
   m->bytes = {raw, free_aligned};
+  return m;
+}
 
+void pack_tiles(const MatrixView& w, PackedMatrix& m, int64_t tile_begin, int64_t tile_end,
+                const std::function<void(const void*, size_t)>& consumed) {
+  const PackedLayout& l = *packed_layout(w.type);
   const size_t row_bytes = ggml_row_bytes(w.type, w.cols);
   const size_t block_bytes = ggml_block_bytes(w.type);
+  const int64_t r0 = tile_begin * tile_rows, r1 = std::min(w.rows, tile_end * tile_rows);
+  if (r0 >= r1) return;
   Unit x;
   const auto* src = static_cast<const uint8_t*>(w.data);
   const size_t stretch = std::max<size_t>(row_bytes, size_t{1} << 20);
-  size_t reported = 0;  // bytes of w handed to `consumed`
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const uint8_t* row = src + static_cast<size_t>(r) * row_bytes;
+  size_t reported = static_cast<size_t>(r0) * row_bytes;  // w's bytes before this are handed to `consumed`
+  for (int64_t r = r0; r < r1; ++r) {
     const size_t read = static_cast<size_t>(r) * row_bytes;
     if (consumed && read - reported >= stretch) {
       consumed(src + reported, read - reported);
       reported = read;
     }
-    uint8_t* tile = raw + static_cast<size_t>(r / tile_rows) * m->tile_bytes;
-    for (int64_t j = 0; j < m->units; ++j) {
-      extract(w.type, row + static_cast<size_t>(j) * block_bytes, x);
-      place(*l, x, static_cast<int>(r % tile_rows), tile + static_cast<size_t>(j) * l->unit_bytes);
+    uint8_t* tile = m.bytes.get() + static_cast<size_t>(r / tile_rows) * m.tile_bytes;
+    for (int64_t j = 0; j < m.units; ++j) {
+      extract(w.type, src + read + static_cast<size_t>(j) * block_bytes, x);
+      place(l, x, static_cast<int>(r % tile_rows), tile + static_cast<size_t>(j) * l.unit_bytes);
     }
   }
-  if (consumed) consumed(src + reported, static_cast<size_t>(w.rows) * row_bytes - reported);
+  if (consumed) consumed(src + reported, static_cast<size_t>(r1) * row_bytes - reported);
+}
+
+std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w,
+                                                const std::function<void(const void*, size_t)>& consumed) {
+  std::shared_ptr<PackedMatrix> m = allocate_packed(w);
+  pack_tiles(w, *m, 0, m->tiles(), consumed);
   return m;
 }
 

@@ -72,4 +72,11 @@ struct PackedMatrix {
 std::shared_ptr<const PackedMatrix> pack_matrix(const MatrixView& w,
                                                 const std::function<void(const void*, size_t)>& consumed = {});
 
+// The same in two steps, so that threads can share the packing: the zeroed
+// matrix (throws std::invalid_argument where pack_matrix would), then tiles
+// [tile_begin, tile_end) of it (disjoint ranges may run concurrently).
+std::shared_ptr<PackedMatrix> allocate_packed(const MatrixView& w);
+void pack_tiles(const MatrixView& w, PackedMatrix& m, int64_t tile_begin, int64_t tile_end,
+                const std::function<void(const void*, size_t)>& consumed = {});
+
 }  // namespace actorlm::cpu
