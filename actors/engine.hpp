@@ -34,7 +34,7 @@ struct EngineConfig {
   int64_t kv_tokens = 16384;       // KV pool rows; 0 = as many as the device holds (cpu: 16384)
   std::string device = "cpu";      // "cpu" or "cuda"
   double mem_fraction_static = 0.85;    // cuda, kv_tokens 0: weights + KV share of GPU memory
-  std::string kv_cache_dtype = "auto";  // cuda: auto or bf16
+  std::string kv_cache_dtype = "auto";  // auto (float32), f16 (cpu) or bf16 (cuda)
   int32_t page_size = 1;
   int32_t max_requests = 64;       // request slots
   bool disable_radix_cache = false;

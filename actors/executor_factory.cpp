@@ -17,16 +17,19 @@ MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_
                            [[maybe_unused]] int32_t page_size,  // sizes the GPU pool only
                            int32_t max_requests, int32_t max_context) {
   if (kv_tokens < 0) throw std::invalid_argument("kv_tokens must be >= 0");
-  if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "bf16") {
-    throw std::invalid_argument("kv_cache_dtype must be auto or bf16, not '" + c.kv_cache_dtype + "'");
+  if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "bf16" && c.kv_cache_dtype != "f16") {
+    throw std::invalid_argument("kv_cache_dtype must be auto, f16 (cpu) or bf16 (cuda), not '" + c.kv_cache_dtype + "'");
   }
   MadeExecutor made;
   if (c.device == "cpu") {
-    if (c.kv_cache_dtype == "bf16") throw std::invalid_argument("the CPU backend keeps its KV cache in float32");
+    if (c.kv_cache_dtype == "bf16") throw std::invalid_argument("the CPU backend keeps its KV cache in float32 or f16, not bf16");
     made.kv_tokens = kv_tokens > 0 ? kv_tokens : 16384;
-    made.executor = std::make_unique<HostExecutor>(std::move(weights), std::make_unique<cpu::CpuBackend>(c.threads));
-    made.description = "cpu";
+    const bool f16 = c.kv_cache_dtype == "f16";
+    made.executor =
+        std::make_unique<HostExecutor>(std::move(weights), std::make_unique<cpu::CpuBackend>(c.threads), f16);
+    made.description = f16 ? "cpu, f16 KV cache" : "cpu";
   } else if (c.device == "cuda") {
+    if (c.kv_cache_dtype == "f16") throw std::invalid_argument("the CUDA backend keeps its KV cache in float32 or bf16, not f16");
 #if ACTORLM_HAVE_CUDA
     if (!(c.mem_fraction_static > 0.0 && c.mem_fraction_static < 1.0)) {
       throw std::invalid_argument("mem_fraction_static must be in (0, 1)");

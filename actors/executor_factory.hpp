@@ -16,7 +16,7 @@ struct ExecutorChoice {
   std::string device = "cpu";         // "cpu" or "cuda"
   int threads = 0;                    // cpu: backend threads, 0 = all
   double mem_fraction_static = 0.85;  // cuda: weights + KV pool share of GPU memory when kv_tokens is 0
-  std::string kv_cache_dtype = "auto";  // cuda: "auto" or "bf16" (the only one implemented)
+  std::string kv_cache_dtype = "auto";  // "auto" (float32), "f16" (cpu) or "bf16" (cuda)
 };
 
 struct MadeExecutor {

@@ -24,7 +24,7 @@ namespace {
 constexpr const char* usage =
     "usage: actorlm chat [--model PATH] [--system TEXT] [--temperature T] [--max-tokens N]\n"
     "                    [--threads N] [--kv-tokens N] [--seed S]\n"
-    "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|bf16]\n"
+    "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--node HOST:PORT ... | --topology FILE.json] [--secret-file FILE]\n"
     "                    [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--allow-plain-remote]\n"
     "                    [--special-tokens-in-content]   (control tokens typed in a message are\n"

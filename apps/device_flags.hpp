@@ -1,7 +1,7 @@
 #pragma once
 // The flags that choose where the model runs, shared by run, chat and serve
 // (named as SGLang names them): --device cpu|cuda, --mem-fraction-static F,
-// --kv-cache-dtype auto|bf16.
+// --kv-cache-dtype auto|f16|bf16.
 
 #include <set>
 #include <string>

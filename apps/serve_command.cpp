@@ -28,7 +28,7 @@ constexpr const char* usage =
     "                     [--context-length N] [--disable-radix-cache] "
     "[--special-tokens-in-content]\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
-    "auto|bf16]\n"
+    "auto|f16|bf16]\n"
     "  limits (docs/SECURITY.md):\n"
     "                     [--max-concurrent-requests 256] [--max-connections 1024] "
     "[--max-body-bytes 8388608]\n"

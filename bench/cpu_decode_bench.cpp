@@ -8,6 +8,7 @@
 //
 //   ./build/bench/cpu_decode_bench [--threads N] [--model FILE.gguf] [--repeats R]
 //                                  [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32]
+//                                  [--kv-cache-dtype auto|f16]
 //
 // Output: one line per figure, "prefill 512 t/s 812.3" / "decode 128x8 t/s 201.4".
 
@@ -23,6 +24,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
 #include "model/default_model.hpp"
+#include "model/host_executor.hpp"
 #include "model/model_runner.hpp"
 
 using namespace actorlm;
@@ -52,7 +54,7 @@ double median(std::vector<double> v) {
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: cpu_decode_bench [--threads N] [--model FILE] [--repeats R] [--prefill N,...] "
-               "[--decode CxB,...]\n");
+               "[--decode CxB,...] [--kv-cache-dtype auto|f16]\n");
   std::exit(2);
 }
 
@@ -60,6 +62,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int threads = 2, repeats = 3;
+  bool f16_kv = false;
   std::string model = default_model_path();
   std::vector<int> prefill = {128, 512, 2048};
   std::vector<int> decode = {128, 1, 2048, 1, 128, 8, 128, 32};  // context, batch pairs
@@ -78,6 +81,10 @@ int main(int argc, char** argv) {
       prefill = int_list(value());
     } else if (!std::strcmp(argv[i], "--decode")) {
       decode = int_list(value());
+    } else if (!std::strcmp(argv[i], "--kv-cache-dtype")) {
+      const std::string d = value();
+      if (d != "auto" && d != "f16") usage();
+      f16_kv = d == "f16";
     } else if (i == 1 && std::atoi(argv[i]) > 0) {
       threads = std::atoi(argv[i]);  // the old positional form
     } else {
@@ -92,7 +99,8 @@ int main(int argc, char** argv) {
     ctx = std::max(ctx, decode[i] + 40);
     max_batch = std::max(max_batch, decode[i + 1]);
   }
-  ModelRunner r(load_llama_weights(model), std::make_unique<cpu::CpuBackend>(threads),
+  ModelRunner r(std::make_unique<HostExecutor>(load_llama_weights(model), std::make_unique<cpu::CpuBackend>(threads),
+                                               f16_kv),
                 {.kv_pool_rows = int64_t(ctx) * max_batch + 1, .max_requests = max_batch, .max_context = ctx});
   auto rows_of = [&](int slot) {
     std::vector<int32_t> rows(static_cast<size_t>(ctx));

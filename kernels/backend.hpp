@@ -5,7 +5,7 @@
 //
 // Paged-KV contract (shared with kvstore's TokenToKVPoolAllocator):
 //   - Each layer has K and V buffers of pool_rows rows, a row being
-//     [n_kv_heads][head_dim] floats. Row r holds the token whose KV index
+//     [n_kv_heads][head_dim] floats (or halves, KvLayerView::k16). Row r holds the token whose KV index
 //     (out_cache_loc) is r. Rows [0, page_size) are the dummy page.
 //   - An attention plan lists, per request, its query rows in the batch, the
 //     position of its first query, and its KV rows in position order as a CSR
@@ -54,6 +54,11 @@ struct KvLayerView {
   int64_t pool_rows = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  // An f16 cache (the CPU backend's --kv-cache-dtype f16): rows of IEEE
+  // half floats here, k and v null. Half the memory and bandwidth; each K/V
+  // value rounded to 11 significant bits when stored.
+  uint16_t* k16 = nullptr;
+  uint16_t* v16 = nullptr;
 };
 
 // Planned on the host before the layer loop; the same plan serves every layer.

@@ -2,19 +2,26 @@
 
 namespace actorlm {
 
-HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), model_(std::move(weights), *backend_) {}
+HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend, bool f16_kv)
+    : backend_(std::move(backend)), model_(std::move(weights), *backend_), f16_kv_(f16_kv) {}
 
 void HostExecutor::allocate(int64_t kv_pool_rows, int32_t, int32_t) {
   const ModelConfig& c = model_.config();
   pool_rows_ = kv_pool_rows;
   auto per_layer = static_cast<size_t>(kv_pool_rows) * static_cast<size_t>(c.kv_dim());
-  k_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
-  v_cache_.assign(per_layer * static_cast<size_t>(c.n_layers), 0.0f);
+  const size_t total = per_layer * static_cast<size_t>(c.n_layers);
+  if (f16_kv_) {
+    k16_.assign(total, 0);
+    v16_.assign(total, 0);
+  } else {
+    k_cache_.assign(total, 0.0f);
+    v_cache_.assign(total, 0.0f);
+  }
 }
 
 int64_t HostExecutor::kv_bytes() const {
-  return static_cast<int64_t>((k_cache_.size() + v_cache_.size()) * sizeof(float));
+  return static_cast<int64_t>((k_cache_.size() + v_cache_.size()) * sizeof(float) +
+                              (k16_.size() + v16_.size()) * sizeof(uint16_t));
 }
 
 ForwardOutput HostExecutor::forward(const ForwardBatch& b, const StepPlan& plan) {
@@ -22,8 +29,15 @@ ForwardOutput HostExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   std::vector<KvLayerView> views;
   auto per_layer = pool_rows_ * c.kv_dim();
   for (int32_t l = 0; l < c.n_layers; ++l) {
-    views.push_back({k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer, pool_rows_, c.n_kv_heads,
-                     c.head_dim});
+    KvLayerView view{nullptr, nullptr, pool_rows_, c.n_kv_heads, c.head_dim};
+    if (f16_kv_) {
+      view.k16 = k16_.data() + l * per_layer;
+      view.v16 = v16_.data() + l * per_layer;
+    } else {
+      view.k = k_cache_.data() + l * per_layer;
+      view.v = v_cache_.data() + l * per_layer;
+    }
+    views.push_back(view);
   }
   ForwardOutput out;
   out.vocab = c.vocab_size;

@@ -1,6 +1,6 @@
 #pragma once
 // The host executor: LlamaModel over a Backend (the CPU one), with the KV pool
-// in host memory as float32, one K and one V buffer per layer.
+// in host memory as float32 or f16, one K and one V buffer per layer.
 
 #include <memory>
 
@@ -11,7 +11,8 @@ namespace actorlm {
 
 class HostExecutor final : public ModelExecutor {
  public:
-  HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend);
+  // f16_kv: keep K and V as IEEE halves (half the memory and bandwidth).
+  HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend, bool f16_kv = false);
 
   const ModelConfig& config() const override { return model_.config(); }
   void allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t max_context) override;
@@ -25,7 +26,9 @@ class HostExecutor final : public ModelExecutor {
   std::unique_ptr<Backend> backend_;
   LlamaModel model_;
   int64_t pool_rows_ = 0;
+  bool f16_kv_ = false;
   std::vector<float> k_cache_, v_cache_;  // [layers][pool_rows][kv_heads][head_dim]
+  std::vector<uint16_t> k16_, v16_;       // the same, when f16_kv_
 };
 
 }  // namespace actorlm

@@ -4,6 +4,7 @@
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
 #include "kernels/cpu/sampler.hpp"
+#include "kernels/half.hpp"
 
 #include <cblas.h>
 #include <sys/mman.h>
@@ -173,8 +174,17 @@ void CpuBackend::store_kv(KvLayerView cache, const float* k, const float* v,
       throw std::out_of_range("KV row " + std::to_string(r) + " outside the pool of " +
                               std::to_string(cache.pool_rows));
     }
-    std::memcpy(cache.k + r * row, k + static_cast<int64_t>(t) * row, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(cache.v + r * row, v + static_cast<int64_t>(t) * row, static_cast<size_t>(row) * sizeof(float));
+    const float* kt = k + static_cast<int64_t>(t) * row;
+    const float* vt = v + static_cast<int64_t>(t) * row;
+    if (cache.k16 != nullptr) {  // rounded to nearest (even), as F16C and llama.cpp's f16 cache do
+      for (int64_t i = 0; i < row; ++i) {
+        cache.k16[r * row + i] = f32_to_f16(kt[i]);
+        cache.v16[r * row + i] = f32_to_f16(vt[i]);
+      }
+      continue;
+    }
+    std::memcpy(cache.k + r * row, kt, static_cast<size_t>(row) * sizeof(float));
+    std::memcpy(cache.v + r * row, vt, static_cast<size_t>(row) * sizeof(float));
   }
 }
 

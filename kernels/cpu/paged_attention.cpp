@@ -1,5 +1,7 @@
 #include "kernels/cpu/paged_attention.hpp"
 
+#include "kernels/half.hpp"
+
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -52,6 +54,20 @@ inline f8 load8(const float* p) {
   return v;
 }
 
+// Eight halves widened (the f16 KV cache).
+inline f8 load8(const uint16_t* p) {
+#if defined(__F16C__)
+  return f8(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#else
+  f8 v;
+  for (int i = 0; i < 8; ++i) v[i] = f16_to_f32(p[i]);
+  return v;
+#endif
+}
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) { return f16_to_f32(v); }
+
 inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
 
 // a * b + c, fused where the build has FMA (then in every use alike).
@@ -80,8 +96,8 @@ inline float lane_sum(f8 a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + 
 // it is computed with. (That is also the order the previous, per-key loop
 // compiled to; a tree over 8 lanes instead moved teacher-forced agreement
 // with llama.cpp from 98.08% to 97.81%, near ties flipping on rounding.)
-template <int M>
-void dots(const float* q, const float* const* k, int32_t hd, float* out) {
+template <int M, class T>
+void dots(const float* q, const T* const* k, int32_t hd, float* out) {
   f8 lo[M], hi[M];
   for (int m = 0; m < M; ++m) lo[m] = hi[m] = f8{};
   int32_t d = 0;
@@ -93,7 +109,7 @@ void dots(const float* q, const float* const* k, int32_t hd, float* out) {
     }
   }
   for (int m = 0; m < M; ++m) {
-    for (int32_t e = d; e < hd; ++e) lo[m][0] = madd1(q[e], k[m][e], lo[m][0]);
+    for (int32_t e = d; e < hd; ++e) lo[m][0] = madd1(q[e], widen(k[m][e]), lo[m][0]);
     float s = 0.0f;
     for (int p = 0; p < 8; ++p) s += lo[m][p];
     for (int p = 0; p < 8; ++p) s += hi[m][p];
@@ -139,7 +155,8 @@ struct Geometry {
 // dots<8> with the 16-lane sums of 8 keys done as vector adds across keys
 // (their lanes transposed first) instead of one scalar add at a time: the
 // same additions in the same order, so the same scores.
-void dots8(const float* q, const float* const* k, int32_t hd, float* out) {
+template <class T>
+void dots8(const float* q, const T* const* k, int32_t hd, float* out) {
 #if defined(__AVX__)
   f8 lo[8], hi[8];
   for (int m = 0; m < 8; ++m) lo[m] = hi[m] = f8{};
@@ -152,7 +169,7 @@ void dots8(const float* q, const float* const* k, int32_t hd, float* out) {
     }
   }
   for (int m = 0; m < 8; ++m) {
-    for (int32_t e = d; e < hd; ++e) lo[m][0] = madd1(q[e], k[m][e], lo[m][0]);
+    for (int32_t e = d; e < hd; ++e) lo[m][0] = madd1(q[e], widen(k[m][e]), lo[m][0]);
   }
   // 8x8 transpose: t[p] lane m = v[m] lane p.
   auto transpose = [](const f8* v, f8* t) {
@@ -191,7 +208,8 @@ void dots8(const float* q, const float* const* k, int32_t hd, float* out) {
 // floats, so either fits in L1; both at once did not). score_block leaves
 // p_j = exp(score_j - max) in scores and the factor for the old sums in
 // *alpha; false when a score is not finite (the state is then marked bad).
-bool score_block(const float* qv, const float* const* k, int32_t n, int32_t hd, float scale, State& s,
+template <class T>
+bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, float scale, State& s,
                  float* scores, float* alpha_out) {
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
@@ -222,7 +240,8 @@ bool score_block(const float* qv, const float* const* k, int32_t n, int32_t hd, 
   return true;
 }
 
-void accumulate_block(const float* const* v, int32_t n, int32_t hd, const float* scores, float alpha, State& s) {
+template <class T>
+void accumulate_block(const T* const* v, int32_t n, int32_t hd, const float* scores, float alpha, State& s) {
   int32_t j = 0;
   // acc = acc * alpha + sum_j p_j v_j, 64 dimensions at a time in registers
   // (8 independent FMA chains: with 4, their latency bounded the loop); each
@@ -234,7 +253,7 @@ void accumulate_block(const float* const* v, int32_t n, int32_t hd, const float*
     for (int u = 0; u < 8; ++u) c[u] = load8(s.acc + d + 8 * u) * a8;
     for (j = 0; j < n; ++j) {
       const f8 p = f8{} + scores[j];
-      const float* vr = v[j] + d;
+      const T* vr = v[j] + d;
       for (int u = 0; u < 8; ++u) c[u] = madd(p, load8(vr + 8 * u), c[u]);
     }
     for (int u = 0; u < 8; ++u) store8(s.acc + d + 8 * u, c[u]);
@@ -244,7 +263,7 @@ void accumulate_block(const float* const* v, int32_t n, int32_t hd, const float*
     f8 c2 = load8(s.acc + d + 16) * a8, c3 = load8(s.acc + d + 24) * a8;
     for (j = 0; j < n; ++j) {
       const f8 p = f8{} + scores[j];
-      const float* vr = v[j] + d;
+      const T* vr = v[j] + d;
       c0 = madd(p, load8(vr), c0);
       c1 = madd(p, load8(vr + 8), c1);
       c2 = madd(p, load8(vr + 16), c2);
@@ -262,7 +281,7 @@ void accumulate_block(const float* const* v, int32_t n, int32_t hd, const float*
   }
   for (; d < hd; ++d) {
     float e = s.acc[d] * alpha;
-    for (j = 0; j < n; ++j) e = madd1(scores[j], v[j][d], e);
+    for (j = 0; j < n; ++j) e = madd1(scores[j], widen(v[j][d]), e);
     s.acc[d] = e;
   }
 }
@@ -279,10 +298,10 @@ struct Tile {
   int32_t chunks;                  // chunks its last query sees
 };
 
-}  // namespace
-
-void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, float* out,
-                     ThreadPool& pool) {
+// The whole of paged_attention for K/V rows of type T (float or f16).
+template <class T>
+void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v_all, const AttentionPlan& plan,
+            float* out, ThreadPool& pool) {
   const int32_t hd = plan.head_dim;
   const int32_t group = plan.n_heads / plan.n_kv_heads;
   const int64_t q_row = static_cast<int64_t>(plan.n_heads) * hd;
@@ -325,12 +344,12 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
     const int32_t k0 = c * chunk_keys;
     // Key blocks outer, queries inner: a block's K/V rows stay in cache for
     // every query of the tile; each query still sees its blocks in order.
-    const float* kr[key_block];
-    const float* vr[key_block];
+    const T* kr[key_block];
+    const T* vr[key_block];
     const int32_t* rows = rows_of(t);
     const int32_t last_visible = plan.prefix_len[static_cast<size_t>(t.req)] + t.first + t.count;
-    const float* kbase = cache.k + static_cast<int64_t>(t.kvh) * hd;
-    const float* vbase = cache.v + static_cast<int64_t>(t.kvh) * hd;
+    const T* kbase = k_all + static_cast<int64_t>(t.kvh) * hd;
+    const T* vbase = v_all + static_cast<int64_t>(t.kvh) * hd;
     float* alpha = scratch + static_cast<int64_t>(per_tile) * key_block;
     for (int32_t b0 = k0; b0 < std::min(k0 + chunk_keys, last_visible); b0 += key_block) {
       const int32_t n_block = std::min(key_block, last_visible - b0);
@@ -448,6 +467,17 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
       }
     }
   });
+}
+
+}  // namespace
+
+void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, float* out,
+                     ThreadPool& pool) {
+  if (cache.k16 != nullptr) {
+    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, out, pool);
+  } else {
+    attend<float>(q, cache, cache.k, cache.v, plan, out, pool);
+  }
 }
 
 }  // namespace actorlm::cpu

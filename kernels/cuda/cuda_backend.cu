@@ -113,7 +113,16 @@ void CudaBackend::rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads, 
   }
 }
 
+namespace {
+void require_float_cache(const KvLayerView& cache) {
+  if (cache.k == nullptr || cache.v == nullptr) {
+    throw std::invalid_argument("the CUDA backend reads a float32 KV cache view (no f16 cache here)");
+  }
+}
+}  // namespace
+
 void CudaBackend::store_kv(KvLayerView cache, const float* k, const float* v, std::span<const int32_t> loc) {
+  require_float_cache(cache);
   const int32_t kv_dim = cache.n_kv_heads * cache.head_dim;
   const auto pool = static_cast<size_t>(cache.pool_rows) * kv_dim;
   auto kc = bf16_device(cache.k, pool);
@@ -128,6 +137,7 @@ void CudaBackend::store_kv(KvLayerView cache, const float* k, const float* v, st
 }
 
 void CudaBackend::attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) {
+  require_float_cache(cache);
   const auto n_reqs = static_cast<int32_t>(plan.q_start.size());
   const int32_t hd = plan.head_dim;
   // The plan's CSR rows become a req_to_token table with one slot per request.

@@ -35,6 +35,19 @@ TEST_CASE("actorlm run answers a question on the default model", "[apps]") {
   CHECK(r.out.find("finish: stop") != std::string::npos);  // ended by the end-of-turn token
 }
 
+TEST_CASE("actorlm run keeps its KV cache in f16 when asked, and refuses a dtype the CPU has not", "[apps]") {
+  Result r = run("run -p 'Name the capital of France.' --max-tokens 20 --threads 2 --kv-cache-dtype f16");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("Paris") != std::string::npos);
+  r = run("run -p hi --kv-cache-dtype bf16");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("float32 or f16, not bf16") != std::string::npos);
+  r = run("run -p hi --kv-cache-dtype q4");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--kv-cache-dtype must be") != std::string::npos);
+}
+
 TEST_CASE("actorlm run is deterministic for a seed and honours --max-tokens", "[apps]") {
   std::string args = "run --raw -p 'Once upon a time' --max-tokens 12 --temperature 0.9 --seed 11 --threads 2";
   Result a = run(args), b = run(args);

@@ -3,6 +3,7 @@
 // (plus 1e-6 absolute) except GEMM/attention over long reductions (1e-4).
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/half.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -107,7 +108,9 @@ TEST_CASE("SwiGLU is silu(gate) * up", "[kernels]") {
 }
 
 // Paged attention over scattered pool rows equals dense causal attention over
-// the K/V it was given (prefix rows and store_kv inputs) in position order.
+// the K/V it was given (prefix rows and store_kv inputs) in position order,
+// with a float32 cache and with an f16 one (against the K/V as rounded to
+// f16, which is what such a cache holds).
 TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][attention]") {
   struct Shape {
     int heads, kv_heads;
@@ -115,6 +118,9 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   int page = GENERATE(1, 16);
   Shape shape = GENERATE(Shape{3, 3}, Shape{9, 3}, Shape{8, 2});
   const int hd = GENERATE(64, 128);
+  const bool f16 = GENERATE(false, true);
+  INFO((f16 ? "f16" : "float32") << " cache, page " << page << ", heads " << shape.heads << "/" << shape.kv_heads
+                                 << ", head_dim " << hd);
   std::mt19937 rng(5 + static_cast<unsigned>(page * 10 + shape.heads + hd));
   // A long prefill on a cached prefix, a fresh prefill, decodes at contexts
   // around the kernel's 64-key blocks and 512-key chunks, and an extend that
@@ -123,7 +129,17 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   const int64_t pool_rows = 4096 + page;
   const int64_t kv_row = int64_t(shape.kv_heads) * hd;
   V kbuf(pool_rows * kv_row, 0.0f), vbuf(pool_rows * kv_row, 0.0f);
+  std::vector<uint16_t> k16(f16 ? pool_rows * kv_row : 0), v16(k16.size());
   KvLayerView cache{kbuf.data(), vbuf.data(), pool_rows, shape.kv_heads, hd};
+  if (f16) cache = {nullptr, nullptr, pool_rows, shape.kv_heads, hd, k16.data(), v16.data()};
+  // What the cache holds for a value.
+  auto stored = [&](float x) { return f16 ? f16_to_f32(f32_to_f16(x)) : x; };
+  auto put = [&](V& buf32, std::vector<uint16_t>& buf16, int64_t at, const V& row) {
+    for (int64_t e = 0; e < kv_row; ++e) {
+      buf32[at + e] = row[e];
+      if (f16) buf16[at + e] = f32_to_f16(row[e]);
+    }
+  };
 
   // Hand out whole pages in shuffled order, position-consistent within a page.
   std::vector<int32_t> pages((pool_rows / page) - 1);
@@ -156,10 +172,10 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
     // Prefix K/V already in the pool; new tokens' K/V stored by store_kv.
     for (int p = 0; p < prefix[r]; ++p) {
       V kr = random_vec(kv_row, rng), vr = random_vec(kv_row, rng);
-      std::copy(kr.begin(), kr.end(), kbuf.begin() + rows[p] * kv_row);
-      std::copy(vr.begin(), vr.end(), vbuf.begin() + rows[p] * kv_row);
-      k_at[r].insert(k_at[r].end(), kr.begin(), kr.end());
-      v_at[r].insert(v_at[r].end(), vr.begin(), vr.end());
+      put(kbuf, k16, rows[p] * kv_row, kr);
+      put(vbuf, v16, rows[p] * kv_row, vr);
+      for (float x : kr) k_at[r].push_back(stored(x));
+      for (float x : vr) v_at[r].push_back(stored(x));
     }
     new_rows.insert(new_rows.end(), rows.begin() + prefix[r], rows.end());
     q_start += qlen[r];
@@ -169,8 +185,10 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   backend().store_kv(cache, knew.data(), vnew.data(), new_rows);
   for (size_t r = 0; r < prefix.size(); ++r) {
     const auto from = static_cast<ptrdiff_t>(plan.q_start[r] * kv_row), to = from + qlen[r] * kv_row;
-    k_at[r].insert(k_at[r].end(), knew.begin() + from, knew.begin() + to);
-    v_at[r].insert(v_at[r].end(), vnew.begin() + from, vnew.begin() + to);
+    for (auto i = from; i < to; ++i) {
+      k_at[r].push_back(stored(knew[static_cast<size_t>(i)]));
+      v_at[r].push_back(stored(vnew[static_cast<size_t>(i)]));
+    }
   }
   V q = random_vec(T * shape.heads * hd, rng), out(q.size()), want(q.size());
   backend().attention(q.data(), cache, plan, out.data());

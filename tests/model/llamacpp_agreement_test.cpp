@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/host_executor.hpp"
 #include "tests/model/model_test_support.hpp"
 #include "tests/test_paths.hpp"
 
@@ -31,12 +32,13 @@ namespace {
 constexpr double near_tie = 0.35;
 }  // namespace
 
-TEST_CASE("Greedy decoding and teacher-forced top-1 agree with llama.cpp", "[model][llamacpp]") {
+// Greedy continuations and teacher-forced top-1 against the fixture on
+// runner r; returns the teacher-forced agreement rate.
+double agreement(ModelRunner& r, const char* label) {
   std::ifstream in(test::fixture_path("llamacpp/greedy.json"));
   REQUIRE(in);
   auto fx = nlohmann::json::parse(in);
   REQUIRE(fx["cases"].size() >= 20);
-  ModelRunner& r = test::default_runner();
 
   int identical = 0, positions = 0, agree = 0;
   double worst_disagreement_gap = 0;
@@ -77,8 +79,24 @@ TEST_CASE("Greedy decoding and teacher-forced top-1 agree with llama.cpp", "[mod
     }
   }
   double rate = double(agree) / positions;
-  std::printf("greedy: %d of %zu continuations identical; teacher forcing: %d/%d top-1 agree (%.2f%%), "
+  std::printf("%s: greedy: %d of %zu continuations identical; teacher forcing: %d/%d top-1 agree (%.2f%%), "
               "largest gap at a disagreement %.4f\n",
-              identical, fx["cases"].size(), agree, positions, 100 * rate, worst_disagreement_gap);
-  CHECK(rate >= 0.98);
+              label, identical, fx["cases"].size(), agree, positions, 100 * rate, worst_disagreement_gap);
+  return rate;
+}
+
+TEST_CASE("Greedy decoding and teacher-forced top-1 agree with llama.cpp", "[model][llamacpp]") {
+  CHECK(agreement(test::default_runner(), "float32 KV") >= 0.98);
+}
+
+// llama.cpp's own cache is f16 by default, but it also rounds the queries
+// and the softmax weights to f16 where we keep float32, so an f16 cache here
+// does not bring the two closer: it rounds K and V once more on our side.
+// Measured 97.63% against 98.08% with float32 (every flip still inside the
+// near-tie band).
+TEST_CASE("With an f16 KV cache, decoding still agrees with llama.cpp", "[model][llamacpp]") {
+  ModelRunner r(std::make_unique<HostExecutor>(load_llama_weights(default_model_path()),
+                                               std::make_unique<cpu::CpuBackend>(0), /*f16_kv=*/true),
+                {.kv_pool_rows = 4096, .max_requests = 8, .max_context = 1024});
+  CHECK(agreement(r, "f16 KV") >= 0.97);
 }
