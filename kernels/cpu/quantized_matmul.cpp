@@ -71,14 +71,28 @@ bool degenerate_block(int64_t n, float amax, bool finite, int8_t* q, float* d) {
 // closely matters: with s = f16(d) * sum q instead, teacher-forced agreement
 // on the default Q4_1 model dropped from 98.1% to 97.99%.
 void quantize_32(const float* x, bool f16_sum, int8_t* q, float* d, float* s) {
+  // max |x| eight lanes at a time (GCC vector extension: the compiler did
+  // not vectorize the scalar loop, and a maximum is exact in any order); a
+  // NaN lane is flagged apart, since comparisons ignore it.
+  using f8 = float __attribute__((vector_size(32)));
+  using i8 = int32_t __attribute__((vector_size(32)));
+  f8 lanes{};
+  i8 nan_lanes{};
+  for (int64_t j = 0; j < block_values; j += 8) {
+    i8 bits;
+    std::memcpy(&bits, x + j, sizeof bits);
+    f8 v, a;
+    std::memcpy(&v, &bits, sizeof v);
+    bits &= 0x7fffffff;
+    std::memcpy(&a, &bits, sizeof a);
+    nan_lanes |= v != v;
+    lanes = a > lanes ? a : lanes;
+  }
   float amax = 0.0f;
-  // A NaN is never > amax and an infinity makes amax infinite, so one check
-  // after the loop finds both (and the loop vectorizes).
   bool nan = false;
-#pragma omp simd reduction(max : amax) reduction(| : nan)
-  for (int64_t j = 0; j < block_values; ++j) {
-    nan |= x[j] != x[j];
-    amax = std::max(amax, std::fabs(x[j]));
+  for (int i = 0; i < 8; ++i) {
+    amax = std::max(amax, lanes[i]);
+    nan |= nan_lanes[i] != 0;
   }
   const bool finite = !nan && std::isfinite(amax);
   if (degenerate_block(block_values, amax, finite, q, d)) {
