@@ -106,6 +106,12 @@ class Backend {
   // out[rows][w.rows] = x[rows][w.cols] · wᵀ  (+ out when accumulate). Any
   // view works; one from prepare_weights may be faster.
   virtual void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) = 0;
+  // out[i][rows][w[i].rows] = x · w[i]ᵀ for several matrices of one input
+  // (q/k/v, gate/up). A backend may share work between them; the results are
+  // those of one matmul each.
+  virtual void matmul_many(const float* x, int64_t rows, std::span<const MatrixView> w, std::span<float* const> out) {
+    for (size_t i = 0; i < w.size(); ++i) matmul(x, rows, w[i], out[i], false);
+  }
   // Adds bias[cols] to every row.
   virtual void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) = 0;
   // Rotates q [rows][n_heads*hd] and k [rows][n_kv_heads*hd] in place.

@@ -62,9 +62,9 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     const LayerViews& M = layer_views_[static_cast<size_t>(l)];
     backend_.rms_norm(x.data(), L.attn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    backend_.matmul(h.data(), T, M.wq, q.data(), false);
-    backend_.matmul(h.data(), T, M.wk, k.data(), false);
-    backend_.matmul(h.data(), T, M.wv, v.data(), false);
+    const MatrixView qkv[] = {M.wq, M.wk, M.wv};
+    float* const qkv_out[] = {q.data(), k.data(), v.data()};
+    backend_.matmul_many(h.data(), T, qkv, qkv_out);
     if (!L.bq.empty()) {
       backend_.add_bias(q.data(), L.bq.data(), T, Q);
       backend_.add_bias(k.data(), L.bk.data(), T, KV);
@@ -76,8 +76,9 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
     backend_.matmul(attn.data(), T, M.wo, x.data(), /*accumulate=*/true);  // residual
 
     backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    backend_.matmul(h.data(), T, M.gate, gate.data(), false);
-    backend_.matmul(h.data(), T, M.up, up.data(), false);
+    const MatrixView gate_up[] = {M.gate, M.up};
+    float* const gate_up_out[] = {gate.data(), up.data()};
+    backend_.matmul_many(h.data(), T, gate_up, gate_up_out);
     backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
     backend_.matmul(gate.data(), T, M.down, x.data(), /*accumulate=*/true);  // residual
   }

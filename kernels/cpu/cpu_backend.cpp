@@ -121,6 +121,39 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
   });
 }
 
+void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const MatrixView> w,
+                             std::span<float* const> out) {
+  // Only packed integer matrices share: anything else goes one at a time.
+  const bool shareable = rows > 0 && std::all_of(w.begin(), w.end(), [](const MatrixView& m) {
+    return m.packed != nullptr && activation_scheme(m.type) != ActivationScheme::none;
+  });
+  if (!shareable) {
+    Backend::matmul_many(x, rows, w, out);
+    return;
+  }
+  auto slot = [](ActivationScheme s) { return static_cast<size_t>(s) - static_cast<size_t>(ActivationScheme::q8_0); };
+  bool needed[3] = {false, false, false};
+  for (const MatrixView& m : w) needed[slot(activation_scheme(m.type))] = true;
+  for (const MatrixView& m : w) {
+    Activations& a = shared_[slot(activation_scheme(m.type))];
+    if (!needed[slot(activation_scheme(m.type))]) continue;
+    needed[slot(activation_scheme(m.type))] = false;
+    prepare_activations(x, rows, m.cols, m.type, a);
+    pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, a); });
+  }
+  // Tiles of every matrix, numbered one after another.
+  std::vector<int64_t> first_tile(w.size() + 1, 0);
+  for (size_t i = 0; i < w.size(); ++i) first_tile[i + 1] = first_tile[i] + (w[i].rows + tile_rows - 1) / tile_rows;
+  pool_.parallel_for(first_tile.back(), [&](int64_t begin, int64_t end) {
+    for (size_t i = 0; i < w.size(); ++i) {
+      const int64_t b = std::max(begin, first_tile[i]) - first_tile[i], e = std::min(end, first_tile[i + 1]) - first_tile[i];
+      if (b >= e) continue;
+      const Activations& a = shared_[slot(activation_scheme(w[i].type))];
+      matmul_rows(w[i], a, out[i], b * tile_rows, std::min(w[i].rows, e * tile_rows), false);
+    }
+  });
+}
+
 PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {
   if (!packs(w)) return {w, nullptr};
   // On every thread (an 8B model is ~5 GB to repack); the file's pages are

@@ -27,6 +27,9 @@ class CpuBackend final : public Backend {
   // (packed_matrix.hpp) when the CPU has the AVX2 or AVX-512 VNNI kernels.
   PreparedMatrix prepare_weights(MatrixView w) override;
   void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) override;
+  // Quantizes x once per activation scheme and runs every matrix's tiles as
+  // one parallel loop (one wait instead of one per matrix).
+  void matmul_many(const float* x, int64_t rows, std::span<const MatrixView> w, std::span<float* const> out) override;
   void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override;
   void rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads,
             std::span<const int32_t> positions, const RopeTable& table) override;
@@ -41,6 +44,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   Activations activations_;  // matmul's scratch, kept to reuse its storage
+  Activations shared_[3];     // matmul_many's, one per integer scheme (q8_0, q8_1, q8_K)
 };
 
 }  // namespace actorlm::cpu

@@ -408,3 +408,32 @@ TEST_CASE("prepare_weights packs block types and leaves the matrix's own bytes i
     CHECK(a == b);
   }
 }
+
+TEST_CASE("matmul_many gives each matrix exactly what matmul gives it", "[kernels][quantized]") {
+  std::mt19937 rng(18);
+  cpu::CpuBackend backend(2);
+  const int64_t cols = 768, tokens = 5;
+  // Mixed schemes (q8_0, q8_1, q8_K) in one call, row counts off the tile;
+  // then a set with a float matrix, which goes one at a time.
+  for (auto types : {std::vector<GgmlType>{GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::Q8_0},
+                     std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::F16}}) {
+    std::vector<Matrix> ms;
+    for (size_t i = 0; i < types.size(); ++i) ms.push_back(random_matrix(types[i], 37 + 8 * int64_t(i), cols, rng));
+    V x = random_x(tokens * cols, rng);
+    std::vector<MatrixView> views;
+    std::vector<V> together, alone;
+    std::vector<float*> outs;
+    for (const Matrix& m : ms) {
+      views.push_back(m.view());
+      together.emplace_back(static_cast<size_t>(tokens * m.rows), -7.0f);
+      alone.emplace_back(static_cast<size_t>(tokens * m.rows), -7.0f);
+    }
+    for (V& o : together) outs.push_back(o.data());
+    backend.matmul_many(x.data(), tokens, views, outs);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      INFO(ggml_type_name(ms[i].type));
+      backend.matmul(x.data(), tokens, views[i], alone[i].data(), false);
+      CHECK(together[i] == alone[i]);
+    }
+  }
+}
