@@ -123,6 +123,9 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
 
 void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const MatrixView> w,
                              std::span<float* const> out) {
+  if (w.size() != out.size() || std::any_of(w.begin(), w.end(), [&](const MatrixView& m) { return m.cols != w[0].cols; })) {
+    throw std::invalid_argument("matmul_many: one output per matrix, all matrices as wide as x");
+  }
   // Only packed integer matrices share: anything else goes one at a time.
   const bool shareable = rows > 0 && std::all_of(w.begin(), w.end(), [](const MatrixView& m) {
     return m.packed != nullptr && activation_scheme(m.type) != ActivationScheme::none;
@@ -131,15 +134,16 @@ void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const Matri
     Backend::matmul_many(x, rows, w, out);
     return;
   }
-  auto slot = [](ActivationScheme s) { return static_cast<size_t>(s) - static_cast<size_t>(ActivationScheme::q8_0); };
-  bool needed[3] = {false, false, false};
-  for (const MatrixView& m : w) needed[slot(activation_scheme(m.type))] = true;
+  auto slot = [](GgmlType t) {
+    return static_cast<size_t>(activation_scheme(t)) - static_cast<size_t>(ActivationScheme::q8_0);
+  };
+  bool quantized[3] = {false, false, false};
   for (const MatrixView& m : w) {
-    Activations& a = shared_[slot(activation_scheme(m.type))];
-    if (!needed[slot(activation_scheme(m.type))]) continue;
-    needed[slot(activation_scheme(m.type))] = false;
-    prepare_activations(x, rows, m.cols, m.type, a);
-    pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, a); });
+    const size_t s = slot(m.type);
+    if (quantized[s]) continue;
+    quantized[s] = true;
+    prepare_activations(x, rows, m.cols, m.type, shared_[s]);
+    pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, shared_[s]); });
   }
   // Tiles of every matrix, numbered one after another.
   std::vector<int64_t> first_tile(w.size() + 1, 0);
@@ -148,8 +152,7 @@ void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const Matri
     for (size_t i = 0; i < w.size(); ++i) {
       const int64_t b = std::max(begin, first_tile[i]) - first_tile[i], e = std::min(end, first_tile[i + 1]) - first_tile[i];
       if (b >= e) continue;
-      const Activations& a = shared_[slot(activation_scheme(w[i].type))];
-      matmul_rows(w[i], a, out[i], b * tile_rows, std::min(w[i].rows, e * tile_rows), false);
+      matmul_rows(w[i], shared_[slot(w[i].type)], out[i], b * tile_rows, std::min(w[i].rows, e * tile_rows), false);
     }
   });
 }

@@ -87,8 +87,6 @@ inline float madd1(float a, float b, float c) {
 #endif
 }
 
-inline float lane_sum(f8 a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
-
 // q · k_j for up to 4 keys at once (independent chains for the FPU), in
 // one fixed order: lane p of 16 sums the dimensions d = p (mod 16) in order
 // (dimensions past the last 16 go to lane 0), then the lanes are added one
