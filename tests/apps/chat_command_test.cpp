@@ -69,13 +69,15 @@ TEST_CASE("A person can chat, interrupt an answer, ask for stats and quit", "[ap
   press("Enter");
   REQUIRE(wait_for("tokens,", 2));
 
-  // Ctrl-C stops a long answer without leaving the chat.
-  type("/max 400");
+  // Ctrl-C stops a long answer without leaving the chat. Pressed 400 ms in:
+  // at ~400 tokens/s the answer could otherwise end on its own first (it did,
+  // at 2 s and /max 400, once decoding got faster).
+  type("/max 2000");
   press("Enter");
   REQUIRE(wait_for("(ok)"));
   type("Write a very long story about a lighthouse keeper and the sea.");
   press("Enter");
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
   press("C-c");
   REQUIRE(wait_for("stopped]"));
 
