@@ -143,13 +143,6 @@ void fold(State& s, const State& other, int32_t hd) {
   s.m = m;
 }
 
-struct Geometry {
-  const KvLayerView* cache;
-  int64_t kv_row;
-  int32_t hd;
-  float scale;
-};
-
 // dots<8> with the 16-lane sums of 8 keys done as vector adds across keys
 // (their lanes transposed first) instead of one scalar add at a time: the
 // same additions in the same order, so the same scores.
@@ -303,7 +296,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
   const int32_t hd = plan.head_dim;
   const int32_t group = plan.n_heads / plan.n_kv_heads;
   const int64_t q_row = static_cast<int64_t>(plan.n_heads) * hd;
-  const Geometry g{&cache, static_cast<int64_t>(plan.n_kv_heads) * hd, hd, plan.scale};
+  const int64_t kv_row = static_cast<int64_t>(plan.n_kv_heads) * hd;  // floats (or halves) per pool row
   for (int32_t idx : plan.kv_indices) {
     if (idx < 0 || idx >= cache.pool_rows) {
       throw std::out_of_range("attention plan names KV row " + std::to_string(idx) + " outside the pool");
@@ -352,8 +345,8 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
     for (int32_t b0 = k0; b0 < std::min(k0 + chunk_keys, last_visible); b0 += key_block) {
       const int32_t n_block = std::min(key_block, last_visible - b0);
       for (int32_t j = 0; j < n_block; ++j) {
-        kr[j] = kbase + rows[b0 + j] * g.kv_row;
-        vr[j] = vbase + rows[b0 + j] * g.kv_row;
+        kr[j] = kbase + rows[b0 + j] * kv_row;
+        vr[j] = vbase + rows[b0 + j] * kv_row;
       }
       // Visible keys of query i in this block (0: none), scores, then values.
       auto keys_of = [&](int32_t i) {
@@ -365,7 +358,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
       };
       for (int32_t i = 0; i < n; ++i) {
         const auto [qv, keys] = keys_of(i);
-        if (keys == 0 || !score_block(qv, kr, keys, hd, g.scale, states[static_cast<size_t>(i)],
+        if (keys == 0 || !score_block(qv, kr, keys, hd, plan.scale, states[static_cast<size_t>(i)],
                                       scratch + static_cast<int64_t>(i) * key_block, &alpha[i])) {
           alpha[i] = NAN;  // nothing to add
         }
