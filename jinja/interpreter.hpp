@@ -1,0 +1,54 @@
+#pragma once
+// Runs a parsed template (internal to jinja/; Template is the interface).
+// Scopes follow Jinja: a for loop's body and a macro's body get their own
+// frame, so {% set %} inside them does not leak out (namespace() is how
+// templates carry state out of a loop); if-blocks share their parent's.
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "jinja/ast.hpp"
+#include "jinja/template.hpp"
+
+namespace actorlm::jinja {
+
+class Interpreter {
+ public:
+  Interpreter(const Dict& variables, const Limits& limits, const Clock& clock);
+
+  Text run(const Body& body);
+
+  Value eval(const Expr& e);
+  Value call(const Value& fn, const CallArgs& args, int line);
+  // Counts work against the limit; throws Error::Kind::limit past it.
+  void charge(uint64_t units, int line = 0);
+  const Clock& clock() const { return clock_; }
+  // The value's items as a for loop sees them (dict: its keys; string: its
+  // characters); throws Error::Kind::type for what cannot be iterated.
+  List iterate(const Value& v, int line);
+
+ private:
+  using Frame = std::unordered_map<std::string, Value>;
+  enum class Flow { normal, break_, continue_ };
+
+  Flow exec(const Body& body, Text& out);
+  Flow exec_for(const Node& n, Text& out);
+  void exec_set(const Node& n, Value v);
+  void define_macro(const Node& n);
+  void emit(Text& out, const Text& t, int line);
+  Value lookup(const std::string& name) const;
+  void assign(const std::string& name, Value v);
+  Value binary(const Expr& e);
+
+  const Dict& variables_;
+  Limits limits_;
+  const Clock& clock_;
+  uint64_t work_ = 0;
+  int call_depth_ = 0;
+  std::vector<std::shared_ptr<Frame>> frames_;
+  Frame builtins_;
+};
+
+}  // namespace actorlm::jinja
