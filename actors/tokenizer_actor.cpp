@@ -11,7 +11,10 @@ namespace {
 
 struct TokenizerState {
   std::shared_ptr<const Tokenizer> tok;
-  ChatTemplate chat{ChatTemplate::Format::chatml};
+  // Null when the model's template cannot be used (chat_error says why):
+  // chat requests are then refused, text and token requests still served.
+  std::shared_ptr<const ChatTemplate> chat;
+  std::string chat_error;
   caf::actor scheduler, detokenizer;
   bool special_tokens_in_content = false;
   static inline const char* name = "actorlm.tokenizer";
@@ -21,7 +24,11 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
                               caf::actor scheduler, caf::actor detokenizer, bool special_tokens_in_content) {
   auto& s = self->state;
   s.tok = std::move(tok);
-  s.chat = ChatTemplate::from_source(s.tok->chat_template(), nullptr);
+  try {
+    s.chat = std::make_shared<const ChatTemplate>(ChatTemplate::for_model(*s.tok, nullptr));
+  } catch (const jinja::Error& e) {
+    s.chat_error = std::string("engine failure: the model's chat template cannot be used: ") + e.what();
+  }
   s.scheduler = std::move(scheduler);
   s.detokenizer = std::move(detokenizer);
   s.special_tokens_in_content = special_tokens_in_content;
@@ -46,12 +53,24 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
         }
       }
     } else if (g.messages() && g.messages()->size() > 0) {
+      if (!s.chat) {
+        self->send(client, WireMessage{error_delta(g.request_id(), s.chat_error)});
+        return;
+      }
       std::vector<ChatMessage> messages;
       for (const fb::ChatMessage* m : *g.messages()) {
         messages.push_back({m->role() ? m->role()->str() : "", m->content() ? m->content()->str() : ""});
       }
-      t.input_ids = s.tok->encode(s.chat.render_segments(messages, true, s.special_tokens_in_content), false);
-      if (auto eot = s.tok->token_id(s.chat.end_of_turn())) end_ids.push_back(*eot);
+      try {
+        t.input_ids = s.chat->encode(*s.tok, messages, {.special_tokens_in_content = s.special_tokens_in_content});
+      } catch (const jinja::Error& e) {
+        // The template refused the conversation (raise_exception) or ran
+        // past its limits: the request's fault, said in the template's words.
+        self->send(client, WireMessage{error_delta(g.request_id(), std::string("chat template: ") + e.what())});
+        return;
+      }
+      // A chat ends at any end-of-generation token (end of turn, EOS...).
+      end_ids = s.tok->end_of_generation_ids();
     } else {
       std::string text = g.text() ? g.text()->str() : "";
       t.input_ids = s.tok->encode(text, s.tok->add_bos_by_default(), false);

@@ -83,13 +83,12 @@ int run_command(int argc, char** argv, int first) {
   if (tok.eos_id()) stop_ids.push_back(*tok.eos_id());
   if (!args.has("--raw")) {
     std::string warning;
-    ChatTemplate tpl = ChatTemplate::from_source(tok.chat_template(), &warning);
+    ChatTemplate tpl = ChatTemplate::for_model(tok, &warning);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     ChatMessage user{"user", text};
-    prompt = tok.encode(tpl.render_segments(std::span<const ChatMessage>(&user, 1), true,
-                                            args.has(special_tokens_in_content_switch)),
-                        tok.add_bos_by_default());
-    if (auto id = tok.token_id(tpl.end_of_turn())) stop_ids.push_back(*id);
+    prompt = tpl.encode(tok, std::span<const ChatMessage>(&user, 1),
+                        {.special_tokens_in_content = args.has(special_tokens_in_content_switch)});
+    stop_ids = tok.end_of_generation_ids();
   } else {
     prompt = tok.encode(text, tok.add_bos_by_default(), /*parse_special=*/false);
   }

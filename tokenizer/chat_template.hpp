@@ -1,26 +1,26 @@
 #pragma once
-// Chat prompt formats. The model's Jinja template (tokenizer.chat_template in
-// a GGUF, chat_template in tokenizer_config.json) is recognised by its
-// markers rather than executed:
-//   - ChatML (<|im_start|>role\ncontent<|im_end|>\n; SmolLM, Qwen). A
-//     template that writes a literal system message when the conversation
-//     does not start with one (SmolLM2's does) keeps that behaviour, with the
-//     text taken from the template itself;
-//   - Llama 3 (<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>,
-//     content trimmed, <|begin_of_text|> before the first message).
-// Anything else falls back to ChatML and says so in *warning (the library
-// never prints). Roles are copied as given (system, user, assistant, ...).
-// Special-token text inside roles and contents is client text, not markup
-// (see render_segments).
+// A model's chat prompt format: its own Jinja template (tokenizer.chat_template
+// in a GGUF, chat_template in tokenizer_config.json) executed by the
+// sandboxed engine in jinja/, with the variables Hugging Face passes
+// (messages, add_generation_prompt, tools, bos_token, eos_token) and its
+// globals (raise_exception, strftime_now). A model without a template gets
+// ChatML, with a warning.
+//
+// Rendering keeps track of which bytes came from the client (roles, contents,
+// tools) and which from the template (turn markers, default system prompts):
+// only the template's may become special tokens, so a user who types
+// "<|im_start|>system" gets those characters, not a forged turn.
 // Immutable; thread-safe.
 
 #include <cstdint>
-#include <optional>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "jinja/template.hpp"
 #include "tokenizer/prompt_segment.hpp"
 
 namespace actorlm {
@@ -28,52 +28,58 @@ namespace actorlm {
 class Tokenizer;
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
+};
+
+// What a render is given besides the messages.
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  // Text of special tokens inside client text becomes those tokens (trusted
+  // callers only: it lets message text open and close turns).
+  bool special_tokens_in_content = false;
+  // OpenAI-style tool definitions (a JSON array), or null for none.
+  nlohmann::ordered_json tools = nullptr;
+  // More template variables (e.g. {"enable_thinking": false}), as
+  // chat_template_kwargs in vLLM/SGLang requests.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  // Pins strftime_now (tests); empty: the local clock.
+  jinja::Clock clock = nullptr;
 };
 
 class ChatTemplate {
  public:
-  enum class Format { chatml, llama3 };
+  // source: Jinja text; bos/eos: the texts bos_token and eos_token hold.
+  // Throws jinja::Error (syntax, unsupported) naming the line and construct.
+  ChatTemplate(std::string_view source, std::string bos_token, std::string eos_token);
+  // The model's own template, or ChatML when it has none (*warning says so;
+  // cleared otherwise). Throws jinja::Error when its template cannot be used.
+  static ChatTemplate for_model(const Tokenizer& tokenizer, std::string* warning);
+  // ChatML as SmolLM2/Qwen write it, for models without a template.
+  static std::string_view chatml_source();
 
-  // warning (may be null): cleared when the template is recognised, else
-  // says why ChatML is used.
-  static ChatTemplate from_source(const std::string& jinja, std::string* warning);
-  // A format by name, for overriding the model's own: "chatml" or "llama3"
-  // ("llama-3" too). Unknown names give ChatML and a warning.
-  static ChatTemplate from_name(std::string_view name, std::string* warning);
-  // name_override when not empty, else the model's template.
-  static ChatTemplate choose(const std::string& jinja, std::string_view name_override, std::string* warning);
-  explicit ChatTemplate(Format format, std::optional<std::string> default_system = std::nullopt);
-
-  Format format() const { return format_; }
-  std::string_view name() const { return format_ == Format::llama3 ? "llama3" : "chatml"; }
-  const std::optional<std::string>& default_system() const { return default_system_; }
-  // The prompt, as the model's Jinja template renders it, in segments: the
-  // template's own markup (turn markers, the default system prompt) with
-  // parse_special, and the client's text (each role and content) without,
-  // unless special_tokens_in_content. Encoded with Tokenizer's segment
-  // encode, a message that types "<|im_start|>system" gets those
-  // characters, not a forged turn; a conversation without such text gets
-  // the ids it always had. special_tokens_in_content is for trusted
-  // callers only (it lets message text open and close turns).
-  std::vector<PromptSegment> render_segments(std::span<const ChatMessage> messages, bool add_generation_prompt,
-                                             bool special_tokens_in_content = false) const;
-  // The segments' text joined: what Jinja prints (tests compare the two).
-  // Encoding this string with parse_special = true trusts every message.
-  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  // render_segments, then Tokenizer's segment encode. BOS is put first when
-  // the tokenizer adds one by default and the rendered text does not already
-  // begin with it (Llama 3 writes <|begin_of_text|> itself), so there is
-  // never a double BOS.
+  // The prompt in segments: template text (parse_special) and client text
+  // (parse_special only with special_tokens_in_content). Throws jinja::Error
+  // (raised: the template refused the conversation, e.g. "System role not
+  // supported"; limit; type...).
+  std::vector<PromptSegment> render_segments(const nlohmann::ordered_json& messages,
+                                             const ChatRenderOptions& options = {}) const;
+  std::vector<PromptSegment> render_segments(std::span<const ChatMessage> messages,
+                                             const ChatRenderOptions& options = {}) const;
+  // The segments' text joined: exactly what Jinja prints.
+  std::string render(std::span<const ChatMessage> messages, const ChatRenderOptions& options = {}) const;
+  // render_segments, then the tokenizer's segment encode. BOS goes first
+  // when the tokenizer adds one by default and the template did not already
+  // write it, so there is never a double BOS.
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                              bool add_generation_prompt, bool special_tokens_in_content = false) const;
-  // Text of the token that ends an assistant turn.
-  std::string end_of_turn() const;
+                              const ChatRenderOptions& options = {}) const;
 
  private:
-  Format format_;
-  std::optional<std::string> default_system_;
+  std::shared_ptr<const jinja::Template> template_;
+  std::string bos_, eos_;
 };
+
+// The messages as the JSON array templates read ([{"role", "content"}...]).
+nlohmann::ordered_json messages_json(std::span<const ChatMessage> messages);
 
 }  // namespace actorlm

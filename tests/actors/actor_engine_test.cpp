@@ -37,12 +37,12 @@ const LlamaWeights& weights() {
 
 std::vector<Ids> prompts(int n) {
   static Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(default_model_path()));
-  ChatTemplate tpl = ChatTemplate::from_source(tok.chat_template(), nullptr);
+  ChatTemplate tpl = ChatTemplate::for_model(tok, nullptr);
   std::vector<Ids> out;
   for (int i = 0; i < n; ++i) {
     std::vector<ChatMessage> m{{"system", "You are a terse assistant for a museum; answer in one sentence, with care."},
                                {"user", "Name one thing about item " + std::to_string(i * 7) + "."}};
-    out.push_back(tok.encode(tpl.render(m, true), false, true));
+    out.push_back(tok.encode(tpl.render(m), false, true));
   }
   return out;
 }

@@ -181,9 +181,9 @@ GenerateOptions forged_turn() {
 // (the old behaviour), and when only the template's markup has.
 std::pair<size_t, size_t> forged_turn_lengths() {
   Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(default_model_path()));
-  ChatTemplate tpl = ChatTemplate::from_source(tok.chat_template(), nullptr);
+  ChatTemplate tpl = ChatTemplate::for_model(tok, nullptr);
   auto m = forged_turn().messages;
-  return {tok.encode(tpl.render(m, true), false, true).size(), tpl.encode(tok, m, true).size()};
+  return {tok.encode(tpl.render(m), false, true).size(), tpl.encode(tok, m).size()};
 }
 
 TEST_CASE("Turn markers typed in a chat message reach the model as text", "[actors][engine][special]") {

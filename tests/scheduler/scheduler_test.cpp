@@ -75,13 +75,13 @@ std::vector<Ids> shared_prefix_prompts(int n) {
       "You are a meticulous assistant for a library. Answer in one short sentence. Be accurate, polite and "
       "concise; never invent facts; if unsure, say so. Prefer plain words over jargon, and give numbers when "
       "they help.";
-  ChatTemplate tpl = ChatTemplate::from_source(tokenizer().chat_template(), nullptr);
+  ChatTemplate tpl = ChatTemplate::for_model(tokenizer(), nullptr);
   std::vector<Ids> prompts;
   const char* topics[] = {"the sun", "rivers", "owls", "bread", "glass", "chess", "rain", "copper"};
   for (int i = 0; i < n; ++i) {
     std::vector<ChatMessage> m{{"system", system},
                                {"user", std::string("Tell me one fact about ") + topics[i % 8] + " (#" + std::to_string(i) + ")."}};
-    prompts.push_back(tokenizer().encode(tpl.render(m, true), false, true));
+    prompts.push_back(tokenizer().encode(tpl.render(m), false, true));
   }
   return prompts;
 }

@@ -78,13 +78,13 @@ double rel_l2(const float* a, const float* b, size_t n) {
 
 std::vector<Ids> chat_prompts() {
   Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(default_model_path()));
-  ChatTemplate tpl = ChatTemplate::from_source(tok.chat_template(), nullptr);
+  ChatTemplate tpl = ChatTemplate::for_model(tok, nullptr);
   std::vector<Ids> out;
   for (const char* q : {"What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers.",
                         "Explain what a GPU is in one sentence.", "Who wrote Hamlet?", "Translate 'good morning' to Spanish.",
                         "What is 12 times 12?", "Name a color of the rainbow."}) {
     std::vector<ChatMessage> m{{"user", q}};
-    out.push_back(tok.encode(tpl.render(m, true), false, true));
+    out.push_back(tok.encode(tpl.render(m), false, true));
   }
   return out;
 }
