@@ -9,6 +9,7 @@
 #include "apps/cli_args.hpp"
 #include "apps/kv_demo.hpp"
 #include "apps/node_command.hpp"
+#include "apps/prompt_commands.hpp"
 #include "apps/run_command.hpp"
 #include "apps/serve_command.hpp"
 #include "model/gguf_file.hpp"
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], "chat") == 0) return actorlm::chat_command(argc, argv, 2);
     if (std::strcmp(argv[1], "serve") == 0) return actorlm::serve_command(argc, argv, 2);
     if (std::strcmp(argv[1], "node") == 0) return actorlm::node_command(argc, argv, 2);
+    if (std::strcmp(argv[1], "tokenize") == 0) return actorlm::tokenize_command(argc, argv, 2);
+    if (std::strcmp(argv[1], "template") == 0) return actorlm::template_command(argc, argv, 2);
   } catch (const actorlm::cli::UsageError& e) {
     std::fprintf(stderr, "actorlm %s: %s\n", argv[1], e.what());
     return 2;
@@ -61,6 +64,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "actorlm %s: error: %s\n", argv[1], e.what());
     return 1;
   }
-  std::fprintf(stderr, "actorlm: unknown command '%s' (commands: chat, serve, node, run, kv-demo, version)\n", argv[1]);
+  std::fprintf(stderr, "actorlm: unknown command '%s' (commands: chat, serve, node, run, tokenize, template, kv-demo, version)\n", argv[1]);
   return 2;
 }
