@@ -275,6 +275,9 @@ GgufFile GgufFile::parse(std::unique_ptr<Impl> impl, const uint8_t* base, size_t
   }
 
   uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
+  // A file with no tensors (llama.cpp's vocabulary-only GGUFs) may end
+  // right after its metadata, without padding up to a data section.
+  if (impl->tensors.empty()) data_start = std::min<uint64_t>(data_start, size);
   if (data_start > size) throw ModelError(path + ": truncated GGUF file: no tensor data");
   uint64_t data_size = size - data_start;
   for (size_t i = 0; i < impl->tensors.size(); ++i) {

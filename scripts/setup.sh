@@ -39,3 +39,5 @@ for mod in openai:openai websocket:websocket-client; do
 done
 
 bash "$here/fetch_model.sh"
+# The tokenizer family tests compare with llama.cpp on its own vocabulary files.
+bash "$here/fetch_vocabularies.sh" >/dev/null

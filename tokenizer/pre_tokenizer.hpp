@@ -9,6 +9,10 @@
 //   llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //   qwen2:  llama3 with single digits (\p{N} instead of \p{N}{1,3})
+//   qwen35: qwen2 with combining marks counted as letters
+// and, as llama.cpp applies them, families written as several patterns in a
+// row, each splitting what the previous left: default_bpe (files with no
+// tokenizer.ggml.pre: GPT-NeoX, Aquila), falcon, deepseek_llm, deepseek_coder.
 
 #include <string>
 #include <string_view>
@@ -16,10 +20,10 @@
 
 namespace actorlm {
 
-enum class PreTokenizer { gpt2, smollm, llama3, qwen2 };
+enum class PreTokenizer { gpt2, smollm, llama3, qwen2, qwen35, default_bpe, falcon, deepseek_llm, deepseek_coder };
 
-// Maps llama.cpp's tokenizer.ggml.pre names; unknown names give gpt2 and set
-// *known = false.
+// Maps llama.cpp's tokenizer.ggml.pre names (empty: no name in the file);
+// unknown names give gpt2 and set *known = false.
 PreTokenizer pre_tokenizer_from_name(const std::string& name, bool* known);
 
 // Pieces in order; concatenated they give back text exactly.

@@ -20,8 +20,9 @@ const std::string spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 // Texts llama.cpp treats as end-of-turn / end-of-generation tokens, and the
 // fill-in-the-middle tokens it also stops on (pad, repo, file separator).
 const char* const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-    "<|end_of_text|>", "<end_of_utterance>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "[e~[",
     "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
     "<reponame>", "<|file_sep|>"};
 // Fill-in-the-middle markers that are control tokens whatever the file says.
@@ -190,7 +191,12 @@ void Tokenizer::find_end_of_generation() {
     data_.types[static_cast<size_t>(*id)] = TokenType::control;
     if (end_of_generation) eog_.push_back(*id);
   };
-  for (const char* t : eog_texts) mark(t, true);
+  // "</s>" is an ordinary token in vocabularies that end turns with
+  // "<|tool_response>" or "<|plamo:eos|>" (llama.cpp makes the same exception).
+  const bool s_is_text = token_id("<|tool_response>") || token_id("<|plamo:eos|>");
+  for (const char* t : eog_texts) {
+    if (!(s_is_text && std::string_view(t) == "</s>")) mark(t, true);
+  }
   for (const char* t : fim_texts) mark(t, false);
   for (const auto& id : {data_.eos, data_.eot, data_.eom}) {
     if (id) eog_.push_back(*id);

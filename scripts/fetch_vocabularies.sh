@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fetches llama.cpp's vocabulary-only GGUFs (models/ggml-vocab-*.gguf, ~75 MB:
+# llama-spm, llama-bpe, qwen2, phi-3, deepseek, falcon, command-r, ...) once
+# into the cache, for the tokenizer family tests. They ship in the
+# llama-cpp-python 0.3.36 sdist on PyPI, whose sha256 is checked; each file's
+# own sha256 is checked by the test against its fixture. Prints the folder.
+set -euo pipefail
+cache="${ACTORLM_CACHE:-$HOME/.cache/actorlm}"
+dest="$cache/llama-vocab"
+sdist="llama_cpp_python-0.3.36.tar.gz"
+sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+
+if [[ -f "$dest/.complete" ]]; then
+  echo "$dest"
+  exit 0
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+echo "actorlm: fetching llama.cpp's vocabulary files from PyPI package llama-cpp-python==0.3.36 (sdist)" >&2
+if ! python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" llama-cpp-python==0.3.36 >&2; then
+  echo "actorlm: could not download llama-cpp-python==0.3.36 from PyPI; check network access to pypi.org" >&2
+  exit 1
+fi
+if ! echo "$sha256  $tmp/$sdist" | sha256sum --check --status; then
+  echo "actorlm: sha256 mismatch for $sdist (expected $sha256); refusing to use it" >&2
+  exit 1
+fi
+mkdir -p "$dest"
+tar -xzf "$tmp/$sdist" -C "$tmp" --wildcards 'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*.gguf'
+mv "$tmp"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*.gguf "$dest/"
+touch "$dest/.complete"
+echo "$dest"
