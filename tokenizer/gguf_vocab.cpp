@@ -41,11 +41,16 @@ VocabData vocab_from_gguf(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model").value_or("");
   if (model == "gpt2") {
     d.kind = VocabData::Kind::byte_bpe;
-  } else if (model == "llama") {
+  } else if (model == "llama" || model == "gemma4") {
     d.kind = VocabData::Kind::spm;
   } else {
-    throw ModelError(f.path() + ": tokenizer.ggml.model is '" + model + "'; supported are 'gpt2' and 'llama'");
+    throw ModelError(f.path() + ": tokenizer.ggml.model is '" + model +
+                     "'; supported are 'gpt2', 'llama' and 'gemma4' (WordPiece 'bert' and Unigram 't5', the "
+                     "embedding models' tokenizers, are not)");
   }
+  // Gemma 4: SentencePiece-style symbols (U+2581 for spaces, raw UTF-8, byte
+  // fallback) merged by the file's merge ranks, not by scores.
+  const bool gemma4 = model == "gemma4";
 
   auto tokens = f.get_string_array("tokenizer.ggml.tokens");
   if (!tokens || tokens->empty()) throw ModelError(f.path() + ": tokenizer.ggml.tokens is missing or empty");
@@ -83,7 +88,8 @@ VocabData vocab_from_gguf(const GgufFile& f) {
   if (d.kind == VocabData::Kind::byte_bpe && d.merges.empty()) {
     throw ModelError(f.path() + ": a gpt2 (BPE) vocabulary needs tokenizer.ggml.merges");
   }
-  if (d.kind == VocabData::Kind::spm) {
+  if (gemma4 && d.merges.empty()) throw ModelError(f.path() + ": a gemma4 vocabulary needs tokenizer.ggml.merges");
+  if (d.kind == VocabData::Kind::spm && !gemma4) {
     if (d.scores.empty()) throw ModelError(f.path() + ": a llama (SentencePiece) vocabulary needs tokenizer.ggml.scores");
     d.merges.clear();  // SentencePiece merges by score
   }
@@ -97,6 +103,8 @@ VocabData vocab_from_gguf(const GgufFile& f) {
       d.ignore_merges = true;
       d.add_bos = true;
     }
+  } else if (gemma4) {
+    d.split_newlines = true;  // special ids and add_bos come from the file's keys below
   } else {
     d.add_space_prefix = true;
     d.add_bos = true;

@@ -306,6 +306,22 @@ void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) con
 // some adjacent pair spells a token (best score first, or best merge rank
 // for tokenizer.json vocabularies); leftovers become <0xNN> byte tokens.
 void Tokenizer::spm_fragment(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const {
+  if (data_.split_newlines) {
+    // Each run of newlines, and each stretch between them, merges alone.
+    size_t b = 0;
+    while (b < text.size()) {
+      const bool nl = text[b] == '\n';
+      size_t e = b;
+      while (e < text.size() && (text[e] == '\n') == nl) ++e;
+      spm_run(text.substr(b, e - b), space_prefix && b == 0, out);
+      b = e;
+    }
+    return;
+  }
+  spm_run(text, space_prefix, out);
+}
+
+void Tokenizer::spm_run(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const {
   std::string s = (space_prefix ? spm_space : std::string()) + replace_all(text, " ", spm_space);
   std::vector<MergeSymbol> syms = utf8_symbols(s.data(), s.size());
   const std::string_view sv(s);

@@ -100,6 +100,7 @@ class Tokenizer {
 
   void index_tokens();
   void find_end_of_generation();
+  void spm_run(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const;
   // Byte range [begin, end) of a text in which control tokens may match
   // (trusted segments, adjacent ones joined).
   struct TrustedRange {

@@ -22,7 +22,8 @@ enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control
 struct VocabData {
   // byte_bpe: GPT-2 style byte-level BPE (tokenizer.ggml.model = "gpt2").
   // spm: SentencePiece-style BPE over characters with "▁" for spaces and
-  //      <0xNN> byte fallback (tokenizer.ggml.model = "llama").
+  //      <0xNN> byte fallback (tokenizer.ggml.model = "llama"; also "gemma4",
+  //      which merges by rank, inside newline and non-newline runs).
   enum class Kind { byte_bpe, spm } kind = Kind::byte_bpe;
   PreTokenizer pre = PreTokenizer::gpt2;       // byte_bpe only
   std::vector<std::string> tokens;             // id -> token text (byte images for byte_bpe)
@@ -36,6 +37,7 @@ struct VocabData {
   bool add_bos = false;
   bool add_space_prefix = false;  // spm: "▁" before the text and after each special token
   bool ignore_merges = false;     // byte_bpe (Llama 3): a piece that is a whole token is taken as is
+  bool split_newlines = false;    // spm (Gemma 4): runs of "\n" and of anything else merge apart
   std::string chat_template;      // Jinja source, if the model has one
   std::vector<std::string> warnings;
 };

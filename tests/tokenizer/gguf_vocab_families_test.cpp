@@ -40,7 +40,6 @@ std::string sha256_of(const std::string& path) {
 const std::map<std::string, std::string> not_supported = {
     {"bert-bge", "WordPiece ('bert'): an embedding model's tokenizer, not a chat model's"},
     {"nomic-bert-moe", "Unigram ('t5'): an embedding model's tokenizer, not a chat model's"},
-    {"gemma-4", "'gemma4': merges by rank over raw UTF-8 with U+2581 for spaces, not yet written"},
 };
 
 }  // namespace
