@@ -152,7 +152,8 @@ Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make
     m.kv_tokens = m.core->kv_tokens;
   }
   caf::anon_send(m.detokenizer, m.scheduler);
-  m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content);
+  m.tokenizer =
+      spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content, config.chat_template);
   if (!m.core) m.kv_tokens = stats().kv.capacity;
 }
 

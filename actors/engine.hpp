@@ -44,6 +44,9 @@ struct EngineConfig {
   // tokens (as every peer does) instead of plain text. Lets message text
   // open and close turns, so only for callers that trust every client.
   bool special_tokens_in_content = false;
+  // Jinja source of a chat template to use instead of the model's own
+  // (--chat-template-file); empty: the model's.
+  std::string chat_template;
   // Nodes listed: this engine is a cluster head. It loads only the model's
   // tokenizer and config (the nodes hold the weights and KV), and its actor
   // system must have been set up with configure_remote() (actors/remote_setup.hpp).

@@ -21,13 +21,14 @@ struct TokenizerState {
 };
 
 caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::shared_ptr<const Tokenizer> tok,
-                              caf::actor scheduler, caf::actor detokenizer, bool special_tokens_in_content) {
+                              caf::actor scheduler, caf::actor detokenizer, bool special_tokens_in_content,
+                              const std::string& chat_template) {
   auto& s = self->state;
   s.tok = std::move(tok);
   try {
-    s.chat = std::make_shared<const ChatTemplate>(ChatTemplate::for_model(*s.tok, nullptr));
+    s.chat = std::make_shared<const ChatTemplate>(ChatTemplate::for_model(*s.tok, nullptr, chat_template));
   } catch (const jinja::Error& e) {
-    s.chat_error = std::string("engine failure: the model's chat template cannot be used: ") + e.what();
+    s.chat_error = std::string("engine failure: the chat template cannot be used: ") + e.what();
   }
   s.scheduler = std::move(scheduler);
   s.detokenizer = std::move(detokenizer);
@@ -91,9 +92,9 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
 }  // namespace
 
 caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
-                           caf::actor detokenizer, bool special_tokens_in_content) {
+                           caf::actor detokenizer, bool special_tokens_in_content, std::string chat_template) {
   return system.spawn(tokenizer_actor, std::move(tok), std::move(scheduler), std::move(detokenizer),
-                      special_tokens_in_content);
+                      special_tokens_in_content, std::move(chat_template));
 }
 
 }  // namespace actorlm

@@ -19,12 +19,16 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <memory>
+#include <string>
 
 #include "tokenizer/tokenizer.hpp"
 
 namespace actorlm {
 
+// chat_template: Jinja source used instead of the model's own (empty: the
+// model's). One that cannot be used makes every chat request fail with why.
 caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
-                           caf::actor detokenizer, bool special_tokens_in_content = false);
+                           caf::actor detokenizer, bool special_tokens_in_content = false,
+                           std::string chat_template = {});
 
 }  // namespace actorlm

@@ -28,7 +28,8 @@ constexpr const char* usage =
     "                    [--node HOST:PORT ... | --topology FILE.json] [--secret-file FILE]\n"
     "                    [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--allow-plain-remote]\n"
     "                    [--special-tokens-in-content]   (control tokens typed in a message are\n"
-    "                                                     tokens, not text: they can open turns)\n";
+    "                                                     tokens, not text: they can open turns)\n"
+    "                    [--chat-template-file FILE]     (a Jinja template instead of the model's)\n";
 
 constexpr const char* help =
     "commands:\n"
@@ -54,7 +55,7 @@ bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 
 int chat_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first,
                  with_flags(with_device_flags({"--model", "--system", "--temperature", "--max-tokens", "--threads",
-                                               "--kv-tokens", "--seed"}),
+                                               "--kv-tokens", "--seed", chat_template_file_flag}),
                             with_flags(head_flags, security_flags)),
                  {"--help", allow_plain_switch, special_tokens_in_content_switch}, {{"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help")) {
@@ -69,6 +70,7 @@ int chat_command(int argc, char** argv, int first) {
   config.scheduler.max_context = 0;  // the model's
   config.cluster = cluster_from_flags(args);
   config.special_tokens_in_content = args.has(special_tokens_in_content_switch);
+  config.chat_template = chat_template_from_flags(args);
   int shown = -1;
   config.progress = [&](int done, int total) {
     int pct = done * 100 / total;

@@ -1,6 +1,10 @@
 #include "apps/engine_flags.hpp"
 
+#include <fstream>
+#include <iterator>
+
 #include "apps/device_flags.hpp"
+#include "jinja/template.hpp"
 #include "model/default_model.hpp"
 
 namespace actorlm {
@@ -27,6 +31,21 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
   ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
   return ec;
+}
+
+std::string chat_template_from_flags(const cli::Args& args) {
+  const auto path = args.str(chat_template_file_flag);
+  if (!path) return {};
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) throw cli::UsageError(std::string(chat_template_file_flag) + ": cannot read '" + *path + "'");
+  std::string source(std::istreambuf_iterator<char>(in), {});
+  if (source.empty()) throw cli::UsageError(*path + " is empty");
+  try {
+    jinja::Template check(source);
+  } catch (const jinja::Error& e) {
+    throw cli::UsageError(*path + ": " + e.what());
+  }
+  return source;
 }
 
 }  // namespace actorlm

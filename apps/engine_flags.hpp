@@ -17,6 +17,12 @@ inline const char* const disable_radix_switch = "--disable-radix-cache";
 // serve, chat and run (not node: nodes never see text). Off by default: see
 // EngineConfig::special_tokens_in_content.
 inline const char* const special_tokens_in_content_switch = "--special-tokens-in-content";
+// serve, chat and run: a Jinja chat template used instead of the model's own.
+inline const char* const chat_template_file_flag = "--chat-template-file";
+
+// The --chat-template-file's text, checked to parse (cli::UsageError naming
+// the file, line and construct); empty when the flag is absent.
+std::string chat_template_from_flags(const cli::Args& args);
 
 EngineConfig engine_from_flags(const cli::Args& args);
 

@@ -24,6 +24,7 @@ constexpr const char* usage =
     "usage: actorlm run -p PROMPT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
     "                   [--min-p P] [--repetition-penalty R] [--seed S] [--stop STR]\n"
     "                   [--model PATH] [--threads N] [--raw] [--special-tokens-in-content] [--device cpu|cuda]\n"
+    "                   [--chat-template-file FILE]\n"
     "  PROMPT is sent as one user message through the model's chat template, control tokens\n"
     "  such as <|im_start|> in it as plain text unless --special-tokens-in-content;\n"
     "  --raw sends it as plain text without the template.\n";
@@ -44,7 +45,8 @@ int run_command(int argc, char** argv, int first) {
   using cli::Args;
   Args args(argc, argv, first,
             with_device_flags({"--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--min-p",
-                               "--repetition-penalty", "--seed", "--stop", "--model", "--threads"}),
+                               "--repetition-penalty", "--seed", "--stop", "--model", "--threads",
+                               chat_template_file_flag}),
             {"--raw", special_tokens_in_content_switch, "--help"}, {{"-p", "--prompt"}, {"-n", "--max-tokens"}, {"-m", "--model"}, {"-h", "--help"}});
   if (args.has("--help") || !args.str("--prompt")) {
     std::fputs(usage, args.has("--help") ? stdout : stderr);
@@ -62,6 +64,7 @@ int run_command(int argc, char** argv, int first) {
   const auto max_tokens = static_cast<int32_t>(args.integer("--max-tokens", 256, 1, 1 << 20));
   const int threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
   const std::string model = args.str("--model").value_or(default_model_path());
+  const std::string chat_template = chat_template_from_flags(args);  // before the model loads: fail fast
 
   auto t0 = std::chrono::steady_clock::now();
   Tokenizer tok = load_tokenizer(model);
@@ -83,7 +86,7 @@ int run_command(int argc, char** argv, int first) {
   if (tok.eos_id()) stop_ids.push_back(*tok.eos_id());
   if (!args.has("--raw")) {
     std::string warning;
-    ChatTemplate tpl = ChatTemplate::for_model(tok, &warning);
+    ChatTemplate tpl = ChatTemplate::for_model(tok, &warning, chat_template);
     if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     ChatMessage user{"user", text};
     prompt = tpl.encode(tok, std::span<const ChatMessage>(&user, 1),

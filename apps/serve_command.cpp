@@ -42,7 +42,8 @@ constexpr const char* usage =
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
     "                     [--allow-plain-remote] [--connect-timeout S]\n"
     "  --special-tokens-in-content: chat messages may hold control tokens such as <|im_start|>\n"
-    "  (by default they are plain text, so a client cannot forge system or assistant turns).\n";
+    "  (by default they are plain text, so a client cannot forge system or assistant turns).\n"
+    "  --chat-template-file FILE: a Jinja chat template used instead of the model's own.\n";
 
 std::chrono::milliseconds seconds_flag(const cli::Args& args, const char* name, double fallback) {
   return std::chrono::milliseconds(
@@ -74,7 +75,8 @@ int serve_command(int argc, char** argv, int first) {
           with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
                                     "--max-body-bytes", "--max-connections", "--max-header-bytes",
                                     "--header-timeout", "--body-timeout", "--keep-alive-timeout",
-                                    "--write-timeout", "--shutdown-timeout", "--allowed-host"}),
+                                    "--write-timeout", "--shutdown-timeout", "--allowed-host",
+                                    chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
       {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help"},
       {{"-m", "--model"}, {"--model-path", "--model"}});
@@ -85,6 +87,7 @@ int serve_command(int argc, char** argv, int first) {
   EngineConfig ec = engine_from_flags(args);
   ec.cluster = cluster_from_flags(args);
   ec.special_tokens_in_content = args.has(special_tokens_in_content_switch);
+  ec.chat_template = chat_template_from_flags(args);
 
   ServerConfig sc;
   sc.host = args.str("--host").value_or("127.0.0.1");

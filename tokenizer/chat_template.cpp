@@ -12,13 +12,16 @@ std::string_view ChatTemplate::chatml_source() {
          "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 }
 
-ChatTemplate ChatTemplate::for_model(const Tokenizer& tokenizer, std::string* warning) {
+ChatTemplate ChatTemplate::for_model(const Tokenizer& tokenizer, std::string* warning,
+                                     std::string_view source_override) {
   if (warning) warning->clear();
   auto text_of = [&](std::optional<int32_t> id) { return id ? tokenizer.token_text(*id) : std::string(); };
-  const std::string& own = tokenizer.chat_template();
-  if (own.empty() && warning) *warning = "the model has no chat template; using ChatML";
-  return ChatTemplate(own.empty() ? chatml_source() : std::string_view(own), text_of(tokenizer.bos_id()),
-                      text_of(tokenizer.eos_id()));
+  std::string_view source = source_override.empty() ? std::string_view(tokenizer.chat_template()) : source_override;
+  if (source.empty()) {
+    if (warning) *warning = "the model has no chat template; using ChatML";
+    source = chatml_source();
+  }
+  return ChatTemplate(source, text_of(tokenizer.bos_id()), text_of(tokenizer.eos_id()));
 }
 
 nlohmann::ordered_json messages_json(std::span<const ChatMessage> messages) {

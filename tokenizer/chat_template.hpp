@@ -53,8 +53,11 @@ class ChatTemplate {
   // Throws jinja::Error (syntax, unsupported) naming the line and construct.
   ChatTemplate(std::string_view source, std::string bos_token, std::string eos_token);
   // The model's own template, or ChatML when it has none (*warning says so;
-  // cleared otherwise). Throws jinja::Error when its template cannot be used.
-  static ChatTemplate for_model(const Tokenizer& tokenizer, std::string* warning);
+  // cleared otherwise); source_override, when not empty, instead of either
+  // (--chat-template-file). Throws jinja::Error when the template cannot be
+  // used.
+  static ChatTemplate for_model(const Tokenizer& tokenizer, std::string* warning,
+                                std::string_view source_override = {});
   // ChatML as SmolLM2/Qwen write it, for models without a template.
   static std::string_view chatml_source();
 

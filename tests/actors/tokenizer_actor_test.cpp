@@ -103,3 +103,53 @@ TEST_CASE("Ordinary conversations reach the model with the ids they always had",
   CHECK(ids == t.encode(tpl.render(m), false, true));
   CHECK(ids == tokenized(m, true));
 }
+
+namespace {
+
+// What the tokenizer actor answers the client when it refuses a chat
+// request (an error TextDelta), for a tokenizer spawned with this template.
+std::string refusal(const std::string& chat_template, const std::vector<ChatMessage>& messages) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  caf::scoped_actor self{system};
+  auto me = caf::actor_cast<caf::actor>(self);
+  caf::actor tokenizer = spawn_tokenizer(system, smollm(), me, me, false, chat_template);
+  fb::GenerateRequestT g;
+  g.request_id = 9;
+  for (const auto& m : messages) {
+    auto cm = std::make_unique<fb::ChatMessageT>();
+    cm->role = m.role;
+    cm->content = m.content;
+    g.messages.push_back(std::move(cm));
+  }
+  self->send(tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, me);
+  std::string error;
+  self->receive(
+      [&](const WireMessage& w) {
+        std::string err;
+        auto d = msg::unpack<fb::TextDelta>(w.bytes, &err);
+        REQUIRE(d);
+        CHECK(d->request_id == 9);
+        CHECK(d->finish_reason == fb::FinishReason::Error);
+        error = d->error;
+      },
+      [&](generate_atom, const WireMessage&, const caf::actor&) { FAIL("the request was scheduled"); },
+      [&](register_atom, const WireMessage&, const caf::actor&) { FAIL("the request was registered"); },
+      caf::after(std::chrono::seconds(30)) >> [&] { FAIL("the tokenizer sent nothing"); });
+  caf::anon_send_exit(tokenizer, caf::exit_reason::user_shutdown);
+  return error;
+}
+
+}  // namespace
+
+TEST_CASE("A chat template given to the engine replaces the model's, and its refusals reach the client",
+          "[actors][tokenizer]") {
+  const std::vector<ChatMessage> m{{"system", "S"}, {"user", "U"}};
+  const std::string refusing =
+      "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x";
+  CHECK(refusal(refusing, m).find("System role not supported") != std::string::npos);
+  // One that cannot be parsed fails every chat request, saying why.
+  const std::string broken = refusal("{% for m in messages %}", m);
+  CHECK(broken.find("chat template cannot be used") != std::string::npos);
+  CHECK(broken.find("endfor") != std::string::npos);
+}

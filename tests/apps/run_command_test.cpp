@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -73,4 +74,29 @@ TEST_CASE("actorlm run rejects bad input with a message and an exit code", "[app
   CHECK(r.out.find("unknown argument '--bogus'") != std::string::npos);
   r = run("frobnicate");
   CHECK(r.code == 2);
+}
+
+TEST_CASE("actorlm run uses a --chat-template-file instead of the model's template", "[apps]") {
+  char path[] = "/tmp/actorlm-template-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  // A template that refuses every conversation: its words reach the user, so
+  // the file (not the model's ChatML) rendered the prompt.
+  const std::string refusing = "{{ raise_exception('this template takes no questions') }}";
+  REQUIRE(write(fd, refusing.data(), refusing.size()) == static_cast<ssize_t>(refusing.size()));
+  close(fd);
+  Result r = run("run -p hi --max-tokens 4 --chat-template-file " + std::string(path));
+  CHECK(r.code == 1);
+  CHECK(r.out.find("this template takes no questions") != std::string::npos);
+  // One that does not parse is refused before the model loads, naming its line.
+  FILE* f = fopen(path, "w");
+  REQUIRE(f);
+  fputs("{% for m in messages %}\n{{ m.content }\n", f);
+  fclose(f);
+  r = run("run -p hi --chat-template-file " + std::string(path));
+  CHECK(r.code == 2);
+  CHECK(r.out.find("line 2") != std::string::npos);
+  CHECK(r.out.find("loaded") == std::string::npos);
+  std::remove(path);
+  CHECK(run("run -p hi --chat-template-file /nonexistent.jinja").code == 2);
 }
