@@ -188,6 +188,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
       cm->content = c.content;
       g.messages.push_back(std::move(cm));
     }
+    g.template_kwargs = o.template_kwargs;
   } else {
     g.text = o.prompt;
   }

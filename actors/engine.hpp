@@ -58,6 +58,9 @@ struct GenerateOptions {
   std::string prompt;                 // used when messages is empty
   std::vector<ChatMessage> messages;  // rendered through the model's chat template
   bool chat = true;                   // prompt as one user message through the template
+  // Chat: a JSON object of extra template variables (chat_template_kwargs);
+  // empty: none.
+  std::string template_kwargs;
   SamplingParams sampling;
   int32_t max_new_tokens = 256;
   std::vector<std::string> stop;

@@ -1,6 +1,9 @@
 #include "actors/tokenizer_actor.hpp"
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <variant>
 
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
@@ -8,6 +11,26 @@
 
 namespace actorlm {
 namespace {
+
+// chat_template_kwargs as template variables: a JSON object, nested at most
+// 16 deep, that does not replace the conversation itself. Else why not.
+std::variant<nlohmann::ordered_json, std::string> template_kwargs(const std::string& text) {
+  constexpr int max_depth = 16;
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text, [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+      if (depth > max_depth) throw std::invalid_argument("nested deeper than 16");
+      return true;
+    });
+  } catch (const std::exception& e) {
+    return std::string("chat_template_kwargs is not usable JSON: ") + e.what();
+  }
+  if (!j.is_object()) return std::string("chat_template_kwargs must be a JSON object");
+  for (const char* reserved : {"messages", "bos_token", "eos_token"}) {
+    if (j.contains(reserved)) return std::string("chat_template_kwargs may not set '") + reserved + "'";
+  }
+  return j;
+}
 
 struct TokenizerState {
   std::shared_ptr<const Tokenizer> tok;
@@ -62,8 +85,17 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       for (const fb::ChatMessage* m : *g.messages()) {
         messages.push_back({m->role() ? m->role()->str() : "", m->content() ? m->content()->str() : ""});
       }
+      ChatRenderOptions options{.special_tokens_in_content = s.special_tokens_in_content};
+      if (g.template_kwargs() && g.template_kwargs()->size() > 0) {
+        auto kwargs = template_kwargs(g.template_kwargs()->str());
+        if (const auto* err = std::get_if<std::string>(&kwargs)) {
+          self->send(client, WireMessage{error_delta(g.request_id(), *err)});
+          return;
+        }
+        options.extra = std::move(std::get<nlohmann::ordered_json>(kwargs));
+      }
       try {
-        t.input_ids = s.chat->encode(*s.tok, messages, {.special_tokens_in_content = s.special_tokens_in_content});
+        t.input_ids = s.chat->encode(*s.tok, messages, options);
       } catch (const jinja::Error& e) {
         // The template refused the conversation (raise_exception) or ran
         // past its limits: the request's fault, said in the template's words.

@@ -153,6 +153,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   o.chat = chat;
   if (chat) {
     if (auto e = read_messages(f, o.messages)) return *e;
+    if (const json* kw = f.find("chat_template_kwargs")) {
+      // vLLM's and SGLang's extension: more variables for the chat template.
+      if (!kw->is_object()) return f.error("chat_template_kwargs", "must be an object");
+      o.template_kwargs = kw->dump();
+    }
   } else if (const json* p = f.find("prompt"); p && p->is_string()) {
     o.prompt = p->get_ref<const std::string&>();
   } else if (auto e = read_token_ids(f, "prompt", o.input_ids)) {
