@@ -197,13 +197,7 @@ Interpreter::Flow Interpreter::exec(const Body& body, Text& out) {
         std::vector<const Expr*> chain;
         for (const Expr* e = n.expr.get(); e; e = e->args.empty() ? nullptr : e->args[0].get()) chain.push_back(e);
         Value v(std::move(captured));
-        for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-          CallArgs args;
-          args.line = (*it)->line;
-          for (size_t i = 1; i < (*it)->args.size(); ++i) args.positional.push_back(eval(*(*it)->args[i]));
-          for (const auto& [k, e] : (*it)->kwargs) args.keyword.emplace_back(k, eval(*e));
-          v = apply_filter(*this, (*it)->name, v, args);
-        }
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = apply_filter(*this, (*it)->name, v, arguments(**it));
         emit(out, v.to_text(), n.line);
         if (f != Flow::normal) return f;
         break;
@@ -373,6 +367,14 @@ Value Interpreter::call(const Value& fn, const CallArgs& args, int line) {
   return fn.callable().call(*this, args);
 }
 
+CallArgs Interpreter::arguments(const Expr& e) {
+  CallArgs args;
+  args.line = e.line;
+  for (size_t i = 1; i < e.args.size(); ++i) args.positional.push_back(eval(*e.args[i]));
+  for (const auto& [k, a] : e.kwargs) args.keyword.emplace_back(k, eval(*a));
+  return args;
+}
+
 Value Interpreter::binary(const Expr& e) {
   const std::string& op = e.name;
   Value a = eval(*e.args[0]);
@@ -462,29 +464,17 @@ Value Interpreter::eval(const Expr& e) {
     }
     case Expr::Kind::call: {
       Value fn = eval(*e.args[0]);
-      CallArgs args;
-      args.line = e.line;
-      for (size_t i = 1; i < e.args.size(); ++i) args.positional.push_back(eval(*e.args[i]));
-      for (const auto& [k, a] : e.kwargs) args.keyword.emplace_back(k, eval(*a));
-      return call(fn, args, e.line);
+      return call(fn, arguments(e), e.line);
     }
     case Expr::Kind::filter: {
       Value v = eval(*e.args[0]);
-      CallArgs args;
-      args.line = e.line;
-      for (size_t i = 1; i < e.args.size(); ++i) args.positional.push_back(eval(*e.args[i]));
-      for (const auto& [k, a] : e.kwargs) args.keyword.emplace_back(k, eval(*a));
-      Value r = apply_filter(*this, e.name, v, args);
+      Value r = apply_filter(*this, e.name, v, arguments(e));
       charge(r.is_string() ? r.str().size() : r.is_list() ? r.list().size() : 0, e.line);
       return r;
     }
     case Expr::Kind::test: {
       Value v = eval(*e.args[0]);
-      CallArgs args;
-      args.line = e.line;
-      for (size_t i = 1; i < e.args.size(); ++i) args.positional.push_back(eval(*e.args[i]));
-      for (const auto& [k, a] : e.kwargs) args.keyword.emplace_back(k, eval(*a));
-      return Value(apply_test(*this, e.name, v, args) != e.negated);
+      return Value(apply_test(*this, e.name, v, arguments(e)) != e.negated);
     }
     case Expr::Kind::unary: {
       Value v = eval(*e.args[0]);

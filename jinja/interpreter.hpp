@@ -41,6 +41,9 @@ class Interpreter {
   Value lookup(const std::string& name) const;
   void assign(const std::string& name, Value v);
   Value binary(const Expr& e);
+  // A call's, filter's or test's arguments: args[1..] and the keywords
+  // (args[0] is the callee or the input).
+  CallArgs arguments(const Expr& e);
 
   const Dict& variables_;
   Limits limits_;

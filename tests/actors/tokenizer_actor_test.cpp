@@ -25,6 +25,18 @@ std::shared_ptr<const Tokenizer> smollm() {
   return t;
 }
 
+WireMessage chat_request(uint64_t id, const std::vector<ChatMessage>& messages) {
+  fb::GenerateRequestT g;
+  g.request_id = id;
+  for (const auto& m : messages) {
+    auto cm = std::make_unique<fb::ChatMessageT>();
+    cm->role = m.role;
+    cm->content = m.content;
+    g.messages.push_back(std::move(cm));
+  }
+  return WireMessage{msg::pack(g)};
+}
+
 // The input ids the tokenizer actor sends the scheduler for these messages.
 Ids tokenized(const std::vector<ChatMessage>& messages, bool special_tokens_in_content) {
   caf::actor_system_config cfg;
@@ -32,15 +44,7 @@ Ids tokenized(const std::vector<ChatMessage>& messages, bool special_tokens_in_c
   caf::scoped_actor self{system};
   auto me = caf::actor_cast<caf::actor>(self);
   caf::actor tokenizer = spawn_tokenizer(system, smollm(), me, me, special_tokens_in_content);
-  fb::GenerateRequestT g;
-  g.request_id = 7;
-  for (const auto& m : messages) {
-    auto cm = std::make_unique<fb::ChatMessageT>();
-    cm->role = m.role;
-    cm->content = m.content;
-    g.messages.push_back(std::move(cm));
-  }
-  self->send(tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, me);
+  self->send(tokenizer, generate_atom::value, chat_request(7, messages), me);
   Ids ids;
   bool scheduled = false, registered = false;
   while (!scheduled || !registered) {
@@ -114,15 +118,7 @@ std::string refusal(const std::string& chat_template, const std::vector<ChatMess
   caf::scoped_actor self{system};
   auto me = caf::actor_cast<caf::actor>(self);
   caf::actor tokenizer = spawn_tokenizer(system, smollm(), me, me, false, chat_template);
-  fb::GenerateRequestT g;
-  g.request_id = 9;
-  for (const auto& m : messages) {
-    auto cm = std::make_unique<fb::ChatMessageT>();
-    cm->role = m.role;
-    cm->content = m.content;
-    g.messages.push_back(std::move(cm));
-  }
-  self->send(tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, me);
+  self->send(tokenizer, generate_atom::value, chat_request(9, messages), me);
   std::string error;
   self->receive(
       [&](const WireMessage& w) {

@@ -9,27 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/apps/actorlm_process.hpp"
 #include "tests/test_paths.hpp"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout only
-};
+using Result = actorlm::test::CommandResult;
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(ACTORLM_BINARY) + " " + args + " 2>/dev/null";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+// stdout only: these commands promise to print nothing else there.
+Result run(const std::string& args) { return actorlm::test::run_actorlm(args, "2>/dev/null"); }
 
 // A file under /tmp that goes away with the test.
 struct TempFile {
