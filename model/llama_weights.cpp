@@ -163,6 +163,10 @@ class GgufLoader {
   // run part of the model, more fails later on the first missing tensor
   // without saying why.
   void check_layer_count(const ModelConfig& c) const {
+    if (file_.tensors().empty()) {
+      throw ModelError(file_.path() + ": the file has no weights (a vocabulary-only GGUF: `actorlm tokenize` and "
+                       "`actorlm template` read it, a model run needs the full file)");
+    }
     int64_t layers = 0;
     for (const GgufTensorInfo& t : file_.tensors()) layers = std::max(layers, layer_of(t.name) + 1);
     if (layers != c.n_layers) {

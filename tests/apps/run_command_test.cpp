@@ -88,3 +88,15 @@ TEST_CASE("actorlm run uses a --chat-template-file instead of the model's templa
   std::remove(path);
   CHECK(run("run -p hi --chat-template-file /nonexistent.jinja").code == 2);
 }
+
+TEST_CASE("actorlm run refuses a vocabulary-only file and an architecture it does not run, naming what is missing",
+          "[apps]") {
+  // llama.cpp's vocabulary files (scripts/fetch_vocabularies.sh, run by setup).
+  const std::string vocab = "\"${ACTORLM_CACHE:-$HOME/.cache/actorlm}/llama-vocab/ggml-vocab-";
+  Result r = run("run -p hi -m " + vocab + "qwen2.gguf\"");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("vocabulary-only") != std::string::npos);
+  r = run("run -p hi -m " + vocab + "falcon.gguf\"");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("unsupported architecture 'falcon'") != std::string::npos);
+}
