@@ -1,0 +1,2 @@
+target_link_libraries(${name} PRIVATE actorlm_jinja)
+target_compile_definitions(${name} PRIVATE ACTORLM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
