@@ -9,6 +9,8 @@ cache="${ACTORLM_CACHE:-$HOME/.cache/actorlm}"
 dest="$cache/llama-vocab"
 sdist="llama_cpp_python-0.3.36.tar.gz"
 sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+# Where PyPI's simple index (https://pypi.org/simple/llama-cpp-python/) points for it.
+url="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/$sdist"
 
 if [[ -f "$dest/.complete" ]]; then
   echo "$dest"
@@ -17,7 +19,11 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo "actorlm: fetching llama.cpp's vocabulary files from PyPI package llama-cpp-python==0.3.36 (sdist)" >&2
-if ! python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" llama-cpp-python==0.3.36 >&2; then
+# The file itself, straight from PyPI's file host: `pip download` of an sdist
+# first installs its build backend to read its metadata (minutes on a fresh
+# machine, and one more thing that can fail). pip stays the fallback.
+if ! curl -fsSL --retry 3 -o "$tmp/$sdist" "$url" &&
+  ! python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" llama-cpp-python==0.3.36 >&2; then
   echo "actorlm: could not download llama-cpp-python==0.3.36 from PyPI; check network access to pypi.org" >&2
   exit 1
 fi
