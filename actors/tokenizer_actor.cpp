@@ -12,24 +12,33 @@
 namespace actorlm {
 namespace {
 
-// chat_template_kwargs as template variables: a JSON object, nested at most
-// 16 deep, that does not replace the conversation itself. Else why not.
+// chat_template_kwargs as template variables: a JSON object of at most 64
+// variables and 4,096 keys in all, nested at most 16 deep, that does not
+// replace the conversation itself. Else why not. (Parsed as nlohmann::json
+// and bounded before the copy to ordered_json, which looks keys up linearly:
+// quadratic on a hostile object.)
 std::variant<nlohmann::ordered_json, std::string> template_kwargs(const std::string& text) {
   constexpr int max_depth = 16;
-  nlohmann::ordered_json j;
+  constexpr size_t max_variables = 64, max_keys = 4096;
+  nlohmann::json j;
   try {
-    j = nlohmann::ordered_json::parse(text, [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+    size_t keys = 0;
+    j = nlohmann::json::parse(text, [&keys](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
       if (depth > max_depth) throw std::invalid_argument("nested deeper than 16");
+      if (event == nlohmann::json::parse_event_t::key && ++keys > max_keys) {
+        throw std::invalid_argument("more than 4096 keys");
+      }
       return true;
     });
   } catch (const std::exception& e) {
     return std::string("chat_template_kwargs is not usable JSON: ") + e.what();
   }
   if (!j.is_object()) return std::string("chat_template_kwargs must be a JSON object");
+  if (j.size() > max_variables) return std::string("chat_template_kwargs has more than 64 variables");
   for (const char* reserved : {"messages", "bos_token", "eos_token"}) {
     if (j.contains(reserved)) return std::string("chat_template_kwargs may not set '") + reserved + "'";
   }
-  return j;
+  return nlohmann::ordered_json(j);
 }
 
 struct TokenizerState {

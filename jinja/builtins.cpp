@@ -16,17 +16,6 @@ namespace {
 
 // ---- strings by code point ----------------------------------------------
 
-// Byte offset of every code point start, plus the end.
-std::vector<size_t> code_points(const std::string& s) {
-  std::vector<size_t> at;
-  at.reserve(s.size() + 1);
-  for (size_t i = 0; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) at.push_back(i);
-  }
-  at.push_back(s.size());
-  return at;
-}
-
 int32_t decode_at(const std::string& s, size_t at, size_t* len) {
   utf8proc_int32_t cp = -1;
   const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data()) + at,
@@ -194,6 +183,22 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   return out;
 }
 
+// s.replace(from, to, count), charged before the result is built (a short
+// template could otherwise ask for terabytes: 'aaaa'.replace('a', s * 1000)).
+Value replaced(Interpreter& in, const Text& t, const std::string& from, const Text& to, int64_t count, int line) {
+  const std::string& s = t.str();
+  uint64_t hits = 0;
+  if (from.empty()) {
+    hits = code_points(s).size();
+  } else {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + from.size())) ++hits;
+  }
+  if (count >= 0) hits = std::min<uint64_t>(hits, static_cast<uint64_t>(count));
+  in.charge(s.size() + hits * to.size(), line);
+  std::string r = replace_all(s, from, to.str(), count);
+  return Value(t.has_client() || to.has_client() ? Text::client(std::move(r)) : Text(std::move(r)));
+}
+
 // ---- argument helpers ----------------------------------------------------
 
 const Value* arg(const CallArgs& a, size_t n, std::string_view name) { return a.get(n, name); }
@@ -348,10 +353,17 @@ Text printf_format(const Text& fmt, const CallArgs& a) {
 }
 
 // Jinja's indent filter.
-Text indent(const Text& t, const Value* width, bool first, bool blank) {
+Text indent(Interpreter& in, const Text& t, const Value* width, bool first, bool blank, int line) {
   std::string pad = "    ";
-  if (width && width->is_string()) pad = width->str();
-  else if (width && width->is_number()) pad = std::string(static_cast<size_t>(std::max<int64_t>(0, width->as_int())), ' ');
+  if (width && width->is_string()) {
+    pad = width->str();
+  } else if (width && width->is_number()) {
+    const auto n = static_cast<uint64_t>(std::max<int64_t>(0, width->as_int()));
+    // Every line gets the padding: charged before any of it is built.
+    const uint64_t lines = static_cast<uint64_t>(std::count(t.str().begin(), t.str().end(), '\n')) + 2;
+    in.charge(n > UINT64_MAX / lines ? UINT64_MAX : n * lines, line);
+    pad = std::string(static_cast<size_t>(n), ' ');
+  }
   std::vector<std::string> lines;
   {
     // Python's splitlines on s + "\n" (the filter's own quirk), \n only.
@@ -552,11 +564,8 @@ Value get_attribute(const Value& obj, const std::string& name) {
   if (name == "title") return bound(name, [t](Interpreter&, const CallArgs&) { return Value(t.derived(title(t.str()))); });
   if (name == "replace") {
     return bound(name, [t](Interpreter& in, const CallArgs& a) {
-      const Text& from = string_arg(a, 0, "old");
-      const Text& to = string_arg(a, 1, "new");
-      std::string r = replace_all(t.str(), from.str(), to.str(), int_arg(a, 2, "count", -1));
-      in.charge(r.size(), a.line);
-      return Value(t.has_client() || to.has_client() ? Text::client(std::move(r)) : Text(std::move(r)));
+      return replaced(in, t, string_arg(a, 0, "old").str(), string_arg(a, 1, "new"), int_arg(a, 2, "count", -1),
+                      a.line);
     });
   }
   if (name == "find" || name == "rfind" || name == "count") {
@@ -798,14 +807,10 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     return Value(std::move(r));
   }
   if (name == "replace") {
-    Text t = text_of();
     const Value* from = arg(a, 0, "old");
     const Value* to = arg(a, 1, "new");
     if (!from || !to) type_error("replace needs old and new", line);
-    Text tt = to->to_text();
-    std::string r = replace_all(t.str(), from->to_text().str(), tt.str(), int_arg(a, 2, "count", -1));
-    in.charge(r.size(), line);
-    return Value(t.has_client() || tt.has_client() ? Text::client(std::move(r)) : Text(std::move(r)));
+    return replaced(in, text_of(), from->to_text().str(), to->to_text(), int_arg(a, 2, "count", -1), line);
   }
   if (name == "tojson") {
     int indent_width = -1;
@@ -997,7 +1002,8 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     return items[best];
   }
   if (name == "indent") {
-    return Value(indent(text_of(), arg(a, 0, "width"), bool_arg(a, 1, "first", false), bool_arg(a, 2, "blank", false)));
+    return Value(
+        indent(in, text_of(), arg(a, 0, "width"), bool_arg(a, 1, "first", false), bool_arg(a, 2, "blank", false), line));
   }
   if (name == "format") return Value(printf_format(text_of(), a));
   if (name == "wordcount") return Value(static_cast<int64_t>(split(text_of(), nullptr, -1, false).size()));
@@ -1014,7 +1020,8 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
   throw Error(Error::Kind::unsupported, "no filter named '" + name + "'", line);
 }
 
-std::unordered_map<std::string, Value> global_functions() {
+const std::unordered_map<std::string, Value>& global_functions() {
+  static const std::unordered_map<std::string, Value> globals = [] {
   std::unordered_map<std::string, Value> g;
   g.emplace("range", bound("range", [](Interpreter& in, const CallArgs& a) {
               if (a.positional.empty() || a.positional.size() > 3) type_error("range expected 1 to 3 arguments", a.line);
@@ -1059,6 +1066,8 @@ std::unordered_map<std::string, Value> global_functions() {
               return Value::markup(in.clock()(string_arg(a, 0, "format").str()));
             }));
   return g;
+  }();
+  return globals;
 }
 
 }  // namespace actorlm::jinja

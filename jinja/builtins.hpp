@@ -25,7 +25,8 @@ Value get_slice(const Value& obj, const Value* start, const Value* stop, const V
 Text html_escape(const Text& t);
 // len() in Python's units (code points for strings).
 int64_t length(const Value& v, int line);
-// range, namespace, dict, raise_exception, strftime_now.
-std::unordered_map<std::string, Value> global_functions();
+// range, namespace, dict, raise_exception, strftime_now (built once; the
+// functions keep no state).
+const std::unordered_map<std::string, Value>& global_functions();
 
 }  // namespace actorlm::jinja

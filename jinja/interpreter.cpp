@@ -88,10 +88,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
     }
   } else if (op == "**") {
     if (ints && b.as_int() >= 0) {
+      // By squaring: squaring overflows only where the result would too
+      // (|base| > 1 with exponent bits still to come).
       int64_t base = a.as_int(), acc = 1;
-      for (int64_t e = b.as_int(); e > 0; --e) {
-        acc = exact(mul, acc, base, line);
-        if (acc == 0 || acc == 1) break;
+      for (int64_t e = b.as_int(); e > 0; e >>= 1) {
+        if (e & 1) acc = exact(mul, acc, base, line);
+        if (e > 1) base = exact(mul, base, base, line);
       }
       return Value(acc);
     }
@@ -122,13 +124,19 @@ bool contains(const Value& container, const Value& item, int line) {
 
 Interpreter::Interpreter(const Dict& variables, const Limits& limits, const Clock& clock)
     : variables_(variables), limits_(limits), clock_(clock) {
-  for (auto& [name, fn] : global_functions()) builtins_.emplace(name, std::move(fn));
   frames_.push_back(std::make_shared<Frame>());
 }
 
 void Interpreter::charge(uint64_t units, int line) {
+  // work_ <= max_work always, so this cannot wrap however large units is.
+  if (units > limits_.max_work - work_) {
+    throw Error(Error::Kind::limit, "template rendering ran past its work limit", line);
+  }
   work_ += units;
-  if (work_ > limits_.max_work) throw Error(Error::Kind::limit, "template rendering ran past its work limit", line);
+}
+
+void Interpreter::charge_for(const Value& built, int line) {
+  charge(built.is_string() ? built.str().size() : built.is_list() ? built.list().size() : 0, line);
 }
 
 Text Interpreter::run(const Body& body) {
@@ -151,8 +159,9 @@ Value Interpreter::lookup(const std::string& name) const {
     if (it != (*f)->end()) return it->second;
   }
   if (const Value* v = variables_.find(name)) return *v;
-  auto it = builtins_.find(name);
-  if (it != builtins_.end()) return it->second;
+  const auto& globals = global_functions();
+  auto it = globals.find(name);
+  if (it != globals.end()) return it->second;
   return Value(Undefined{name});
 }
 
@@ -220,17 +229,8 @@ List Interpreter::iterate(const Value& v, int line) {
     }
     case Value::Type::string: {
       List chars;
-      const std::string& s = v.str();
-      for (size_t i = 0; i < s.size();) {
-        size_t len = 1;
-        const auto c = static_cast<unsigned char>(s[i]);
-        if (c >= 0xF0) len = 4;
-        else if (c >= 0xE0) len = 3;
-        else if (c >= 0xC0) len = 2;
-        len = std::min(len, s.size() - i);
-        chars.push_back(Value(v.text().substr(i, i + len)));
-        i += len;
-      }
+      const std::vector<size_t> at = code_points(v.str());
+      for (size_t i = 0; i + 1 < at.size(); ++i) chars.push_back(Value(v.text().substr(at[i], at[i + 1])));
       return chars;
     }
     default: type_error("'" + v.type_name() + "' object is not iterable", line);
@@ -382,17 +382,18 @@ Value Interpreter::binary(const Expr& e) {
   if (op == "*" && (a.is_string() || a.is_list()) && b.is_number() && !b.is_float()) {
     // Repetition, charged before it is built (a template cannot ask for a
     // terabyte).
-    const int64_t n = std::max<int64_t>(0, b.as_int());
-    const uint64_t unit = a.is_string() ? a.str().size() : a.list().size();
-    charge(unit > 0 && static_cast<uint64_t>(n) > limits_.max_work / unit ? limits_.max_work + 1 : unit * static_cast<uint64_t>(n),
-           e.line);
+    // Every round costs one unit besides what it copies ('' * 10**15 must
+    // not spin either).
+    const auto n = static_cast<uint64_t>(std::max<int64_t>(0, b.as_int()));
+    const uint64_t unit = (a.is_string() ? a.str().size() : a.list().size()) + 1;
+    charge(n > UINT64_MAX / unit ? UINT64_MAX : n * unit, e.line);
     if (a.is_list()) {
       List l;
-      for (int64_t i = 0; i < n; ++i) l.insert(l.end(), a.list().begin(), a.list().end());
+      for (uint64_t i = 0; i < n; ++i) l.insert(l.end(), a.list().begin(), a.list().end());
       return Value(std::move(l));
     }
     Text t;
-    for (int64_t i = 0; i < n; ++i) t.append(a.text());
+    for (uint64_t i = 0; i < n; ++i) t.append(a.text());
     return Value(std::move(t));
   }
   if (op == "==") return Value(equals(a, b));
@@ -410,8 +411,7 @@ Value Interpreter::binary(const Expr& e) {
     return Value(std::move(t));
   }
   Value r = arithmetic(op, a, b, e.line);
-  if (r.is_string()) charge(r.str().size(), e.line);
-  if (r.is_list()) charge(r.list().size(), e.line);
+  charge_for(r, e.line);
   return r;
 }
 
@@ -459,7 +459,7 @@ Value Interpreter::eval(const Expr& e) {
         }
       }
       Value r = get_slice(obj, ptr[0], ptr[1], ptr[2], e.line);
-      charge(r.is_string() ? r.str().size() : r.is_list() ? r.list().size() : 0, e.line);
+      charge_for(r, e.line);
       return r;
     }
     case Expr::Kind::call: {
@@ -469,7 +469,7 @@ Value Interpreter::eval(const Expr& e) {
     case Expr::Kind::filter: {
       Value v = eval(*e.args[0]);
       Value r = apply_filter(*this, e.name, v, arguments(e));
-      charge(r.is_string() ? r.str().size() : r.is_list() ? r.list().size() : 0, e.line);
+      charge_for(r, e.line);
       return r;
     }
     case Expr::Kind::test: {

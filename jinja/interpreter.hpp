@@ -24,6 +24,8 @@ class Interpreter {
   Value call(const Value& fn, const CallArgs& args, int line);
   // Counts work against the limit; throws Error::Kind::limit past it.
   void charge(uint64_t units, int line = 0);
+  // Charges a value just built: its bytes or elements.
+  void charge_for(const Value& built, int line);
   const Clock& clock() const { return clock_; }
   // The value's items as a for loop sees them (dict: its keys; string: its
   // characters); throws Error::Kind::type for what cannot be iterated.
@@ -51,7 +53,6 @@ class Interpreter {
   uint64_t work_ = 0;
   int call_depth_ = 0;
   std::vector<std::shared_ptr<Frame>> frames_;
-  Frame builtins_;
 };
 
 }  // namespace actorlm::jinja

@@ -1,5 +1,6 @@
 #include "jinja/parser.hpp"
 
+#include <cstdlib>
 #include <initializer_list>
 
 #include "jinja/error.hpp"
@@ -411,7 +412,8 @@ class Parser {
       }
       case Token::Kind::floating: {
         auto e = make(Expr::Kind::literal, line);
-        e->value = Value(std::stod(tok.value));
+        // strtod, not stod: 1e999 is inf, as in Python, not an exception.
+        e->value = Value(std::strtod(tok.value.c_str(), nullptr));
         ++i_;
         return e;
       }

@@ -4,6 +4,16 @@
 
 namespace actorlm::jinja {
 
+std::vector<size_t> code_points(std::string_view s) {
+  std::vector<size_t> at;
+  at.reserve(s.size() + 1);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) at.push_back(i);
+  }
+  at.push_back(s.size());
+  return at;
+}
+
 Text Text::client(std::string s) {
   Text t(std::move(s));
   t.mark(0, t.s_.size());

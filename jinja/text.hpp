@@ -16,6 +16,10 @@
 
 namespace actorlm::jinja {
 
+// Byte offset of every code point's start in s, then s.size() (Python
+// counts, indexes and slices strings by code point).
+std::vector<size_t> code_points(std::string_view s);
+
 class Text {
  public:
   Text() = default;

@@ -238,9 +238,12 @@ Value Value::from_json(const nlohmann::ordered_json& j, bool client) {
       return Value(std::move(l));
     }
     case nlohmann::ordered_json::value_t::object: {
+      // A JSON object's keys are already distinct: appended, not looked up
+      // (set() is linear per key; a client's 100,000-key object must not be
+      // quadratic).
       Dict d;
       d.items.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d.set(k, from_json(e, client));
+      for (const auto& [k, e] : j.items()) d.items.emplace_back(Value::markup(k), from_json(e, client));
       return Value(std::move(d));
     }
     default: return Value(None{});  // binary, discarded: not produced by JSON text

@@ -192,3 +192,17 @@ TEST_CASE("rendered text keeps which bytes a client supplied", "[jinja]") {
   const std::vector<std::pair<size_t, size_t>> want = {{12, 16}, {17, 30}};
   CHECK(t.client_ranges() == want);
 }
+
+TEST_CASE("arithmetic and string building stay exact and bounded", "[jinja]") {
+  CHECK(render("{{ (-1) ** 3 }} {{ (-2) ** 5 }} {{ 2 ** 62 }} {{ 1 ** 1000000000000 }} {{ 0 ** 0 }}") ==
+        "-1 -32 4611686018427387904 1 1");
+  CHECK(error_of("{{ 2 ** 64 }}") == Error::Kind::unsupported);
+  CHECK(render("{{ 1e999 }} {{ -1e999 }}") == "inf -inf");
+  // Each of these would build or spin for ever before being charged.
+  CHECK(error_of("{{ '' * 1000000000000000 }}") == Error::Kind::limit);
+  CHECK(error_of("{{ [] * 1000000000000000 }}") == Error::Kind::limit);
+  CHECK(error_of("{{ 'x\\ny' | indent(1000000000000) }}") == Error::Kind::limit);
+  CHECK(error_of("{% set big = 'y' * 4000 %}{{ ('a' * 20000).replace('a', big) }}") == Error::Kind::limit);
+  CHECK(error_of("{% set big = 'y' * 4000 %}{{ ('a' * 20000) | replace('a', big) }}") == Error::Kind::limit);
+  CHECK(render("{{ 'aXbXc'.replace('X', '--', 1) }}|{{ 'ab' | replace('', '.') }}") == "a--bXc|.a.b.");
+}
