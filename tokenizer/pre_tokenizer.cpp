@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include <span>
+
 #include "tokenizer/unicode.hpp"
 
 namespace actorlm {
@@ -159,23 +161,30 @@ size_t qwen35_all(const Cp& cp, size_t pos, size_t end) { return llama3_piece(cp
 // Each family's rules as llama.cpp applies them: one pattern after another,
 // each splitting every piece the previous left into its matches and the
 // stretches between them.
-std::vector<Matcher> stages(PreTokenizer kind) {
+std::span<const Matcher> stages(PreTokenizer kind) {
+  static constexpr Matcher gpt2[] = {gpt2_all};
+  static constexpr Matcher smollm[] = {one_number, gpt2_all};
+  static constexpr Matcher llama3[] = {llama3_all};
+  static constexpr Matcher qwen2[] = {qwen2_all};
+  static constexpr Matcher qwen35[] = {qwen35_all};
+  static constexpr Matcher default_bpe[] = {run<punct_or_symbol, false>, gpt2_all, run<is_number, false>, three_digits};
+  static constexpr Matcher falcon[] = {run<punct_or_symbol_tick, false>, gpt2_all, three_digits};
+  static constexpr Matcher deepseek_llm[] = {one_newline,         run<is_cased_letter, true>, run<deepseek_punct, true>,
+                                             trailing_whitespace, run<is_cjk, false>,         run<is_number, false>};
+  static constexpr Matcher deepseek_coder[] = {one_newline, run<is_letter, true>, run<is_punct, true>, run<is_cjk, false>,
+                                               one_number};
   switch (kind) {
-    case PreTokenizer::smollm: return {one_number, gpt2_all};
-    case PreTokenizer::llama3: return {llama3_all};
-    case PreTokenizer::qwen2: return {qwen2_all};
-    case PreTokenizer::qwen35: return {qwen35_all};
-    case PreTokenizer::default_bpe:
-      return {run<punct_or_symbol, false>, gpt2_all, run<is_number, false>, three_digits};
-    case PreTokenizer::falcon: return {run<punct_or_symbol_tick, false>, gpt2_all, three_digits};
-    case PreTokenizer::deepseek_llm:
-      return {one_newline, run<is_cased_letter, true>, run<deepseek_punct, true>, trailing_whitespace, run<is_cjk, false>,
-              run<is_number, false>};
-    case PreTokenizer::deepseek_coder:
-      return {one_newline, run<is_letter, true>, run<is_punct, true>, run<is_cjk, false>, one_number};
+    case PreTokenizer::smollm: return smollm;
+    case PreTokenizer::llama3: return llama3;
+    case PreTokenizer::qwen2: return qwen2;
+    case PreTokenizer::qwen35: return qwen35;
+    case PreTokenizer::default_bpe: return default_bpe;
+    case PreTokenizer::falcon: return falcon;
+    case PreTokenizer::deepseek_llm: return deepseek_llm;
+    case PreTokenizer::deepseek_coder: return deepseek_coder;
     case PreTokenizer::gpt2: break;
   }
-  return {gpt2_all};
+  return gpt2;
 }
 
 }  // namespace
