@@ -219,6 +219,10 @@ struct HttpServer::Impl final : http::RequestHandler {
           continue;
         if (!victim || c->phase_since() < victim->phase_since()) victim = c;
       }
+      // Forgotten now, not when its handlers have wound down (closed()
+      // comes later, on its strand): otherwise the new connection would
+      // briefly make the count cap + 1.
+      if (victim) connections.erase(victim.get());
     }
     ++connections_dropped;
     if (!victim) return false;
