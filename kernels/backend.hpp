@@ -74,6 +74,15 @@ struct AttentionPlan {
   float scale = 0.0f;               // usually 1/sqrt(head_dim)
 };
 
+// What one layer's attention does beyond the plan the layers share.
+struct LayerAttention {
+  // > 0: a query at position p sees only keys p - sliding_window + 1 .. p
+  // (Gemma's local layers). The pool still holds every row.
+  int32_t sliding_window = 0;
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2).
+  float softcap = 0.0f;
+};
+
 struct RopeTable {
   // inv_freq[i] for rotation pair i (elements 2i, 2i+1 of each head).
   std::vector<float> inv_freq;
@@ -121,9 +130,18 @@ class Backend {
   virtual void store_kv(KvLayerView cache, const float* k, const float* v,
                         std::span<const int32_t> out_cache_loc) = 0;
   // out [rows][n_heads*hd] = causal paged attention of q over the cache.
-  virtual void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) = 0;
+  virtual void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, const LayerAttention& layer,
+                         float* out) = 0;
   // out[i] = silu(gate[i]) * up[i].
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (Gemma).
+  virtual void geglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // x[i] += y[i] (a residual added after a norm: Gemma's sandwich norms).
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // x[i] = cap * tanh(x[i] / cap) (Gemma 2's logits).
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
+  // x[i] *= s (Gemma's embeddings).
+  virtual void scale(float* x, int64_t n, float s) = 0;
   // One token per logits row (rows = reqs.size(), each `vocab` wide). On a GPU
   // this runs on the device so only token ids cross to the host.
   virtual std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) = 0;

@@ -3,15 +3,20 @@
 #include <cmath>
 
 namespace actorlm {
-RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_factors) {
+RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_factors, bool sliding) {
   RopeTable t;
   t.head_dim = c.head_dim;
   const int32_t pairs = c.head_dim / 2;
   const auto& rs = c.rope_scaling;
+  const double theta = sliding && c.rope_theta_swa > 0 ? c.rope_theta_swa : c.rope_theta;
   for (int32_t i = 0; i < pairs; ++i) {
-    double f = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.head_dim);
-    if (!freq_factors.empty()) {
+    double f = std::pow(theta, -2.0 * i / c.head_dim);
+    if (sliding) {
+      // Local layers keep the trained positions.
+    } else if (!freq_factors.empty()) {
       f /= freq_factors[static_cast<size_t>(i)];
+    } else if (rs.kind == RopeScaling::Kind::linear) {
+      f /= rs.factor;
     } else if (rs.kind == RopeScaling::Kind::llama3) {
       // Long wavelengths are stretched by `factor`, short ones kept, and the
       // band between blended smoothly.
@@ -32,7 +37,10 @@ RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_f
 }
 
 LlamaModel::LlamaModel(LlamaWeights weights, Backend& backend)
-    : weights_(std::move(weights)), backend_(backend), rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)) {
+    : weights_(std::move(weights)),
+      backend_(backend),
+      rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)),
+      rope_sliding_(make_rope_table(weights_.config, weights_.rope_freq_factors, /*sliding=*/true)) {
   for (const LayerWeights& L : weights_.layers) {
     layer_views_.push_back(
         {prepare(L.wq), prepare(L.wk), prepare(L.wv), prepare(L.wo), prepare(L.w_gate), prepare(L.w_up), prepare(L.w_down)});
@@ -56,11 +64,24 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
   std::vector<float> q(static_cast<size_t>(T * Q)), k(static_cast<size_t>(T * KV)), v(static_cast<size_t>(T * KV));
   std::vector<float> attn(static_cast<size_t>(T * Q));
   std::vector<float> gate(static_cast<size_t>(T * F)), up(static_cast<size_t>(T * F));
+  // With sandwich norms a sublayer's output is normed before it joins the
+  // residual stream, so it needs a buffer of its own.
+  std::vector<float> branch(c.sandwich_norm ? static_cast<size_t>(T * H) : 0);
+
+  // out (+)= in · w; with sandwich norms, x += norm(in · w).
+  auto project_into_residual = [&](const float* in, const MatrixView& w, const std::vector<float>& post_norm) {
+    if (post_norm.empty()) return backend_.matmul(in, T, w, x.data(), /*accumulate=*/true);
+    backend_.matmul(in, T, w, branch.data(), false);
+    backend_.rms_norm(branch.data(), post_norm.data(), branch.data(), T, H, c.rms_norm_eps);
+    backend_.add(x.data(), branch.data(), T * H);
+  };
 
   backend_.embed(weights_.token_embedding.view(), tokens, x.data());
+  if (c.embedding_scale != 1.0f) backend_.scale(x.data(), T * H, c.embedding_scale);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     const LayerViews& M = layer_views_[static_cast<size_t>(l)];
+    const bool sliding = c.layer_is_sliding(l);
     backend_.rms_norm(x.data(), L.attn_norm.data(), h.data(), T, H, c.rms_norm_eps);
     const MatrixView qkv[] = {M.wq, M.wk, M.wv};
     float* const qkv_out[] = {q.data(), k.data(), v.data()};
@@ -70,17 +91,28 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
       backend_.add_bias(k.data(), L.bk.data(), T, KV);
       backend_.add_bias(v.data(), L.bv.data(), T, KV);
     }
-    backend_.rope(q.data(), c.n_heads, k.data(), c.n_kv_heads, positions, rope_);
+    if (!L.q_norm.empty()) {  // each head on its own
+      backend_.rms_norm(q.data(), L.q_norm.data(), q.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps);
+      backend_.rms_norm(k.data(), L.k_norm.data(), k.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
+    }
+    if (c.layer_has_rope(l)) {
+      backend_.rope(q.data(), c.n_heads, k.data(), c.n_kv_heads, positions, sliding ? rope_sliding_ : rope_);
+    }
     backend_.store_kv(kv[static_cast<size_t>(l)], k.data(), v.data(), out_cache_loc);
-    backend_.attention(q.data(), kv[static_cast<size_t>(l)], plan, attn.data());
-    backend_.matmul(attn.data(), T, M.wo, x.data(), /*accumulate=*/true);  // residual
+    const LayerAttention options{sliding ? c.sliding_window : 0, c.attn_softcap};
+    backend_.attention(q.data(), kv[static_cast<size_t>(l)], plan, options, attn.data());
+    project_into_residual(attn.data(), M.wo, L.post_attn_norm);
 
     backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
     const MatrixView gate_up[] = {M.gate, M.up};
     float* const gate_up_out[] = {gate.data(), up.data()};
     backend_.matmul_many(h.data(), T, gate_up, gate_up_out);
-    backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
-    backend_.matmul(gate.data(), T, M.down, x.data(), /*accumulate=*/true);  // residual
+    if (c.activation == ModelConfig::Activation::gelu_tanh) {
+      backend_.geglu(gate.data(), up.data(), gate.data(), T * F);
+    } else {
+      backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
+    }
+    project_into_residual(gate.data(), M.down, L.post_ffn_norm);
   }
 
   // Only the rows that need logits go through the final norm and lm_head.
@@ -92,6 +124,7 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
   backend_.rms_norm(picked.data(), weights_.output_norm.data(), picked.data(), R, H, c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(R * c.vocab_size));
   backend_.matmul(picked.data(), R, output_view_, logits.data(), false);
+  if (c.final_softcap > 0) backend_.softcap(logits.data(), R * c.vocab_size, c.final_softcap);
   return logits;
 }
 

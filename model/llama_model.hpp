@@ -1,5 +1,7 @@
 #pragma once
-// The Llama forward pass (also SmolLM, Qwen2) over a batch of new tokens,
+// The forward pass of every architecture (architecture.hpp: Llama, Qwen2/3,
+// Gemma 1/2/3, Phi-3, SmolLM3 differ only in ModelConfig's features) over a
+// batch of new tokens,
 // reading and writing K/V in a paged pool through a backend. Stateless apart
 // from its weights: the KV buffers and the attention plan come from the caller
 // (ModelRunner).
@@ -37,14 +39,15 @@ class LlamaModel {
 
   LlamaWeights weights_;
   Backend& backend_;
-  RopeTable rope_;
+  RopeTable rope_, rope_sliding_;  // the second for sliding-window layers
   std::vector<std::shared_ptr<const void>> prepared_storage_;
   std::vector<LayerViews> layer_views_;
   MatrixView output_view_;
 };
 
-// Rotation frequencies for a config (Llama 3 scaling and per-pair GGUF
-// factors applied).
-RopeTable make_rope_table(const ModelConfig& config, const std::vector<float>& freq_factors);
+// Rotation frequencies for a config (Llama 3 or linear scaling and per-pair
+// GGUF factors applied). sliding: the table of the sliding-window layers
+// (their own base, rope_theta_swa, and no scaling).
+RopeTable make_rope_table(const ModelConfig& config, const std::vector<float>& freq_factors, bool sliding = false);
 
 }  // namespace actorlm

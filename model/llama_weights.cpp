@@ -5,6 +5,7 @@
 #include <set>
 #include <string_view>
 
+#include "model/architecture.hpp"
 #include "model/gguf_file.hpp"
 #include "model/safetensors_file.hpp"
 
@@ -60,6 +61,14 @@ std::vector<float> WeightMatrix::to_float() const {
   return out;
 }
 
+WeightMatrix WeightMatrix::row_range(int64_t begin, int64_t n) const {
+  if (begin < 0 || n < 0 || begin + n > rows) {
+    throw ModelError("rows [" + std::to_string(begin) + ", " + std::to_string(begin + n) + ") of a " +
+                     std::to_string(rows) + "-row matrix");
+  }
+  return {n, cols, type, std::shared_ptr<const uint8_t>(bytes, row(begin))};
+}
+
 WeightMatrix WeightMatrix::from_floats(int64_t rows, int64_t cols, const std::vector<float>& values) {
   if (static_cast<int64_t>(values.size()) != rows * cols) {
     throw ModelError("a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix cannot hold " +
@@ -86,9 +95,7 @@ class Progress {
   int done_ = 0, total_ = 0;
 };
 
-int tensor_total(const ModelConfig& c, bool freq_factors) {
-  return 2 + (c.tied_embeddings ? 0 : 1) + (freq_factors ? 1 : 0) + c.n_layers * (9 + (c.attention_bias ? 3 : 0));
-}
+int tensor_total(const ModelConfig& c) { return 2 + (c.tied_embeddings ? 0 : 1) + c.n_layers * (9 + (c.attention_bias ? 3 : 0)); }
 
 // ---------------------------------------------------------------- GGUF
 // Tensor names as llama.cpp writes them (blk.N.attn_q.weight, ...); shapes in
@@ -109,22 +116,37 @@ class GgufLoader {
     check_token_count(c);
     describe_sizes(c);
     const bool freq_factors = file_.find_tensor("rope_freqs.weight") != nullptr;
-    progress_.set_total(tensor_total(c, freq_factors));
+    progress_.set_total(static_cast<int>(file_.tensors().size()));
     w.token_embedding = matrix("token_embd.weight", c.vocab_size, c.hidden, vocab_, hidden_);
     w.output_norm = vector("output_norm.weight", c.hidden, hidden_);
     if (!c.tied_embeddings) w.lm_head = matrix("output.weight", c.vocab_size, c.hidden, vocab_, hidden_);
     if (freq_factors) w.rope_freq_factors = vector("rope_freqs.weight", c.head_dim / 2, "head_dim / 2");
-    // llama.cpp permutes Llama q/k at conversion but runs Qwen2 with NEOX
-    // rotation on unpermuted rows; bring Qwen2 to the adjacent-pair layout.
-    const bool permute = c.architecture == "qwen2";
+    // llama.cpp permutes Llama q/k at conversion but runs Qwen2, Qwen3,
+    // Gemma and Phi-3 with NEOX rotation on unpermuted rows; bring those to
+    // the adjacent-pair layout.
+    const bool permute = find_architecture(c.architecture)->neox_rope;
+    const std::string head_dim = "head_dim " + std::to_string(c.head_dim);
     for (int32_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
       LayerWeights L;
       L.attn_norm = vector(p + "attn_norm.weight", c.hidden, hidden_);
-      L.wq = matrix(p + "attn_q.weight", c.q_dim(), c.hidden, q_dim_, hidden_);
-      L.wk = matrix(p + "attn_k.weight", c.kv_dim(), c.hidden, kv_dim_, hidden_);
-      L.wv = matrix(p + "attn_v.weight", c.kv_dim(), c.hidden, kv_dim_, hidden_);
+      if (file_.find_tensor(p + "attn_qkv.weight")) {
+        WeightMatrix qkv = matrix(p + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.hidden,
+                                  q_dim_ + " + 2 x " + kv_dim_, hidden_);
+        L.wq = qkv.row_range(0, c.q_dim());
+        L.wk = qkv.row_range(c.q_dim(), c.kv_dim());
+        L.wv = qkv.row_range(c.q_dim() + c.kv_dim(), c.kv_dim());
+      } else {
+        L.wq = matrix(p + "attn_q.weight", c.q_dim(), c.hidden, q_dim_, hidden_);
+        L.wk = matrix(p + "attn_k.weight", c.kv_dim(), c.hidden, kv_dim_, hidden_);
+        L.wv = matrix(p + "attn_v.weight", c.kv_dim(), c.hidden, kv_dim_, hidden_);
+      }
       L.wo = matrix(p + "attn_output.weight", c.hidden, c.q_dim(), hidden_, q_dim_);
+      if (c.qk_norm) {
+        L.q_norm = vector(p + "attn_q_norm.weight", c.head_dim, head_dim);
+        L.k_norm = vector(p + "attn_k_norm.weight", c.head_dim, head_dim);
+      }
+      if (c.sandwich_norm) L.post_attn_norm = vector(p + "post_attention_norm.weight", c.hidden, hidden_);
       if (c.attention_bias) {
         L.bq = vector(p + "attn_q.bias", c.q_dim(), q_dim_);
         L.bk = vector(p + "attn_k.bias", c.kv_dim(), kv_dim_);
@@ -135,11 +157,22 @@ class GgufLoader {
         permute_rope_rows(L.wk, c.n_kv_heads);
         if (!L.bq.empty()) L.bq = permute_rope_rows(L.bq, c.q_dim(), 1, c.n_heads);
         if (!L.bk.empty()) L.bk = permute_rope_rows(L.bk, c.kv_dim(), 1, c.n_kv_heads);
+        // A norm weight scales element i of every head: it follows the rows.
+        if (!L.q_norm.empty()) L.q_norm = permute_rope_rows(L.q_norm, c.head_dim, 1, 1);
+        if (!L.k_norm.empty()) L.k_norm = permute_rope_rows(L.k_norm, c.head_dim, 1, 1);
       }
       L.ffn_norm = vector(p + "ffn_norm.weight", c.hidden, hidden_);
-      L.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
-      L.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
+      if (!file_.find_tensor(p + "ffn_gate.weight") && file_.find_tensor(p + "ffn_up.weight")) {
+        // Phi-3: one matrix, the gate's rows first.
+        WeightMatrix gate_up = matrix(p + "ffn_up.weight", 2 * int64_t{c.ffn_hidden}, c.hidden, "2 x " + ffn_, hidden_);
+        L.w_gate = gate_up.row_range(0, c.ffn_hidden);
+        L.w_up = gate_up.row_range(c.ffn_hidden, c.ffn_hidden);
+      } else {
+        L.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
+        L.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
+      }
       L.w_down = matrix(p + "ffn_down.weight", c.hidden, c.ffn_hidden, hidden_, ffn_);
+      if (c.sandwich_norm) L.post_ffn_norm = vector(p + "post_ffw_norm.weight", c.hidden, hidden_);
       w.layers.push_back(std::move(L));
     }
     check_all_used(c);
@@ -269,7 +302,7 @@ class HfLoader {
     }
     // Checkpoints saved with tied weights often omit lm_head whatever the config says.
     if (!checkpoint_.find("lm_head.weight")) c.tied_embeddings = true;
-    progress_.set_total(tensor_total(c, false));
+    progress_.set_total(tensor_total(c));
     w.token_embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.hidden);
     w.output_norm = vector("model.norm.weight", c.hidden);
     if (!c.tied_embeddings) w.lm_head = matrix("lm_head.weight", c.vocab_size, c.hidden);

@@ -1,7 +1,7 @@
 #pragma once
-// Weights of a Llama-family model (Llama 2/3, SmolLM, Qwen2) in float32,
-// loaded from a GGUF file or a Hugging Face folder (config.json +
-// *.safetensors, sharded or not).
+// Weights of a decoder-only transformer (every architecture of
+// architecture.hpp from GGUF; Llama and Qwen2 also from a Hugging Face
+// folder: config.json + *.safetensors, sharded or not).
 //
 // Contract for the forward pass (the same whichever file the weights came from):
 // - Matrices are row-major [out_features][in_features]: y = W x, and
@@ -14,10 +14,11 @@
 //     x'[2i]   = x[2i] cos - x[2i+1] sin
 //     x'[2i+1] = x[2i] sin + x[2i+1] cos
 //   llama.cpp's converter already stores Llama q/k rows this way in GGUF, so
-//   they load unchanged. Hugging Face checkpoints (and Qwen2 GGUFs, which
-//   llama.cpp runs with NEOX rotation) use the "rotate_half" layout that pairs
+//   they load unchanged. Hugging Face checkpoints (and the GGUFs of the
+//   architectures llama.cpp runs with NEOX rotation: Architecture::neox_rope) use the "rotate_half" layout that pairs
 //   x[i] with x[i + head_dim/2]; the loader reorders their wq/wk rows (and
-//   bq/bk) per head with permute_rope_rows(), which turns the half-split order
+//   bq/bk and the per-head q/k norm weights) per head with
+//   permute_rope_rows(), which turns the half-split order
 //   into the adjacent order. Attention scores are unchanged because q and k
 //   are permuted alike and v/wo are untouched; so there is ONE RoPE code path.
 // - A tied model has an empty lm_head; output() returns the embedding.
@@ -25,6 +26,8 @@
 //   GGUF matrix is a view into the memory-mapped file (q/k rows permuted for
 //   RoPE are the one copy), so the process holds the file's pages and nothing
 //   widened to float32. Hugging Face checkpoints are read as float32.
+// - A fused q/k/v matrix (attn_qkv) or gate/up matrix (Phi-3's ffn_up of
+//   2 x ffn rows) is split into row ranges of the same bytes.
 // - Unsupported pieces (o_proj / FFN biases, partial RoPE, other
 //   architectures, tensor types without a dequantizer) are ModelErrors.
 
@@ -56,6 +59,8 @@ struct WeightMatrix {
   void dequantize_rows(int64_t begin, int64_t end, float* out) const;
   std::vector<float> to_float() const;
   MatrixView view() const { return {bytes.get(), rows, cols, type}; }
+  // Rows [begin, begin + n) sharing these bytes.
+  WeightMatrix row_range(int64_t begin, int64_t n) const;
 
   // A float32 matrix owning a copy of `values` (rows * cols).
   static WeightMatrix from_floats(int64_t rows, int64_t cols, const std::vector<float>& values);
@@ -65,9 +70,12 @@ struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
   WeightMatrix wq, wk, wv, wo;   // [q_dim][hidden], [kv_dim][hidden] x2, [hidden][q_dim]
   std::vector<float> bq, bk, bv; // optional (Qwen2)
+  std::vector<float> q_norm, k_norm;  // [head_dim] when config.qk_norm
+  std::vector<float> post_attn_norm;  // [hidden] when config.sandwich_norm
   std::vector<float> ffn_norm;   // [hidden]
   WeightMatrix w_gate, w_up;     // [ffn][hidden]
   WeightMatrix w_down;           // [hidden][ffn]
+  std::vector<float> post_ffn_norm;   // [hidden] when config.sandwich_norm
 };
 
 struct LlamaWeights {

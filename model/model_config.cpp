@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "model/architecture.hpp"
 #include "model/gguf_file.hpp"
 
 namespace actorlm {
@@ -82,7 +83,7 @@ std::optional<int32_t> json_token(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 void ModelConfig::validate() const {
-  if (architecture != "llama" && architecture != "qwen2") invalid("architecture '" + architecture + "'");
+  if (!find_architecture(architecture)) invalid("architecture '" + architecture + "'");
   check_range("n_layers", n_layers, 1, 1024);
   check_range("hidden", hidden, 1, 65536);
   check_range("n_heads", n_heads, 1, 1024);
@@ -105,15 +106,52 @@ void ModelConfig::validate() const {
     }
     check_range("original_max_position_embeddings", rs.original_max_position, 1, 1 << 24);
   }
+  if (rope_scaling.kind == RopeScaling::Kind::linear && !(std::isfinite(rope_scaling.factor) && rope_scaling.factor > 0)) {
+    invalid("linear rope scaling needs a positive factor");
+  }
+  auto finite_at_least = [](const char* name, float v, float lo) {
+    if (!(std::isfinite(v) && v >= lo)) invalid(std::string(name) + " " + std::to_string(v) + " is out of range");
+  };
+  finite_at_least("embedding_scale", embedding_scale, 1e-30f);
+  finite_at_least("attention_scale", attention_scale, 0.0f);
+  finite_at_least("attn_logit_softcapping", attn_softcap, 0.0f);
+  finite_at_least("final_logit_softcapping", final_softcap, 0.0f);
+  finite_at_least("rope.freq_base_swa", rope_theta_swa, 0.0f);
+  check_range("sliding_window", sliding_window, 0, 1 << 24);
+  for (const auto* per_layer : {&sliding_layers, &rope_layers}) {
+    if (!per_layer->empty() && per_layer->size() != static_cast<size_t>(n_layers)) {
+      invalid("a per-layer list has " + std::to_string(per_layer->size()) + " entries for " +
+              std::to_string(n_layers) + " layers");
+    }
+  }
   if (bos_token_id) check_range("bos_token_id", *bos_token_id, 0, vocab_size - 1);
   if (eos_token_id) check_range("eos_token_id", *eos_token_id, 0, vocab_size - 1);
+}
+
+std::string ModelConfig::features_beyond_llama() const {
+  std::string out;
+  auto add = [&](bool has, const char* name) {
+    if (has) out += (out.empty() ? "" : ", ") + std::string(name);
+  };
+  add(qk_norm, "q/k norms");
+  add(sandwich_norm, "post-attention/FFN norms");
+  add(activation != Activation::silu, "GELU");
+  add(embedding_scale != 1.0f, "embedding scale");
+  add(attention_scale > 0, "attention scale");
+  add(attn_softcap > 0 || final_softcap > 0, "softcapping");
+  add(sliding_window > 0, "sliding-window attention");
+  add(!rope_layers.empty(), "layers without RoPE");
+  add(rope_scaling.kind == RopeScaling::Kind::linear, "linear RoPE scaling");
+  return out;
 }
 
 ModelConfig config_from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.architecture = f.get_string("general.architecture").value_or("");
-  if (c.architecture != "llama" && c.architecture != "qwen2") {
-    throw ModelError(f.path() + ": unsupported architecture '" + c.architecture + "' (llama and qwen2 are)");
+  const Architecture* arch = find_architecture(c.architecture);
+  if (!arch) {
+    throw ModelError(f.path() + ": unsupported architecture '" + c.architecture + "' (" + supported_architectures() +
+                     " are)");
   }
   const std::string a = c.architecture + ".";
   auto opt_int = [&](const std::string& key) -> std::optional<int32_t> {
@@ -157,15 +195,22 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     }
     // Llama 3.1 GGUFs carry their scaling as the rope_freqs tensor instead.
     if (auto t = f.get_string(a + "rope.scaling.type"); t && *t != "none") {
-      if (*t != "llama3") throw ModelError(f.path() + ": unsupported rope scaling '" + *t + "'");
-      c.rope_scaling.kind = RopeScaling::Kind::llama3;
-      c.rope_scaling.factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(8.0));
-      if (auto n = opt_int(a + "rope.scaling.original_context_length")) c.rope_scaling.original_max_position = *n;
+      if (*t == "llama3") {
+        c.rope_scaling.kind = RopeScaling::Kind::llama3;
+        c.rope_scaling.factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(8.0));
+        if (auto n = opt_int(a + "rope.scaling.original_context_length")) c.rope_scaling.original_max_position = *n;
+      } else if (*t == "linear") {
+        c.rope_scaling.kind = RopeScaling::Kind::linear;
+        c.rope_scaling.factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(1.0));
+      } else {
+        throw ModelError(f.path() + ": unsupported rope scaling '" + *t + "' (llama3 and linear are)");
+      }
     }
     c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
     c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
     c.bos_token_id = opt_int("tokenizer.ggml.bos_token_id");
     c.eos_token_id = opt_int("tokenizer.ggml.eos_token_id");
+    arch->configure(f, a, c);
     c.validate();
   } catch (const ModelError& e) {
     std::string what = e.what();

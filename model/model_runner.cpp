@@ -112,7 +112,7 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
   plan.n_heads = c.n_heads;
   plan.n_kv_heads = c.n_kv_heads;
   plan.head_dim = c.head_dim;
-  plan.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  plan.scale = c.score_scale();
   plan.kv_indptr.push_back(0);
   int32_t q_start = 0;
   int64_t kv_total = 0;

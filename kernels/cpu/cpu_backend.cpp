@@ -224,8 +224,9 @@ void CpuBackend::store_kv(KvLayerView cache, const float* k, const float* v,
   }
 }
 
-void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) {
-  paged_attention(q, cache, plan, out, pool_);
+void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPlan& plan, const LayerAttention& layer,
+                           float* out) {
+  paged_attention(q, cache, plan, layer, out, pool_);
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
@@ -233,6 +234,28 @@ void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t 
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+// The tanh form, as llama.cpp's and PyTorch's gelu(approximate="tanh"):
+// 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+void CpuBackend::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(k * g * (1.0f + 0.044715f * g * g))) * up[i];
+  }
+}
+
+void CpuBackend::add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void CpuBackend::softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void CpuBackend::scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 // Rows are independent (each request owns its RNG), so they are sampled in

@@ -135,6 +135,7 @@ void reset(State& s, int32_t hd) {
 // state into an empty one copies it exactly (exp(0) is 1).
 void fold(State& s, const State& other, int32_t hd) {
   s.bad |= other.bad;
+  if (other.l == 0.0f) return;  // no visible key (before a sliding window)
   const float m = std::max(s.m, other.m);
   const float a = exp_nonpositive(s.m - m), b = exp_nonpositive(other.m - m);
   s.l = s.l * a + other.l * b;
@@ -200,7 +201,7 @@ void dots8(const float* q, const T* const* k, int32_t hd, float* out) {
 // p_j = exp(score_j - max) in scores and the factor for the old sums in
 // *alpha; false when a score is not finite (the state is then marked bad).
 template <class T>
-bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, float scale, State& s,
+bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, float scale, float softcap, State& s,
                  float* scores, float* alpha_out) {
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
@@ -210,6 +211,7 @@ bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, floa
   bool finite = true;
   for (j = 0; j < n; ++j) {
     scores[j] *= scale;
+    if (softcap > 0.0f) scores[j] = softcap * std::tanh(scores[j] / softcap);
     finite &= std::isfinite(scores[j]);
     block_max = std::max(block_max, scores[j]);
   }
@@ -292,7 +294,10 @@ struct Tile {
 // The whole of paged_attention for K/V rows of type T (float or f16).
 template <class T>
 void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v_all, const AttentionPlan& plan,
-            float* out, ThreadPool& pool) {
+            const LayerAttention& layer, float* out, ThreadPool& pool) {
+  const int32_t window = layer.sliding_window;
+  // The first key position a query that sees `visible` positions attends to.
+  auto first_key = [window](int32_t visible) { return window > 0 ? std::max(0, visible - window) : 0; };
   const int32_t hd = plan.head_dim;
   const int32_t group = plan.n_heads / plan.n_kv_heads;
   const int64_t q_row = static_cast<int64_t>(plan.n_heads) * hd;
@@ -339,34 +344,45 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
     const T* vr[key_block];
     const int32_t* rows = rows_of(t);
     const int32_t last_visible = plan.prefix_len[static_cast<size_t>(t.req)] + t.first + t.count;
+    // Blocks before the tile's first query's window hold nothing for it or
+    // for the later queries.
+    const int32_t tile_first = first_key(plan.prefix_len[static_cast<size_t>(t.req)] + t.first + 1);
     const T* kbase = k_all + static_cast<int64_t>(t.kvh) * hd;
     const T* vbase = v_all + static_cast<int64_t>(t.kvh) * hd;
     float* alpha = scratch + static_cast<int64_t>(per_tile) * key_block;
-    for (int32_t b0 = k0; b0 < std::min(k0 + chunk_keys, last_visible); b0 += key_block) {
+    for (int32_t b0 = std::max(k0, tile_first / key_block * key_block); b0 < std::min(k0 + chunk_keys, last_visible);
+         b0 += key_block) {
       const int32_t n_block = std::min(key_block, last_visible - b0);
       for (int32_t j = 0; j < n_block; ++j) {
         kr[j] = kbase + rows[b0 + j] * kv_row;
         vr[j] = vbase + rows[b0 + j] * kv_row;
       }
-      // Visible keys of query i in this block (0: none), scores, then values.
+      // Query i's visible keys in this block, [lo, hi) (empty: none),
+      // scores, then values.
+      struct Keys {
+        const float* qv;
+        int32_t lo, hi;
+      };
       auto keys_of = [&](int32_t i) {
         const float* qv;
         float* o;
         int32_t visible;
         query(t, i, &qv, &o, &visible);
-        return std::pair{qv, std::clamp(visible - b0, 0, key_block)};
+        return Keys{qv, std::clamp(first_key(visible) - b0, 0, n_block), std::clamp(visible - b0, 0, n_block)};
       };
       for (int32_t i = 0; i < n; ++i) {
-        const auto [qv, keys] = keys_of(i);
-        if (keys == 0 || !score_block(qv, kr, keys, hd, plan.scale, states[static_cast<size_t>(i)],
-                                      scratch + static_cast<int64_t>(i) * key_block, &alpha[i])) {
+        const Keys keys = keys_of(i);
+        if (keys.hi <= keys.lo ||
+            !score_block(keys.qv, kr + keys.lo, keys.hi - keys.lo, hd, plan.scale, layer.softcap,
+                         states[static_cast<size_t>(i)], scratch + static_cast<int64_t>(i) * key_block, &alpha[i])) {
           alpha[i] = NAN;  // nothing to add
         }
       }
       for (int32_t i = 0; i < n; ++i) {
         if (std::isnan(alpha[i])) continue;
-        accumulate_block(vr, keys_of(i).second, hd, scratch + static_cast<int64_t>(i) * key_block, alpha[i],
-                         states[static_cast<size_t>(i)]);
+        const Keys keys = keys_of(i);
+        accumulate_block(vr + keys.lo, keys.hi - keys.lo, hd, scratch + static_cast<int64_t>(i) * key_block,
+                         alpha[i], states[static_cast<size_t>(i)]);
       }
     }
   };
@@ -462,12 +478,16 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
 
 }  // namespace
 
-void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, float* out,
-                     ThreadPool& pool) {
+void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, const LayerAttention& layer,
+                     float* out, ThreadPool& pool) {
+  if (layer.sliding_window < 0 || !(layer.softcap >= 0.0f && std::isfinite(layer.softcap))) {
+    throw std::invalid_argument("attention: sliding window " + std::to_string(layer.sliding_window) + ", softcap " +
+                                std::to_string(layer.softcap));
+  }
   if (cache.k16 != nullptr) {
-    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, out, pool);
+    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, layer, out, pool);
   } else {
-    attend<float>(q, cache, cache.k, cache.v, plan, out, pool);
+    attend<float>(q, cache, cache.k, cache.v, plan, layer, out, pool);
   }
 }
 

@@ -2,7 +2,9 @@
 // Causal attention of a batch's queries over the paged KV cache (the
 // contract of backend.hpp), for prefill, prefix-extend and decode alike.
 //
-// Per query: online softmax over its visible keys in blocks of 64, in float32.
+// Per query: online softmax over its visible keys in blocks of 64, in float32
+// (with a sliding window, only the last `window` positions are visible;
+// chunks wholly before them contribute nothing).
 // Keys are cut into chunks of 512 positions at fixed offsets from position 0;
 // each chunk gives a partial (max, sum, weighted V sum) and the partials are
 // folded left in position order. A task covers a tile of up to 8 query
@@ -20,7 +22,7 @@
 namespace actorlm::cpu {
 
 // Throws std::out_of_range when the plan names a KV row outside the pool.
-void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, float* out,
-                     ThreadPool& pool);
+void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, const LayerAttention& layer,
+                     float* out, ThreadPool& pool);
 
 }  // namespace actorlm::cpu

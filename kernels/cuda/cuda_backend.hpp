@@ -24,8 +24,14 @@ class CudaBackend final : public Backend {
   void rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads, std::span<const int32_t> positions,
             const RopeTable& table) override;
   void store_kv(KvLayerView cache, const float* k, const float* v, std::span<const int32_t> out_cache_loc) override;
-  void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, float* out) override;
+  void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, const LayerAttention& layer,
+                 float* out) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  // Not on the device yet (the Gemma features): std::logic_error.
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void softcap(float* x, int64_t n, float cap) override;
+  void scale(float* x, int64_t n, float s) override;
   std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) override;
 
  private:

@@ -197,6 +197,10 @@ bool cuda_device_usable(std::string* why) {
 }
 
 std::unique_ptr<CudaExecutor> CudaExecutor::create(const LlamaWeights& w, int device) {
+  if (const std::string extra = w.config.features_beyond_llama(); !extra.empty()) {
+    throw std::runtime_error("CUDA executor: a " + w.config.architecture + " model needs " + extra +
+                             ", which only the CPU backend runs so far (--device cpu)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->init(device);
   const ModelConfig& c = w.config;

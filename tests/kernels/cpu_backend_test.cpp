@@ -99,6 +99,24 @@ TEST_CASE("RoPE rotates adjacent pairs by position times frequency", "[kernels]"
   for (int i = 0; i < nh * hd; ++i) REQUIRE(q[i] == q0[i]);
 }
 
+TEST_CASE("GeGLU is gelu(gate) * up in the tanh form, and add, scale and softcap are elementwise", "[kernels]") {
+  std::mt19937 rng(14);
+  V g = random_vec(1000, rng, 4.0f), u = random_vec(1000, rng), out(1000), want(1000);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i];
+    want[i] = float(0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i]);
+  }
+  backend().geglu(g.data(), u.data(), out.data(), 1000);
+  require_close(out, want, 1e-5);
+  V x = g;
+  backend().add(x.data(), u.data(), 1000);
+  for (size_t i = 0; i < x.size(); ++i) CHECK(x[i] == g[i] + u[i]);
+  backend().scale(x.data(), 1000, 0.5f);
+  backend().softcap(x.data(), 1000, 2.0f);
+  for (size_t i = 0; i < x.size(); ++i) want[i] = float(2.0 * std::tanh(0.5 * (g[i] + u[i]) / 2.0));
+  require_close(x, want, 1e-5);
+}
+
 TEST_CASE("SwiGLU is silu(gate) * up", "[kernels]") {
   std::mt19937 rng(4);
   V g = random_vec(1000, rng, 4.0f), u = random_vec(1000, rng), out(1000), want(1000);
@@ -110,7 +128,9 @@ TEST_CASE("SwiGLU is silu(gate) * up", "[kernels]") {
 // Paged attention over scattered pool rows equals dense causal attention over
 // the K/V it was given (prefix rows and store_kv inputs) in position order,
 // with a float32 cache and with an f16 one (against the K/V as rounded to
-// f16, which is what such a cache holds).
+// f16, which is what such a cache holds); with a sliding window (Gemma's
+// local layers) only the last `window` positions are attended to, and a
+// softcap bends every scaled score.
 TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][attention]") {
   struct Shape {
     int heads, kv_heads;
@@ -119,8 +139,11 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
   Shape shape = GENERATE(Shape{3, 3}, Shape{9, 3}, Shape{8, 2});
   const int hd = GENERATE(64, 128);
   const bool f16 = GENERATE(false, true);
+  // No window; one inside a 512-key chunk; one across chunks, with a cap.
+  const LayerAttention layer = GENERATE(LayerAttention{}, LayerAttention{100, 0.0f}, LayerAttention{600, 5.0f});
   INFO((f16 ? "f16" : "float32") << " cache, page " << page << ", heads " << shape.heads << "/" << shape.kv_heads
-                                 << ", head_dim " << hd);
+                                 << ", head_dim " << hd << ", window " << layer.sliding_window << ", softcap "
+                                 << layer.softcap);
   std::mt19937 rng(5 + static_cast<unsigned>(page * 10 + shape.heads + hd));
   // A long prefill on a cached prefix, a fresh prefill, decodes at contexts
   // around the kernel's 64-key blocks and 512-key chunks, and an extend that
@@ -191,28 +214,30 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
     }
   }
   V q = random_vec(T * shape.heads * hd, rng), out(q.size()), want(q.size());
-  backend().attention(q.data(), cache, plan, out.data());
+  backend().attention(q.data(), cache, plan, layer, out.data());
 
   const int group = shape.heads / shape.kv_heads;
   for (size_t r = 0; r < prefix.size(); ++r) {
     for (int j = 0; j < qlen[r]; ++j) {
       int qi = plan.q_start[r] + j;
       int visible = prefix[r] + j + 1;
+      int first = layer.sliding_window > 0 ? std::max(0, visible - layer.sliding_window) : 0;
       for (int h = 0; h < shape.heads; ++h) {
         int kvh = h / group;
         std::vector<double> s(static_cast<size_t>(visible));
         double mx = -1e300;
-        for (int p = 0; p < visible; ++p) {
+        for (int p = first; p < visible; ++p) {
           double d = 0;
           for (int e = 0; e < hd; ++e) d += double(q[(qi * shape.heads + h) * hd + e]) * k_at[r][p * kv_row + kvh * hd + e];
           s[p] = d * plan.scale;
+          if (layer.softcap > 0) s[p] = layer.softcap * std::tanh(s[p] / layer.softcap);
           mx = std::max(mx, s[p]);
         }
         double sum = 0;
-        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int p = first; p < visible; ++p) sum += (s[p] = std::exp(s[p] - mx));
         for (int e = 0; e < hd; ++e) {
           double acc = 0;
-          for (int p = 0; p < visible; ++p) acc += s[p] * v_at[r][p * kv_row + kvh * hd + e];
+          for (int p = first; p < visible; ++p) acc += s[p] * v_at[r][p * kv_row + kvh * hd + e];
           want[(qi * shape.heads + h) * hd + e] = float(acc / sum);
         }
       }
@@ -234,7 +259,7 @@ TEST_CASE("Paged attention equals dense attention on gathered K/V", "[kernels][a
     const int64_t row = int64_t(shape.heads) * hd;
     V q_one(q.begin() + plan.q_start[r] * row, q.begin() + (plan.q_start[r] + qlen[r]) * row);
     V alone(q_one.size());
-    backend().attention(q_one.data(), cache, one, alone.data());
+    backend().attention(q_one.data(), cache, one, layer, alone.data());
     REQUIRE(std::equal(alone.begin(), alone.end(), out.begin() + plan.q_start[r] * row));
   }
 }

@@ -194,8 +194,8 @@ void check_attention(const AttnCase& c, int page, const std::vector<std::pair<in
   V q = random_vec(static_cast<size_t>(q_rows) * c.heads * c.hd, rng, 2.0f);
   V a(q.size()), b(q.size(), std::nanf(""));
   KvLayerView view{kc.data(), vc.data(), pool_rows, c.kv_heads, c.hd};
-  cpu_backend().attention(q.data(), view, plan, a.data());
-  gpu().attention(q.data(), view, plan, b.data());
+  cpu_backend().attention(q.data(), view, plan, {}, a.data());
+  gpu().attention(q.data(), view, plan, {}, b.data());
   CHECK(rel_l2(b, a) < 1e-2);
 }
 
