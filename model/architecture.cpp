@@ -28,7 +28,8 @@ void gemma_common(ModelConfig& c, int32_t layers_27b) {
 void sliding_pattern(const GgufFile& f, const std::string& a, ModelConfig& c, int64_t pattern) {
   const std::string key = a + "attention.sliding_window_pattern";
   c.sliding_layers.assign(static_cast<size_t>(c.n_layers), 0);
-  if (auto list = f.get_int_array(key)) {
+  if (f.is_array(key)) {
+    const auto list = f.get_int_array(key);
     if (list->size() != static_cast<size_t>(c.n_layers)) {
       throw ModelError(key + " lists " + std::to_string(list->size()) + " layers, the model has " +
                        std::to_string(c.n_layers));

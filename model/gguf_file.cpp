@@ -352,6 +352,11 @@ std::optional<std::vector<double>> GgufFile::get_float_array(std::string_view ke
   return v->floats;
 }
 
+bool GgufFile::is_array(std::string_view key) const {
+  const Value* v = impl_->find(key);
+  return v && v->type == kArray;
+}
+
 std::optional<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const {
   const Value* v = impl_->find(key);
   if (!v) return std::nullopt;

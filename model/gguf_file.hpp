@@ -60,6 +60,8 @@ class GgufFile {
   std::shared_ptr<const void> mapping() const;
 
   bool has_key(std::string_view key) const;
+  // Whether the key holds an array (some keys are a scalar or a list).
+  bool is_array(std::string_view key) const;
   // Typed getters return nullopt when the key is absent; a key present with an
   // incompatible type throws ModelError naming the key. Integers of any width
   // and signedness convert to int64_t (a u64 beyond its range throws); f32/f64

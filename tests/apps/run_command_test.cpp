@@ -100,3 +100,22 @@ TEST_CASE("actorlm run refuses a vocabulary-only file and an architecture it doe
   CHECK(r.code == 1);
   CHECK(r.out.find("unsupported architecture 'falcon'") != std::string::npos);
 }
+
+TEST_CASE("actorlm run runs a GGUF of every architecture it supports", "[apps]") {
+  // Tiny random-weight files (scripts/reference/architectures_fixture.py):
+  // the text is noise, but the whole path (load, tokenize, prefill, decode,
+  // detokenize) runs for each.
+  for (const char* arch : {"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "smollm3"}) {
+    INFO(arch);
+    const std::string model = ACTORLM_SOURCE_DIR "/tests/fixtures/architectures/" + std::string(arch) + ".gguf";
+    Result r = run("run --raw -p 'hello world' --max-tokens 40 --temperature 0 --threads 2 -m " + model);
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK(r.out.find(" generated") != std::string::npos);
+  }
+  // Without --raw: no template in the file, so ChatML, with a warning.
+  Result r = run("run -p hi --max-tokens 4 --threads 2 -m " ACTORLM_SOURCE_DIR "/tests/fixtures/architectures/gemma3.gguf");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("ChatML") != std::string::npos);
+}

@@ -1,0 +1,119 @@
+// Every architecture of model/architecture.hpp against llama.cpp on a tiny
+// random-weight GGUF of it (float32 weights, written the way llama.cpp's
+// converter lays that architecture out): the logits at five positions of a
+// 24-token sequence, computed in one prefill and again as a short prefill
+// followed by one-token decode steps over scattered KV rows. The files and
+// llama.cpp's logits come from scripts/reference/architectures_fixture.py.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/architecture.hpp"
+#include "model/model_runner.hpp"
+#include "tests/model/model_test_support.hpp"
+#include "tests/test_paths.hpp"
+
+using namespace actorlm;
+
+namespace {
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(test::fixture_path("architectures/logits.json"));
+    REQUIRE(in);
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+ModelRunner runner_for(const std::string& arch) {
+  const std::string path = test::fixture_path("architectures/" + arch + ".gguf");
+  return ModelRunner(load_llama_weights(path), std::make_unique<cpu::CpuBackend>(2),
+                     {.kv_pool_rows = 256, .max_requests = 2, .max_context = 64});
+}
+
+// Worst |ours - llama.cpp| over a row, relative to the row's largest logit.
+double row_error(const float* ours, const nlohmann::json& want) {
+  double worst = 0, scale = 1e-3;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(ours[i]) - want[i].get<double>()));
+    scale = std::max(scale, std::abs(want[i].get<double>()));
+  }
+  return worst / scale;
+}
+
+}  // namespace
+
+TEST_CASE("Every architecture's logits match llama.cpp's on a tiny GGUF of it", "[model][architectures]") {
+  const auto& ref = reference();
+  const std::string arch = GENERATE(from_range(std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma", "gemma2",
+                                                                         "gemma3", "phi3", "smollm3"}));
+  INFO(arch);
+  REQUIRE(find_architecture(arch) != nullptr);
+  const auto& model = ref.at("models").at(arch);
+  const auto tokens = ref.at("tokens").get<std::vector<int32_t>>();
+  const auto positions = ref.at("positions").get<std::vector<int32_t>>();
+  ModelRunner r = runner_for(arch);
+  const int32_t vocab = r.model_config().vocab_size;
+  REQUIRE(static_cast<size_t>(vocab) == model.at("logits")[0].size());
+
+  // float32 weights on both sides: what is left is summation order and
+  // llama.cpp's table-based GELU (Gemma).
+  const double tolerance = 2e-3;
+
+  SECTION("one prefill") {
+    std::vector<int32_t> rows(tokens.size());
+    std::iota(rows.begin(), rows.end(), 1);
+    ForwardOutput out = test::run_request(r, 0, rows, 0, tokens, /*all_logits=*/true);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      INFO("position " << positions[i]);
+      CHECK(row_error(out.row(static_cast<size_t>(positions[i])), model.at("logits")[i]) < tolerance);
+    }
+  }
+  SECTION("a prefill of 6, then decode steps, KV rows in reverse order") {
+    std::vector<int32_t> rows(tokens.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(200 - 3 * i);
+    const int32_t first = 6;
+    ForwardOutput out = test::run_request(r, 0, rows, 0, std::vector<int32_t>(tokens.begin(), tokens.begin() + first),
+                                          /*all_logits=*/true);
+    std::vector<std::vector<float>> by_position;
+    for (int32_t p = 0; p < first; ++p) by_position.emplace_back(out.row(static_cast<size_t>(p)), out.row(static_cast<size_t>(p)) + vocab);
+    for (auto p = static_cast<int32_t>(first); p < static_cast<int32_t>(tokens.size()); ++p) {
+      ForwardOutput step = test::run_request(r, 0, rows, p, {tokens[static_cast<size_t>(p)]});
+      by_position.emplace_back(step.row(0), step.row(0) + vocab);
+    }
+    for (size_t i = 0; i < positions.size(); ++i) {
+      INFO("position " << positions[i]);
+      CHECK(row_error(by_position[static_cast<size_t>(positions[i])].data(), model.at("logits")[i]) < tolerance);
+    }
+  }
+}
+
+TEST_CASE("Each architecture's features come from its GGUF metadata", "[model][architectures]") {
+  auto config = [](const std::string& arch) {
+    return load_llama_weights(test::fixture_path("architectures/" + arch + ".gguf")).config;
+  };
+  CHECK(config("llama").features_beyond_llama().empty());
+  CHECK(config("qwen2").attention_bias);
+  CHECK(config("qwen3").qk_norm);
+  const ModelConfig g2 = config("gemma2");
+  CHECK(g2.activation == ModelConfig::Activation::gelu_tanh);
+  CHECK(g2.sandwich_norm);
+  CHECK(g2.attn_softcap == 1.5f);
+  CHECK(g2.final_softcap == 4.0f);
+  CHECK(g2.sliding_window == 5);
+  CHECK(g2.sliding_layers == std::vector<uint8_t>{1, 0});
+  const ModelConfig g3 = config("gemma3");
+  CHECK(g3.head_dim == 16);
+  CHECK(g3.qk_norm);
+  CHECK(g3.rope_theta_swa == 10000.0f);
+  CHECK(g3.rope_scaling.kind == RopeScaling::Kind::linear);
+  CHECK(g3.embedding_scale == std::sqrt(32.0f));
+  CHECK(config("smollm3").rope_layers == std::vector<uint8_t>{1, 1, 1, 0});
+}
