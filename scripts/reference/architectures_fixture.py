@@ -18,7 +18,10 @@ tests/fixtures/architectures/logits.json:
   {"llama_cpp_version", "tokens": [24 ids], "positions": [...],
    "models": {arch: {"file": "<arch>.gguf", "logits": [[vocab floats] per position]}}}
 logits[i] is llama.cpp's output after tokens[0..positions[i]] from one
-batched pass over all 24 tokens (logits_all).
+batched pass over all 24 tokens (logits_all); greedy: the 32 tokens argmax
+picks after the 24, decoded one at a time; smallest_gap: the smallest
+top-1 minus top-2 logit over those steps (a near tie there could flip on
+rounding).
 
 Needs llama-cpp-python importable against a libllama built from the same
 sdist (scripts/reference README in docs/BENCHMARKS.md: put the sdist on
@@ -39,6 +42,7 @@ VOCAB = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "spm_tiny.gguf")
 HIDDEN, HEADS, KV_HEADS, FFN = 32, 4, 2, 64
 TOKENS = [1, 45, 310, 77, 502, 9, 188, 260, 33, 599, 412, 5, 123, 76, 300, 18, 444, 250, 61, 90, 7, 333, 555, 140]
 POSITIONS = [0, 5, 11, 17, 23]
+GREEDY = 32
 
 
 def vocab_fields():
@@ -62,7 +66,7 @@ ARCHS = {
     "qwen3": dict(layers=2, head_dim=8, qk_norm=True),
     "gemma": dict(layers=2, head_dim=8, norm_shift=True),
     "gemma2": dict(layers=2, head_dim=8, norm_shift=True, post_norms=True,
-                   meta=dict(sliding_window=5, attn_logit_softcapping=1.5, final_logit_softcapping=4.0)),
+                   meta=dict(sliding_window=5, attn_logit_softcapping=1.5, final_logit_softcapping=10.0)),
     "gemma3": dict(layers=2, head_dim=16, norm_shift=True, post_norms=True, qk_norm=True,
                    meta=dict(sliding_window=5, sliding_window_pattern=2, rope_linear=4.0, rope_base=1e6)),
     "phi3": dict(layers=2, head_dim=8, fused=True),
@@ -118,7 +122,7 @@ def write(arch, spec, rng, vocab):
         return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
 
     q, kv = HEADS * hd, KV_HEADS * hd
-    w.add_tensor("token_embd.weight", mat(n_vocab, HIDDEN, 1.0 if spec.get("norm_shift") else 0.5))
+    w.add_tensor("token_embd.weight", mat(n_vocab, HIDDEN, 0.15 if spec.get("norm_shift") else 0.5))
     w.add_tensor("output_norm.weight", norm(HIDDEN))
     if spec.get("tied") is False:
         w.add_tensor("output.weight", mat(n_vocab, HIDDEN))
@@ -159,12 +163,23 @@ def write(arch, spec, rng, vocab):
 
 def logits_of(path):
     import llama_cpp
-    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=64, n_ubatch=64, n_threads=2, logits_all=True,
+    llm = llama_cpp.Llama(model_path=path, n_ctx=128, n_batch=64, n_ubatch=64, n_threads=2, logits_all=True,
                           verbose=False)
     llm.eval(TOKENS)
     scores = np.array(llm.scores[: len(TOKENS)], dtype=np.float32)
+    logits = [[float(f"{x:.6g}") for x in scores[p]] for p in POSITIONS]
+    # Greedy: the prompt's last logits, then one token at a time.
+    greedy, gaps = [], []
+    row = scores[len(TOKENS) - 1]
+    for _ in range(GREEDY):
+        top2 = np.sort(row)[-2:]
+        gaps.append(float(top2[1] - top2[0]))
+        t = int(np.argmax(row))
+        greedy.append(t)
+        llm.eval([t])
+        row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
     del llm
-    return [[float(f"{x:.6g}") for x in scores[p]] for p in POSITIONS], llama_cpp.__version__
+    return logits, greedy, min(gaps), llama_cpp.__version__
 
 
 def main():
@@ -174,10 +189,10 @@ def main():
     for i, (arch, spec) in enumerate(ARCHS.items()):
         rng = np.random.RandomState(1000 + i)  # legacy generator: a frozen stream
         path = write(arch, spec, rng, vocab)
-        logits, version = logits_of(path)
+        logits, greedy, gap, version = logits_of(path)
         out["llama_cpp_version"] = version
-        out["models"][arch] = {"file": f"{arch}.gguf", "logits": logits}
-        print(f"{arch}: {os.path.getsize(path)} bytes, argmax at last position {int(np.argmax(logits[-1]))}")
+        out["models"][arch] = {"file": f"{arch}.gguf", "logits": logits, "greedy": greedy, "smallest_gap": gap}
+        print(f"{arch}: {os.path.getsize(path)} bytes, greedy {greedy[:8]}..., smallest top-2 gap {gap:.4g}")
     with open(os.path.join(OUT, "logits.json"), "w") as f:
         json.dump(out, f, separators=(",", ":"))
         f.write("\n")
