@@ -83,6 +83,12 @@ struct LayerAttention {
   float softcap = 0.0f;
 };
 
+// A token's share of one expert's output in a mixture-of-experts layer.
+struct ExpertChoice {
+  int32_t expert = 0;
+  float weight = 0.0f;
+};
+
 struct RopeTable {
   // inv_freq[i] for rotation pair i (elements 2i, 2i+1 of each head).
   std::vector<float> inv_freq;
@@ -142,6 +148,18 @@ class Backend {
   virtual void softcap(float* x, int64_t n, float cap) = 0;
   // x[i] *= s (Gemma's embeddings).
   virtual void scale(float* x, int64_t n, float s) = 0;
+  // Mixture-of-experts routing: per row of logits [rows][n_experts], the k
+  // experts of highest softmax probability, most probable first, weighted by
+  // that probability (renormalized over the k when `normalize`, then times
+  // `scale`). Returned to the host (rows * k): the layer loop groups tokens
+  // by expert from it.
+  virtual std::vector<ExpertChoice> route_experts(const float* logits, int64_t rows, int32_t n_experts, int32_t k,
+                                                  bool normalize, float scale) = 0;
+  // dst[i] = src[rows[i]], rows of `cols` floats.
+  virtual void gather_rows(const float* src, int64_t cols, std::span<const int32_t> rows, float* dst) = 0;
+  // dst[rows[i]] += weights[i] * src[i].
+  virtual void scatter_add_rows(float* dst, int64_t cols, std::span<const int32_t> rows, std::span<const float> weights,
+                                const float* src) = 0;
   // One token per logits row (rows = reqs.size(), each `vocab` wide). On a GPU
   // this runs on the device so only token ids cross to the host.
   virtual std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) = 0;

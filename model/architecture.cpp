@@ -78,6 +78,14 @@ void configure_gemma3(const GgufFile& f, const std::string& a, ModelConfig& c) {
   }
 }
 
+// Qwen3-MoE: Qwen3's attention, experts in every layer. Without an expert
+// width in the file, llama.cpp splits the dense width over the used experts.
+void configure_qwen3moe(const GgufFile& f, const std::string& a, ModelConfig& c) {
+  c.qk_norm = true;
+  if (c.n_experts == 0) throw ModelError(a + "expert_count is missing: a qwen3moe model has experts");
+  if (!f.get_int(a + "expert_feed_forward_length")) c.expert_ffn_hidden = c.ffn_hidden / c.n_experts_used;
+}
+
 // Phi-3's 128k variants rotate with LongRoPE factors chosen by the context
 // in use and an attention factor; not built, so refused by name. llama.cpp
 // ignores Phi-3's sliding window (its converters write it wrongly), and so
@@ -94,10 +102,11 @@ void configure_smollm3(const GgufFile&, const std::string&, ModelConfig& c) {
   for (int32_t l = 3; l < c.n_layers; l += 4) c.rope_layers[static_cast<size_t>(l)] = 0;
 }
 
-constexpr std::array<Architecture, 8> kArchitectures{{
-    {"llama", false, configure_nothing},  // also Mistral and SmolLM/SmolLM2 GGUFs
+constexpr std::array<Architecture, 9> kArchitectures{{
+    {"llama", false, configure_nothing},  // also Mistral, Mixtral (experts) and SmolLM/SmolLM2 GGUFs
     {"qwen2", true, configure_nothing},   // q/k/v biases, found in the tensor table
     {"qwen3", true, configure_qwen3},
+    {"qwen3moe", true, configure_qwen3moe},
     {"gemma", true, configure_gemma},
     {"gemma2", true, configure_gemma2},
     {"gemma3", true, configure_gemma3},

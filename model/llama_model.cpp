@@ -42,8 +42,16 @@ LlamaModel::LlamaModel(LlamaWeights weights, Backend& backend)
       rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)),
       rope_sliding_(make_rope_table(weights_.config, weights_.rope_freq_factors, /*sliding=*/true)) {
   for (const LayerWeights& L : weights_.layers) {
-    layer_views_.push_back(
-        {prepare(L.wq), prepare(L.wk), prepare(L.wv), prepare(L.wo), prepare(L.w_gate), prepare(L.w_up), prepare(L.w_down)});
+    LayerViews v{prepare(L.wq), prepare(L.wk), prepare(L.wv), prepare(L.wo), {}, {}, {}, {}, {}};
+    if (L.experts.empty()) {
+      v.gate = prepare(L.w_gate);
+      v.up = prepare(L.w_up);
+      v.down = prepare(L.w_down);
+    } else {
+      v.router = prepare(L.router);
+      for (const auto& e : L.experts) v.experts.push_back({prepare(e.gate), prepare(e.up), prepare(e.down)});
+    }
+    layer_views_.push_back(std::move(v));
   }
   output_view_ = prepare(weights_.output());
 }
@@ -52,6 +60,46 @@ MatrixView LlamaModel::prepare(const WeightMatrix& w) {
   PreparedMatrix p = backend_.prepare_weights(w.view());
   if (p.storage) prepared_storage_.push_back(std::move(p.storage));
   return p.view;
+}
+
+// Tokens are grouped by expert and each expert multiplies its rows as one
+// batch; a token's outputs are added to x in expert order, so its result
+// does not depend on which other tokens share the batch.
+void LlamaModel::experts_into_residual(const LayerViews& M, const float* h, int64_t T, float* x) {
+  const ModelConfig& c = weights_.config;
+  const int64_t H = c.hidden, F = c.expert_ffn_hidden;
+  const int32_t E = c.n_experts, K = c.n_experts_used;
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  backend_.matmul(h, T, M.router, logits.data(), false);
+  const std::vector<ExpertChoice> chosen =
+      backend_.route_experts(logits.data(), T, E, K, /*normalize=*/true, c.expert_weights_scale);
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(E));
+  std::vector<std::vector<float>> weights(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int32_t j = 0; j < K; ++j) {
+      const ExpertChoice& ch = chosen[static_cast<size_t>(t * K + j)];
+      rows[static_cast<size_t>(ch.expert)].push_back(static_cast<int32_t>(t));
+      weights[static_cast<size_t>(ch.expert)].push_back(ch.weight);
+    }
+  }
+  std::vector<float> in, gate, up, out;
+  for (int32_t e = 0; e < E; ++e) {
+    const auto& r = rows[static_cast<size_t>(e)];
+    if (r.empty()) continue;
+    const auto n = static_cast<int64_t>(r.size());
+    in.resize(static_cast<size_t>(n * H));
+    gate.resize(static_cast<size_t>(n * F));
+    up.resize(static_cast<size_t>(n * F));
+    out.resize(static_cast<size_t>(n * H));
+    backend_.gather_rows(h, H, r, in.data());
+    const auto& w = M.experts[static_cast<size_t>(e)];
+    const MatrixView gate_up[] = {w[0], w[1]};
+    float* const gate_up_out[] = {gate.data(), up.data()};
+    backend_.matmul_many(in.data(), n, gate_up, gate_up_out);
+    backend_.swiglu(gate.data(), up.data(), gate.data(), n * F);
+    backend_.matmul(gate.data(), n, w[2], out.data(), false);
+    backend_.scatter_add_rows(x, H, r, weights[static_cast<size_t>(e)], out.data());
+  }
 }
 
 std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
@@ -104,6 +152,10 @@ std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::spa
     project_into_residual(attn.data(), M.wo, L.post_attn_norm);
 
     backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
+    if (!M.experts.empty()) {
+      experts_into_residual(M, h.data(), T, x.data());
+      continue;
+    }
     const MatrixView gate_up[] = {M.gate, M.up};
     float* const gate_up_out[] = {gate.data(), up.data()};
     backend_.matmul_many(h.data(), T, gate_up, gate_up_out);

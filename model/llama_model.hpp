@@ -6,6 +6,7 @@
 // from its weights: the KV buffers and the attention plan come from the caller
 // (ModelRunner).
 
+#include <array>
 #include <memory>
 #include <span>
 #include <vector>
@@ -34,7 +35,12 @@ class LlamaModel {
   // CPU backend's packed tiles), and what keeps those copies alive.
   struct LayerViews {
     MatrixView wq, wk, wv, wo, gate, up, down;
+    MatrixView router;
+    std::vector<std::array<MatrixView, 3>> experts;  // gate, up, down
   };
+  // The FFN of a mixture-of-experts layer on the normed rows h; adds each
+  // token's weighted expert outputs to x.
+  void experts_into_residual(const LayerViews& M, const float* h, int64_t T, float* x);
   MatrixView prepare(const WeightMatrix& w);
 
   LlamaWeights weights_;

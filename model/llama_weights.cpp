@@ -162,7 +162,22 @@ class GgufLoader {
         if (!L.k_norm.empty()) L.k_norm = permute_rope_rows(L.k_norm, c.head_dim, 1, 1);
       }
       L.ffn_norm = vector(p + "ffn_norm.weight", c.hidden, hidden_);
-      if (!file_.find_tensor(p + "ffn_gate.weight") && file_.find_tensor(p + "ffn_up.weight")) {
+      if (c.n_experts > 0) {
+        const std::string experts = c.architecture + ".expert_count " + std::to_string(c.n_experts);
+        const std::string expert_ffn = "expert width " + std::to_string(c.expert_ffn_hidden);
+        L.router = matrix(p + "ffn_gate_inp.weight", c.n_experts, c.hidden, experts, hidden_);
+        const WeightMatrix gate = stacked(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_hidden, c.hidden, experts,
+                                          expert_ffn, hidden_);
+        const WeightMatrix up = stacked(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_hidden, c.hidden, experts,
+                                        expert_ffn, hidden_);
+        const WeightMatrix down = stacked(p + "ffn_down_exps.weight", c.n_experts, c.hidden, c.expert_ffn_hidden, experts,
+                                          hidden_, expert_ffn);
+        for (int64_t e = 0; e < c.n_experts; ++e) {
+          L.experts.push_back({gate.row_range(e * c.expert_ffn_hidden, c.expert_ffn_hidden),
+                               up.row_range(e * c.expert_ffn_hidden, c.expert_ffn_hidden),
+                               down.row_range(e * c.hidden, c.hidden)});
+        }
+      } else if (!file_.find_tensor(p + "ffn_gate.weight") && file_.find_tensor(p + "ffn_up.weight")) {
         // Phi-3: one matrix, the gate's rows first.
         WeightMatrix gate_up = matrix(p + "ffn_up.weight", 2 * int64_t{c.ffn_hidden}, c.hidden, "2 x " + ffn_, hidden_);
         L.w_gate = gate_up.row_range(0, c.ffn_hidden);
@@ -171,7 +186,7 @@ class GgufLoader {
         L.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
         L.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, c.hidden, ffn_, hidden_);
       }
-      L.w_down = matrix(p + "ffn_down.weight", c.hidden, c.ffn_hidden, hidden_, ffn_);
+      if (c.n_experts == 0) L.w_down = matrix(p + "ffn_down.weight", c.hidden, c.ffn_hidden, hidden_, ffn_);
       if (c.sandwich_norm) L.post_ffn_norm = vector(p + "post_ffw_norm.weight", c.hidden, hidden_);
       w.layers.push_back(std::move(L));
     }
@@ -261,6 +276,26 @@ class GgufLoader {
       throw ModelError(file_.path() + ": tensor " + name + " has unsupported type " + ggml_type_name(t.type));
     }
     return t;
+  }
+  // An [n][rows][cols] tensor (ggml order {cols, rows, n}) as one matrix
+  // of n * rows rows.
+  WeightMatrix stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols, const std::string& n_from,
+                       const std::string& rows_from, const std::string& cols_from) {
+    const GgufTensorInfo& t = file_.tensor(name);
+    if (t.shape.size() != 3 || static_cast<int64_t>(t.shape[0]) != cols || static_cast<int64_t>(t.shape[1]) != rows ||
+        static_cast<int64_t>(t.shape[2]) != n) {
+      std::string got;
+      for (uint64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw ModelError(file_.path() + ": tensor " + name + " has shape [" + got + "], expected [" + std::to_string(cols) +
+                       ", " + std::to_string(rows) + ", " + std::to_string(n) + "] (ggml order) from " + cols_from + ", " +
+                       rows_from + " and " + n_from);
+    }
+    used_.insert(name);
+    if (!ggml_type_supported(static_cast<uint32_t>(t.type))) {
+      throw ModelError(file_.path() + ": tensor " + name + " has unsupported type " + ggml_type_name(t.type));
+    }
+    progress_.tick();
+    return {n * rows, cols, t.type, std::shared_ptr<const uint8_t>(mapping_, t.data)};
   }
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& rows_from,
                       const std::string& cols_from) {

@@ -76,6 +76,15 @@ struct LayerWeights {
   WeightMatrix w_gate, w_up;     // [ffn][hidden]
   WeightMatrix w_down;           // [hidden][ffn]
   std::vector<float> post_ffn_norm;   // [hidden] when config.sandwich_norm
+  // Mixture of experts (config.n_experts > 0) instead of w_gate/up/down:
+  // the router and each expert's matrices (row ranges of the file's
+  // [expert][rows][cols] tensors).
+  struct Expert {
+    WeightMatrix gate, up;  // [expert_ffn][hidden]
+    WeightMatrix down;      // [hidden][expert_ffn]
+  };
+  WeightMatrix router;      // [n_experts][hidden]
+  std::vector<Expert> experts;
 };
 
 struct LlamaWeights {

@@ -118,6 +118,12 @@ void ModelConfig::validate() const {
   finite_at_least("final_logit_softcapping", final_softcap, 0.0f);
   finite_at_least("rope.freq_base_swa", rope_theta_swa, 0.0f);
   check_range("sliding_window", sliding_window, 0, 1 << 24);
+  if (n_experts > 0) {
+    check_range("expert_count", n_experts, 1, 1024);
+    check_range("expert_used_count", n_experts_used, 1, n_experts);
+    check_range("expert_feed_forward_length", expert_ffn_hidden, 1, 1 << 20);
+    finite_at_least("expert_weights_scale", expert_weights_scale, 1e-30f);
+  }
   for (const auto* per_layer : {&sliding_layers, &rope_layers}) {
     if (!per_layer->empty() && per_layer->size() != static_cast<size_t>(n_layers)) {
       invalid("a per-layer list has " + std::to_string(per_layer->size()) + " entries for " +
@@ -142,6 +148,7 @@ std::string ModelConfig::features_beyond_llama() const {
   add(sliding_window > 0, "sliding-window attention");
   add(!rope_layers.empty(), "layers without RoPE");
   add(rope_scaling.kind == RopeScaling::Kind::linear, "linear RoPE scaling");
+  add(n_experts > 0, "mixture of experts");
   return out;
 }
 
@@ -210,6 +217,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
     c.bos_token_id = opt_int("tokenizer.ggml.bos_token_id");
     c.eos_token_id = opt_int("tokenizer.ggml.eos_token_id");
+    if (auto experts = opt_int(a + "expert_count"); experts && *experts > 0) {
+      c.n_experts = *experts;
+      c.n_experts_used = need_int(a + "expert_used_count");
+      c.expert_ffn_hidden = opt_int(a + "expert_feed_forward_length").value_or(c.ffn_hidden);
+      c.expert_weights_scale = static_cast<float>(f.get_float(a + "expert_weights_scale").value_or(1.0));
+      if (c.expert_weights_scale == 0.0f) c.expert_weights_scale = 1.0f;  // llama.cpp: 0 means unset
+    }
     arch->configure(f, a, c);
     c.validate();
   } catch (const ModelError& e) {

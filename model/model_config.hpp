@@ -68,6 +68,16 @@ struct ModelConfig {
   // means every layer rotates.
   std::vector<uint8_t> rope_layers;     // per layer, 1 = rotated
 
+  // Mixture of experts (Qwen3-MoE; Mixtral as "llama"): n_experts > 0
+  // replaces every layer's FFN with experts of expert_ffn_hidden, each token
+  // going through the n_experts_used most probable under a softmax router,
+  // their outputs weighted by those probabilities (renormalized over the
+  // chosen ones, then times expert_weights_scale).
+  int32_t n_experts = 0;
+  int32_t n_experts_used = 0;
+  int32_t expert_ffn_hidden = 0;
+  float expert_weights_scale = 1.0f;
+
   bool layer_is_sliding(int32_t l) const {
     if (sliding_window <= 0) return false;
     return sliding_layers.empty() || sliding_layers[static_cast<size_t>(l)] != 0;

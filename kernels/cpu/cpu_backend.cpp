@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -256,6 +257,51 @@ void CpuBackend::softcap(float* x, int64_t n, float cap) {
 
 void CpuBackend::scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+std::vector<ExpertChoice> CpuBackend::route_experts(const float* logits, int64_t rows, int32_t n_experts, int32_t k,
+                                                    bool normalize, float scale) {
+  if (n_experts <= 0 || k <= 0 || k > n_experts) {
+    throw std::invalid_argument("route_experts: top " + std::to_string(k) + " of " + std::to_string(n_experts));
+  }
+  std::vector<ExpertChoice> out(static_cast<size_t>(rows * k));
+  std::vector<float> p(static_cast<size_t>(n_experts));
+  std::vector<int32_t> order(static_cast<size_t>(n_experts));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * n_experts;
+    const float mx = *std::max_element(l, l + n_experts);
+    float sum = 0.0f;
+    for (int32_t e = 0; e < n_experts; ++e) sum += (p[static_cast<size_t>(e)] = std::exp(l[e] - mx));
+    for (float& v : p) v /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    // Ties go to the lower index, so the choice is deterministic.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)] ||
+             (p[static_cast<size_t>(a)] == p[static_cast<size_t>(b)] && a < b);
+    });
+    float chosen = 0.0f;
+    for (int32_t j = 0; j < k; ++j) chosen += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    // llama.cpp clamps the sum at the smallest normal f16 before dividing.
+    const float norm = normalize ? 1.0f / std::max(chosen, 6.103515625e-5f) : 1.0f;
+    for (int32_t j = 0; j < k; ++j) {
+      const int32_t e = order[static_cast<size_t>(j)];
+      out[static_cast<size_t>(r * k + j)] = {e, p[static_cast<size_t>(e)] * norm * scale};
+    }
+  }
+  return out;
+}
+
+void CpuBackend::gather_rows(const float* src, int64_t cols, std::span<const int32_t> rows, float* dst) {
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(src + rows[i] * cols, cols, dst + static_cast<int64_t>(i) * cols);
+}
+
+void CpuBackend::scatter_add_rows(float* dst, int64_t cols, std::span<const int32_t> rows, std::span<const float> weights,
+                                  const float* src) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* d = dst + rows[i] * cols;
+    const float* s = src + static_cast<int64_t>(i) * cols;
+    for (int64_t c = 0; c < cols; ++c) d[c] += weights[i] * s[c];
+  }
 }
 
 // Rows are independent (each request owns its RNG), so they are sampled in

@@ -205,6 +205,13 @@ void CudaBackend::geglu(const float*, const float*, float*, int64_t) { not_on_cu
 void CudaBackend::add(float*, const float*, int64_t) { not_on_cuda("add"); }
 void CudaBackend::softcap(float*, int64_t, float) { not_on_cuda("softcap"); }
 void CudaBackend::scale(float*, int64_t, float) { not_on_cuda("scale"); }
+std::vector<ExpertChoice> CudaBackend::route_experts(const float*, int64_t, int32_t, int32_t, bool, float) {
+  not_on_cuda("expert routing");
+}
+void CudaBackend::gather_rows(const float*, int64_t, std::span<const int32_t>, float*) { not_on_cuda("gather_rows"); }
+void CudaBackend::scatter_add_rows(float*, int64_t, std::span<const int32_t>, std::span<const float>, const float*) {
+  not_on_cuda("scatter_add_rows");
+}
 
 std::vector<SampleResult> CudaBackend::sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) {
   const auto R = static_cast<int32_t>(reqs.size());

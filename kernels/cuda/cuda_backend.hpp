@@ -27,11 +27,16 @@ class CudaBackend final : public Backend {
   void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, const LayerAttention& layer,
                  float* out) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
-  // Not on the device yet (the Gemma features): std::logic_error.
+  // Not on the device yet (the Gemma and MoE features): std::logic_error.
   void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
   void softcap(float* x, int64_t n, float cap) override;
   void scale(float* x, int64_t n, float s) override;
+  std::vector<ExpertChoice> route_experts(const float* logits, int64_t rows, int32_t n_experts, int32_t k, bool normalize,
+                                          float scale) override;
+  void gather_rows(const float* src, int64_t cols, std::span<const int32_t> rows, float* dst) override;
+  void scatter_add_rows(float* dst, int64_t cols, std::span<const int32_t> rows, std::span<const float> weights,
+                        const float* src) override;
   std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) override;
 
  private:

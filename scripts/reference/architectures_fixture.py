@@ -11,7 +11,8 @@ SentencePiece vocabulary of tests/fixtures/tokenizer/spm_tiny.gguf so that
 architecture does visible: GQA (4 query heads over 2 KV heads), a head_dim
 that is not hidden / heads (Gemma 3), a sliding window of 5 positions on
 a 24-token sequence (Gemma 2/3), small softcaps (Gemma 2), linear RoPE
-scaling and a second RoPE base (Gemma 3), a NoPE layer (SmolLM3).
+scaling and a second RoPE base (Gemma 3), a NoPE layer (SmolLM3), experts of their own width with top-2 routing
+(Qwen3-MoE; Mixtral, which GGUF calls "llama").
 
 Writes tests/fixtures/architectures/<arch>.gguf and
 tests/fixtures/architectures/logits.json:
@@ -71,6 +72,9 @@ ARCHS = {
                    meta=dict(sliding_window=5, sliding_window_pattern=2, rope_linear=4.0, rope_base=1e6)),
     "phi3": dict(layers=2, head_dim=8, fused=True),
     "smollm3": dict(layers=4, head_dim=8),
+    "qwen3moe": dict(layers=2, head_dim=8, qk_norm=True, experts=(6, 2, 24)),
+    # Mixtral's GGUFs say "llama" and carry experts.
+    "mixtral": dict(arch="llama", layers=2, head_dim=8, experts=(4, 2, FFN)),
 }
 
 
@@ -81,7 +85,7 @@ def write(arch, spec, rng, vocab):
     layers = spec["layers"]
     meta = spec.get("meta", {})
     path = os.path.join(OUT, f"{arch}.gguf")
-    w = gguf.GGUFWriter(path, arch)
+    w = gguf.GGUFWriter(path, spec.get("arch", arch))
     w.add_block_count(layers)
     w.add_context_length(256)
     w.add_embedding_length(HIDDEN)
@@ -94,6 +98,12 @@ def write(arch, spec, rng, vocab):
     w.add_rope_freq_base(meta.get("rope_base", 10000.0))
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(n_vocab)
+    if "experts" in spec:
+        n_exp, used, width = spec["experts"]
+        w.add_expert_count(n_exp)
+        w.add_expert_used_count(used)
+        if width != FFN:
+            w.add_expert_feed_forward_length(width)
     if "sliding_window" in meta:
         w.add_sliding_window(meta["sliding_window"])
     if "sliding_window_pattern" in meta:
@@ -146,12 +156,19 @@ def write(arch, spec, rng, vocab):
         if spec.get("post_norms"):
             w.add_tensor(p + "post_attention_norm.weight", norm(HIDDEN))
         w.add_tensor(p + "ffn_norm.weight", norm(HIDDEN))
-        if spec.get("fused"):
+        if "experts" in spec:
+            n_exp, _, width = spec["experts"]
+            w.add_tensor(p + "ffn_gate_inp.weight", mat(n_exp, HIDDEN, 1.0))
+            w.add_tensor(p + "ffn_gate_exps.weight", np.stack([mat(width, HIDDEN) for _ in range(n_exp)]))
+            w.add_tensor(p + "ffn_up_exps.weight", np.stack([mat(width, HIDDEN) for _ in range(n_exp)]))
+            w.add_tensor(p + "ffn_down_exps.weight", np.stack([mat(HIDDEN, width) for _ in range(n_exp)]))
+        elif spec.get("fused"):
             w.add_tensor(p + "ffn_up.weight", mat(2 * FFN, HIDDEN))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(FFN, HIDDEN))
             w.add_tensor(p + "ffn_up.weight", mat(FFN, HIDDEN))
-        w.add_tensor(p + "ffn_down.weight", mat(HIDDEN, FFN))
+        if "experts" not in spec:
+            w.add_tensor(p + "ffn_down.weight", mat(HIDDEN, FFN))
         if spec.get("post_norms"):
             w.add_tensor(p + "post_ffw_norm.weight", norm(HIDDEN))
     w.write_header_to_file()

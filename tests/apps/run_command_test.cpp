@@ -105,7 +105,8 @@ TEST_CASE("actorlm run runs a GGUF of every architecture it supports", "[apps]")
   // Tiny random-weight files (scripts/reference/architectures_fixture.py):
   // the text is noise, but the whole path (load, tokenize, prefill, decode,
   // detokenize) runs for each.
-  for (const char* arch : {"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "smollm3"}) {
+  for (const char* arch :
+       {"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "smollm3", "qwen3moe", "mixtral"}) {
     INFO(arch);
     const std::string model = ACTORLM_SOURCE_DIR "/tests/fixtures/architectures/" + std::string(arch) + ".gguf";
     Result r = run("run --raw -p 'hello world' --max-tokens 40 --temperature 0 --threads 2 -m " + model);
