@@ -52,6 +52,13 @@ void sliding_window(const GgufFile& f, const std::string& a, ModelConfig& c, int
 
 void configure_nothing(const GgufFile&, const std::string&, ModelConfig&) {}
 
+// Mistral's GGUFs say "llama". Mistral 7B v0.1 was trained with a 4096-token
+// sliding window on every layer; llama.cpp's converter does not write it and
+// llama.cpp ignores it, so such files run with full attention in both. A
+// file that does state a window gets it on every layer, as the model was
+// defined.
+void configure_llama(const GgufFile& f, const std::string& a, ModelConfig& c) { sliding_window(f, a, c, 0); }
+
 void configure_qwen3(const GgufFile&, const std::string&, ModelConfig& c) { c.qk_norm = true; }
 
 void configure_gemma(const GgufFile&, const std::string&, ModelConfig& c) { gemma_common(c, -1); }
@@ -103,7 +110,7 @@ void configure_smollm3(const GgufFile&, const std::string&, ModelConfig& c) {
 }
 
 constexpr std::array<Architecture, 9> kArchitectures{{
-    {"llama", false, configure_nothing},  // also Mistral, Mixtral (experts) and SmolLM/SmolLM2 GGUFs
+    {"llama", false, configure_llama},  // also Mistral, Mixtral (experts) and SmolLM/SmolLM2 GGUFs
     {"qwen2", true, configure_nothing},   // q/k/v biases, found in the tensor table
     {"qwen3", true, configure_qwen3},
     {"qwen3moe", true, configure_qwen3moe},

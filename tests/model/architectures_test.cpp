@@ -9,14 +9,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/architecture.hpp"
+#include "model/gguf_file.hpp"
 #include "model/model_runner.hpp"
 #include "tests/model/model_test_support.hpp"
+#include "tests/model/tiny_llama_gguf.hpp"
 #include "tests/test_paths.hpp"
 
 using namespace actorlm;
@@ -166,4 +169,31 @@ TEST_CASE("Each architecture's features come from its GGUF metadata", "[model][a
   CHECK((moe.n_experts == 6 && moe.n_experts_used == 2 && moe.expert_ffn_hidden == 24 && moe.qk_norm));
   const ModelConfig mixtral = config("mixtral");
   CHECK((mixtral.architecture == "llama" && mixtral.n_experts == 4 && mixtral.expert_ffn_hidden == 64));
+}
+
+TEST_CASE("A window on a llama file (Mistral's) covers every layer, and a window out of range is refused by name",
+          "[model][architectures]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto load = [&](const test::GgufBuilder& b, const std::string& name) {
+    return load_llama_weights(b.write((dir / ("actorlm_arch_" + name + ".gguf")).string())).config;
+  };
+  test::TinyLlamaGguf mistral;
+  auto b = mistral.builder();
+  b.u32("llama.attention.sliding_window", 4096);
+  const ModelConfig c = load(b, "mistral");
+  CHECK(c.sliding_window == 4096);
+  CHECK((c.layer_is_sliding(0) && c.layer_is_sliding(1)));
+  CHECK(load(test::TinyLlamaGguf{}.builder(), "plain").sliding_window == 0);
+
+  auto error = [&](const test::GgufBuilder& bad, const std::string& name) -> std::string {
+    try {
+      load(bad, name);
+    } catch (const ModelError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto big = test::TinyLlamaGguf{}.builder();
+  big.u32("llama.attention.sliding_window", 1u << 30);
+  CHECK_THAT(error(big, "big_window"), Catch::Contains("sliding_window") && Catch::Contains("out of range"));
 }
