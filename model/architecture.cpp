@@ -89,7 +89,9 @@ void configure_gemma3(const GgufFile& f, const std::string& a, ModelConfig& c) {
 // width in the file, llama.cpp splits the dense width over the used experts.
 void configure_qwen3moe(const GgufFile& f, const std::string& a, ModelConfig& c) {
   c.qk_norm = true;
-  if (c.n_experts == 0) throw ModelError(a + "expert_count is missing: a qwen3moe model has experts");
+  if (c.n_experts == 0 || c.n_experts_used <= 0) {
+    throw ModelError(a + "expert_count and expert_used_count must be positive: a qwen3moe model has experts");
+  }
   if (!f.get_int(a + "expert_feed_forward_length")) c.expert_ffn_hidden = c.ffn_hidden / c.n_experts_used;
 }
 

@@ -122,6 +122,22 @@ for name, shape in [("attn_norm", [hidden]), ("attn_q", [hidden, 8]), ("attn_k",
     llama_tensors.append(f32_tensor(f"blk.0.{name}.weight", shape))
 write("gguf_file_fuzz", "tiny-llama", gguf(llama_meta, llama_tensors))
 
+# The same model's metadata as other architectures: the keys each one reads
+# (windows, their pattern as a number or a list, softcaps, experts).
+def renamed(arch, extra):
+    meta = [(k.replace("llama.", arch + ".", 1), v) for k, v in llama_meta]
+    meta[0] = ("general.architecture", s(arch))
+    return meta + [(arch + "." + k, v) for k, v in extra]
+
+bools = lambda v: (ARR, struct.pack("<IQ", 7, len(v)) + bytes(v))
+write("gguf_file_fuzz", "gemma3", gguf(renamed("gemma3", [("attention.sliding_window", u32(4)),
+                                                          ("attention.sliding_window_pattern", bools([1])),
+                                                          ("final_logit_softcapping", f32(30.0)),
+                                                          ("rope.scaling.type", s("linear")),
+                                                          ("rope.scaling.factor", f32(8.0))]), llama_tensors))
+write("gguf_file_fuzz", "qwen3moe", gguf(renamed("qwen3moe", [("expert_count", u32(4)), ("expert_used_count", u32(2)),
+                                                              ("expert_feed_forward_length", u32(4))]), llama_tensors))
+
 spm_tokens = ["<unk>", "<s>", "</s>", "\u2581", "a", "b", "\u2581a"] + [f"<0x{b:02X}>" for b in range(256)]
 spm_meta = [("general.architecture", s("llama")), ("tokenizer.ggml.model", s("llama")),
             ("tokenizer.ggml.tokens", strs(spm_tokens)), ("tokenizer.ggml.scores", f32s([-float(i) for i in range(len(spm_tokens))])),
