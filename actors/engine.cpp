@@ -34,6 +34,7 @@ struct Engine::Impl {
   std::atomic<uint64_t> next_id{1};
   std::string device;
   int64_t kv_tokens = 0;
+  int32_t max_context = 0;
   // Stops the router or the worker link. Nodes hold their handles, so a
   // plain shutdown or exit message from a peer must not be able to.
   uint64_t stop_token = random_token();
@@ -155,6 +156,7 @@ Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make
   m.tokenizer =
       spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content, config.chat_template);
   if (!m.core) m.kv_tokens = stats().kv.capacity;
+  m.max_context = m.core ? m.core->max_context : scheduler_config(config, m.model, *m.tok).max_context;
 }
 
 Engine::~Engine() {
@@ -172,6 +174,18 @@ caf::actor Engine::handle() const { return impl_->tokenizer; }
 const ModelConfig& Engine::model_config() const { return impl_->model; }
 const std::string& Engine::device() const { return impl_->device; }
 int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
+int32_t Engine::max_context() const { return impl_->max_context; }
+
+std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  return impl_->tok->encode(text, add_special && impl_->tok->add_bos_by_default(), parse_special);
+}
+
+std::optional<std::string> Engine::detokenize(std::span<const int32_t> ids) const {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= impl_->tok->vocab_size()) return std::nullopt;
+  }
+  return impl_->tok->decode(ids);
+}
 
 TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<void(const TextDeltaEvent&)>& on_delta) {
   caf::scoped_actor self{impl_->system};
@@ -197,6 +211,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.stop->max_new_tokens = o.max_new_tokens;
   g.stop->stop_strings = o.stop;
   g.stop->ignore_eos = o.ignore_eos;
+  g.stop->max_new_tokens_strict = o.max_new_tokens_strict;
   g.logprobs = o.logprobs;
   g.top_logprobs = o.logprobs ? std::clamp(o.top_logprobs, 0, 20) : 0;
   self->send(impl_->tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, caf::actor_cast<caf::actor>(self));

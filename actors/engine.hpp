@@ -16,7 +16,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -63,6 +65,9 @@ struct GenerateOptions {
   std::string template_kwargs;
   SamplingParams sampling;
   int32_t max_new_tokens = 256;
+  // The caller asked for max_new_tokens (OpenAI's max_tokens): a prompt that
+  // leaves the context less room is refused, not cut short at the context.
+  bool max_new_tokens_strict = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool logprobs = false;   // report each token's logprob (TextDeltaEvent::logprobs)
@@ -125,6 +130,14 @@ class Engine {
   // and its KV pool size in tokens (a head: its joined nodes' total).
   const std::string& device() const;
   int64_t kv_tokens() const;
+  // Prompt + output tokens one request may hold.
+  int32_t max_context() const;
+  // The model's tokenizer, as a request's text is tokenized (add_special:
+  // the beginning-of-sequence token where the model adds one; parse_special:
+  // control-token text becomes those tokens).
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special) const;
+  // nullopt when an id is outside the vocabulary.
+  std::optional<std::string> detokenize(std::span<const int32_t> ids) const;
 
   // Streams one request; blocks until it finishes. Thread-safe: many threads
   // may call it at once (they are batched together). Returns the last delta.

@@ -31,6 +31,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       r.stop.max_new_tokens = m.stop()->max_new_tokens();
       if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
       r.stop.ignore_eos = m.stop()->ignore_eos();
+      r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
     }
     r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
     if (auto err = sched.submit(std::move(r))) {

@@ -21,6 +21,11 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI semantics, once per token present in the output
   uint64_t seed = 0;                // used when has_seed; otherwise the engine picks one
   bool has_seed = false;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]), ids ascending and
+  // distinct, at most kMaxLogitBias of them. Ids must be in the vocabulary
+  // (checked where the vocabulary is known: the scheduler's admission).
+  static constexpr size_t kMaxLogitBias = 1024;
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature <= 0.0f || top_k == 1; }
 
@@ -38,6 +43,12 @@ struct SamplingParams {
       return "repetition_penalty must be in (0, 10]";
     if (bad(frequency_penalty, -2.0f, 2.0f)) return "frequency_penalty must be in [-2, 2]";
     if (bad(presence_penalty, -2.0f, 2.0f)) return "presence_penalty must be in [-2, 2]";
+    if (logit_bias.size() > kMaxLogitBias) return "logit_bias may hold at most 1024 tokens";
+    for (size_t i = 0; i < logit_bias.size(); ++i) {
+      if (logit_bias[i].first < 0 || (i > 0 && logit_bias[i].first <= logit_bias[i - 1].first))
+        return "logit_bias token ids must be distinct and non-negative";
+      if (bad(logit_bias[i].second, -100.0f, 100.0f)) return "logit_bias values must be in [-100, 100]";
+    }
     return std::nullopt;
   }
 };

@@ -2,6 +2,7 @@
 // actorlm::SamplingParams <-> its FlatBuffers table. Values from a message are
 // not trusted: callers run SamplingParams::validate() on the result.
 
+#include <algorithm>
 #include <memory>
 
 #include "kernels/sampling_params.hpp"
@@ -20,6 +21,10 @@ inline std::unique_ptr<fb::SamplingParamsT> to_fb(const SamplingParams& p) {
   t->presence_penalty = p.presence_penalty;
   t->seed = p.seed;
   t->has_seed = p.has_seed;
+  for (const auto& [id, bias] : p.logit_bias) {
+    t->logit_bias_ids.push_back(id);
+    t->logit_bias_values.push_back(bias);
+  }
   return t;
 }
 
@@ -36,6 +41,14 @@ inline SamplingParams from_fb(const fb::SamplingParams* t) {
   p.presence_penalty = t->presence_penalty();
   p.seed = t->seed();
   p.has_seed = t->has_seed();
+  // Lists of unequal length are kept as they come, cut to the shorter; the
+  // caller's validate() checks what is left.
+  if (t->logit_bias_ids() && t->logit_bias_values()) {
+    const auto n = std::min(t->logit_bias_ids()->size(), t->logit_bias_values()->size());
+    for (flatbuffers::uoffset_t i = 0; i < n; ++i) {
+      p.logit_bias.emplace_back(t->logit_bias_ids()->Get(i), t->logit_bias_values()->Get(i));
+    }
+  }
   return p;
 }
 

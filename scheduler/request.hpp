@@ -19,6 +19,7 @@ struct StopConditions {
   int32_t max_new_tokens = 128;
   std::vector<int32_t> stop_token_ids;  // besides EOS
   bool ignore_eos = false;
+  bool max_new_tokens_strict = false;  // prompt + max_new_tokens must fit the context
 };
 
 struct Request {

@@ -26,6 +26,14 @@ std::optional<std::string> Scheduler::submit(Request r) {
            std::to_string(config_.max_context) + " (prompt + output)";
   }
   if (r.stop.max_new_tokens < 1) return "max_new_tokens must be at least 1";
+  if (r.stop.max_new_tokens_strict &&
+      static_cast<int64_t>(r.prompt.size()) + r.stop.max_new_tokens > config_.max_context) {
+    return "the completion length asked for (max_tokens / max_completion_tokens: " +
+           std::to_string(r.stop.max_new_tokens) + ") is more than the " +
+           std::to_string(config_.max_context - static_cast<int64_t>(r.prompt.size())) + " tokens the context of " +
+           std::to_string(config_.max_context) + " leaves after the " + std::to_string(r.prompt.size()) +
+           "-token prompt";
+  }
   if (auto err = r.sampling.validate()) return *err;
   auto same = [&](uint64_t id) { return id == r.id; };
   if (std::any_of(waiting_.begin(), waiting_.end(), [&](const Request& w) { return same(w.id); }) ||

@@ -100,10 +100,30 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
 
+  // One choice per (prompt, i); a batch of prompts gives choice p * n + i.
+  std::vector<api::Prompt> prompts = r.prompts;
+  if (prompts.empty()) prompts.push_back({r.options.prompt, r.options.input_ids});
+  const int choices = static_cast<int>(prompts.size()) * r.n;
+  // echo: the prompt's text leads each choice's.
+  std::vector<std::string> echoed(prompts.size());
+  if (r.echo) {
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (prompts[p].ids.empty()) {
+        echoed[p] = prompts[p].text;
+      } else if (auto text = engine_.detokenize(prompts[p].ids)) {
+        echoed[p] = *text;
+      } else {
+        ++rejected_;
+        return connection->respond(
+            error_response({400, "'prompt' holds a token id outside the vocabulary", "invalid_request_error", "prompt"}));
+      }
+    }
+  }
+
   // Every choice's engine id is known before it starts, so a client that
   // leaves (or a shutdown) can abort even requests still waiting in the queue.
   std::vector<uint64_t> ids;
-  for (int i = 0; i < r.n; ++i) ids.push_back(engine_.new_request_id());
+  for (int i = 0; i < choices; ++i) ids.push_back(engine_.new_request_id());
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ids_.insert(ids.begin(), ids.end());
@@ -120,22 +140,39 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     for (uint64_t i : ids) engine_.abort(i);
   });
 
-  // Streams write from every choice's thread.
+  // Streams write from every choice's thread. The stream (and its 200)
+  // begins with the first delta that is not an error: a request the engine
+  // refuses outright (a prompt longer than the context, a max_tokens it
+  // cannot give) is then an HTTP error like a non-streamed one.
   std::mutex mu;
-  std::vector<bool> first(static_cast<size_t>(r.n), true);
-  std::vector<size_t> offset(static_cast<size_t>(r.n), 0);  // completions' text_offset
+  bool began = false;
+  std::optional<std::string> refused;  // the first error before the stream began
+  std::vector<bool> first(static_cast<size_t>(choices), true);
+  std::vector<size_t> offset(static_cast<size_t>(choices), 0);  // completions' text_offset
   auto forward_stream = [&](const TextDeltaEvent& d, int index) {
     std::lock_guard<std::mutex> lock(mu);
     const auto i = static_cast<size_t>(index);
+    if (!began) {
+      if (d.finish == FinishReason::error) {
+        if (!refused) refused = d.error;
+        return false;  // the other choices are aborted
+      }
+      if (refused || connection->gone()) return false;
+      connection->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
+      began = true;
+    }
     std::string out;
     if (d.finish == FinishReason::error) {
       out = "data: " + api::dump(engine_error(d.error).body()) + "\n\n";
     } else {
-      if (!d.text.empty() || first[i] || (r.options.logprobs && !d.logprobs.empty())) {
+      // Chat's first chunk is the role alone, as OpenAI sends it.
+      if (chat && first[i]) out += api::stream_chunk(id, model_id_, chat, index, "", std::nullopt, created, true, nullptr);
+      std::string text = d.text;
+      if (r.echo && first[i]) text = echoed[i / static_cast<size_t>(r.n)] + text;
+      if (!text.empty() || (!chat && first[i]) || (r.options.logprobs && !d.logprobs.empty())) {
         nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i])
                                                : nlohmann::json(nullptr);
-        out += api::stream_chunk(id, model_id_, chat, index, d.text, std::nullopt, created,
-                                 first[i], lp);
+        out += api::stream_chunk(id, model_id_, chat, index, text, std::nullopt, created, false, lp);
       }
       if (d.finish != FinishReason::none)
         out += api::stream_chunk(id, model_id_, chat, index, "", d.finish, created, false, nullptr);
@@ -148,16 +185,17 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   const std::function<bool(const TextDeltaEvent&, int)> forward =
       r.stream ? std::function<bool(const TextDeltaEvent&, int)>(forward_stream) : forward_whole;
 
-  if (r.stream) connection->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
-
   // Choice `index` samples with seed + index when a seed is given; once the
   // client is gone its request is aborted at the next delta (again, in case
   // the first abort reached the scheduler before the request did).
-  std::vector<api::ChoiceResult> results(static_cast<size_t>(r.n));
+  std::vector<api::ChoiceResult> results(static_cast<size_t>(choices));
   auto run_choice = [&](int index) {
     GenerateOptions o = r.options;
+    const api::Prompt& prompt = prompts[static_cast<size_t>(index / r.n)];
+    o.prompt = prompt.text;
+    o.input_ids = prompt.ids;
     o.request_id = ids[static_cast<size_t>(index)];
-    if (index > 0 && o.sampling.has_seed) o.sampling.seed += static_cast<uint64_t>(index);
+    if (index % r.n > 0 && o.sampling.has_seed) o.sampling.seed += static_cast<uint64_t>(index % r.n);
     api::ChoiceResult& c = results[static_cast<size_t>(index)];
     bool first_delta = true, stopped = false;
     Clock::time_point prev = arrival;
@@ -185,22 +223,20 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     }
   };
   std::vector<std::thread> others;
-  for (int i = 1; i < r.n; ++i) others.emplace_back(run_choice, i);
+  for (int i = 1; i < choices; ++i) others.emplace_back(run_choice, i);
   run_choice(0);
   for (auto& t : others) t.join();
 
+  if (r.stream && !began) {
+    if (refused) return connection->respond(error_response(engine_error(*refused)));
+    if (connection->gone()) return;
+    connection->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
+  }
   if (r.stream) {
     bool failed = false;
-    int32_t completion = 0;
-    for (const auto& c : results) {
-      failed = failed || c.last.finish == FinishReason::error;
-      completion += c.last.completion_tokens;
-    }
+    for (const auto& c : results) failed = failed || c.last.finish == FinishReason::error;
     std::string tail;
-    if (r.include_usage && !failed) {
-      tail +=
-          api::usage_chunk(id, model_id_, chat, results[0].last.prompt_tokens, completion, created);
-    }
+    if (r.include_usage && !failed) tail += api::usage_chunk(id, model_id_, chat, results, r.n, created);
     tail += "data: [DONE]\n\n";
     connection->stream_write(std::move(tail));
     connection->stream_end();
@@ -210,12 +246,15 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     if (c.last.finish == FinishReason::error)
       return connection->respond(error_response(engine_error(c.last.error)));
   }
+  if (r.echo) {
+    for (size_t i = 0; i < results.size(); ++i) results[i].text = echoed[i / static_cast<size_t>(r.n)] + results[i].text;
+  }
   if (route == Route::native) {
     return connection->respond(
         http::Response::json(200, api::dump(api::generate_response(results))));
   }
   connection->respond(
-      http::Response::json(200, api::dump(api::completion_response(id, model_id_, chat, results,
+      http::Response::json(200, api::dump(api::completion_response(id, model_id_, chat, results, r.n,
                                                                    r.options.logprobs, created))));
 }
 

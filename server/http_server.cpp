@@ -27,7 +27,7 @@ using nlohmann::json;
 
 namespace {
 
-enum class RouteId { page, script, health, models, metrics, nodes, chat, completion, native };
+enum class RouteId { page, script, health, models, metrics, nodes, chat, completion, native, tokenize, detokenize };
 
 struct Route {
   std::string_view path;
@@ -46,6 +46,8 @@ constexpr Route routes[] = {
     {"/v1/chat/completions", bhttp::verb::post, RouteId::chat, false},
     {"/v1/completions", bhttp::verb::post, RouteId::completion, false},
     {"/generate", bhttp::verb::post, RouteId::native, false},
+    {"/tokenize", bhttp::verb::post, RouteId::tokenize, false},
+    {"/detokenize", bhttp::verb::post, RouteId::detokenize, false},
 };
 
 const Route* find_route(std::string_view path) {
@@ -155,7 +157,9 @@ struct HttpServer::Impl final : http::RequestHandler {
                        {"data", json::array({{{"id", config.model_id},
                                               {"object", "model"},
                                               {"owned_by", "actorlm"},
-                                              {"created", 0}}})}};
+                                              {"created", 0},
+                                              {"context_length", engine.max_context()},
+                                              {"max_model_len", engine.max_context()}}})}};
         return c->respond(http::Response::json(200, models.dump()));
       }
       case RouteId::metrics:
@@ -167,6 +171,28 @@ struct HttpServer::Impl final : http::RequestHandler {
       case RouteId::nodes:
         return asio::post(blocking, [this, c] {
           c->respond(http::Response::json(200, nodes_json(engine.stats()).dump()));
+        });
+      case RouteId::tokenize:
+        // Off the I/O threads: a body of megabytes takes a while to tokenize.
+        return asio::post(blocking, [this, c, body = std::move(request.body())] {
+          auto parsed = api::parse_tokenize_request(body);
+          if (auto* e = std::get_if<api::ApiError>(&parsed)) {
+            return c->respond(http::Response::json(e->status, api::dump(e->body())));
+          }
+          const auto& r = std::get<api::TokenizeRequest>(parsed);
+          const std::vector<int32_t> ids = engine.tokenize(r.text, r.add_special, /*parse_special=*/false);
+          json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.max_context()}};
+          c->respond(http::Response::json(200, out.dump()));
+        });
+      case RouteId::detokenize:
+        return asio::post(blocking, [this, c, body = std::move(request.body())] {
+          auto parsed = api::parse_detokenize_request(body);
+          if (auto* e = std::get_if<api::ApiError>(&parsed)) {
+            return c->respond(http::Response::json(e->status, api::dump(e->body())));
+          }
+          auto text = engine.detokenize(std::get<std::vector<int32_t>>(parsed));
+          if (!text) return c->respond(error(400, "'tokens' holds an id outside the vocabulary"));
+          c->respond(http::Response::json(200, api::dump(json{{"text", *text}})));
         });
       case RouteId::chat:
       case RouteId::completion:

@@ -1,6 +1,9 @@
 #include "server/openai_api.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <span>
+#include <string_view>
 
 #include "server/json_reader.hpp"
 #include "server/sampling_fields.hpp"
@@ -25,6 +28,8 @@ std::string finish_reason_text(FinishReason r) {
 namespace {
 
 constexpr size_t kMaxPromptTokens = size_t{1} << 20;
+constexpr size_t kMaxPrompts = 32;
+constexpr size_t kMaxChoices = 64;
 
 // The body as an object, or why not.
 std::variant<const json*, ApiError> body_object(const std::variant<json, ApiError>& parsed) {
@@ -44,20 +49,23 @@ std::optional<ApiError> check_model(const FieldReader& f, const std::string& mod
                   "model"};
 }
 
-std::optional<ApiError> read_token_ids(const FieldReader& f, const char* key,
-                                       std::vector<int32_t>& ids) {
-  const json* p = f.find(key);
-  const char* need =
-      "must be a non-empty list of at most 1048576 token ids (integers in [0, 2^31 - 1])";
-  if (!p || !p->is_array() || p->empty() || p->size() > kMaxPromptTokens) return f.error(key, need);
+// A non-empty list of at most 2^20 token ids; false (ids unspecified) when
+// `p` is not one.
+bool token_ids(const json* p, std::vector<int32_t>& ids) {
+  if (!p || !p->is_array() || p->empty() || p->size() > kMaxPromptTokens) return false;
   ids.reserve(p->size());
   for (const json& t : *p) {
-    const std::optional<int32_t> id =
-        integer_in<int32_t>(t, 0, std::numeric_limits<int32_t>::max());
-    if (!id) return f.error(key, need);
+    const std::optional<int32_t> id = integer_in<int32_t>(t, 0, std::numeric_limits<int32_t>::max());
+    if (!id) return false;
     ids.push_back(*id);
   }
-  return std::nullopt;
+  return true;
+}
+
+std::optional<ApiError> read_token_ids(const FieldReader& f, const char* key,
+                                       std::vector<int32_t>& ids) {
+  if (token_ids(f.find(key), ids)) return std::nullopt;
+  return f.error(key, "must be a non-empty list of at most 1048576 token ids (integers in [0, 2^31 - 1])");
 }
 
 // Content as a string or a list of {"type": "text", "text": ...} parts.
@@ -98,9 +106,10 @@ std::optional<ApiError> read_messages(const FieldReader& f, std::vector<ChatMess
     const json* role = mf.find("role");
     if (!role || !role->is_string()) return mf.error("role", "must be a string");
     const auto& r = role->get_ref<const std::string&>();
-    if (r != "system" && r != "user" && r != "assistant")
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant")
       return mf.error("role", "is an unknown role " + echo(r));
-    ChatMessage msg{r, ""};
+    // OpenAI's newer name for system instructions; templates know "system".
+    ChatMessage msg{r == "developer" ? "system" : r, ""};
     if (auto e = read_content(mf, msg.content)) return e;
     out.push_back(std::move(msg));
   }
@@ -133,6 +142,63 @@ std::optional<ApiError> read_stream(const FieldReader& f, ParsedRequest& r) {
   return FieldReader(*so, f.param("stream_options")).boolean("include_usage", &r.include_usage);
 }
 
+// Completions' prompt: one string or token list into `o`, or a batch of
+// them into `batch`.
+std::optional<ApiError> read_prompts(const FieldReader& f, GenerateOptions& o, std::vector<Prompt>& batch) {
+  const char* need =
+      "must be a string, a non-empty list of at most 1048576 token ids, or a list of at most 32 of either";
+  const json* p = f.find("prompt");
+  if (p && p->is_string()) {
+    o.prompt = p->get_ref<const std::string&>();
+    return std::nullopt;
+  }
+  if (!p || !p->is_array() || p->empty()) return f.error("prompt", need);
+  if (!p->front().is_string() && !p->front().is_array()) {
+    if (!token_ids(p, o.input_ids)) return f.error("prompt", need);
+    return std::nullopt;
+  }
+  if (p->size() > kMaxPrompts) return f.error("prompt", need);
+  for (size_t i = 0; i < p->size(); ++i) {
+    const json& one = (*p)[i];
+    Prompt prompt;
+    if (one.is_string()) {
+      prompt.text = one.get_ref<const std::string&>();
+    } else if (!token_ids(&one, prompt.ids)) {
+      return f.error("prompt", need);
+    }
+    batch.push_back(std::move(prompt));
+  }
+  return std::nullopt;
+}
+
+// Every field of a chat or completions body is read by this parser or named
+// here; anything else (tools, response_format, suffix, best_of, ...) is a
+// 400 naming it rather than a request quietly answered without it.
+constexpr std::string_view kSamplingKeys[] = {
+    "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+    "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
+    "ignore_eos", "logprobs", "stream", "stream_options"};
+constexpr std::string_view kChatKeys[] = {"messages", "top_logprobs", "chat_template_kwargs"};
+constexpr std::string_view kCompletionKeys[] = {"prompt", "echo"};
+// Accepted and ignored on purpose: bookkeeping for OpenAI's own platform
+// (end-user ids, stored completions, tiers, cache routing keys).
+constexpr std::string_view kIgnoredKeys[] = {"user", "metadata", "store", "service_tier", "prompt_cache_key",
+                                             "safety_identifier"};
+
+std::optional<ApiError> refuse_unknown_fields(const json& body, bool chat) {
+  auto in = [](std::span<const std::string_view> keys, const std::string& k) {
+    return std::find(keys.begin(), keys.end(), k) != keys.end();
+  };
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null() || in(kSamplingKeys, key) || in(kIgnoredKeys, key)) continue;
+    if (chat ? in(kChatKeys, key) : in(kCompletionKeys, key)) continue;
+    // A long key is cut in the message; the param names it only when it is short.
+    return bad_request(key.size() <= kEchoBytes ? key : "", echo(key) + " is not supported by this server" +
+                                (chat ? " on /v1/chat/completions" : " on /v1/completions"));
+  }
+  return std::nullopt;
+}
+
 std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
   if (auto err = r.options.sampling.validate()) return bad_request("", *err);
   return r;
@@ -147,6 +213,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   if (const auto* e = std::get_if<ApiError>(&object)) return *e;
   const FieldReader f(*std::get<const json*>(object), "");
   if (auto e = check_model(f, model_id)) return *e;
+  if (auto e = refuse_unknown_fields(*std::get<const json*>(object), chat)) return *e;
   ParsedRequest r;
   r.chat = chat;
   GenerateOptions& o = r.options;
@@ -158,15 +225,21 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
       if (!kw->is_object()) return f.error("chat_template_kwargs", "must be an object");
       o.template_kwargs = kw->dump();
     }
-  } else if (const json* p = f.find("prompt"); p && p->is_string()) {
-    o.prompt = p->get_ref<const std::string&>();
-  } else if (auto e = read_token_ids(f, "prompt", o.input_ids)) {
-    return bad_request(
-        e->param, "'prompt' must be a string or a non-empty list of at most 1048576 token ids");
+  } else if (auto e = read_prompts(f, o, r.prompts)) {
+    return *e;
   }
   if (auto e = read_sampling_fields(f, SamplingDialect::openai, o, r.n)) return *e;
   if (auto e = read_logprobs(f, chat, o)) return *e;
   if (auto e = read_stream(f, r)) return *e;
+  if (!chat) {
+    if (auto e = f.boolean("echo", &r.echo)) return *e;
+    if (r.echo && o.logprobs) {
+      return f.error("echo", "cannot be combined with logprobs: actorlm does not compute the prompt's logprobs");
+    }
+    if (!r.prompts.empty() && r.prompts.size() * static_cast<size_t>(r.n) > kMaxChoices) {
+      return f.error("n", "times the number of prompts must be at most 64");
+    }
+  }
   return checked(std::move(r));
 }
 
@@ -199,6 +272,29 @@ std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& 
   }
   if (auto e = f.boolean("stream", &r.stream)) return *e;
   return checked(std::move(r));
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const std::string& body) {
+  const auto parsed = read_json(body);
+  const auto object = body_object(parsed);
+  if (const auto* e = std::get_if<ApiError>(&object)) return *e;
+  const FieldReader f(*std::get<const json*>(object), "");
+  TokenizeRequest r;
+  const char* key = f.find("text") ? "text" : "prompt";
+  if (!f.find(key)) return f.error("text", "is required (a string)");
+  if (auto e = f.string(key, &r.text)) return *e;
+  if (auto e = f.boolean("add_special_tokens", &r.add_special)) return *e;
+  return r;
+}
+
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const std::string& body) {
+  const auto parsed = read_json(body);
+  const auto object = body_object(parsed);
+  if (const auto* e = std::get_if<ApiError>(&object)) return *e;
+  const FieldReader f(*std::get<const json*>(object), "");
+  std::vector<int32_t> ids;
+  if (auto e = read_token_ids(f, "tokens", ids)) return *e;
+  return ids;
 }
 
 std::string dump(const json& j) {
@@ -246,11 +342,26 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
       {"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+json usage_json(const std::vector<ChoiceResult>& choices, int n) {
+  // Each prompt counts once however many choices it has.
+  int32_t prompt = 0, cached = 0, completion = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i % static_cast<size_t>(n) == 0) {
+      prompt += choices[i].last.prompt_tokens;
+      cached += choices[i].last.cached_tokens;
+    }
+    completion += choices[i].last.completion_tokens;
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
 json completion_response(const std::string& id, const std::string& model, bool chat,
-                         const std::vector<ChoiceResult>& choices, bool with_logprobs,
+                         const std::vector<ChoiceResult>& choices, int n, bool with_logprobs,
                          int64_t created) {
   json out_choices = json::array();
-  int32_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     json choice = {{"index", i}, {"finish_reason", finish_reason_text(c.last.finish)}};
@@ -261,18 +372,13 @@ json completion_response(const std::string& id, const std::string& model, bool c
       choice["text"] = c.text;
     }
     out_choices.push_back(choice);
-    prompt_tokens = c.last.prompt_tokens;  // the same prompt for every choice
-    completion_tokens += c.last.completion_tokens;
   }
   return {{"id", id},
           {"object", chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", model},
           {"choices", out_choices},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+          {"usage", usage_json(choices, n)}};
 }
 
 std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index,
@@ -312,16 +418,13 @@ json generate_response(const std::vector<ChoiceResult>& choices) {
 }
 
 std::string usage_chunk(const std::string& id, const std::string& model, bool chat,
-                        int32_t prompt_tokens, int32_t completion_tokens, int64_t created) {
+                        const std::vector<ChoiceResult>& choices, int n, int64_t created) {
   json chunk = {{"id", id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},
                 {"model", model},
                 {"choices", json::array()},
-                {"usage",
-                 {{"prompt_tokens", prompt_tokens},
-                  {"completion_tokens", completion_tokens},
-                  {"total_tokens", prompt_tokens + completion_tokens}}}};
+                {"usage", usage_json(choices, n)}};
   return "data: " + dump(chunk) + "\n\n";
 }
 

@@ -12,7 +12,10 @@
 //   type) given as null is refused.
 // - Integer fields take JSON integers only (5.0, 5e0 and "5" are refused);
 //   ranges are in sampling_fields.hpp.
-// - Unknown fields are ignored, as the OpenAI-compatible servers do.
+// - On the OpenAI routes every field is honoured or refused with a 400
+//   naming it; a few bookkeeping fields (user, metadata, store,
+//   service_tier, prompt_cache_key, safety_identifier) are accepted and
+//   ignored on purpose. /generate ignores fields it does not know, as SGLang.
 // - Client text echoed in an error is cut to api::kEchoBytes (api_error.hpp).
 
 #include <nlohmann/json.hpp>
@@ -26,17 +29,32 @@
 
 namespace actorlm::api {
 
+// One prompt of a completions request: text, or token ids.
+struct Prompt {
+  std::string text;
+  std::vector<int32_t> ids;  // used when not empty
+};
+
 struct ParsedRequest {
   GenerateOptions options;
   bool stream = false;
   bool include_usage = false;
   bool chat = true;  // chat's response format; false: completions' (also /generate's stream)
-  int n = 1;         // choices; choice i samples with seed + i when a seed is given
+  int n = 1;         // choices per prompt; choice i samples with seed + i when a seed is given
+  // Completions given a list of prompts (a batch): choice p * n + i is
+  // prompt p's choice i. Empty: options' own prompt, one.
+  std::vector<Prompt> prompts;
+  bool echo = false;  // completions: each choice's text starts with its prompt
 };
 
 // /v1/chat/completions (chat) or /v1/completions. The model must be absent,
 // model_id or "default" (else 404). stream_options needs "stream": true.
-// Completions' prompt: a string or a non-empty list of at most 2^20 token ids.
+// Completions' prompt: a string, a non-empty list of at most 2^20 token ids,
+// or a batch: a list of up to 32 strings or of up to 32 such lists (prompts
+// x n at most 64 choices). echo: true (completions) puts the prompt before
+// the generated text; with logprobs it is refused, as prompt tokens' logprobs
+// are not computed. Chat roles: system, developer (as system), user,
+// assistant.
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
                                                     const std::string& model_id);
 
@@ -47,6 +65,16 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
 // checked as on the OpenAI routes. The result streams in completions' format.
 std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body,
                                                              const std::string& model_id);
+
+// /tokenize: {"text" (SGLang) or "prompt" (vLLM): str, "add_special_tokens":
+// bool = true}; /detokenize: {"tokens": [int...]} (ids checked against the
+// vocabulary by the caller).
+struct TokenizeRequest {
+  std::string text;
+  bool add_special = true;
+};
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const std::string& body);
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const std::string& body);
 
 std::string finish_reason_text(FinishReason r);
 
@@ -63,9 +91,14 @@ struct ChoiceResult {
 nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens,
                              size_t text_offset);
 
+// OpenAI's usage object over a request's choices, n per prompt: each
+// prompt's tokens (and those of them the radix cache held,
+// prompt_tokens_details.cached_tokens) counted once.
+nlohmann::json usage_json(const std::vector<ChoiceResult>& choices, int n);
+
 // with_logprobs: whether the request asked for them (else "logprobs": null).
 nlohmann::json completion_response(const std::string& id, const std::string& model, bool chat,
-                                   const std::vector<ChoiceResult>& choices, bool with_logprobs,
+                                   const std::vector<ChoiceResult>& choices, int n, bool with_logprobs,
                                    int64_t created);
 // One SSE chunk ("data: {...}\n\n") for choice `index`.
 std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index,
@@ -79,7 +112,7 @@ nlohmann::json generate_response(const ChoiceResult& c);
 nlohmann::json generate_response(const std::vector<ChoiceResult>& choices);
 
 std::string usage_chunk(const std::string& id, const std::string& model, bool chat,
-                        int32_t prompt_tokens, int32_t completion_tokens, int64_t created);
+                        const std::vector<ChoiceResult>& choices, int n, int64_t created);
 
 // JSON text for the wire: invalid UTF-8 (a token piece that splits a
 // character) becomes U+FFFD instead of an exception. For JSON the server

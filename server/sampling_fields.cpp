@@ -1,6 +1,8 @@
 #include "server/sampling_fields.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <limits>
 #include <span>
 
@@ -31,20 +33,55 @@ constexpr FloatField kFloatFields[] = {
 constexpr int32_t kMaxTokens = 1 << 20;
 constexpr const char* kOpenaiLengthKeys[] = {"max_tokens", "max_completion_tokens"};
 constexpr const char* kSglangLengthKeys[] = {"max_new_tokens"};
-constexpr size_t kMaxStops = 16;
-
-std::optional<ApiError> read_stop(const FieldReader& f, std::vector<std::string>& stop) {
+std::optional<ApiError> read_stop(const FieldReader& f, size_t max_stops, std::vector<std::string>& stop) {
   const json* s = f.find("stop");
   if (!s) return std::nullopt;
   if (s->is_string()) {
     stop.push_back(s->get_ref<const std::string&>());
     return std::nullopt;
   }
-  if (!s->is_array() || s->size() > kMaxStops)
-    return f.error("stop", "must be a string or a list of at most 16 strings");
+  const std::string need = "must be a string or a list of at most " + std::to_string(max_stops) + " strings";
+  if (!s->is_array() || s->size() > max_stops) return f.error("stop", need);
   for (const json& x : *s) {
-    if (!x.is_string()) return f.error("stop", "must be a string or a list of at most 16 strings");
+    if (!x.is_string()) return f.error("stop", need);
     stop.push_back(x.get_ref<const std::string&>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_seed(const FieldReader& f, SamplingParams& p) {
+  const json* v = f.find("seed");
+  if (!v) return std::nullopt;
+  if (auto u = integer_in<uint64_t>(*v, 0, std::numeric_limits<uint64_t>::max())) {
+    p.seed = *u;
+  } else if (auto i = integer_in<int64_t>(*v, std::numeric_limits<int64_t>::min(), -1)) {
+    p.seed = static_cast<uint64_t>(*i);
+  } else {
+    return f.error("seed", "must be an integer in [-2^63, 2^64 - 1]");
+  }
+  p.has_seed = true;
+  return std::nullopt;
+}
+
+// {"<token id>": bias, ...} as OpenAI sends it.
+std::optional<ApiError> read_logit_bias(const FieldReader& f, SamplingParams& p) {
+  const json* lb = f.find("logit_bias");
+  if (!lb) return std::nullopt;
+  const char* need = "must be an object of at most 1024 token ids (decimal strings) to numbers in [-100, 100]";
+  if (!lb->is_object() || lb->size() > SamplingParams::kMaxLogitBias) return f.error("logit_bias", need);
+  p.logit_bias.clear();
+  for (const auto& [key, value] : lb->items()) {
+    const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id > std::numeric_limits<int32_t>::max() || !value.is_number()) return f.error("logit_bias", need);
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) return f.error("logit_bias", need);
+    p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());
+  for (size_t i = 1; i < p.logit_bias.size(); ++i) {
+    if (p.logit_bias[i].first == p.logit_bias[i - 1].first)
+      return f.error("logit_bias", "names token " + std::to_string(p.logit_bias[i].first) + " twice");
   }
   return std::nullopt;
 }
@@ -59,11 +96,9 @@ std::optional<ApiError> read_sampling_fields(const FieldReader& f, SamplingDiale
       return e;
   }
   if (auto e = f.integer<int32_t>("top_k", -1, kMaxTokens, &o.sampling.top_k)) return e;
-  if (f.find("seed")) {
-    if (auto e =
-            f.integer<uint64_t>("seed", 0, std::numeric_limits<uint64_t>::max(), &o.sampling.seed))
-      return e;
-    o.sampling.has_seed = true;
+  if (auto e = read_seed(f, o.sampling)) return e;
+  if (dialect == SamplingDialect::openai) {
+    if (auto e = read_logit_bias(f, o.sampling)) return e;
   }
   if (auto e = f.integer<int>("n", 1, 16, &n)) return e;
   const std::span<const char* const> length_keys =
@@ -71,8 +106,11 @@ std::optional<ApiError> read_sampling_fields(const FieldReader& f, SamplingDiale
                                          : kSglangLengthKeys;
   for (const char* key : length_keys) {
     if (auto e = f.integer<int32_t>(key, 1, kMaxTokens, &o.max_new_tokens)) return e;
+    // A length the client set must fit the context (checked when the prompt
+    // is known); the default may be cut short by it.
+    if (f.find(key)) o.max_new_tokens_strict = true;
   }
-  if (auto e = read_stop(f, o.stop)) return e;
+  if (auto e = read_stop(f, dialect == SamplingDialect::openai ? 4 : 16, o.stop)) return e;
   // vLLM / SGLang extension: keep generating past end-of-sequence (benchmarks).
   return f.boolean("ignore_eos", &o.ignore_eos);
 }

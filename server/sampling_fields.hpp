@@ -21,10 +21,14 @@ enum class SamplingDialect { openai, sglang };
 //   temperature [0, 2]; top_p (0, 1]; top_k [-1, 2^20] (-1 and 0 disable);
 //   min_p [0, 1]; frequency/presence_penalty [-2, 2];
 //   repetition_penalty [0.001, 10]; max tokens [1, 2^20]; n [1, 16];
-//   stop: a string or a list of at most 16 strings;
-//   seed: any integer in [0, 2^64 - 1], so every seed of the sampler's
-//   64-bit RNG can be asked for (OpenAI's own range is int64; negative seeds
-//   are refused rather than folded onto large ones).
+//   stop: a string or a list of at most 4 strings (OpenAI's limit; 16 on
+//   /generate);
+//   seed: any integer in [-2^63, 2^64 - 1]: OpenAI's int64 range, negative
+//   seeds taken as their two's complement, plus the rest of the sampler's
+//   64-bit seeds;
+//   logit_bias (OpenAI routes): an object of at most 1024 token ids, written
+//   as decimal strings, to numbers in [-100, 100]; ids outside the
+//   vocabulary are refused when the request is tokenized.
 // Integer fields take JSON integers only: 5.0, 5e0 and "5" are refused.
 std::optional<ApiError> read_sampling_fields(const FieldReader& fields, SamplingDialect dialect,
                                              GenerateOptions& o, int& n);

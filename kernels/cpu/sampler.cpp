@@ -65,6 +65,11 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
     }
     for (auto [t, c] : counts) x[static_cast<size_t>(t)] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
   }
+  // OpenAI's logit_bias: added to the processed logits; ids beyond this
+  // vocabulary were refused before the request was admitted.
+  for (const auto& [t, b] : p.logit_bias) {
+    if (t >= 0 && t < n) x[static_cast<size_t>(t)] += b;
+  }
 
   SampleResult r;
   if (p.greedy()) {

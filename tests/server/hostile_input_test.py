@@ -96,7 +96,7 @@ def main():
                          ("top_k fractional", {"top_k": 1.5}), ("min_p above one", {"min_p": 2}),
                          ("max_tokens zero", {"max_tokens": 0}), ("max_tokens negative", {"max_tokens": -1}),
                          ("max_tokens float", {"max_tokens": 1e20}), ("max_tokens beyond int64", {"max_tokens": 2**70}),
-                         ("n zero", {"n": 0}), ("n too many", {"n": 100}), ("seed negative", {"seed": -1}),
+                         ("n zero", {"n": 0}), ("n too many", {"n": 100}), ("seed below int64", {"seed": -2 ** 63 - 1}),
                          ("seed string", {"seed": "abc"}), ("stop number", {"stop": 123}),
                          ("stop list too long", {"stop": ["x"] * 17}), ("stop list with a number", {"stop": ["a", 1]}),
                          ("stream string", {"stream": "yes"}), ("logprobs string", {"logprobs": "true"}),
@@ -147,9 +147,12 @@ def main():
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
                 check(r.status == 200, name)
         check(not failures, "\n".join(failures))
-        # Unknown fields are ignored, as the OpenAI-compatible servers do (clients send extras).
-        status, body = post(port, CHAT, chat(user="someone", service_tier="auto", foo={"bar": 1}))
+        # OpenAI's bookkeeping fields are accepted and ignored; an unknown field is a
+        # 400 naming it, never a request answered as if it were not there.
+        status, body = post(port, CHAT, chat(user="someone", service_tier="auto", metadata={"bar": 1}))
         check(status == 200 and body["choices"][0]["message"]["content"], body)
+        status, body = post(port, CHAT, chat(foo={"bar": 1}))
+        check(status == 400 and body["error"]["param"] == "foo", body)
         # Nothing leaked: no request running or waiting, no KV row locked.
         metrics = server.metrics(KEY)
         for key in ("actorlm_running_requests", "actorlm_waiting_requests", "actorlm_kv_pool_locked_tokens"):

@@ -46,9 +46,10 @@ TEST_CASE("deep nesting is refused in every field and at the top level", "[serve
 
 TEST_CASE("nesting of exactly 64 levels is accepted and 65 refused", "[server][json]") {
   // The body object is level 1.
+  // metadata takes any value (it is ignored on purpose).
   for (Route route : {Route::chat, Route::completion}) {
-    accepted(route, body_of(route, "\"x\": " + nested_arrays(63)));
-    require_400(route, body_of(route, "\"x\": " + nested_arrays(64)), "");
+    accepted(route, body_of(route, "\"metadata\": " + nested_arrays(63)));
+    require_400(route, body_of(route, "\"metadata\": " + nested_arrays(64)), "");
   }
   // /generate's sampling_params is level 2.
   accepted(Route::generate, body_of(Route::generate, "\"x\": " + nested_arrays(62)));
@@ -171,8 +172,18 @@ TEST_CASE("token ids are integers in [0, 2^31 - 1], never wrapped", "[server][js
     auto body = [&](const std::string& ids) { return "{" + w.member + ids + "}"; };
     for (const char* ids :
          {"[18446744073709551615]", "[4294967295]", "[2147483648]", "[-1]", "[1e30]", "[5.5]",
-          "[5.0]", R"(["5"])", "[null]", "[[1]]", "[]", "5", "{}"}) {
+          "[5.0]", "[null]", "[]", "5", "{}", "[[-1]]", R"([["5"]])", "[[]]", R"(["5", [1], 5])"}) {
       require_400(w.route, body(ids), w.param);
+    }
+    // A list of strings or of id lists is a batch of prompts on /v1/completions.
+    if (w.route == Route::generate) {
+      require_400(w.route, body(R"(["5"])"), w.param);
+      require_400(w.route, body("[[1]]"), w.param);
+    } else {
+      const ParsedRequest batch = accepted(w.route, body(R"(["5", [1, 2]])"));
+      REQUIRE(batch.prompts.size() == 2);
+      CHECK(batch.prompts[0].text == "5");
+      CHECK(batch.prompts[1].ids == std::vector<int32_t>{1, 2});
     }
     const ParsedRequest r = accepted(w.route, body("[0, 1, 2147483647]"));
     CHECK(r.options.input_ids == std::vector<int32_t>{0, 1, 2147483647});

@@ -117,7 +117,7 @@ def bad_cases():
         ("max_new_tokens as a string", GENERATE, generate_body(sampling_params={"max_new_tokens": "5"}), 400,
          "sampling_params.max_new_tokens"),
         ("n 1e30", COMPLETIONS, completion_body(n=1e30), 400, "n"),
-        ("seed -1", CHAT, chat_body(seed=-1), 400, "seed"),
+        ("seed -2^63-1", CHAT, chat_body(seed=-2 ** 63 - 1), 400, "seed"),
         ("seed 2^64", CHAT, chat_body(seed=2**64), 400, "seed"),
         ("logprobs 2^64-1", COMPLETIONS, completion_body(logprobs=U64_MAX), 400, "logprobs"),
         ("top_logprobs -1", CHAT, chat_body(logprobs=True, top_logprobs=-1), 400, "top_logprobs"),

@@ -35,8 +35,8 @@ TEST_CASE("every integer field refuses values beyond its range, fractions, float
     for (const char* v :
          {"18446744073709551615", "18446744073709551616", "-2", "-9223372036854775808", "1e30",
           "5.5", "5.0", "5e0", R"("5")", "true", "[5]", "{}"}) {
-      if (f.name == "seed" && std::string(v) == "18446744073709551615")
-        continue;  // the largest seed
+      // The largest seed, and negative ones (OpenAI's seed is an int64), are seeds.
+      if (f.name == "seed" && (std::string(v) == "18446744073709551615" || v[0] == '-')) continue;
       require_400(f.route, body_of(f.route, f.prefix + "\"" + f.name + "\": " + v), f.param);
     }
     accepted(f.route, body_of(f.route, f.prefix + "\"" + f.name + "\": null"));
@@ -59,7 +59,11 @@ TEST_CASE("integer fields keep their exact values at the edges of their ranges",
       CHECK(r.options.sampling.seed == std::stoull(seed));
     }
     CHECK_FALSE(accepted(route, body_of(route, "")).options.sampling.has_seed);
-    require_400(route, body_of(route, R"("seed": -1)"), sp + "seed");
+    // Negative seeds are their two's complement; one below int64 is refused.
+    CHECK(accepted(route, body_of(route, R"("seed": -1)")).options.sampling.seed == 18446744073709551615u);
+    CHECK(accepted(route, body_of(route, R"("seed": -9223372036854775808)")).options.sampling.seed ==
+          9223372036854775808u);
+    require_400(route, body_of(route, R"("seed": -9223372036854775809)"), sp + "seed");
     CHECK(accepted(route, body_of(route, R"("n": 16)")).n == 16);
     require_400(route, body_of(route, R"("n": 17)"), sp + "n");
     require_400(route, body_of(route, R"("n": 0)"), sp + "n");
