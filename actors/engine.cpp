@@ -128,6 +128,7 @@ void Engine::Impl::start_remote_worker(const EngineConfig& config) {
   }
   KvStoreConfig kv{w.kv_tokens, w.page_size, w.max_requests, w.max_context, config.disable_radix_cache};
   SchedulerConfig sc = scheduler_config(config, model, *tok);
+  sc.constraints = make_constraint_compiler(*tok, model.vocab_size, kConstraintThreads);
   sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);
   core = spawn_managers(system, kv, sc, link, detokenizer);
   core->owns_worker = false;
@@ -214,6 +215,11 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.stop->max_new_tokens_strict = o.max_new_tokens_strict;
   g.logprobs = o.logprobs;
   g.top_logprobs = o.logprobs ? std::clamp(o.top_logprobs, 0, 20) : 0;
+  if (o.constraint.active()) {
+    g.constraint = std::make_unique<fb::ConstraintT>();
+    g.constraint->kind = static_cast<uint8_t>(o.constraint.kind);
+    g.constraint->text = o.constraint.text;
+  }
   self->send(impl_->tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, caf::actor_cast<caf::actor>(self));
   TextDeltaEvent last;
   last.request_id = g.request_id;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "actors/cluster_config.hpp"
+#include "grammar/constraint.hpp"
 #include "kernels/sampling_params.hpp"
 #include "model/llama_weights.hpp"
 #include "scheduler/scheduler.hpp"
@@ -70,6 +71,10 @@ struct GenerateOptions {
   bool max_new_tokens_strict = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Structured output: the output must match this (a JSON schema, any JSON
+  // object, a regex or an EBNF grammar); a spec that does not compile fails
+  // the request with the compiler's message.
+  ConstraintSpec constraint;
   bool logprobs = false;   // report each token's logprob (TextDeltaEvent::logprobs)
   int top_logprobs = 0;    // and this many alternatives, 0..20
   // 0: the engine numbers the request. A caller that must be able to abort

@@ -63,7 +63,9 @@ EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, Sc
 EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
                              caf::actor sink) {
   WorkerCore w = spawn_worker_core(system, config, tok);
-  EngineCore core = spawn_managers(system, w.kv, scheduler_config(config, w.model, tok), w.worker, std::move(sink));
+  SchedulerConfig sc = scheduler_config(config, w.model, tok);
+  sc.constraints = make_constraint_compiler(tok, w.model.vocab_size, kConstraintThreads);
+  EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink));
   core.model = w.model;
   core.device = w.device;
   return core;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/engine.hpp"
+#include "grammar/token_bytes.hpp"
 #include "kvstore/kv_store.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -46,6 +47,9 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
 // The scheduler settings `config` asks for, bounded by the model (context)
 // and completed from the tokenizer (EOS).
 SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& model, const Tokenizer& tok);
+// Threads xgrammar may use to compile one structured-output grammar (the
+// scheduler that owns the compiler also sets it to work, see its config).
+inline constexpr int kConstraintThreads = 2;
 
 // Loads the model and spawns its worker.
 WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok);

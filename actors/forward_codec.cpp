@@ -28,11 +28,14 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
     d.outputs.emplace_back(r->output_ids() ? std::vector<int32_t>(r->output_ids()->begin(), r->output_ids()->end())
                                            : std::vector<int32_t>{});
     d.sample.push_back(r->sample());
+    // Its length is checked against the vocabulary by the sampler.
+    d.allowed.emplace_back(r->allowed_tokens() ? std::vector<uint32_t>(r->allowed_tokens()->begin(), r->allowed_tokens()->end())
+                                               : std::vector<uint32_t>{});
   }
   for (size_t i = 0; i < n; ++i) {
     const fb::ForwardReq* r = m->reqs()->Get(static_cast<flatbuffers::uoffset_t>(i));
     d.sampling.push_back({d.params[i], {}, d.outputs[i], static_cast<uint64_t>(std::max(0, r->sample_step())),
-                          r->top_logprobs()});
+                          r->top_logprobs(), d.allowed[i]});
   }
   auto copy = [](const flatbuffers::Vector<int32_t>* v) {
     return v ? std::vector<int32_t>(v->begin(), v->end()) : std::vector<int32_t>{};
@@ -60,6 +63,7 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
     r->sample_step = static_cast<int32_t>(sampling[i].step);
     r->output_ids.assign(sampling[i].output.begin(), sampling[i].output.end());
     r->top_logprobs = sampling[i].top_n;
+    r->allowed_tokens.assign(sampling[i].allowed.begin(), sampling[i].allowed.end());
     m.reqs.push_back(std::move(r));
   }
   m.token_ids = batch.token_ids;

@@ -21,7 +21,8 @@ struct DecodedForward {
   std::vector<uint64_t> request_ids;
   std::vector<SamplingParams> params;
   std::vector<std::vector<int32_t>> outputs;  // per request: generated so far (penalties)
-  std::vector<SampleRequest> sampling;        // spans point into params/outputs
+  std::vector<std::vector<uint32_t>> allowed;  // per request: structured output's mask, or empty
+  std::vector<SampleRequest> sampling;        // spans point into params/outputs/allowed
   std::vector<bool> sample;                   // per request: false for a mid-prefill chunk
 };
 

@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "actors/actor_kv_service.hpp"
 #include "actors/stream_messages.hpp"
@@ -34,7 +36,15 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
     }
     r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
-    if (auto err = sched.submit(std::move(r))) {
+    std::optional<std::string> err;
+    if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
+      if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {
+        err = "unknown structured-output constraint kind " + std::to_string(c->kind());
+      }
+      r.constraint_spec = {static_cast<ConstraintKind>(c->kind()), c->text() ? c->text()->str() : std::string()};
+    }
+    if (!err) err = sched.submit(std::move(r));
+    if (err) {
       TokenEvent e;
       e.id = m.request_id();
       e.finish = FinishReason::error;

@@ -133,6 +133,10 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.stop->stop_token_ids.insert(t.stop->stop_token_ids.end(), end_ids.begin(), end_ids.end());
     t.logprobs = g.logprobs();
     t.top_logprobs = g.top_logprobs();
+    if (g.constraint()) {
+      t.constraint = std::make_unique<fb::ConstraintT>();
+      g.constraint()->UnPackTo(t.constraint.get());
+    }
     WireMessage tokenized{msg::pack(t)};
     self->send(s.detokenizer, register_atom::value, tokenized, client);
     self->send(s.scheduler, generate_atom::value, std::move(tokenized), client);

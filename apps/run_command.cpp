@@ -133,7 +133,7 @@ int run_command(int argc, char** argv, int first) {
       prefill_s = seconds_since(t_prefill);
       t_decode = std::chrono::steady_clock::now();
     }
-    SampleRequest req{sp, prompt, output, static_cast<uint64_t>(step), 0};
+    SampleRequest req{sp, prompt, output, static_cast<uint64_t>(step), 0, {}};
     SampleResult s = runner.sample(out, std::span<const SampleRequest>(&req, 1))[0];
     if (std::find(stop_ids.begin(), stop_ids.end(), s.token) != stop_ids.end()) {
       finish = "stop";

@@ -103,6 +103,9 @@ struct SampleRequest {
   std::span<const int32_t> output;  // all penalties
   uint64_t step = 0;                // tokens the request sampled before (seeded RNG position)
   int top_n = 0;                    // alternatives to report with their logprobs
+  // Structured output: the tokens that may be picked, a bitmask over the
+  // vocabulary (bit t % 32 of word t / 32); empty: any.
+  std::span<const uint32_t> allowed;
 };
 
 class Backend {

@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <vector>
 
+#include "grammar/constraint.hpp"
 #include "kernels/sampling_params.hpp"
 #include "kvstore/kv_store.hpp"
 
@@ -28,6 +30,10 @@ struct Request {
   SamplingParams sampling;
   StopConditions stop;
   int top_logprobs = 0;
+  // Structured output: what the output must match; the scheduler starts
+  // `constraint` from it at submission and advances it with every token.
+  ConstraintSpec constraint_spec;
+  std::shared_ptr<ConstraintState> constraint;
 
   // Progress.
   std::vector<int32_t> output;

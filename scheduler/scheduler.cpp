@@ -35,6 +35,14 @@ std::optional<std::string> Scheduler::submit(Request r) {
            "-token prompt";
   }
   if (auto err = r.sampling.validate()) return *err;
+  if (r.constraint_spec.active()) {
+    if (!config_.constraints) return "structured output is not available on this engine";
+    try {
+      r.constraint = config_.constraints->start(r.constraint_spec);
+    } catch (const ConstraintError& e) {
+      return std::string("the structured-output constraint does not compile: ") + e.what();
+    }
+  }
   auto same = [&](uint64_t id) { return id == r.id; };
   if (std::any_of(waiting_.begin(), waiting_.end(), [&](const Request& w) { return same(w.id); }) ||
       std::any_of(running_.begin(), running_.end(), [&](const Running& x) { return same(x.req.id); })) {
@@ -301,6 +309,8 @@ std::vector<TokenEvent> Scheduler::step() {
   // has not seen (after admission or a cache_unfinished rewrite).
   ForwardBatch batch;
   std::vector<SampleRequest> sampling;
+  // Structured output's masks, one per constrained request that samples.
+  std::vector<std::vector<uint32_t>> masks(plan.size());
   for (auto& p : plan) {
     Request& q = p.run->req;
     auto n = static_cast<int32_t>(p.tokens.size());
@@ -311,7 +321,13 @@ std::vector<TokenEvent> Scheduler::step() {
     int32_t from = std::min(p.run->table_synced, len - n);
     batch.writes.push_back({q.kv.slot, from, std::vector<int32_t>(q.kv.kv.begin() + from, q.kv.kv.end())});
     p.run->table_synced = len;
-    sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs});
+    sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs, {}});
+    if (q.constraint && p.sample) {
+      auto& mask = masks[sampling.size() - 1];
+      mask.resize(mask_words(config_.constraints->vocab_size()));
+      q.constraint->allowed(mask);
+      sampling.back().allowed = mask;
+    }
   }
   std::vector<SampleResult> results = worker_.run(batch, sampling);
 
@@ -334,7 +350,14 @@ std::vector<TokenEvent> Scheduler::step() {
     e.top = s.top;
     bool eos = config_.eos_id && s.token == *config_.eos_id && !q.stop.ignore_eos;
     bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), s.token) != q.stop.stop_token_ids.end();
-    if (eos || stop_id) {
+    // The sampler kept to the mask, so the constraint accepts the token; a
+    // complete output ends the request whatever ignore_eos says.
+    const bool broke_constraint = q.constraint && !q.constraint->accept(s.token);
+    const bool constraint_done = q.constraint && !broke_constraint && q.constraint->complete();
+    if (broke_constraint) {
+      e.finish = FinishReason::error;
+      e.error = "the sampled token does not fit the structured-output constraint";
+    } else if (eos || stop_id || constraint_done) {
       e.finish = FinishReason::stop;
     } else if (static_cast<int32_t>(q.output.size()) >= q.stop.max_new_tokens ||
                static_cast<int64_t>(q.prompt.size() + q.output.size()) >= config_.max_context) {

@@ -36,6 +36,9 @@ struct SchedulerConfig {
   int32_t chunked_prefill_size = 512;  // most tokens of one request per step; 0 = never chunk
   int32_t max_context = 2048;          // prompt + output
   std::optional<int32_t> eos_id;
+  // Compiles structured-output constraints over the model's vocabulary;
+  // null: requests with a constraint are refused.
+  std::shared_ptr<ConstraintCompiler> constraints;
 };
 
 // What happened to a request in one step.

@@ -28,9 +28,10 @@ if ((${#missing[@]})); then
 fi
 
 # The HTTP tests use the official openai client, and the chat page test drives
-# headless Chromium over the DevTools protocol with websocket-client (test-only,
+# headless Chromium over the DevTools protocol with websocket-client, and the
+# structured-output test validates with jsonschema (test-only,
 # never runtime dependencies).
-for mod in openai:openai websocket:websocket-client; do
+for mod in openai:openai websocket:websocket-client jsonschema:jsonschema; do
   if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
     echo "actorlm setup: installing the ${mod#*:} Python package (tests only)"
     python3 -m pip install --quiet "${mod#*:}" 2>/dev/null ||
@@ -41,3 +42,5 @@ done
 bash "$here/fetch_model.sh"
 # The tokenizer family tests compare with llama.cpp on its own vocabulary files.
 bash "$here/fetch_vocabularies.sh" >/dev/null
+# The structured-output engine's source (built into actorlm by CMake).
+bash "$here/fetch_xgrammar.sh" >/dev/null

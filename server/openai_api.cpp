@@ -5,6 +5,7 @@
 #include <span>
 #include <string_view>
 
+#include "server/constraint_fields.hpp"
 #include "server/json_reader.hpp"
 #include "server/sampling_fields.hpp"
 
@@ -178,8 +179,8 @@ constexpr std::string_view kSamplingKeys[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
     "ignore_eos", "logprobs", "stream", "stream_options"};
-constexpr std::string_view kChatKeys[] = {"messages", "top_logprobs", "chat_template_kwargs"};
-constexpr std::string_view kCompletionKeys[] = {"prompt", "echo"};
+constexpr std::string_view kChatKeys[] = {"messages", "top_logprobs", "chat_template_kwargs", "response_format"};
+constexpr std::string_view kCompletionKeys[] = {"prompt", "echo", "response_format"};
 // Accepted and ignored on purpose: bookkeeping for OpenAI's own platform
 // (end-user ids, stored completions, tiers, cache routing keys).
 constexpr std::string_view kIgnoredKeys[] = {"user", "metadata", "store", "service_tier", "prompt_cache_key",
@@ -231,6 +232,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   if (auto e = read_sampling_fields(f, SamplingDialect::openai, o, r.n)) return *e;
   if (auto e = read_logprobs(f, chat, o)) return *e;
   if (auto e = read_stream(f, r)) return *e;
+  if (auto e = read_response_format(f, o.constraint)) return *e;
   if (!chat) {
     if (auto e = f.boolean("echo", &r.echo)) return *e;
     if (r.echo && o.logprobs) {
@@ -269,6 +271,7 @@ std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& 
     if (auto e = read_sampling_fields(FieldReader(*sp, "sampling_params"), SamplingDialect::sglang,
                                       o, r.n))
       return *e;
+    if (auto e = read_sglang_constraint(FieldReader(*sp, "sampling_params"), o.constraint)) return *e;
   }
   if (auto e = f.boolean("stream", &r.stream)) return *e;
   return checked(std::move(r));

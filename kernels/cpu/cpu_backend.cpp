@@ -312,7 +312,7 @@ std::vector<SampleResult> CpuBackend::sample(const float* logits, int32_t vocab,
     for (int64_t i = begin; i < end; ++i) {
       const SampleRequest& r = reqs[static_cast<size_t>(i)];
       out[static_cast<size_t>(i)] = sample_token(std::span<const float>(logits + i * vocab, static_cast<size_t>(vocab)),
-                                                 r.params, r.prompt, r.output, r.step, r.top_n);
+                                                 r.params, r.prompt, r.output, r.step, r.top_n, r.allowed);
     }
   });
   return out;

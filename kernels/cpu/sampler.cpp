@@ -38,12 +38,21 @@ double sample_uniform(uint64_t seed, uint64_t step) {
 
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& p,
                           std::span<const int32_t> history_prompt, std::span<const int32_t> history_output,
-                          uint64_t step, int top_n) {
+                          uint64_t step, int top_n, std::span<const uint32_t> allowed) {
   const auto n = static_cast<int32_t>(logits.size());
   if (n == 0) throw std::invalid_argument("sampler: empty logits");
+  if (!allowed.empty() && allowed.size() != (static_cast<size_t>(n) + 31) / 32)
+    throw std::invalid_argument("sampler: the allowed-token mask does not match the vocabulary");
   const double lse = log_sum_exp(logits);
   std::vector<float> x(logits.begin(), logits.end());
   for (auto& v : x) v = clean(v);
+  // Structured output: a token outside the mask cannot be picked (its
+  // reported logprob stays the model's, from the raw logits).
+  if (!allowed.empty()) {
+    for (int32_t t = 0; t < n; ++t) {
+      if ((allowed[static_cast<size_t>(t) / 32] >> (t % 32) & 1u) == 0) x[static_cast<size_t>(t)] = -INFINITY;
+    }
+  }
 
   if (p.repetition_penalty != 1.0f) {
     std::vector<uint8_t> seen(static_cast<size_t>(n), 0);

@@ -28,9 +28,12 @@ namespace actorlm {
 
 // history_prompt: prompt tokens (repetition penalty only); history_output:
 // generated tokens (all penalties). step: tokens this request sampled before.
+// allowed: empty, or a bitmask of the tokens that may be picked (bit t % 32
+// of word t / 32; structured output), applied before everything else;
+// std::invalid_argument when its size does not fit the logits.
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& params,
                           std::span<const int32_t> history_prompt, std::span<const int32_t> history_output,
-                          uint64_t step, int top_n = 0);
+                          uint64_t step, int top_n = 0, std::span<const uint32_t> allowed = {});
 
 // The uniform draw in [0, 1) used for (seed, step); exposed for tests.
 double sample_uniform(uint64_t seed, uint64_t step);

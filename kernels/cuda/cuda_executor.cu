@@ -535,14 +535,14 @@ std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::sp
     if (tok[static_cast<size_t>(r)] < 0) throw std::domain_error("sampler: every logit is -inf or NaN");
     res.token = tok[static_cast<size_t>(r)];
     res.logprob = lp[static_cast<size_t>(r)];
-    if (!q.params.logit_bias.empty()) {
-      // logit_bias is rare: such a row is sampled on the host by the CPU
-      // sampler, which applies it (same counter-based draws as the CPU
-      // backend), replacing the device's pick.
+    if (!q.params.logit_bias.empty() || !q.allowed.empty()) {
+      // logit_bias and structured output are rare: such a row is sampled on
+      // the host by the CPU sampler, which applies them (same counter-based
+      // draws as the CPU backend), replacing the device's pick.
       std::vector<float> row(static_cast<size_t>(V));
       ACTORLM_CUDA_CHECK(cudaMemcpy(row.data(), m.logits.get() + static_cast<int64_t>(r) * V, row.size() * 4,
                                     cudaMemcpyDeviceToHost));
-      res = sample_token(row, q.params, q.prompt, q.output, q.step, q.top_n);
+      res = sample_token(row, q.params, q.prompt, q.output, q.step, q.top_n, q.allowed);
       continue;
     }
     if (q.top_n > 0) {

@@ -42,7 +42,7 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
   b.writes = {{0, 0, {1, 2, 3, 4, 5}}};
   SamplingParams greedy;
   greedy.temperature = 0;
-  std::vector<SampleRequest> sampling{{greedy, {}, {}, 0, 3}};
+  std::vector<SampleRequest> sampling{{greedy, {}, {}, 0, 3, {}}};
   WireMessage reply = call(self, worker, {encode_forward(77, b, {9}, sampling)});
   std::string error;
   auto result = decode_result(reply.bytes, &error);
@@ -99,7 +99,7 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
     CHECK(got.logprob == want.logprob);
   }
   SECTION("out-of-range sampling parameters from a message are refused") {
-    std::vector<SampleRequest> hot{{greedy, {}, {}, 0, 0}};
+    std::vector<SampleRequest> hot{{greedy, {}, {}, 0, 0, {}}};
     hot[0].params.temperature = 1000;
     auto bad = decode_result(call(self, worker, {encode_forward(80, b, {9}, hot)}).bytes, &error);
     REQUIRE(bad);

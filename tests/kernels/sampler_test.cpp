@@ -169,7 +169,7 @@ TEST_CASE("The backend samples each row as the sampler does, in request order", 
     SamplingParams p = random_params(0.8f);
     p.seed = static_cast<uint64_t>(r);
     p.frequency_penalty = 0.5f;
-    reqs.push_back({p, {}, outputs, static_cast<uint64_t>(r * 3), 2});
+    reqs.push_back({p, {}, outputs, static_cast<uint64_t>(r * 3), 2, {}});
   }
   auto got = backend.sample(logits.data(), vocab, reqs);
   REQUIRE(got.size() == static_cast<size_t>(rows));

@@ -1,0 +1,107 @@
+#include "grammar/constraint.hpp"
+
+#include <dlpack/dlpack.h>
+
+#include <exception>
+#include <optional>
+#include <utility>
+#include <xgrammar/xgrammar.h>
+
+namespace actorlm {
+
+namespace {
+
+// xgrammar's messages can quote a whole schema back; a client sees the start.
+constexpr size_t kMessageBytes = 400;
+
+std::string short_message(const char* what) {
+  std::string m(what);
+  if (m.size() > kMessageBytes) m = m.substr(0, kMessageBytes) + "...";
+  return m;
+}
+
+}  // namespace
+
+struct ConstraintCompiler::Impl {
+  int32_t vocab;
+  xgrammar::GrammarCompiler compiler;
+
+  Impl(const xgrammar::TokenizerInfo& info, int threads, int32_t vocab_size)
+      : vocab(vocab_size), compiler(info, threads, /*cache_enabled=*/true) {}
+
+  xgrammar::CompiledGrammar compile(const ConstraintSpec& spec) {
+    switch (spec.kind) {
+      case ConstraintKind::json_object:
+        return compiler.CompileBuiltinJSONGrammar();
+      case ConstraintKind::json_schema:
+        // One space after ',' and ':' and no other whitespace: how models
+        // write JSON inline, and no room to pad the output with newlines
+        // until max_tokens.
+        return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt,
+                                          std::make_pair(std::string(", "), std::string(": ")),
+                                          /*strict_mode=*/true);
+      case ConstraintKind::regex:
+        return compiler.CompileRegex(spec.text);
+      case ConstraintKind::ebnf:
+        return compiler.CompileGrammar(spec.text, "root");
+      case ConstraintKind::none:
+        break;
+    }
+    throw ConstraintError("no constraint to compile");
+  }
+};
+
+struct ConstraintState::Impl {
+  xgrammar::GrammarMatcher matcher;
+  int32_t vocab;
+};
+
+ConstraintCompiler::ConstraintCompiler(std::vector<std::string> token_bytes, std::vector<int32_t> stop_ids,
+                                       int threads) {
+  const auto vocab = static_cast<int32_t>(token_bytes.size());
+  // RAW: each string is exactly the token's bytes (our tokenizer already
+  // undid byte-level and SentencePiece encodings).
+  xgrammar::TokenizerInfo info(token_bytes, xgrammar::VocabType::RAW, vocab, std::move(stop_ids));
+  impl_ = std::make_unique<Impl>(info, std::max(1, threads), vocab);
+}
+
+ConstraintCompiler::~ConstraintCompiler() = default;
+
+int32_t ConstraintCompiler::vocab_size() const { return impl_->vocab; }
+
+std::unique_ptr<ConstraintState> ConstraintCompiler::start(const ConstraintSpec& spec) {
+  try {
+    xgrammar::CompiledGrammar compiled = impl_->compile(spec);
+    auto state = std::make_unique<ConstraintState::Impl>(ConstraintState::Impl{xgrammar::GrammarMatcher(compiled), impl_->vocab});
+    return std::unique_ptr<ConstraintState>(new ConstraintState(std::move(state)));
+  } catch (const ConstraintError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConstraintError(short_message(e.what()));
+  }
+}
+
+ConstraintState::ConstraintState(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ConstraintState::~ConstraintState() = default;
+
+void ConstraintState::allowed(std::span<uint32_t> mask) {
+  int64_t shape[1] = {static_cast<int64_t>(mask.size())};
+  DLTensor t{};
+  t.data = mask.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  impl_->matcher.FillNextTokenBitmask(&t);
+}
+
+bool ConstraintState::accept(int32_t token) {
+  if (token < 0 || token >= impl_->vocab) return false;
+  return impl_->matcher.AcceptToken(token);
+}
+
+bool ConstraintState::complete() const { return impl_->matcher.IsTerminated(); }
+
+}  // namespace actorlm

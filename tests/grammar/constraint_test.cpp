@@ -1,0 +1,154 @@
+#include "grammar/constraint.hpp"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "grammar/token_bytes.hpp"
+#include "model/default_model.hpp"
+#include "model/gguf_file.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actorlm;
+
+namespace {
+
+const Tokenizer& tokenizer() {
+  static Tokenizer t = Tokenizer::from_gguf(GgufFile::open(default_model_path()));
+  return t;
+}
+
+ConstraintCompiler& compiler() {
+  static auto c = make_constraint_compiler(tokenizer(), tokenizer().vocab_size(), 2);
+  return *c;
+}
+
+std::vector<uint32_t> mask_of(ConstraintState& s) {
+  std::vector<uint32_t> m(mask_words(compiler().vocab_size()));
+  s.allowed(m);
+  return m;
+}
+
+std::vector<int32_t> allowed_ids(ConstraintState& s) {
+  const auto m = mask_of(s);
+  std::vector<int32_t> ids;
+  for (int32_t t = 0; t < compiler().vocab_size(); ++t) {
+    if (mask_allows(m, t)) ids.push_back(t);
+  }
+  return ids;
+}
+
+// Feeds `text`'s tokens one by one, checking each is allowed before it is
+// accepted; returns how many were.
+size_t feed(ConstraintState& s, const std::string& text) {
+  const auto ids = tokenizer().encode(text, false, false);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!mask_allows(mask_of(s), ids[i])) return i;
+    REQUIRE(s.accept(ids[i]));
+  }
+  return ids.size();
+}
+
+int32_t end_token() { return tokenizer().end_of_generation_ids().front(); }
+
+// A deterministic "decoding" that ends as soon as it can: an end token when
+// one is allowed, else the first allowed of a few closing characters, else
+// the lowest allowed id. It exercises masks far from any text a model would
+// write.
+std::string walk(ConstraintState& s, int max_steps) {
+  std::string out;
+  for (int i = 0; i < max_steps && !s.complete(); ++i) {
+    const auto ids = allowed_ids(s);
+    REQUIRE_FALSE(ids.empty());
+    int32_t pick = ids.front();
+    bool chosen = false;
+    for (int32_t id : ids) {
+      if (tokenizer().is_end_of_generation(id)) {
+        pick = id;
+        chosen = true;
+        break;
+      }
+    }
+    for (const char* closing : {"}", "]", "\"", "0"}) {
+      if (chosen) break;
+      const int32_t id = tokenizer().encode(closing, false, false).front();
+      if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+        pick = id;
+        chosen = true;
+      }
+    }
+    REQUIRE(s.accept(pick));
+    if (!tokenizer().is_end_of_generation(pick)) out += tokenizer().token_to_piece(pick, false);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a JSON schema admits exactly the documents it describes", "[grammar]") {
+  const std::string schema = R"({"type": "object", "properties": {"name": {"type": "string"},
+      "age": {"type": "integer", "minimum": 0}}, "required": ["name", "age"], "additionalProperties": false})";
+  auto s = compiler().start({ConstraintKind::json_schema, schema});
+  const std::string doc = R"({"name": "Ada", "age": 36})";
+  CHECK(feed(*s, doc) == tokenizer().encode(doc, false, false).size());
+  CHECK_FALSE(s->complete());
+  // Only an end token may follow a complete document.
+  const auto after = allowed_ids(*s);
+  REQUIRE_FALSE(after.empty());
+  for (int32_t id : after) CHECK(tokenizer().is_end_of_generation(id));
+  REQUIRE(s->accept(end_token()));
+  CHECK(s->complete());
+
+  // A document that breaks the schema is stopped at the first bad token.
+  auto bad = compiler().start({ConstraintKind::json_schema, schema});
+  const std::string wrong = R"({"name": "Ada", "age": "old"})";
+  CHECK(feed(*bad, wrong) < tokenizer().encode(wrong, false, false).size());
+}
+
+TEST_CASE("a token the mask forbids is refused and leaves the state as it was", "[grammar]") {
+  auto s = compiler().start({ConstraintKind::regex, "[0-9]{3}"});
+  const int32_t letter = tokenizer().encode("a", false, false).front();
+  CHECK_FALSE(mask_allows(mask_of(*s), letter));
+  CHECK_FALSE(s->accept(letter));
+  CHECK_FALSE(s->accept(-1));
+  CHECK_FALSE(s->accept(compiler().vocab_size()));
+  CHECK(feed(*s, "123") == tokenizer().encode("123", false, false).size());
+}
+
+TEST_CASE("every token a regex mask allows keeps the output inside the language", "[grammar]") {
+  auto s = compiler().start({ConstraintKind::regex, "(yes|no)-[0-9]+"});
+  for (int32_t id : allowed_ids(*s)) {
+    const std::string piece = tokenizer().token_to_piece(id, false);
+    CHECK((std::string("yes-").rfind(piece, 0) == 0 || std::string("no-").rfind(piece, 0) == 0 ||
+           piece.rfind("yes-", 0) == 0 || piece.rfind("no-", 0) == 0));
+  }
+  const std::string out = walk(*s, 32);
+  CHECK(s->complete());
+  INFO(out);
+  CHECK((out.rfind("yes-", 0) == 0 || out.rfind("no-", 0) == 0));
+}
+
+TEST_CASE("json_object walks to a complete JSON value", "[grammar]") {
+  auto s = compiler().start({ConstraintKind::json_object, ""});
+  const std::string out = walk(*s, 256);
+  INFO(out);
+  REQUIRE(s->complete());
+  CHECK(nlohmann::json::accept(out));
+}
+
+TEST_CASE("an EBNF grammar constrains to its language", "[grammar]") {
+  auto s = compiler().start({ConstraintKind::ebnf, R"(root ::= "The answer is " ("A" | "B") ".")"});
+  const std::string out = walk(*s, 32);
+  CHECK(s->complete());
+  CHECK((out == "The answer is A." || out == "The answer is B."));
+}
+
+TEST_CASE("a schema, regex or grammar that does not compile is a ConstraintError", "[grammar]") {
+  CHECK_THROWS_AS(compiler().start({ConstraintKind::json_schema, "{not json"}), ConstraintError);
+  CHECK_THROWS_AS(compiler().start({ConstraintKind::json_schema, R"({"type": "frobnicate"})"}), ConstraintError);
+  CHECK_THROWS_AS(compiler().start({ConstraintKind::regex, "(unclosed"}), ConstraintError);
+  CHECK_THROWS_AS(compiler().start({ConstraintKind::ebnf, "root ::= undefined_rule"}), ConstraintError);
+  CHECK_THROWS_AS(compiler().start({ConstraintKind::none, ""}), ConstraintError);
+}
