@@ -20,6 +20,6 @@ if ((${#targets[@]} == 0)); then
   targets=(cuda_cuda_backend_test cuda_cuda_executor_test actors_actor_engine_test actors_engine_test actorlm cuda_bench)
 fi
 cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix/usr" \
-  -DACTORLM_BUILD_BENCH=ON >"$root/build-gpu.configure.log" 2>&1 || { cat "$root/build-gpu.configure.log"; exit 1; }
+  -DACTORLM_BUILD_BENCH=ON -DACTORLM_XGRAMMAR_DIR="$root/.devdeps/xgrammar" >"$root/build-gpu.configure.log" 2>&1 || { cat "$root/build-gpu.configure.log"; exit 1; }
 cmake --build "$root/build-gpu" --parallel "$(nproc)" --target "${targets[@]}"
 echo "export PATH=\"$PATH\" LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH\""

@@ -18,4 +18,7 @@ apt-get download \
   libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 \
   libutf8proc-dev libutf8proc2 libboost1.74-dev \
   libedit-dev libedit2 libbsd0 libmd0 zlib1g-dev libssl-dev 2>&1 | grep -v "^Get:" || true
+# The structured-output engine's source (grammar/), ~3 MB unpacked.
+xgrammar="$(ACTORLM_CACHE="${ACTORLM_CACHE:-$HOME/.cache/actorlm}" bash "$root/scripts/fetch_xgrammar.sh")"
+rm -rf "$out/xgrammar" && cp -r "$xgrammar" "$out/xgrammar"
 du -sh "$out"
