@@ -35,6 +35,7 @@ struct Engine::Impl {
   std::string device;
   int64_t kv_tokens = 0;
   int32_t max_context = 0;
+  ToolFormat tool_format = ToolFormat::generic;
   // Stops the router or the worker link. Nodes hold their handles, so a
   // plain shutdown or exit message from a peer must not be able to.
   uint64_t stop_token = random_token();
@@ -157,6 +158,7 @@ Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make
   m.tokenizer =
       spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content, config.chat_template);
   if (!m.core) m.kv_tokens = stats().kv.capacity;
+  m.tool_format = tool_format_for(*m.tok, config.chat_template);
   m.max_context = m.core ? m.core->max_context : scheduler_config(config, m.model, *m.tok).max_context;
 }
 
@@ -176,6 +178,7 @@ const ModelConfig& Engine::model_config() const { return impl_->model; }
 const std::string& Engine::device() const { return impl_->device; }
 int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
 int32_t Engine::max_context() const { return impl_->max_context; }
+ToolFormat Engine::tool_format() const { return impl_->tool_format; }
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
   return impl_->tok->encode(text, add_special && impl_->tok->add_bos_by_default(), parse_special);
@@ -201,9 +204,12 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
       auto cm = std::make_unique<fb::ChatMessageT>();
       cm->role = c.role;
       cm->content = c.content;
+      cm->tool_calls = c.tool_calls;
+      cm->tool_call_id = c.tool_call_id;
       g.messages.push_back(std::move(cm));
     }
     g.template_kwargs = o.template_kwargs;
+    g.tools = o.tools;
   } else {
     g.text = o.prompt;
   }
@@ -219,6 +225,8 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
     g.constraint = std::make_unique<fb::ConstraintT>();
     g.constraint->kind = static_cast<uint8_t>(o.constraint.kind);
     g.constraint->text = o.constraint.text;
+    g.constraint->prefix = o.constraint.prefix;
+    g.constraint->suffix = o.constraint.suffix;
   }
   self->send(impl_->tokenizer, generate_atom::value, WireMessage{msg::pack(g)}, caf::actor_cast<caf::actor>(self));
   TextDeltaEvent last;

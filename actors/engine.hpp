@@ -28,6 +28,7 @@
 #include "model/llama_weights.hpp"
 #include "scheduler/scheduler.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/tool_calls.hpp"
 
 namespace actorlm {
 
@@ -64,6 +65,10 @@ struct GenerateOptions {
   // Chat: a JSON object of extra template variables (chat_template_kwargs);
   // empty: none.
   std::string template_kwargs;
+  // Chat: OpenAI's tools list as JSON text (empty: none), shown to the model
+  // through its template, or in a system message when the template has no
+  // place for tools (ToolFormat::generic).
+  std::string tools;
   SamplingParams sampling;
   int32_t max_new_tokens = 256;
   // The caller asked for max_new_tokens (OpenAI's max_tokens): a prompt that
@@ -137,6 +142,9 @@ class Engine {
   int64_t kv_tokens() const;
   // Prompt + output tokens one request may hold.
   int32_t max_context() const;
+  // How this model is shown tools and writes its calls (its chat template's
+  // convention).
+  ToolFormat tool_format() const;
   // The model's tokenizer, as a request's text is tokenized (add_special:
   // the beginning-of-sequence token where the model adds one; parse_special:
   // control-token text becomes those tokens).

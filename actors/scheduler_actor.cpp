@@ -41,7 +41,8 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {
         err = "unknown structured-output constraint kind " + std::to_string(c->kind());
       }
-      r.constraint_spec = {static_cast<ConstraintKind>(c->kind()), c->text() ? c->text()->str() : std::string()};
+      auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+      r.constraint_spec = {static_cast<ConstraintKind>(c->kind()), str(c->text()), str(c->prefix()), str(c->suffix())};
     }
     if (!err) err = sched.submit(std::move(r));
     if (err) {

@@ -8,6 +8,7 @@
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/tool_calls.hpp"
 
 namespace actorlm {
 namespace {
@@ -49,6 +50,7 @@ struct TokenizerState {
   std::string chat_error;
   caf::actor scheduler, detokenizer;
   bool special_tokens_in_content = false;
+  ToolFormat tool_format = ToolFormat::generic;
   static inline const char* name = "actorlm.tokenizer";
 };
 
@@ -62,6 +64,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
   } catch (const jinja::Error& e) {
     s.chat_error = std::string("engine failure: the chat template cannot be used: ") + e.what();
   }
+  s.tool_format = tool_format_for(*s.tok, chat_template);
   s.scheduler = std::move(scheduler);
   s.detokenizer = std::move(detokenizer);
   s.special_tokens_in_content = special_tokens_in_content;
@@ -101,9 +104,25 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       }
       std::vector<ChatMessage> messages;
       for (const fb::ChatMessage* m : *g.messages()) {
-        messages.push_back({m->role() ? m->role()->str() : "", m->content() ? m->content()->str() : ""});
+        auto str = [](const flatbuffers::String* x) { return x ? x->str() : std::string(); };
+        messages.push_back({str(m->role()), str(m->content()), str(m->tool_calls()), str(m->tool_call_id())});
       }
       ChatRenderOptions options{.special_tokens_in_content = s.special_tokens_in_content};
+      if (g.tools() && g.tools()->size() > 0) {
+        auto tools = nlohmann::ordered_json::parse(g.tools()->str(), nullptr, false);
+        if (!tools.is_array()) {
+          self->send(client, WireMessage{error_delta(g.request_id(), "tools must be a JSON list")});
+          return;
+        }
+        if (s.tool_format != ToolFormat::generic) {
+          options.tools = std::move(tools);
+        } else if (!messages.empty() && messages.front().role == "system") {
+          // The template has no place for tools: they go in the system turn.
+          messages.front().content += "\n\n" + tool_system_prompt(tools);
+        } else {
+          messages.insert(messages.begin(), ChatMessage{"system", tool_system_prompt(tools)});
+        }
+      }
       if (g.template_kwargs() && g.template_kwargs()->size() > 0) {
         auto kwargs = template_kwargs(g.template_kwargs()->str());
         if (const auto* err = std::get_if<std::string>(&kwargs)) {

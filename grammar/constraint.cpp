@@ -20,6 +20,32 @@ std::string short_message(const char* what) {
   return m;
 }
 
+// `text` as an EBNF string literal: quotes, backslashes and control
+// characters escaped, UTF-8 as it is.
+std::string ebnf_literal(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 struct ConstraintCompiler::Impl {
@@ -33,13 +59,23 @@ struct ConstraintCompiler::Impl {
     switch (spec.kind) {
       case ConstraintKind::json_object:
         return compiler.CompileBuiltinJSONGrammar();
-      case ConstraintKind::json_schema:
+      case ConstraintKind::json_schema: {
         // One space after ',' and ':' and no other whitespace: how models
         // write JSON inline, and no room to pad the output with newlines
         // until max_tokens.
-        return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt,
-                                          std::make_pair(std::string(", "), std::string(": ")),
-                                          /*strict_mode=*/true);
+        if (spec.prefix.empty() && spec.suffix.empty()) {
+          return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt,
+                                            std::make_pair(std::string(", "), std::string(": ")),
+                                            /*strict_mode=*/true);
+        }
+        std::vector<xgrammar::Grammar> parts;
+        if (!spec.prefix.empty()) parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.prefix)));
+        parts.push_back(xgrammar::Grammar::FromJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt,
+                                                          std::make_pair(std::string(", "), std::string(": ")),
+                                                          /*strict_mode=*/true));
+        if (!spec.suffix.empty()) parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.suffix)));
+        return compiler.CompileGrammar(xgrammar::Grammar::Concat(parts));
+      }
       case ConstraintKind::regex:
         return compiler.CompileRegex(spec.text);
       case ConstraintKind::ebnf:

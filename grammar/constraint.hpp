@@ -27,6 +27,9 @@ enum class ConstraintKind : uint8_t { none = 0, json_object, json_schema, regex,
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::none;
   std::string text;  // the schema (JSON), the regex or the grammar; empty for json_object
+  // json_schema only: literal text the output has before and after the
+  // JSON (a tool call's tags).
+  std::string prefix = {}, suffix = {};
 
   bool active() const { return kind != ConstraintKind::none; }
 };

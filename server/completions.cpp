@@ -92,7 +92,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     ++rejected_;
     return connection->respond(error_response(*e));
   }
-  const auto r = std::get<api::ParsedRequest>(std::move(parsed));
+  auto r = std::get<api::ParsedRequest>(std::move(parsed));
   ++accepted_;
   const bool chat = route == Route::chat;
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
@@ -140,6 +140,15 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     for (uint64_t i : ids) engine_.abort(i);
   });
 
+  // Function calling: a required or named call is constrained to a
+  // well-formed call; with tool_choice other than "none" the answer is read
+  // back for calls.
+  const ToolFormat tool_format = engine_.tool_format();
+  const bool reads_calls = chat && r.tools.reads_calls();
+  if (chat && (r.tools.choice == api::ToolChoice::required || r.tools.choice == api::ToolChoice::named)) {
+    r.options.constraint = api::tool_call_constraint(r.tools, tool_format);
+  }
+
   // Streams write from every choice's thread. The stream (and its 200)
   // begins with the first delta that is not an error: a request the engine
   // refuses outright (a prompt longer than the context, a max_tokens it
@@ -167,14 +176,16 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     } else {
       // Chat's first chunk is the role alone, as OpenAI sends it.
       if (chat && first[i]) out += api::stream_chunk(id, model_id_, chat, index, "", std::nullopt, created, true, nullptr);
-      std::string text = d.text;
+      // An answer that may hold tool calls is sent whole at the end, once
+      // it can be read (see below).
+      std::string text = reads_calls ? std::string() : d.text;
       if (r.echo && first[i]) text = echoed[i / static_cast<size_t>(r.n)] + text;
-      if (!text.empty() || (!chat && first[i]) || (r.options.logprobs && !d.logprobs.empty())) {
+      if (!text.empty() || (!chat && first[i]) || (r.options.logprobs && !d.logprobs.empty() && !reads_calls)) {
         nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i])
                                                : nlohmann::json(nullptr);
         out += api::stream_chunk(id, model_id_, chat, index, text, std::nullopt, created, false, lp);
       }
-      if (d.finish != FinishReason::none)
+      if (d.finish != FinishReason::none && !reads_calls)
         out += api::stream_chunk(id, model_id_, chat, index, "", d.finish, created, false, nullptr);
     }
     for (const auto& t : d.logprobs) offset[i] += t.piece.size();
@@ -232,10 +243,28 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     if (connection->gone()) return;
     connection->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
   }
+  if (reads_calls) {
+    for (auto& c : results) {
+      if (c.last.finish == FinishReason::error) continue;
+      ParsedToolCalls parsed = parse_tool_calls(tool_format, c.text, r.tools.names);
+      if (parsed.calls.empty()) continue;
+      if (!r.tools.parallel) parsed.calls.resize(1);
+      c.tool_calls = std::move(parsed.calls);
+      c.text = std::move(parsed.content);
+    }
+  }
   if (r.stream) {
     bool failed = false;
     for (const auto& c : results) failed = failed || c.last.finish == FinishReason::error;
     std::string tail;
+    for (size_t i = 0; reads_calls && i < results.size(); ++i) {
+      const api::ChoiceResult& c = results[i];
+      if (c.last.finish == FinishReason::error) continue;
+      const int index = static_cast<int>(i);
+      if (!c.text.empty()) tail += api::stream_chunk(id, model_id_, chat, index, c.text, std::nullopt, created, false, nullptr);
+      tail += c.tool_calls.empty() ? api::stream_chunk(id, model_id_, chat, index, "", c.last.finish, created, false, nullptr)
+                                   : api::tool_calls_chunk(id, model_id_, index, c.tool_calls, created);
+    }
     if (r.include_usage && !failed) tail += api::usage_chunk(id, model_id_, chat, results, r.n, created);
     tail += "data: [DONE]\n\n";
     connection->stream_write(std::move(tail));

@@ -1,12 +1,15 @@
 #include "server/openai_api.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <limits>
 #include <span>
 #include <string_view>
 
 #include "server/constraint_fields.hpp"
 #include "server/json_reader.hpp"
+#include "server/tool_fields.hpp"
 #include "server/sampling_fields.hpp"
 
 namespace actorlm::api {
@@ -107,11 +110,22 @@ std::optional<ApiError> read_messages(const FieldReader& f, std::vector<ChatMess
     const json* role = mf.find("role");
     if (!role || !role->is_string()) return mf.error("role", "must be a string");
     const auto& r = role->get_ref<const std::string&>();
-    if (r != "system" && r != "developer" && r != "user" && r != "assistant")
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool")
       return mf.error("role", "is an unknown role " + echo(r));
     // OpenAI's newer name for system instructions; templates know "system".
     ChatMessage msg{r == "developer" ? "system" : r, ""};
-    if (auto e = read_content(mf, msg.content)) return e;
+    if (r == "assistant") {
+      if (auto e = read_assistant_tool_calls(mf, msg.tool_calls)) return e;
+    }
+    if (r == "tool") {
+      if (!mf.find("tool_call_id")) return mf.error("tool_call_id", "is required in a tool message");
+      if (auto e = mf.string("tool_call_id", &msg.tool_call_id)) return e;
+    }
+    // An assistant turn that only calls tools has no content (null).
+    const bool calls_only = !msg.tool_calls.empty() && !mf.find("content");
+    if (!calls_only) {
+      if (auto e = read_content(mf, msg.content)) return e;
+    }
     out.push_back(std::move(msg));
   }
   return std::nullopt;
@@ -179,7 +193,8 @@ constexpr std::string_view kSamplingKeys[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
     "ignore_eos", "logprobs", "stream", "stream_options"};
-constexpr std::string_view kChatKeys[] = {"messages", "top_logprobs", "chat_template_kwargs", "response_format"};
+constexpr std::string_view kChatKeys[] = {"messages",        "top_logprobs", "chat_template_kwargs", "response_format",
+                                          "tools",           "tool_choice",  "parallel_tool_calls"};
 constexpr std::string_view kCompletionKeys[] = {"prompt", "echo", "response_format"};
 // Accepted and ignored on purpose: bookkeeping for OpenAI's own platform
 // (end-user ids, stored completions, tiers, cache routing keys).
@@ -233,6 +248,15 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   if (auto e = read_logprobs(f, chat, o)) return *e;
   if (auto e = read_stream(f, r)) return *e;
   if (auto e = read_response_format(f, o.constraint)) return *e;
+  if (chat) {
+    if (auto e = read_tools(f, r.tools)) return *e;
+    // tool_choice "none": the model is not shown the tools at all.
+    if (r.tools.reads_calls()) o.tools = r.tools.tools;
+    const bool forced = r.tools.choice == ToolChoice::required || r.tools.choice == ToolChoice::named;
+    if (forced && o.constraint.active()) {
+      return f.error("tool_choice", "cannot be combined with a response_format that constrains the output");
+    }
+  }
   if (!chat) {
     if (auto e = f.boolean("echo", &r.echo)) return *e;
     if (r.echo && o.logprobs) {
@@ -369,7 +393,13 @@ json completion_response(const std::string& id, const std::string& model, bool c
     const ChoiceResult& c = choices[i];
     json choice = {{"index", i}, {"finish_reason", finish_reason_text(c.last.finish)}};
     choice["logprobs"] = with_logprobs ? logprobs_json(chat, c.logprobs, 0) : json(nullptr);
-    if (chat) {
+    if (chat && !c.tool_calls.empty()) {
+      // OpenAI: content is null when the answer is only calls.
+      choice["message"] = {{"role", "assistant"},
+                           {"content", c.text.empty() ? json(nullptr) : json(c.text)},
+                           {"tool_calls", tool_calls_json(c.tool_calls, false)}};
+      choice["finish_reason"] = "tool_calls";
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;
@@ -403,6 +433,35 @@ std::string stream_chunk(const std::string& id, const std::string& model, bool c
                 {"model", model},
                 {"choices", json::array({choice})}};
   return "data: " + dump(chunk) + "\n\n";
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    char hex[25];
+    std::snprintf(hex, sizeof hex, "%016llx%08x", static_cast<unsigned long long>(rng()), static_cast<unsigned>(rng()));
+    json call = {{"id", std::string("call_") + hex},
+                 {"type", "function"},
+                 {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (with_index) call["index"] = k;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+std::string tool_calls_chunk(const std::string& id, const std::string& model, int index,
+                             const std::vector<ToolCall>& calls, int64_t created) {
+  auto chunk = [&](json delta, json finish) {
+    json c = {{"id", id},
+              {"object", "chat.completion.chunk"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({{{"index", index}, {"logprobs", nullptr}, {"delta", std::move(delta)},
+                                        {"finish_reason", std::move(finish)}}})}};
+    return "data: " + dump(c) + "\n\n";
+  };
+  return chunk({{"tool_calls", tool_calls_json(calls, true)}}, nullptr) + chunk(json::object(), "tool_calls");
 }
 
 json generate_response(const ChoiceResult& c) {

@@ -26,6 +26,7 @@
 
 #include "actors/engine.hpp"
 #include "server/api_error.hpp"
+#include "server/tool_fields.hpp"
 
 namespace actorlm::api {
 
@@ -45,6 +46,7 @@ struct ParsedRequest {
   // prompt p's choice i. Empty: options' own prompt, one.
   std::vector<Prompt> prompts;
   bool echo = false;  // completions: each choice's text starts with its prompt
+  ToolRequest tools;  // chat: function calling (server/tool_fields.hpp)
 };
 
 // /v1/chat/completions (chat) or /v1/completions. The model must be absent,
@@ -81,6 +83,7 @@ std::string finish_reason_text(FinishReason r);
 // One finished choice.
 struct ChoiceResult {
   std::string text;
+  std::vector<ToolCall> tool_calls;  // read back from text (then text is what is left)
   TextDeltaEvent last;
   std::vector<TokenLogprobInfo> logprobs;
 };
@@ -104,6 +107,12 @@ nlohmann::json completion_response(const std::string& id, const std::string& mod
 std::string stream_chunk(const std::string& id, const std::string& model, bool chat, int index,
                          const std::string& text, const std::optional<FinishReason>& finish,
                          int64_t created, bool first, const nlohmann::json& logprobs);
+// Chat: a choice's calls as one delta, then its finish ("tool_calls").
+std::string tool_calls_chunk(const std::string& id, const std::string& model, int index,
+                             const std::vector<ToolCall>& calls, int64_t created);
+// OpenAI's tool_calls list (ids "call_" + 24 random hex digits).
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
+
 // /generate's reply for one choice: {"text", "meta_info": {"finish_reason",
 // "prompt_tokens", "completion_tokens"}}.
 nlohmann::json generate_response(const ChoiceResult& c);

@@ -26,7 +26,27 @@ ChatTemplate ChatTemplate::for_model(const Tokenizer& tokenizer, std::string* wa
 
 nlohmann::ordered_json messages_json(std::span<const ChatMessage> messages) {
   auto out = nlohmann::ordered_json::array();
-  for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages) {
+    nlohmann::ordered_json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) {
+      auto calls = nlohmann::ordered_json::parse(m.tool_calls, nullptr, false);
+      if (calls.is_array()) {
+        // Hugging Face templates read arguments as a mapping (`| tojson`,
+        // `.items()`); OpenAI sends them as a JSON string.
+        for (auto& c : calls) {
+          if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) continue;
+          auto& f = c["function"];
+          if (f.contains("arguments") && f["arguments"].is_string()) {
+            auto args = nlohmann::ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
+            if (!args.is_discarded()) f["arguments"] = std::move(args);
+          }
+        }
+        j["tool_calls"] = std::move(calls);
+      }
+    }
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    out.push_back(std::move(j));
+  }
   return out;
 }
 

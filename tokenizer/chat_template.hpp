@@ -30,6 +30,10 @@ class Tokenizer;
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
+  // An assistant turn's calls: OpenAI's tool_calls list as JSON text
+  // (templates see each call's arguments as an object); empty: none.
+  std::string tool_calls = {};
+  std::string tool_call_id = {};  // a tool turn: the call it answers
 };
 
 // What a render is given besides the messages.

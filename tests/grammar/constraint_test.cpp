@@ -152,3 +152,19 @@ TEST_CASE("a schema, regex or grammar that does not compile is a ConstraintError
   CHECK_THROWS_AS(compiler().start({ConstraintKind::ebnf, "root ::= undefined_rule"}), ConstraintError);
   CHECK_THROWS_AS(compiler().start({ConstraintKind::none, ""}), ConstraintError);
 }
+
+TEST_CASE("a JSON schema framed by literal text admits the frame and nothing else", "[grammar]") {
+  const std::string schema = R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})";
+  const ConstraintSpec spec{ConstraintKind::json_schema, schema, "<tool_call>\n", "\n</tool_call>"};
+  auto s = compiler().start(spec);
+  const std::string call = "<tool_call>\n{\"city\": \"Paris\"}\n</tool_call>";
+  CHECK(feed(*s, call) == tokenizer().encode(call, false, false).size());
+  REQUIRE(s->accept(end_token()));
+  CHECK(s->complete());
+  auto bare = compiler().start(spec);
+  CHECK(feed(*bare, "{\"city\": \"Paris\"}") == 0);
+  // Quotes, backslashes and control characters in the frame are literal.
+  auto odd = compiler().start({ConstraintKind::json_schema, schema, "say \"\\\t", ""});
+  const std::string text = "say \"\\\t{\"city\": \"x\"}";
+  CHECK(feed(*odd, text) == tokenizer().encode(text, false, false).size());
+}
