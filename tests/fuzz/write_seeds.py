@@ -29,10 +29,22 @@ chat = [
      "stream": True, "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 3,
      "stop": ["\n", "User:"], "frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.1},
     {"messages": [{"role": "assistant", "content": "x"}], "stop": "END", "max_completion_tokens": 1},
+    {"messages": [{"role": "developer", "content": "Use tools."}, {"role": "user", "content": "Weather?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{\"c\": 1}"}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+     "tools": [{"type": "function", "function": {"name": "w", "description": "d", "parameters": {
+         "type": "object", "properties": {"c": {"type": "integer"}}}}}],
+     "tool_choice": {"type": "function", "function": {"name": "w"}}, "parallel_tool_calls": False,
+     "logit_bias": {"5": -100, "17": 2.5}, "seed": -3, "user": "u"},
+    {"messages": [{"role": "user", "content": "JSON"}], "tool_choice": "none",
+     "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {
+         "type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+$"}}, "required": ["a"]}}}},
 ]
 completion = [
     {"prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2, "echo": False},
     {"prompt": [1, 2, 3, 49151], "temperature": 0, "stream": True},
+    {"prompt": ["One,", [1, 2]], "n": 2, "echo": True, "response_format": {"type": "json_object"}},
 ]
 for i, body in enumerate(chat):
     write("openai_request_fuzz", f"chat-{i}", "0" + json.dumps(body))
