@@ -105,4 +105,22 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
     REQUIRE(bad);
     CHECK(bad->error.find("temperature") != std::string::npos);
   }
+  SECTION("an allowed-token mask travels with the batch and the sampler keeps to it") {
+    // Only token 11 may follow: greedy must pick it although " Paris"
+    // scores higher.
+    const int32_t vocab = runner->model_config().vocab_size;
+    std::vector<uint32_t> mask((static_cast<size_t>(vocab) + 31) / 32, 0);
+    mask[0] = 1u << 11;
+    std::vector<SampleRequest> masked{{greedy, {}, {}, 0, 0, mask}};
+    auto r = decode_result(call(self, worker, {encode_forward(81, b, {9}, masked)}).bytes, &error);
+    REQUIRE(r);
+    REQUIRE(r->error.empty());
+    CHECK(r->results[0].token == 11);
+    // A mask of the wrong size is an error reply, never a read past its end.
+    std::vector<uint32_t> short_mask(3, ~0u);
+    std::vector<SampleRequest> wrong{{greedy, {}, {}, 0, 0, short_mask}};
+    auto bad = decode_result(call(self, worker, {encode_forward(82, b, {9}, wrong)}).bytes, &error);
+    REQUIRE(bad);
+    CHECK(bad->error.find("mask") != std::string::npos);
+  }
 }
