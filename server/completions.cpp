@@ -1,11 +1,13 @@
 #include "server/completions.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <thread>
 #include <vector>
 
 #include "server/openai_api.hpp"
+#include "tokenizer/tool_calls.hpp"
 
 namespace actorlm {
 
@@ -158,6 +160,8 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   std::optional<std::string> refused;  // the first error before the stream began
   std::vector<bool> first(static_cast<size_t>(choices), true);
   std::vector<size_t> offset(static_cast<size_t>(choices), 0);  // completions' text_offset
+  std::vector<std::string> answer(static_cast<size_t>(choices));  // reads_calls: the text so far
+  std::vector<size_t> sent(static_cast<size_t>(choices), 0);      // reads_calls: bytes of it sent
   auto forward_stream = [&](const TextDeltaEvent& d, int index) {
     std::lock_guard<std::mutex> lock(mu);
     const auto i = static_cast<size_t>(index);
@@ -176,9 +180,15 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     } else {
       // Chat's first chunk is the role alone, as OpenAI sends it.
       if (chat && first[i]) out += api::stream_chunk(id, model_id_, chat, index, "", std::nullopt, created, true, nullptr);
-      // An answer that may hold tool calls is sent whole at the end, once
-      // it can be read (see below).
-      std::string text = reads_calls ? std::string() : d.text;
+      // An answer that may hold tool calls: its text goes out as far as no
+      // call can begin there; the rest waits until it can be read (below).
+      std::string text = d.text;
+      if (reads_calls) {
+        answer[i] += d.text;
+        const size_t settled = settled_content(tool_format, answer[i]);
+        text = settled > sent[i] ? answer[i].substr(sent[i], settled - sent[i]) : std::string();
+        sent[i] = std::max(sent[i], settled);
+      }
       if (r.echo && first[i]) text = echoed[i / static_cast<size_t>(r.n)] + text;
       if (!text.empty() || (!chat && first[i]) || (r.options.logprobs && !d.logprobs.empty() && !reads_calls)) {
         nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i])
@@ -244,10 +254,18 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     connection->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
   }
   if (reads_calls) {
-    for (auto& c : results) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      api::ChoiceResult& c = results[i];
       if (c.last.finish == FinishReason::error) continue;
-      ParsedToolCalls parsed = parse_tool_calls(tool_format, c.text, r.tools.names);
-      if (parsed.calls.empty()) continue;
+      // Streamed: the calls are read from what was held back (what was sent
+      // is content by construction), and c.text becomes what is left to send.
+      const std::string_view unsent = r.stream ? std::string_view(c.text).substr(std::min(sent[i], c.text.size()))
+                                               : std::string_view(c.text);
+      ParsedToolCalls parsed = parse_tool_calls(tool_format, unsent, r.tools.names);
+      if (parsed.calls.empty()) {
+        if (r.stream) c.text = std::string(unsent);
+        continue;
+      }
       if (!r.tools.parallel) parsed.calls.resize(1);
       c.tool_calls = std::move(parsed.calls);
       c.text = std::move(parsed.content);

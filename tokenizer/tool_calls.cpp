@@ -167,6 +167,27 @@ std::string tool_system_prompt(const ordered_json& tools) {
   return s;
 }
 
+size_t settled_content(ToolFormat f, std::string_view text) {
+  auto could_open = [](std::string_view rest, std::string_view marker) {
+    const size_t n = std::min(rest.size(), marker.size());
+    return rest.substr(0, n) == marker.substr(0, n);
+  };
+  if (f == ToolFormat::llama3 || f == ToolFormat::mistral) {
+    const std::string_view t = trim(text);
+    if (t.empty()) return 0;
+    const bool call = f == ToolFormat::llama3 ? t[0] == '{' || could_open(t, "<|python_tag|>")
+                                              : t[0] == '[' || could_open(t, "[TOOL_CALLS]");
+    return call ? 0 : text.size();
+  }
+  constexpr std::string_view open = "<tool_call>";
+  if (const size_t at = text.find(open); at != std::string_view::npos) return at;
+  // A '<' near the end may be the start of the tag.
+  for (size_t i = text.size() > open.size() ? text.size() - open.size() : 0; i < text.size(); ++i) {
+    if (text[i] == '<' && could_open(text.substr(i), open)) return i;
+  }
+  return text.size();
+}
+
 ParsedToolCalls parse_tool_calls(ToolFormat f, std::string_view text, const std::vector<std::string>& names) {
   switch (f) {
     case ToolFormat::llama3: return parse_leading_json(text, "<|python_tag|>", "parameters", names);

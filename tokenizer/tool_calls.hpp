@@ -53,4 +53,11 @@ struct ParsedToolCalls {
 // that talks about JSON is not mistaken for one that calls.
 ParsedToolCalls parse_tool_calls(ToolFormat f, std::string_view text, const std::vector<std::string>& names);
 
+// Streaming: how many leading bytes of an unfinished answer are content
+// whatever follows (they can be sent now); the rest may be, or begin, a
+// call. hermes/generic: up to the first "<tool_call>" or a trailing piece of
+// one; llama3/mistral: everything once the answer has started with text
+// that is not a call's start, else nothing.
+size_t settled_content(ToolFormat f, std::string_view text);
+
 }  // namespace actorlm

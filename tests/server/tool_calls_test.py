@@ -96,6 +96,22 @@ def main():
         for call in r.choices[0].message.tool_calls or []:
             check_call(call)
         check(r.choices[0].message.content or r.choices[0].message.tool_calls, r.choices[0])
+        # Streamed, the same answer: text arrives in several deltas (held back
+        # only where a call could begin), calls as delta.tool_calls.
+        stream = client.chat.completions.create(model="default", messages=ASK, tools=TOOLS, max_tokens=60,
+                                                temperature=0, stream=True)
+        pieces, streamed_calls = [], []
+        for chunk in stream:
+            if chunk.choices:
+                d = chunk.choices[0].delta
+                if d.content:
+                    pieces.append(d.content)
+                streamed_calls += d.tool_calls or []
+        want = r.choices[0].message
+        check(len(streamed_calls) == len(want.tool_calls or []), (streamed_calls, want))
+        if want.content and not want.tool_calls:
+            check("".join(pieces) == want.content, ("".join(pieces), want.content))
+            check(len(pieces) > 3, f"the answer came in {len(pieces)} deltas")
 
         # The tools reach the prompt (a system turn for this template); with
         # "none" they are not shown.

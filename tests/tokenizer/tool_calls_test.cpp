@@ -82,3 +82,17 @@ TEST_CASE("the generic system prompt lists every tool and the call convention", 
                                   {"get_weather"});
   CHECK(r.calls.size() == 1);
 }
+
+TEST_CASE("a streamed answer's text is sent until a call may begin", "[tokenizer][tools]") {
+  CHECK(settled_content(ToolFormat::hermes, "Let me look.") == 12);
+  CHECK(settled_content(ToolFormat::hermes, "Let me look. <tool") == 13);
+  CHECK(settled_content(ToolFormat::hermes, "Let me look. <tool_call>{\"na") == 13);
+  CHECK(settled_content(ToolFormat::hermes, "a < b and c <") == 12);
+  CHECK(settled_content(ToolFormat::hermes, "a < b") == 5);
+  CHECK(settled_content(ToolFormat::llama3, "  ") == 0);
+  CHECK(settled_content(ToolFormat::llama3, " {\"name\"") == 0);
+  CHECK(settled_content(ToolFormat::llama3, "<|python") == 0);
+  CHECK(settled_content(ToolFormat::llama3, "Sure, {") == 7);
+  CHECK(settled_content(ToolFormat::mistral, "[TOOL") == 0);
+  CHECK(settled_content(ToolFormat::mistral, "The answer") == 10);
+}
