@@ -215,6 +215,37 @@ std::optional<ApiError> refuse_unknown_fields(const json& body, bool chat) {
   return std::nullopt;
 }
 
+// The body is read into a key-sorted JSON object, but a schema's property
+// order is the order the model writes them in (as OpenAI generates them), and
+// a template shows tools' parameters in the order given. So for a request
+// with a schema or tools, those are taken again from the body in its own
+// order (it was already parsed once, depth- and size-bounded, and validated).
+void keep_key_order(const std::string& body, ParsedRequest& r) {
+  const bool schema = r.options.constraint.kind == ConstraintKind::json_schema;
+  if (!schema && r.tools.tools.empty()) return;
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!ordered.is_object()) return;
+  if (schema) {
+    const auto rf = ordered.find("response_format");
+    if (rf != ordered.end() && rf->is_object() && rf->contains("json_schema") && (*rf)["json_schema"].is_object() &&
+        (*rf)["json_schema"].contains("schema")) {
+      r.options.constraint.text = (*rf)["json_schema"]["schema"].dump();
+    }
+  }
+  const auto tools = ordered.find("tools");
+  if (r.tools.tools.empty() || tools == ordered.end() || !tools->is_array() || tools->size() != r.tools.names.size())
+    return;
+  auto list = nlohmann::ordered_json::parse(r.tools.tools);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const auto& fn = (*tools)[i]["function"];
+    if (!fn.contains("parameters") || !fn["parameters"].is_object()) continue;
+    list[i]["function"]["parameters"] = fn["parameters"];
+    r.tools.parameters[i] = fn["parameters"].dump();
+  }
+  r.tools.tools = list.dump();
+  if (r.tools.reads_calls()) r.options.tools = r.tools.tools;
+}
+
 std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
   if (auto err = r.options.sampling.validate()) return bad_request("", *err);
   return r;
@@ -266,6 +297,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
       return f.error("n", "times the number of prompts must be at most 64");
     }
   }
+  keep_key_order(body, r);
   return checked(std::move(r));
 }
 

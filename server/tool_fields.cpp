@@ -90,15 +90,17 @@ std::optional<ApiError> read_tools(const FieldReader& f, ToolRequest& r) {
 
 ConstraintSpec tool_call_constraint(const ToolRequest& r, ToolFormat format) {
   const ToolCallFrame frame = tool_call_frame(format);
-  json any = json::array();
+  // ordered_json: the parameters keep the order the client gave them in.
+  using ordered = nlohmann::ordered_json;
+  ordered any = ordered::array();
   for (size_t i = 0; i < r.names.size(); ++i) {
     if (r.choice == ToolChoice::named && r.names[i] != r.named) continue;
     any.push_back({{"type", "object"},
-                   {"properties", {{"name", {{"const", r.names[i]}}}, {frame.arguments_key, json::parse(r.parameters[i])}}},
+                   {"properties", {{"name", {{"const", r.names[i]}}}, {frame.arguments_key, ordered::parse(r.parameters[i])}}},
                    {"required", {"name", frame.arguments_key}},
                    {"additionalProperties", false}});
   }
-  const json schema = any.size() == 1 ? any[0] : json{{"anyOf", any}};
+  const ordered schema = any.size() == 1 ? any[0] : ordered{{"anyOf", any}};
   return {ConstraintKind::json_schema, schema.dump(), frame.prefix, frame.suffix};
 }
 

@@ -127,6 +127,14 @@ def main():
         check(not failures, f"{len(failures)} of {len(jobs)} outputs invalid:\n" + "\n".join(failures))
         print(f"json_schema: {len(jobs)} outputs over {len(schemas)} schemas, all valid")
 
+        # Properties come in the schema's order, not sorted (OpenAI's order).
+        ordered = obj({"zeta": {"type": "integer", "minimum": 0, "maximum": 9}, "alpha": SHORT})
+        r = client.chat.completions.create(model="default", max_tokens=60, temperature=0,
+                                           messages=[{"role": "user", "content": "Fill it in."}],
+                                           response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": ordered}})
+        text = r.choices[0].message.content
+        check(text.index('"zeta"') < text.index('"alpha"'), text)
+
         # json_object: any JSON object, through completions too.
         r = client.chat.completions.create(model="default", max_tokens=200, temperature=0,
                                            messages=[{"role": "user", "content": "Describe a cat as JSON."}],
