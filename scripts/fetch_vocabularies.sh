@@ -18,19 +18,10 @@ if [[ -f "$dest/.complete" ]]; then
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-echo "actorlm: fetching llama.cpp's vocabulary files from PyPI package llama-cpp-python==0.3.36 (sdist)" >&2
-# The file itself, straight from PyPI's file host: `pip download` of an sdist
-# first installs its build backend to read its metadata (minutes on a fresh
-# machine, and one more thing that can fail). pip stays the fallback.
-if ! curl -fsSL --retry 3 -o "$tmp/$sdist" "$url" &&
-  ! python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" llama-cpp-python==0.3.36 >&2; then
-  echo "actorlm: could not download llama-cpp-python==0.3.36 from PyPI; check network access to pypi.org" >&2
-  exit 1
-fi
-if ! echo "$sha256  $tmp/$sdist" | sha256sum --check --status; then
-  echo "actorlm: sha256 mismatch for $sdist (expected $sha256); refusing to use it" >&2
-  exit 1
-fi
+# shellcheck source=scripts/pypi_sdist.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pypi_sdist.sh"
+pypi_sdist "$sdist" "$sha256" "$url" "$tmp" "llama.cpp's vocabulary files (llama-cpp-python==0.3.36 sdist)" \
+  llama-cpp-python==0.3.36
 mkdir -p "$dest"
 tar -xzf "$tmp/$sdist" -C "$tmp" --wildcards 'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*.gguf'
 mv "$tmp"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*.gguf "$dest/"

@@ -19,15 +19,9 @@ if [[ -f "$dest/.complete" ]]; then
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-echo "actorlm: fetching xgrammar==$version (sdist) from PyPI" >&2
-if ! curl -fsSL --retry 3 -o "$tmp/$sdist" "$url"; then
-  echo "actorlm: could not download xgrammar==$version from PyPI; check network access to pypi.org" >&2
-  exit 1
-fi
-if ! echo "$sha256  $tmp/$sdist" | sha256sum --check --status; then
-  echo "actorlm: sha256 mismatch for $sdist (expected $sha256); refusing to use it" >&2
-  exit 1
-fi
+# shellcheck source=scripts/pypi_sdist.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pypi_sdist.sh"
+pypi_sdist "$sdist" "$sha256" "$url" "$tmp" "xgrammar==$version (sdist)"
 mkdir -p "$cache"
 rm -rf "$dest"
 tar -xzf "$tmp/$sdist" -C "$tmp"
