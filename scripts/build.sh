@@ -11,6 +11,9 @@ build="${ACTORLM_BUILD_DIR:-$root/build}"
 # Both sit directly under the root, so the relative source paths in their
 # debug info stay right either way.
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+# And paths under the checkout are hashed relative to it, so a fresh clone in
+# another folder (CI clones main afresh) reuses what an earlier one compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 if [[ ! -f "$build/build.ninja" ]]; then
   # shellcheck disable=SC2086  # word splitting of the options is the point
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${ACTORLM_CMAKE_ARGS:-}
