@@ -135,16 +135,6 @@ ToolFormat tool_format_for(const Tokenizer& tok, std::string_view override) {
   return tool_format_for(override.empty() ? std::string_view(tok.chat_template()) : override);
 }
 
-const char* tool_format_name(ToolFormat f) {
-  switch (f) {
-    case ToolFormat::hermes: return "hermes";
-    case ToolFormat::llama3: return "llama3";
-    case ToolFormat::mistral: return "mistral";
-    case ToolFormat::generic: return "generic";
-  }
-  return "generic";
-}
-
 ToolCallFrame tool_call_frame(ToolFormat f) {
   switch (f) {
     case ToolFormat::llama3: return {"", "", "parameters"};

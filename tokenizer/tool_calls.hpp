@@ -26,7 +26,6 @@ ToolFormat tool_format_for(std::string_view chat_template_source);
 // The format of the template a model is served with: `override` (a
 // --chat-template-file's text) when not empty, else the model's own.
 ToolFormat tool_format_for(const Tokenizer& tok, std::string_view override);
-const char* tool_format_name(ToolFormat f);
 
 // The text around one call's JSON object, and the key its arguments sit
 // under, for constraining a required call (llama3: "parameters").
