@@ -55,6 +55,13 @@ void deliver(caf::stateful_actor<DetokenizerState>* self, const fb::TokenStreamI
       }
     }
   }
+  if (item.prompt_logprobs()) {
+    for (const fb::TokenLogprob* p : *item.prompt_logprobs()) d.prompt_logprobs.push_back(*p);
+    if (item.prompt_top_logprobs()) {
+      for (const fb::TokenLogprob* p : *item.prompt_top_logprobs()) d.prompt_top_logprobs.push_back(*p);
+    }
+    d.prompt_top_per_token = item.prompt_top_per_token();
+  }
   if (d.finish_reason != fb::FinishReason::None) d.text += st.detok->flush();
   if (item.usage()) {
     d.usage = std::make_unique<fb::UsageT>();

@@ -191,6 +191,21 @@ std::optional<std::string> Engine::detokenize(std::span<const int32_t> ids) cons
   return impl_->tok->decode(ids);
 }
 
+namespace {
+
+// A token's logprob with its alternatives, tops[at * per, (at + 1) * per).
+TokenLogprobInfo logprob_info(const Tokenizer& tok, int32_t id, float logprob, const std::vector<fb::TokenLogprob>& tops,
+                              size_t at, size_t per) {
+  TokenLogprobInfo info{id, tok.token_to_piece(id), logprob, {}};
+  for (size_t k = 0; per && (at + 1) * per <= tops.size() && k < per; ++k) {
+    const fb::TokenLogprob& alt = tops[at * per + k];
+    info.top.push_back({alt.token_id(), tok.token_to_piece(alt.token_id()), alt.logprob(), {}});
+  }
+  return info;
+}
+
+}  // namespace
+
 TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<void(const TextDeltaEvent&)>& on_delta) {
   caf::scoped_actor self{impl_->system};
   fb::GenerateRequestT g;
@@ -221,6 +236,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.stop->max_new_tokens_strict = o.max_new_tokens_strict;
   g.logprobs = o.logprobs;
   g.top_logprobs = o.logprobs ? std::clamp(o.top_logprobs, 0, 20) : 0;
+  g.prompt_logprobs = o.logprobs && o.prompt_logprobs;
   if (o.constraint.active()) {
     g.constraint = std::make_unique<fb::ConstraintT>();
     g.constraint->kind = static_cast<uint8_t>(o.constraint.kind);
@@ -256,13 +272,15 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
                     impl_->tok->is_end_of_generation(d->token_ids[i])) {
                   break;
                 }
-                TokenLogprobInfo info{d->token_ids[i], impl_->tok->token_to_piece(d->token_ids[i]),
-                                      i < d->logprobs.size() ? d->logprobs[i] : 0.0f, {}};
-                for (size_t k = 0; per && (i + 1) * per <= d->top_logprobs.size() && k < per; ++k) {
-                  const auto& alt = d->top_logprobs[i * per + k];
-                  info.top.push_back({alt.token_id(), impl_->tok->token_to_piece(alt.token_id()), alt.logprob(), {}});
-                }
-                ev.logprobs.push_back(std::move(info));
+                ev.logprobs.push_back(logprob_info(*impl_->tok, d->token_ids[i], i < d->logprobs.size() ? d->logprobs[i] : 0.0f,
+                                                   d->top_logprobs, i, per));
+              }
+              // The prompt's first token has no alternatives (see request.fbs).
+              const auto prompt_per = static_cast<size_t>(std::max(d->prompt_top_per_token, 0));
+              for (size_t i = 0; i < d->prompt_logprobs.size(); ++i) {
+                const fb::TokenLogprob& p = d->prompt_logprobs[i];
+                ev.prompt_logprobs.push_back(
+                    logprob_info(*impl_->tok, p.token_id(), p.logprob(), d->prompt_top_logprobs, i - 1, i == 0 ? 0 : prompt_per));
               }
             }
             if (d->usage) {

@@ -82,6 +82,10 @@ struct GenerateOptions {
   ConstraintSpec constraint;
   bool logprobs = false;   // report each token's logprob (TextDeltaEvent::logprobs)
   int top_logprobs = 0;    // and this many alternatives, 0..20
+  // Completions' echo with logprobs: the prompt's tokens too
+  // (TextDeltaEvent::prompt_logprobs). The prompt then matches no cached
+  // prefix: every position's logits are computed.
+  bool prompt_logprobs = false;
   // 0: the engine numbers the request. A caller that must be able to abort
   // a request before its first delta arrives takes one from
   // Engine::new_request_id() and passes it here.
@@ -93,7 +97,7 @@ struct GenerateOptions {
 struct TokenLogprobInfo {
   int32_t token_id = 0;
   std::string piece;  // the token's bytes (may be part of a UTF-8 character)
-  float logprob = 0.0f;
+  float logprob = 0.0f;  // NaN for a prompt's first token, which nothing predicts
   std::vector<TokenLogprobInfo> top;
 };
 
@@ -104,6 +108,7 @@ struct TextDeltaEvent {
   std::string error;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   std::vector<TokenLogprobInfo> logprobs;  // the tokens behind `text`, when asked for
+  std::vector<TokenLogprobInfo> prompt_logprobs;  // every prompt token, once, when asked for
 };
 
 // One worker node of a cluster head.

@@ -19,7 +19,8 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
   d.params.reserve(n);
   d.outputs.reserve(n);
   for (const fb::ForwardReq* r : *m->reqs()) {
-    d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len()});
+    if (r->prompt_logprobs() && (r->prompt_top_n() < 0 || r->prompt_top_n() > 20)) return fail("prompt_top_n must be in [0, 20]");
+    d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len(), r->prompt_logprobs(), r->prompt_top_n(), r->next_token()});
     d.request_ids.push_back(r->request_id());
     SamplingParams p = msg::from_fb(r->sampling());
     if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
@@ -64,6 +65,9 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
     r->output_ids.assign(sampling[i].output.begin(), sampling[i].output.end());
     r->top_logprobs = sampling[i].top_n;
     r->allowed_tokens.assign(sampling[i].allowed.begin(), sampling[i].allowed.end());
+    r->prompt_logprobs = batch.reqs[i].prompt_logprobs;
+    r->prompt_top_n = batch.reqs[i].prompt_top_n;
+    r->next_token = batch.reqs[i].next_token;
     m.reqs.push_back(std::move(r));
   }
   m.token_ids = batch.token_ids;
@@ -91,6 +95,11 @@ std::vector<uint8_t> encode_result(uint64_t batch_id, const std::vector<uint64_t
     t->next_token_id = i < sampled.size() && !sampled[i] ? -1 : results[i].token;
     t->logprob = results[i].logprob;
     for (auto [id, lp] : results[i].top) t->top_logprobs.emplace_back(id, lp);
+    for (const SampleResult& p : results[i].prompt) {
+      t->prompt.emplace_back(p.token, p.logprob);
+      for (auto [id, lp] : p.top) t->prompt_top.emplace_back(id, lp);
+      t->prompt_top_per_token = static_cast<int32_t>(p.top.size());
+    }
     m.results.push_back(std::move(t));
   }
   return msg::pack(m);
@@ -113,6 +122,25 @@ std::optional<DecodedResult> decode_result(std::span<const uint8_t> bytes, std::
       s.logprob = t->logprob();
       if (t->top_logprobs()) {
         for (const fb::TokenLogprob* lp : *t->top_logprobs()) s.top.emplace_back(lp->token_id(), lp->logprob());
+      }
+      if (t->prompt()) {
+        const auto per = static_cast<size_t>(std::max(t->prompt_top_per_token(), 0));
+        const size_t tops = t->prompt_top() ? t->prompt_top()->size() : 0;
+        if (tops != per * t->prompt()->size()) {
+          if (error) *error = "prompt_top holds " + std::to_string(tops) + " entries for " +
+                              std::to_string(t->prompt()->size()) + " tokens of " + std::to_string(per);
+          return std::nullopt;
+        }
+        for (uint32_t j = 0; j < t->prompt()->size(); ++j) {
+          const fb::TokenLogprob* p = t->prompt()->Get(j);
+          SampleResult& scored = s.prompt.emplace_back();
+          scored.token = p->token_id();
+          scored.logprob = p->logprob();
+          for (size_t k = 0; k < per; ++k) {
+            const fb::TokenLogprob* alt = t->prompt_top()->Get(static_cast<uint32_t>(j * per + k));
+            scored.top.emplace_back(alt->token_id(), alt->logprob());
+          }
+        }
       }
       d.results.push_back(std::move(s));
     }

@@ -36,6 +36,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
     }
     r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
+    r.prompt_logprobs = m.prompt_logprobs();
     std::optional<std::string> err;
     if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
       if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {

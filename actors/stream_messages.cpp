@@ -41,6 +41,12 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
       for (const auto& [tok, lp] : e.top) item->top_logprobs.emplace_back(tok, lp);
       item->top_logprobs_per_token = static_cast<int32_t>(e.top.size());
     }
+    for (const SampleResult& p : e.prompt_logprobs) {
+      item->prompt_logprobs.emplace_back(p.token, p.logprob);
+      for (const auto& [tok, lp] : p.top) item->prompt_top_logprobs.emplace_back(tok, lp);
+    }
+    // The first prompt token has no alternatives; every other the same count.
+    if (e.prompt_logprobs.size() > 1) item->prompt_top_per_token = static_cast<int32_t>(e.prompt_logprobs[1].top.size());
     item->finish_reason = to_fb(e.finish);
     item->error = e.error;
     item->usage = std::make_unique<fb::UsageT>();

@@ -152,6 +152,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.stop->stop_token_ids.insert(t.stop->stop_token_ids.end(), end_ids.begin(), end_ids.end());
     t.logprobs = g.logprobs();
     t.top_logprobs = g.top_logprobs();
+    t.prompt_logprobs = g.prompt_logprobs();
     if (g.constraint()) {
       t.constraint = std::make_unique<fb::ConstraintT>();
       g.constraint()->UnPackTo(t.constraint.get());

@@ -60,6 +60,9 @@ struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;
+  // Echo with logprobs: the prompt tokens of this pass scored against the
+  // logits before each (token, logprob, top), when the pass asked for it.
+  std::vector<SampleResult> prompt;
 };
 
 }  // namespace actorlm

@@ -6,12 +6,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/sampling_params.hpp"
+
 namespace actorlm {
 
 struct ForwardRequest {
   int32_t slot = 0;        // row of req_to_token
   int32_t prefix_len = 0;  // positions that already have KV
   int32_t extend_len = 0;  // new tokens in this pass (>= 1)
+  // Echo with logprobs: score each new token but the first against the
+  // logits of the position before it, and the last against next_token (the
+  // prompt's token after this pass; -1 when sampling follows), with
+  // prompt_top_n alternatives each.
+  bool prompt_logprobs = false;
+  int32_t prompt_top_n = 0;
+  int32_t next_token = -1;
 };
 
 // req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.
@@ -36,6 +45,11 @@ struct ForwardOutput {
   // there, for its sampler).
   std::vector<float> logits;
   size_t device_rows = 0;
+  // Per request: its prompt_logprobs scores (empty when not asked for).
+  std::vector<std::vector<SampleResult>> prompt;
+  // The logits are on the host and must be sampled there (a device executor
+  // copied them out for prompt scoring).
+  bool sample_on_host = false;
   const float* row(size_t i) const { return logits.data() + i * static_cast<size_t>(vocab); }
   size_t rows() const { return !logits.empty() && vocab ? logits.size() / static_cast<size_t>(vocab) : device_rows; }
 };

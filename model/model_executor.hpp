@@ -21,6 +21,9 @@ struct StepPlan {
   std::vector<int32_t> slots;        // per request
   std::vector<int32_t> positions;    // per new token
   std::vector<int32_t> logit_rows;   // token rows that get logits, in order
+  // The logits must reach the host (all_logits, or prompt rows to score)
+  // even on an executor that would keep them on the device.
+  bool host_logits = false;
 };
 
 class ModelExecutor {
@@ -38,7 +41,7 @@ class ModelExecutor {
   virtual void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) = 0;
   // Applies batch.writes to the executor's table, then runs the pass. A
   // device executor may leave the logits on the device (ForwardOutput::
-  // device_rows) unless batch.all_logits asks for them.
+  // device_rows) unless plan.host_logits asks for them.
   virtual ForwardOutput forward(const ForwardBatch& batch, const StepPlan& plan) = 0;
   // One token per row of `out`, which must come from this executor's latest
   // forward().

@@ -1,10 +1,12 @@
 #include "model/model_runner.hpp"
 
-#include "model/host_executor.hpp"
-
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/cpu/sampler.hpp"
+#include "model/host_executor.hpp"
 
 namespace actorlm {
 
@@ -61,6 +63,11 @@ void ModelRunner::validate(const ForwardBatch& b) const {
   for (int32_t t : b.token_ids) {
     if (t < 0 || t >= vocab) fail("token id " + std::to_string(t) + " outside the vocabulary");
   }
+  for (const auto& r : b.reqs) {
+    if (!r.prompt_logprobs) continue;
+    if (r.prompt_top_n < 0 || r.prompt_top_n > 20) fail("prompt_top_n must be in [0, 20]");
+    if (r.next_token < -1 || r.next_token >= vocab) fail("next_token " + std::to_string(r.next_token) + " outside the vocabulary");
+  }
   for (const auto& w : b.writes) {
     if (w.slot < 0 || w.slot >= config_.max_requests || w.start < 0 ||
         static_cast<int64_t>(w.start) + static_cast<int64_t>(w.kv.size()) > max_context_) {
@@ -95,7 +102,18 @@ std::vector<SampleResult> ModelRunner::sample(const ForwardOutput& out, std::spa
     throw std::invalid_argument("sample: " + std::to_string(reqs.size()) + " requests for " +
                                 std::to_string(out.rows()) + " logits rows");
   }
-  return executor_->sample(out, reqs);
+  std::vector<SampleResult> results;
+  if (out.sample_on_host) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const SampleRequest& q = reqs[i];
+      results.push_back(sample_token({out.row(i), static_cast<size_t>(out.vocab)}, q.params, q.prompt, q.output, q.step,
+                                     q.top_n, q.allowed));
+    }
+  } else {
+    results = executor_->sample(out, reqs);
+  }
+  for (size_t i = 0; i < out.prompt.size() && i < results.size(); ++i) results[i].prompt = out.prompt[i];
+  return results;
 }
 
 ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
@@ -116,6 +134,8 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
   plan.kv_indptr.push_back(0);
   int32_t q_start = 0;
   int64_t kv_total = 0;
+  const bool scoring = std::any_of(b.reqs.begin(), b.reqs.end(), [](const ForwardRequest& r) { return r.prompt_logprobs; });
+  step.host_logits = b.all_logits || scoring;
   for (const auto& r : b.reqs) {
     step.slots.push_back(r.slot);
     plan.q_start.push_back(q_start);
@@ -127,14 +147,48 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
       plan.kv_indices.insert(plan.kv_indices.end(), row, row + r.prefix_len + r.extend_len);
     }
     plan.kv_indptr.push_back(static_cast<int32_t>(kv_total));
+    const bool every_row = b.all_logits || r.prompt_logprobs;
     for (int32_t j = 0; j < r.extend_len; ++j) {
       step.positions.push_back(r.prefix_len + j);
-      if (b.all_logits) step.logit_rows.push_back(q_start + j);
+      if (every_row) step.logit_rows.push_back(q_start + j);
     }
-    if (!b.all_logits) step.logit_rows.push_back(q_start + r.extend_len - 1);
+    if (!every_row) step.logit_rows.push_back(q_start + r.extend_len - 1);
     q_start += r.extend_len;
   }
-  return executor_->forward(b, step);
+  ForwardOutput out = executor_->forward(b, step);
+  if (scoring) score_prompts(b, out);
+  return out;
+}
+
+// Scores the prompt rows of the requests that asked, then keeps one row per
+// request (its last) unless the batch wants every row.
+void ModelRunner::score_prompts(const ForwardBatch& b, ForwardOutput& out) const {
+  const auto V = static_cast<size_t>(out.vocab);
+  out.prompt.resize(b.reqs.size());
+  std::vector<float> kept;
+  size_t row = 0, t = 0;
+  for (size_t i = 0; i < b.reqs.size(); ++i) {
+    const ForwardRequest& r = b.reqs[i];
+    const auto n = static_cast<size_t>(r.extend_len);
+    if (r.prompt_logprobs) {
+      for (size_t j = 0; j < n; ++j) {
+        const int32_t next = j + 1 < n ? b.token_ids[t + j + 1] : r.next_token;
+        if (next < 0) break;
+        out.prompt[i].push_back(score_token({out.row(row + j), V}, next, r.prompt_top_n));
+      }
+    }
+    const size_t last = r.prompt_logprobs || b.all_logits ? row + n - 1 : row;
+    if (!b.all_logits) kept.insert(kept.end(), out.row(last), out.row(last) + V);
+    row += r.prompt_logprobs || b.all_logits ? n : 1;
+    t += n;
+  }
+  if (!b.all_logits) {
+    out.logits = std::move(kept);
+    out.device_rows = b.reqs.size();
+  }
+  // A device executor's own logits hold every scored row: sample the kept
+  // rows here instead.
+  out.sample_on_host = true;
 }
 
 }  // namespace actorlm

@@ -40,11 +40,14 @@ class ModelRunner {
 
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv);
 
-  // One token per row of out (in request order), on the backend.
+  // One token per row of out (in request order), on the backend (on the
+  // host when the pass scored prompt tokens); each result carries its
+  // request's prompt scores from out.
   std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs);
 
  private:
   void validate(const ForwardBatch& batch) const;
+  void score_prompts(const ForwardBatch& batch, ForwardOutput& out) const;
 
   std::unique_ptr<ModelExecutor> executor_;
   ModelRunnerConfig config_;

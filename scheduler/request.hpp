@@ -30,6 +30,10 @@ struct Request {
   SamplingParams sampling;
   StopConditions stop;
   int top_logprobs = 0;
+  // Echo with logprobs: score every prompt token (with top_logprobs
+  // alternatives). Such a request matches no cached prefix, since the
+  // logits at every prompt position are needed.
+  bool prompt_logprobs = false;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;
@@ -42,6 +46,10 @@ struct Request {
   int32_t cached_tokens = 0;
   int32_t retractions = 0;
   FinishReason finish = FinishReason::none;
+  std::vector<SampleResult> prompt_scores;  // prompt_logprobs: tokens 1.. scored so far
+
+  // Its prompt still has to be scored (before the first output token).
+  bool scores_prompt() const { return prompt_logprobs && output.empty(); }
 
   // All tokens the model has seen or produced, in order.
   std::vector<int32_t> fill_ids() const {

@@ -1,6 +1,8 @@
 #include "scheduler/scheduler.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <numeric>
 
 namespace actorlm {
@@ -145,6 +147,9 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::iota(order.begin(), order.end(), 0);
   std::vector<int32_t> cached(waiting_.size(), 0);
   if (config_.policy == SchedulePolicy::lpm) cached = kv_.match_lengths(fills);
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (waiting_[i].scores_prompt()) cached[i] = 0;  // it matches nothing (see below)
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (config_.policy == SchedulePolicy::lpm && cached[a] != cached[b]) return cached[a] > cached[b];
     return waiting_[a].arrival < waiting_[b].arrival;
@@ -166,7 +171,9 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t k = 0; k < chosen.size(); ++k) {
     kv_ptrs.push_back(&kvs[k]);
-    prompts.push_back(fills[chosen[k]]);
+    // Scoring a prompt needs the logits at each of its positions: match
+    // nothing, compute it all.
+    prompts.push_back(waiting_[chosen[k]].scores_prompt() ? std::vector<int32_t>{} : fills[chosen[k]]);
   }
   size_t admitted = kv_.admit(kv_ptrs, prompts);
   std::vector<size_t> taken(chosen.begin(), chosen.begin() + static_cast<ptrdiff_t>(admitted));
@@ -210,6 +217,7 @@ void Scheduler::retract(size_t index) {
   r.req.kv = RequestKv{};
   ++r.req.retractions;
   ++stats_.retractions;
+  if (r.req.scores_prompt()) r.req.prompt_scores.clear();  // scored again from the start
   waiting_.push_front(std::move(r.req));
 }
 
@@ -316,6 +324,13 @@ std::vector<TokenEvent> Scheduler::step() {
     auto n = static_cast<int32_t>(p.tokens.size());
     auto len = static_cast<int32_t>(q.kv.kv.size());
     batch.reqs.push_back({q.kv.slot, len - n, n});
+    if (q.scores_prompt()) {
+      ForwardRequest& f = batch.reqs.back();
+      f.prompt_logprobs = true;
+      f.prompt_top_n = q.top_logprobs;
+      const size_t after = p.run->prefilled + p.tokens.size();
+      f.next_token = p.sample ? -1 : q.prompt[after];
+    }
     batch.token_ids.insert(batch.token_ids.end(), p.tokens.begin(), p.tokens.end());
     batch.out_cache_loc.insert(batch.out_cache_loc.end(), q.kv.kv.end() - n, q.kv.kv.end());
     int32_t from = std::min(p.run->table_synced, len - n);
@@ -337,6 +352,8 @@ std::vector<TokenEvent> Scheduler::step() {
     Running& r = *plan[i].run;
     Request& q = r.req;
     if (!r.decoding) r.prefilled += plan[i].tokens.size();
+    const bool scored = q.scores_prompt();
+    if (scored) q.prompt_scores.insert(q.prompt_scores.end(), results[i].prompt.begin(), results[i].prompt.end());
     if (!plan[i].sample) {  // a chunk that is not the last: share it, sample nothing
       to_cache.push_back(&q.kv);
       continue;
@@ -348,13 +365,26 @@ std::vector<TokenEvent> Scheduler::step() {
     e.token = s.token;
     e.logprob = s.logprob;
     e.top = s.top;
+    if (scored) {
+      SampleResult first;
+      first.token = q.prompt.front();
+      first.logprob = std::numeric_limits<float>::quiet_NaN();
+      e.prompt_logprobs.push_back(std::move(first));
+      e.prompt_logprobs.insert(e.prompt_logprobs.end(), std::make_move_iterator(q.prompt_scores.begin()),
+                               std::make_move_iterator(q.prompt_scores.end()));
+      q.prompt_scores.clear();
+    }
     bool eos = config_.eos_id && s.token == *config_.eos_id && !q.stop.ignore_eos;
     bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), s.token) != q.stop.stop_token_ids.end();
     // The sampler kept to the mask, so the constraint accepts the token; a
     // complete output ends the request whatever ignore_eos says.
     const bool broke_constraint = q.constraint && !q.constraint->accept(s.token);
     const bool constraint_done = q.constraint && !broke_constraint && q.constraint->complete();
-    if (broke_constraint) {
+    if (scored && e.prompt_logprobs.size() != q.prompt.size()) {
+      e.finish = FinishReason::error;
+      e.error = "the worker scored " + std::to_string(e.prompt_logprobs.size() - 1) + " of the prompt's " +
+                std::to_string(q.prompt.size() - 1) + " tokens";
+    } else if (broke_constraint) {
       e.finish = FinishReason::error;
       e.error = "the sampled token does not fit the structured-output constraint";
     } else if (eos || stop_id || constraint_done) {

@@ -47,6 +47,9 @@ struct TokenEvent {
   int32_t token = -1;  // -1: no new token (finish without one, e.g. abort)
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;
+  // prompt_logprobs, with the first token only: every prompt token, the
+  // first with a NaN logprob (nothing predicts it).
+  std::vector<SampleResult> prompt_logprobs;
   FinishReason finish = FinishReason::none;
   std::string error;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;

@@ -162,6 +162,13 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   std::vector<size_t> offset(static_cast<size_t>(choices), 0);  // completions' text_offset
   std::vector<std::string> answer(static_cast<size_t>(choices));  // reads_calls: the text so far
   std::vector<size_t> sent(static_cast<size_t>(choices), 0);      // reads_calls: bytes of it sent
+  // Echo with logprobs: the prompt's tokens lead the first delta's.
+  auto with_prompt = [](const TextDeltaEvent& d) {
+    if (d.prompt_logprobs.empty()) return d.logprobs;
+    std::vector<TokenLogprobInfo> all = d.prompt_logprobs;
+    all.insert(all.end(), d.logprobs.begin(), d.logprobs.end());
+    return all;
+  };
   auto forward_stream = [&](const TextDeltaEvent& d, int index) {
     std::lock_guard<std::mutex> lock(mu);
     const auto i = static_cast<size_t>(index);
@@ -191,14 +198,14 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
       }
       if (r.echo && first[i]) text = echoed[i / static_cast<size_t>(r.n)] + text;
       if (!text.empty() || (!chat && first[i]) || (r.options.logprobs && !d.logprobs.empty() && !reads_calls)) {
-        nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, d.logprobs, offset[i])
+        nlohmann::json lp = r.options.logprobs ? api::logprobs_json(chat, with_prompt(d), offset[i])
                                                : nlohmann::json(nullptr);
         out += api::stream_chunk(id, model_id_, chat, index, text, std::nullopt, created, false, lp);
       }
       if (d.finish != FinishReason::none && !reads_calls)
         out += api::stream_chunk(id, model_id_, chat, index, "", d.finish, created, false, nullptr);
     }
-    for (const auto& t : d.logprobs) offset[i] += t.piece.size();
+    for (const auto& t : with_prompt(d)) offset[i] += t.piece.size();
     first[i] = false;
     return out.empty() ? !connection->gone() : connection->stream_write(std::move(out));
   };
@@ -231,6 +238,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
           prev = now;
         }
         c.text += d.text;
+        c.logprobs.insert(c.logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
         c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
         if (!stopped && !forward(d, index)) {
           stopped = true;

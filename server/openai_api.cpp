@@ -1,6 +1,7 @@
 #include "server/openai_api.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <limits>
@@ -290,9 +291,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   }
   if (!chat) {
     if (auto e = f.boolean("echo", &r.echo)) return *e;
-    if (r.echo && o.logprobs) {
-      return f.error("echo", "cannot be combined with logprobs: actorlm does not compute the prompt's logprobs");
-    }
+    o.prompt_logprobs = r.echo && o.logprobs;
     if (!r.prompts.empty() && r.prompts.size() * static_cast<size_t>(r.n) > kMaxChoices) {
       return f.error("n", "times the number of prompts must be at most 64");
     }
@@ -390,10 +389,12 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
   size_t offset = text_offset;
   for (const auto& t : tokens) {
     toks.push_back(t.piece);
-    lps.push_back(t.logprob);
+    // An echoed prompt's first token: nothing predicts it.
+    const bool unscored = std::isnan(t.logprob);
+    lps.push_back(unscored ? json(nullptr) : json(t.logprob));
     json top = json::object();
     for (const auto& alt : t.top) top[alt.piece] = alt.logprob;
-    tops.push_back(top);
+    tops.push_back(unscored ? json(nullptr) : top);
     offsets.push_back(offset);
     offset += t.piece.size();
   }

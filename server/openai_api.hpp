@@ -54,8 +54,8 @@ struct ParsedRequest {
 // Completions' prompt: a string, a non-empty list of at most 2^20 token ids,
 // or a batch: a list of up to 32 strings or of up to 32 such lists (prompts
 // x n at most 64 choices). echo: true (completions) puts the prompt before
-// the generated text; with logprobs it is refused, as prompt tokens' logprobs
-// are not computed. Chat roles: system, developer (as system), user,
+// the generated text, and with logprobs its tokens before the generated ones
+// (the first with null logprob and top_logprobs, as OpenAI). Chat roles: system, developer (as system), user,
 // assistant.
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
                                                     const std::string& model_id);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 namespace actorlm {
@@ -27,6 +28,23 @@ double log_sum_exp(std::span<const float> logits) {
   double sum = 0;
   for (float v : logits) sum += std::exp(static_cast<double>(clean(v)) - mx);
   return mx + std::log(sum);
+}
+
+// r.token's logprob and the top_n alternatives', all from the raw logits.
+void report(std::span<const float> logits, double lse, int top_n, SampleResult& r) {
+  const auto n = static_cast<int32_t>(logits.size());
+  r.logprob = static_cast<float>(clean(logits[static_cast<size_t>(r.token)]) - lse);
+  if (top_n <= 0) return;
+  int32_t m = std::min(top_n, n);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), [&](int32_t a, int32_t b) {
+    return clean(logits[static_cast<size_t>(a)]) > clean(logits[static_cast<size_t>(b)]);
+  });
+  for (int32_t i = 0; i < m; ++i) {
+    int32_t t = idx[static_cast<size_t>(i)];
+    r.top.emplace_back(t, static_cast<float>(clean(logits[static_cast<size_t>(t)]) - lse));
+  }
 }
 
 }  // namespace
@@ -130,18 +148,17 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
     }
     r.token = idx[pick];
   }
-  r.logprob = static_cast<float>(clean(logits[static_cast<size_t>(r.token)]) - lse);
-  if (top_n > 0) {
-    int32_t m = std::min(top_n, n);
-    std::vector<int32_t> idx(static_cast<size_t>(n));
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + m, idx.end(),
-                      [&](int32_t a, int32_t b) { return clean(logits[static_cast<size_t>(a)]) > clean(logits[static_cast<size_t>(b)]); });
-    for (int32_t i = 0; i < m; ++i) {
-      int32_t t = idx[static_cast<size_t>(i)];
-      r.top.emplace_back(t, static_cast<float>(clean(logits[static_cast<size_t>(t)]) - lse));
-    }
+  report(logits, lse, top_n, r);
+  return r;
+}
+
+SampleResult score_token(std::span<const float> logits, int32_t token, int top_n) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+    throw std::invalid_argument("score_token: token " + std::to_string(token) + " is outside the vocabulary");
   }
+  SampleResult r;
+  r.token = token;
+  report(logits, log_sum_exp(logits), top_n, r);
   return r;
 }
 

@@ -35,6 +35,12 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
                           std::span<const int32_t> history_prompt, std::span<const int32_t> history_output,
                           uint64_t step, int top_n = 0, std::span<const uint32_t> allowed = {});
 
+// `token`'s logprob under the raw logits and the top_n most likely tokens
+// (as sample_token reports them, without sampling): how a prompt token is
+// scored for echo with logprobs. std::invalid_argument for a token outside
+// the logits.
+SampleResult score_token(std::span<const float> logits, int32_t token, int top_n);
+
 // The uniform draw in [0, 1) used for (seed, step); exposed for tests.
 double sample_uniform(uint64_t seed, uint64_t step);
 

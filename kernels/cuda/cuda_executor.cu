@@ -344,7 +344,7 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   // A pure decode step (one new token per request, logits kept here) runs as
   // a graph, padded with requests on the spare table row that write their
   // KV to the dummy row 0.
-  bool decode = !b.all_logits && m.use_graphs;
+  bool decode = !plan.host_logits && m.use_graphs;
   for (const auto& r : b.reqs) decode = decode && r.extend_len == 1;
   const int32_t bucket = decode ? graph_bucket(static_cast<int32_t>(b.reqs.size())) : 0;
   const bool graph = bucket > 0;
@@ -487,7 +487,7 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   ForwardOutput out;
   out.vocab = c.vocab_size;
   out.device_rows = static_cast<size_t>(R);
-  if (b.all_logits) {
+  if (plan.host_logits) {
     out.logits.resize(static_cast<size_t>(R) * V);
     ACTORLM_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), m.logits.get(), out.logits.size() * sizeof(float),
                                        cudaMemcpyDeviceToHost, s));

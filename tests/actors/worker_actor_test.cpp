@@ -12,6 +12,7 @@
 #include "model/default_model.hpp"
 
 using namespace actorlm;
+using Ids = std::vector<int32_t>;
 
 namespace {
 
@@ -122,5 +123,42 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
     auto bad = decode_result(call(self, worker, {encode_forward(82, b, {9}, wrong)}).bytes, &error);
     REQUIRE(bad);
     CHECK(bad->error.find("mask") != std::string::npos);
+  }
+  SECTION("prompt scores travel both ways: asked for in the batch, returned with the sampled token") {
+    // The first three tokens, scored against " of" (282) as the token after
+    // the pass: rows 0 and 1 score 3575 and 282 within it, row 2 scores 282.
+    ForwardBatch chunk;
+    chunk.reqs = {{1, 0, 3}};
+    chunk.reqs[0].prompt_logprobs = true;
+    chunk.reqs[0].prompt_top_n = 2;
+    chunk.reqs[0].next_token = 4649;
+    chunk.token_ids = {504, 3575, 282};
+    chunk.out_cache_loc = {21, 22, 23};
+    chunk.writes = {{1, 0, {21, 22, 23}}};
+    std::vector<SampleRequest> s1{{greedy, {}, {}, 0, 0, {}}};
+    auto r = decode_result(call(self, worker, {encode_forward(83, chunk, {10}, s1)}).bytes, &error);
+    REQUIRE(r);
+    REQUIRE(r->error.empty());
+    REQUIRE(r->results[0].prompt.size() == 3);
+    const Ids want_tokens{3575, 282, 4649};
+    for (size_t j = 0; j < 3; ++j) {
+      CHECK(r->results[0].prompt[j].token == want_tokens[j]);
+      CHECK(r->results[0].prompt[j].logprob < 0.0f);
+      CHECK(r->results[0].prompt[j].top.size() == 2);
+    }
+    // A pass that asks for no scores gets none.
+    auto plain = decode_result(call(self, worker, {encode_forward(84, b, {9}, sampling)}).bytes, &error);
+    REQUIRE(plain);
+    CHECK(plain->results[0].prompt.empty());
+    // A top count out of range is refused before anything runs.
+    chunk.reqs[0].prompt_top_n = 21;
+    auto bad = decode_result(call(self, worker, {encode_forward(85, chunk, {10}, s1)}).bytes, &error);
+    REQUIRE(bad);
+    CHECK(bad->error.find("prompt_top_n") != std::string::npos);
+    chunk.reqs[0].prompt_top_n = 0;
+    chunk.reqs[0].next_token = 1 << 30;
+    bad = decode_result(call(self, worker, {encode_forward(86, chunk, {10}, s1)}).bytes, &error);
+    REQUIRE(bad);
+    CHECK(bad->error.find("next_token") != std::string::npos);
   }
 }

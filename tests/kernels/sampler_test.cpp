@@ -181,3 +181,26 @@ TEST_CASE("The backend samples each row as the sampler does, in request order", 
     CHECK(got[static_cast<size_t>(r)].top == want.top);
   }
 }
+
+TEST_CASE("score_token reports a given token's log-softmax and the top alternatives", "[sampler]") {
+  const V logits = {1.0f, 3.0f, -2.0f, 0.5f, NAN};
+  double z = 0;
+  for (float v : {1.0f, 3.0f, -2.0f, 0.5f}) z += std::exp(static_cast<double>(v));
+  SampleResult r = score_token(logits, 3, 2);
+  CHECK(r.token == 3);
+  CHECK(r.logprob == Approx(0.5 - std::log(z)).epsilon(1e-6));
+  REQUIRE(r.top.size() == 2);
+  CHECK(r.top[0].first == 1);
+  CHECK(r.top[1].first == 0);
+  CHECK(r.top[0].second == Approx(3.0 - std::log(z)).epsilon(1e-6));
+  // The same figures sampling reports for the token it picks.
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SampleResult s = sample_token(logits, greedy, {}, {}, 0, 2);
+  SampleResult scored = score_token(logits, s.token, 2);
+  CHECK(s.logprob == scored.logprob);
+  CHECK(s.top == scored.top);
+  CHECK(score_token(logits, 4, 0).logprob == -INFINITY);  // NaN counts as -inf
+  CHECK_THROWS_AS(score_token(logits, 5, 0), std::invalid_argument);
+  CHECK_THROWS_AS(score_token(logits, -1, 0), std::invalid_argument);
+}

@@ -5,8 +5,11 @@
 #include "scheduler/scheduler.hpp"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
+#include <tuple>
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/default_model.hpp"
@@ -273,5 +276,74 @@ TEST_CASE("Chunked prefill at page 16 with 50-token chunks gives solo outputs an
     REQUIRE_FALSE(e.scheduler.submit(make(2, prompts[0], 8)));
     CHECK(e.drain()[2].first == solo[0]);
     require_no_leak(e);
+  }
+}
+
+TEST_CASE("Prompt logprobs score every prompt token whatever the cache holds and however the prompt is chunked", "[scheduler]") {
+  const Ids prompt = shared_prefix_prompts(1)[0];
+  REQUIRE(prompt.size() > 60);  // two 50-token chunks at least
+  // Reference: one pass over the whole prompt with every row's logits.
+  std::vector<double> ref(prompt.size(), NAN);
+  {
+    Engine e(1024, 1, config());
+    ForwardBatch b;
+    const auto n = static_cast<int32_t>(prompt.size());
+    b.reqs.push_back({0, 0, n});
+    b.token_ids = prompt;
+    Ids rows(prompt.size());
+    std::iota(rows.begin(), rows.end(), 1);
+    b.out_cache_loc = rows;
+    b.writes.push_back({0, 0, rows});
+    b.all_logits = true;
+    ForwardOutput out = e.runner.forward(b);
+    for (size_t j = 0; j + 1 < prompt.size(); ++j) {
+      const float* row = out.row(j);
+      double mx = -INFINITY, sum = 0;
+      for (int32_t v = 0; v < out.vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      for (int32_t v = 0; v < out.vocab; ++v) sum += std::exp(row[v] - mx);
+      ref[j + 1] = row[prompt[j + 1]] - mx - std::log(sum);
+    }
+  }
+  auto scored = [&](int32_t chunk, int32_t page, bool cache_first) {
+    Engine e(2048, page, config(chunk));
+    auto solo = solo_outputs({prompt}, 6)[0];
+    if (cache_first) {  // the prompt is in the radix cache before the request
+      REQUIRE_FALSE(e.scheduler.submit(make(7, prompt, 2)));
+      e.drain();
+      REQUIRE(e.kv.match_lengths(std::vector<Ids>{prompt})[0] >= 48);
+    }
+    Request r = make(1, prompt, 6);
+    r.prompt_logprobs = true;
+    r.top_logprobs = 3;
+    REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+    std::vector<TokenEvent> events;
+    while (!e.scheduler.idle()) {
+      for (auto& ev : e.scheduler.step()) events.push_back(std::move(ev));
+    }
+    REQUIRE(!events.empty());
+    CHECK(events.front().cached_tokens == 0);  // nothing was matched
+    Ids out;
+    for (const auto& ev : events) {
+      if (ev.token >= 0) out.push_back(ev.token);
+      if (&ev != &events.front()) CHECK(ev.prompt_logprobs.empty());  // once, with the first token
+    }
+    CHECK(out == solo);  // scoring does not change the output
+    require_no_leak(e);
+    return events.front().prompt_logprobs;
+  };
+  for (auto [chunk, page, cache_first] : {std::tuple{0, 1, false}, std::tuple{50, 16, true}, std::tuple{0, 4, true}, std::tuple{37, 1, false}}) {
+    INFO("chunk " << chunk << " page " << page << " cached first " << cache_first);
+    auto got = scored(chunk, page, cache_first);
+    REQUIRE(got.size() == prompt.size());
+    CHECK(got[0].token == prompt[0]);
+    CHECK(std::isnan(got[0].logprob));
+    CHECK(got[0].top.empty());
+    for (size_t j = 1; j < got.size(); ++j) {
+      INFO("prompt token " << j);
+      CHECK(got[j].token == prompt[j]);
+      CHECK(got[j].logprob == Approx(ref[j]).margin(1e-4));
+      REQUIRE(got[j].top.size() == 3);
+      CHECK(got[j].top[0].second >= got[j].logprob - 1e-6f);  // the best alternative is at least as likely
+    }
   }
 }

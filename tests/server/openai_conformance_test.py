@@ -85,9 +85,6 @@ def main():
             r = client.completions.create(model="default", prompt="Once upon a time", max_tokens=5, temperature=0,
                                           echo=True)
             check(r.choices[0].text.startswith("Once upon a time"), repr(r.choices[0].text))
-            # Prompt tokens' logprobs are not computed: echo with logprobs is
-            # refused rather than answered with half the list.
-            refused(port, "/v1/completions", {"prompt": "hi", "echo": True, "logprobs": 1}, "echo")
             ids = client.completions.create(model="default", prompt=[19556, 905], max_tokens=2, temperature=0,
                                             echo=True)
             check(ids.choices[0].text.startswith("Hello world"), repr(ids.choices[0].text))
@@ -95,6 +92,49 @@ def main():
                                                temperature=0, echo=True, stream=True)
             text = "".join(c.choices[0].text for c in stream if c.choices)
             check(text == r.choices[0].text, f"streamed echo {text!r} vs {r.choices[0].text!r}")
+
+        @case
+        def echo_with_logprobs_scores_the_prompt():
+            prompt = "The capital of France is"
+            status, body = post(port, "/tokenize", {"prompt": prompt})
+            check(status == 200, body)
+            ids = json.loads(body)["tokens"]
+            r = client.completions.create(model="default", prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                          logprobs=2)
+            lp = r.choices[0].logprobs
+            check(len(lp.tokens) == len(ids) + 3, f"{len(lp.tokens)} tokens for {len(ids)} + 3")
+            check("".join(lp.tokens) == r.choices[0].text, f"{lp.tokens} vs {r.choices[0].text!r}")
+            # Nothing predicts the first prompt token (OpenAI's null); every
+            # other carries its logprob and alternatives.
+            check(lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, f"{lp.token_logprobs[0]}")
+            for j in range(1, len(lp.tokens)):
+                check(lp.token_logprobs[j] is not None and lp.token_logprobs[j] <= 0, f"token {j}: {lp.token_logprobs[j]}")
+                top = lp.top_logprobs[j]
+                check(1 <= len(top) <= 2 and max(top.values()) >= lp.token_logprobs[j] - 1e-5, f"token {j}: {top}")
+            check(lp.text_offset == [sum(len(t) for t in lp.tokens[:j]) for j in range(len(lp.tokens))], lp.text_offset)
+            # Each prompt position needs its logits: no cached prefix is used.
+            again = client.completions.create(model="default", prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                              logprobs=2)
+            check(again.usage.prompt_tokens_details.cached_tokens == 0, again.usage)
+            check(again.choices[0].logprobs.token_logprobs == lp.token_logprobs, "repeat differs")
+            # A generated token's logprob is the one its position gets as
+            # part of a longer prompt.
+            plain = client.completions.create(model="default", prompt=prompt, max_tokens=1, temperature=0,
+                                              logprobs=0)
+            status, body = post(port, "/tokenize", {"prompt": r.choices[0].text})
+            longer = client.completions.create(model="default", prompt=ids + json.loads(body)["tokens"][len(ids):len(ids) + 1],
+                                               max_tokens=1, temperature=0, echo=True, logprobs=0)
+            got, want = longer.choices[0].logprobs.token_logprobs[len(ids)], plain.choices[0].logprobs.token_logprobs[0]
+            check(abs(got - want) < 1e-3, f"{got} as a prompt token vs {want} generated")
+            # Streamed: the same tokens and figures, the prompt's in the first chunk.
+            stream = client.completions.create(model="default", prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                               logprobs=2, stream=True)
+            toks, lps = [], []
+            for c in stream:
+                if c.choices and c.choices[0].logprobs:
+                    toks += c.choices[0].logprobs.tokens
+                    lps += c.choices[0].logprobs.token_logprobs
+            check(toks == lp.tokens and lps == lp.token_logprobs, f"streamed {toks} {lps} vs {lp.tokens}")
 
         @case
         def prompt_list_is_a_batch():
