@@ -32,6 +32,7 @@ void deliver(caf::stateful_actor<DetokenizerState>* self, const fb::TokenStreamI
   d.request_id = item.request_id();
   d.finish_reason = item.finish_reason();
   if (item.error()) d.error = item.error()->str();
+  d.error_kind = item.error_kind();
   if (item.token_ids()) {
     const int32_t per = item.top_logprobs_per_token();
     for (uint32_t i = 0; i < item.token_ids()->size(); ++i) {

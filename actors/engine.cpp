@@ -258,10 +258,12 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
           if (!d) {
             ev.finish = FinishReason::error;
             ev.error = "unreadable reply: " + err;
+            ev.error_kind = ErrorKind::internal;
           } else {
             ev.text = d->text;
             ev.finish = from_fb(d->finish_reason);
             ev.error = d->error;
+            ev.error_kind = from_fb(d->error_kind);
             if (o.logprobs) {
               // Token pieces come from the tokenizer here, so clients need none.
               const auto per = static_cast<size_t>(std::max(d->top_logprobs_per_token, 0));
@@ -299,6 +301,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
           abort(g.request_id);
           last.finish = FinishReason::error;
           last.error = "no progress for 10 minutes";
+          last.error_kind = ErrorKind::internal;
           done = true;
         });
   }

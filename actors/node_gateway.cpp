@@ -113,7 +113,7 @@ void on_generate(Self* self, const WireMessage& sealed) {
   }
   const uint64_t head_id = req->request_id;
   auto answer_error = [&](const std::string& why) {
-    self->send(head->router, stream_atom::value, WireMessage{error_stream({head_id}, why)});
+    self->send(head->router, stream_atom::value, WireMessage{error_stream({head_id}, ErrorKind::invalid_request, why)});
   };
   if (req->input_ids.empty()) return answer_error("empty prompt");
   for (int32_t id : req->input_ids) {

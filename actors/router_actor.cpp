@@ -84,7 +84,7 @@ void lose_node(Self* self, int i, const std::string& why) {
   log_node(self, i, "lost (" + why + "); failing its " + std::to_string(ids.size()) + " request(s)");
   if (!ids.empty()) {
     self->send(s.detokenizer, stream_atom::value,
-               WireMessage{error_stream(ids, "worker node " + n.address.str() + " was lost: " + why)});
+               WireMessage{error_stream(ids, ErrorKind::unavailable, "worker node " + n.address.str() + " was lost: " + why)});
   }
   schedule_dial(self, i);
 }
@@ -157,7 +157,7 @@ void on_generate(Self* self, const WireMessage& in) {
   if (d.node < 0) {
     std::string why = "no worker node is available";
     for (const auto& n : s.nodes) why += "; " + n.address.str() + ": " + (n.error.empty() ? "joining" : n.error);
-    self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream({id}, why)});
+    self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream({id}, ErrorKind::unavailable, why)});
     return;
   }
   NodeLink& n = s.nodes[static_cast<size_t>(d.node)];
@@ -202,7 +202,7 @@ void fail_requests(Self* self, int i, const std::string& why) {
   abort.reason = why;
   if (n.gateway) self->send(n.gateway, abort_atom::value, WireMessage{n.session.seal(RequestKind::abort, msg::pack(abort))});
   self->send(s.detokenizer, stream_atom::value,
-             WireMessage{error_stream(ids, "worker node " + n.address.str() + " " + why)});
+             WireMessage{error_stream(ids, ErrorKind::unavailable, "worker node " + n.address.str() + " " + why)});
 }
 
 // A node's TokenStream, passed on holding only the items for requests routed

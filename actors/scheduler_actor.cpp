@@ -51,6 +51,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       e.id = m.request_id();
       e.finish = FinishReason::error;
       e.error = *err;
+      e.error_kind = ErrorKind::invalid_request;
       rejected.push_back(e);
     }
   };

@@ -22,11 +22,30 @@ FinishReason from_fb(fb::FinishReason r) {
   }
 }
 
-std::vector<uint8_t> error_delta(uint64_t id, const std::string& error) {
+fb::ErrorKind to_fb(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::invalid_request: return fb::ErrorKind::InvalidRequest;
+    case ErrorKind::unavailable: return fb::ErrorKind::Unavailable;
+    case ErrorKind::internal: return fb::ErrorKind::Internal;
+    default: return fb::ErrorKind::None;
+  }
+}
+
+ErrorKind from_fb(fb::ErrorKind k) {
+  switch (k) {
+    case fb::ErrorKind::InvalidRequest: return ErrorKind::invalid_request;
+    case fb::ErrorKind::Unavailable: return ErrorKind::unavailable;
+    case fb::ErrorKind::Internal: return ErrorKind::internal;
+    default: return ErrorKind::none;
+  }
+}
+
+std::vector<uint8_t> error_delta(uint64_t id, ErrorKind kind, const std::string& error) {
   fb::TextDeltaT d;
   d.request_id = id;
   d.finish_reason = fb::FinishReason::Error;
   d.error = error;
+  d.error_kind = to_fb(kind);
   return msg::pack(d);
 }
 
@@ -49,6 +68,7 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
     if (e.prompt_logprobs.size() > 1) item->prompt_top_per_token = static_cast<int32_t>(e.prompt_logprobs[1].top.size());
     item->finish_reason = to_fb(e.finish);
     item->error = e.error;
+    item->error_kind = to_fb(e.error_kind);
     item->usage = std::make_unique<fb::UsageT>();
     item->usage->prompt_tokens = e.prompt_tokens;
     item->usage->completion_tokens = e.completion_tokens;
@@ -58,13 +78,14 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
   return msg::pack(ts);
 }
 
-std::vector<uint8_t> error_stream(const std::vector<uint64_t>& ids, const std::string& error) {
+std::vector<uint8_t> error_stream(const std::vector<uint64_t>& ids, ErrorKind kind, const std::string& error) {
   std::vector<TokenEvent> events;
   for (uint64_t id : ids) {
     TokenEvent e;
     e.id = id;
     e.finish = FinishReason::error;
     e.error = error;
+    e.error_kind = kind;
     events.push_back(e);
   }
   return token_stream(events);

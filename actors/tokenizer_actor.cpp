@@ -72,7 +72,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     auto& s = self->state;
     auto opened = msg::open<fb::GenerateRequest>(in.bytes);
     if (!opened) {
-      self->send(client, WireMessage{error_delta(0, "rejected request: " + opened.error)});
+      self->send(client, WireMessage{error_delta(0, ErrorKind::invalid_request, "rejected request: " + opened.error)});
       return;
     }
     const fb::GenerateRequest& g = *opened.message;
@@ -82,7 +82,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     if (g.sampling() && g.sampling()->logit_bias_ids()) {
       for (int32_t id : *g.sampling()->logit_bias_ids()) {
         if (id < 0 || id >= s.tok->vocab_size()) {
-          self->send(client, WireMessage{error_delta(g.request_id(), "logit_bias names token " + std::to_string(id) +
+          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, "logit_bias names token " + std::to_string(id) +
                                                                          ", outside the vocabulary")});
           return;
         }
@@ -92,14 +92,14 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       t.input_ids.assign(g.input_ids()->begin(), g.input_ids()->end());
       for (int32_t id : t.input_ids) {
         if (id < 0 || id >= s.tok->vocab_size()) {
-          self->send(client, WireMessage{error_delta(g.request_id(), "input_ids holds " + std::to_string(id) +
+          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, "input_ids holds " + std::to_string(id) +
                                                                          ", outside the vocabulary")});
           return;
         }
       }
     } else if (g.messages() && g.messages()->size() > 0) {
       if (!s.chat) {
-        self->send(client, WireMessage{error_delta(g.request_id(), s.chat_error)});
+        self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::internal, s.chat_error)});
         return;
       }
       std::vector<ChatMessage> messages;
@@ -111,7 +111,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       if (g.tools() && g.tools()->size() > 0) {
         auto tools = nlohmann::ordered_json::parse(g.tools()->str(), nullptr, false);
         if (!tools.is_array()) {
-          self->send(client, WireMessage{error_delta(g.request_id(), "tools must be a JSON list")});
+          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, "tools must be a JSON list")});
           return;
         }
         if (s.tool_format != ToolFormat::generic) {
@@ -126,7 +126,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       if (g.template_kwargs() && g.template_kwargs()->size() > 0) {
         auto kwargs = template_kwargs(g.template_kwargs()->str());
         if (const auto* err = std::get_if<std::string>(&kwargs)) {
-          self->send(client, WireMessage{error_delta(g.request_id(), *err)});
+          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, *err)});
           return;
         }
         options.extra = std::move(std::get<nlohmann::ordered_json>(kwargs));
@@ -136,7 +136,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
       } catch (const jinja::Error& e) {
         // The template refused the conversation (raise_exception) or ran
         // past its limits: the request's fault, said in the template's words.
-        self->send(client, WireMessage{error_delta(g.request_id(), std::string("chat template: ") + e.what())});
+        self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, std::string("chat template: ") + e.what())});
         return;
       }
       // A chat ends at any end-of-generation token (end of turn, EOS...).

@@ -17,6 +17,11 @@ namespace actorlm {
 enum class FinishReason { none, stop, length, abort, error };
 const char* finish_reason_name(FinishReason r);
 
+// Why a request ended in an error, for callers that map it (an HTTP
+// status): the request cannot run as asked, the service cannot serve it now
+// (a node is down: retry), or a fault on the engine's side.
+enum class ErrorKind { none, invalid_request, unavailable, internal };
+
 struct StopConditions {
   int32_t max_new_tokens = 128;
   std::vector<int32_t> stop_token_ids;  // besides EOS

@@ -73,7 +73,8 @@ TokenEvent Scheduler::event_for(const Request& r) const {
   return e;
 }
 
-void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error) {
+void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error,
+                       ErrorKind kind) {
   RequestKv* kv[] = {&r.req.kv};
   if (reason == FinishReason::abort || reason == FinishReason::error) {
     kv_.abort(kv);
@@ -86,6 +87,7 @@ void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>&
   TokenEvent e = event_for(r.req);
   e.finish = reason;
   e.error = error;
+  e.error_kind = kind;
   events.push_back(std::move(e));
 }
 
@@ -236,7 +238,8 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
     // Short of KV rows: send the newest request back to wait. Alone, the
     // pool cannot hold it at all.
     if (running_.size() == 1) {
-      finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request");
+      finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request",
+             ErrorKind::invalid_request);
       running_.clear();
       return {};
     }
@@ -256,12 +259,14 @@ std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
     TokenEvent e = event_for(r.req);
     e.finish = FinishReason::error;
     e.error = error;
+    e.error_kind = ErrorKind::internal;
     events.push_back(std::move(e));
   }
   for (const auto& w : waiting_) {
     TokenEvent e = event_for(w);
     e.finish = FinishReason::error;
     e.error = error;
+    e.error_kind = ErrorKind::internal;
     events.push_back(std::move(e));
   }
   stats_.aborted += static_cast<int64_t>(events.size());
@@ -296,7 +301,8 @@ std::vector<TokenEvent> Scheduler::step() {
       bool any_decoding = std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
       if (!any_decoding) {
         if (running_.size() == 1) {
-          finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request");
+          finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request",
+             ErrorKind::invalid_request);
           running_.clear();
         } else {
           retract(newest_running());
@@ -384,9 +390,11 @@ std::vector<TokenEvent> Scheduler::step() {
       e.finish = FinishReason::error;
       e.error = "the worker scored " + std::to_string(e.prompt_logprobs.size() - 1) + " of the prompt's " +
                 std::to_string(q.prompt.size() - 1) + " tokens";
+      e.error_kind = ErrorKind::internal;
     } else if (broke_constraint) {
       e.finish = FinishReason::error;
       e.error = "the sampled token does not fit the structured-output constraint";
+      e.error_kind = ErrorKind::internal;
     } else if (eos || stop_id || constraint_done) {
       e.finish = FinishReason::stop;
     } else if (static_cast<int32_t>(q.output.size()) >= q.stop.max_new_tokens ||

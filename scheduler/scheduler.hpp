@@ -52,6 +52,7 @@ struct TokenEvent {
   std::vector<SampleResult> prompt_logprobs;
   FinishReason finish = FinishReason::none;
   std::string error;
+  ErrorKind error_kind = ErrorKind::none;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 
@@ -105,7 +106,8 @@ class Scheduler {
   std::vector<Planned> plan_decode(std::vector<TokenEvent>& events);
   size_t newest_running() const;
   void retract(size_t index);
-  void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {});
+  void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {},
+              ErrorKind kind = ErrorKind::none);
   TokenEvent event_for(const Request& r) const;
 
   SchedulerConfig config_;

@@ -21,11 +21,12 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 // The engine's own failures are 500s and a lost or missing worker node a 503
 // (another try may land on a live node); everything else the engine refuses
 // is the request's fault.
-api::ApiError engine_error(const std::string& err) {
-  if (err.rfind("engine failure", 0) == 0) return {500, err, "server_error", ""};
-  if (err.rfind("worker node", 0) == 0 || err.rfind("no worker node", 0) == 0)
-    return {503, err, "server_error", ""};
-  return {400, err, "invalid_request_error", ""};
+api::ApiError engine_error(const TextDeltaEvent& d) {
+  switch (d.error_kind) {
+    case ErrorKind::unavailable: return {503, d.error, "server_error", ""};
+    case ErrorKind::invalid_request: return {400, d.error, "invalid_request_error", ""};
+    default: return {500, d.error, "server_error", ""};
+  }
 }
 
 http::Response error_response(const api::ApiError& e) {
@@ -157,7 +158,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   // cannot give) is then an HTTP error like a non-streamed one.
   std::mutex mu;
   bool began = false;
-  std::optional<std::string> refused;  // the first error before the stream began
+  std::optional<TextDeltaEvent> refused;  // the first error before the stream began
   std::vector<bool> first(static_cast<size_t>(choices), true);
   std::vector<size_t> offset(static_cast<size_t>(choices), 0);  // completions' text_offset
   std::vector<std::string> answer(static_cast<size_t>(choices));  // reads_calls: the text so far
@@ -174,7 +175,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     const auto i = static_cast<size_t>(index);
     if (!began) {
       if (d.finish == FinishReason::error) {
-        if (!refused) refused = d.error;
+        if (!refused) refused = d;
         return false;  // the other choices are aborted
       }
       if (refused || connection->gone()) return false;
@@ -183,7 +184,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     }
     std::string out;
     if (d.finish == FinishReason::error) {
-      out = "data: " + api::dump(engine_error(d.error).body()) + "\n\n";
+      out = "data: " + api::dump(engine_error(d).body()) + "\n\n";
     } else {
       // Chat's first chunk is the role alone, as OpenAI sends it.
       if (chat && first[i]) out += api::stream_chunk(id, model_id_, chat, index, "", std::nullopt, created, true, nullptr);
@@ -249,6 +250,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
       engine_.abort(o.request_id);
       c.last.finish = FinishReason::error;
       c.last.error = "engine failure: internal error";
+      c.last.error_kind = ErrorKind::internal;
     }
   };
   std::vector<std::thread> others;
@@ -299,7 +301,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   }
   for (const auto& c : results) {
     if (c.last.finish == FinishReason::error)
-      return connection->respond(error_response(engine_error(c.last.error)));
+      return connection->respond(error_response(engine_error(c.last)));
   }
   if (r.echo) {
     for (size_t i = 0; i < results.size(); ++i) results[i].text = echoed[i / static_cast<size_t>(r.n)] + results[i].text;
