@@ -3,24 +3,15 @@
 #include <caf/all.hpp>
 #include <atomic>
 #include <cstdio>
-#include <filesystem>
-#include <map>
-
-#include <unistd.h>
-
-#include <thread>
+#include <functional>
 
 #include "actors/detokenizer_actor.hpp"
 #include "actors/engine_core.hpp"
-#include "actors/remote_setup.hpp"
-#include "actors/router_actor.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/tokenizer_actor.hpp"
-#include "actors/worker_link.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 #include "messages/sampling_conversion.hpp"
-#include "model/gguf_file.hpp"
 
 namespace actorlm {
 
@@ -28,148 +19,61 @@ struct Engine::Impl {
   caf::actor_system& system;
   ModelConfig model;
   std::shared_ptr<const Tokenizer> tok;
-  std::optional<EngineCore> core;  // local engine
-  caf::actor scheduler;            // the core's scheduler, or a head's router
+  caf::actor scheduler;  // the core's scheduler, or what cluster/ put there
   caf::actor detokenizer, tokenizer;
   std::atomic<uint64_t> next_id{1};
   std::string device;
   int64_t kv_tokens = 0;
   int32_t max_context = 0;
+  bool counts_nodes = false;
   ToolFormat tool_format = ToolFormat::generic;
-  // Stops the router or the worker link. Nodes hold their handles, so a
-  // plain shutdown or exit message from a peer must not be able to.
-  uint64_t stop_token = random_token();
-  caf::actor link;  // a remote-worker head's link to its node
+  std::function<void()> stop;
   explicit Impl(caf::actor_system& s) : system(s) {}
-  std::string prepare_head(const EngineConfig& config);
-  void start_head(const EngineConfig& config);
-  void start_remote_worker(const EngineConfig& config);
 };
 
-// What both kinds of head do first: check the remote setup, load the
-// model's config and tokenizer (not its weights), spawn the detokenizer.
-std::string Engine::Impl::prepare_head(const EngineConfig& config) {
-  const ClusterConfig& cluster = config.cluster;
-  if (!system.has_middleman()) {
-    throw std::invalid_argument("a cluster head needs the middleman: call configure_remote() on the actor system config");
-  }
-  if (cluster.security.tls() && !system.has_openssl_manager()) {
-    throw std::invalid_argument("TLS is configured but the actor system has no OpenSSL module (configure_remote())");
-  }
-  std::vector<NodeAddress> peers = cluster.nodes;
-  if (!cluster.remote_worker.host.empty()) peers.push_back(cluster.remote_worker);
-  for (const auto& n : peers) {
-    if (std::string bad = cluster.security.check(n.host); !bad.empty()) throw std::invalid_argument(n.str() + ": " + bad);
-  }
-  namespace fs = std::filesystem;
-  model = fs::is_directory(config.model_path) ? config_from_hf_json((fs::path(config.model_path) / "config.json").string())
-                                              : config_from_gguf(GgufFile::open(config.model_path));
-  tok = load_tokenizer(config.model_path);
-  detokenizer = spawn_detokenizer(system, tok);
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return std::string(host) + " pid " + std::to_string(::getpid());
+namespace {
+
+// A local engine's parts: the model loaded here, its own core.
+EngineParts local_parts(caf::actor_system& system, const EngineConfig& config) {
+  EngineParts p;
+  p.tok = load_tokenizer(config.model_path);
+  p.detokenizer = spawn_detokenizer(system, p.tok);
+  EngineCore core = spawn_engine_core(system, config, *p.tok, p.detokenizer);
+  p.model = core.model;
+  p.scheduler = core.scheduler;
+  p.device = core.device;
+  p.kv_tokens = core.kv_tokens;
+  p.max_context = core.max_context;
+  p.stop = [core] { stop_engine_core(core); };
+  return p;
 }
 
-// A head over engine nodes: joins them, waiting up to connect_timeout_s for
-// all of them. Throws when none could be joined in that time (the rest keep
-// being dialled).
-void Engine::Impl::start_head(const EngineConfig& config) {
-  const ClusterConfig& cluster = config.cluster;
-  std::string head_name = prepare_head(config);
-  scheduler = spawn_router(system, cluster, describe_model(config.model_path, model, *tok), detokenizer, head_name,
-                           stop_token);
-  caf::scoped_actor self{system};
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cluster.connect_timeout_s);
-  int32_t up = 0, total = 0;
-  std::string errors;
-  for (;;) {
-    self->request(scheduler, std::chrono::seconds(10), status_atom::value)
-        .receive([&](int32_t u, int32_t t, const std::string& e) { up = u, total = t, errors = e; },
-                 [&](const caf::error& e) { errors = system.render(e); });
-    if (up == total || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (up == 0) {
-    caf::anon_send(scheduler, shutdown_atom::value, stop_token);
-    caf::anon_send_exit(detokenizer, caf::exit_reason::user_shutdown);
-    throw std::runtime_error("no worker node could be joined within " + std::to_string(cluster.connect_timeout_s) +
-                             " s" + (errors.empty() ? std::string() : ": " + errors));
-  }
-  device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
-}
+}  // namespace
 
-// A head that drives one worker node: the scheduler and managers run here,
-// sized as the node's KV pool is, and every step's ForwardBatch crosses the
-// network. A lost worker fails the steps (and so the requests) that need it.
-void Engine::Impl::start_remote_worker(const EngineConfig& config) {
-  const ClusterConfig& cluster = config.cluster;
-  std::string head_name = prepare_head(config);
-  const auto timeout = std::chrono::milliseconds(std::max<int64_t>(1000, static_cast<int64_t>(cluster.connect_timeout_s * 1000)));
-  link = spawn_worker_link(system, cluster.remote_worker, cluster.security, head_name, timeout, stop_token);
-  fb::NodeWelcomeT w;
-  std::string why;
-  caf::scoped_actor self{system};
-  self->request(link, timeout * 4 + std::chrono::seconds(5), join_atom::value)
-      .receive(
-          [&](const WireMessage& welcome) {
-            auto opened = msg::unpack<fb::NodeWelcome>(welcome.bytes, &why);
-            if (opened) w = std::move(*opened);
-          },
-          [&](const caf::error& e) { why = system.render(e); });
-  if (why.empty() && w.role != "worker") why = cluster.remote_worker.str() + " is an engine node: use --node for it";
-  if (why.empty()) {
-    why = model_mismatch(describe_model(config.model_path, model, *tok),
-                         {w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest});
-  }
-  if (!why.empty()) {
-    caf::anon_send(link, shutdown_atom::value, stop_token);
-    caf::anon_send_exit(detokenizer, caf::exit_reason::user_shutdown);
-    throw std::runtime_error(why);
-  }
-  KvStoreConfig kv{w.kv_tokens, w.page_size, w.max_requests, w.max_context, config.disable_radix_cache};
-  SchedulerConfig sc = scheduler_config(config, model, *tok);
-  sc.constraints = make_constraint_compiler(*tok, model.vocab_size, kConstraintThreads);
-  sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);
-  core = spawn_managers(system, kv, sc, link, detokenizer);
-  core->owns_worker = false;
-  core->model = model;
-  scheduler = core->scheduler;
-  device = "remote worker " + cluster.remote_worker.str() + " (" + w.device + ")";
-  kv_tokens = kv.capacity_tokens;
-}
+Engine::Engine(caf::actor_system& system, EngineConfig config) : Engine(system, config, local_parts(system, config)) {}
 
-Engine::Engine(caf::actor_system& system, EngineConfig config) : impl_(std::make_unique<Impl>(system)) {
+Engine::Engine(caf::actor_system& system, const EngineConfig& config, EngineParts parts)
+    : impl_(std::make_unique<Impl>(system)) {
   auto& m = *impl_;
-  if (!config.cluster.nodes.empty()) {
-    m.start_head(config);
-  } else if (!config.cluster.remote_worker.host.empty()) {
-    m.start_remote_worker(config);
-  } else {
-    m.tok = load_tokenizer(config.model_path);
-    m.detokenizer = spawn_detokenizer(system, m.tok);
-    m.core = spawn_engine_core(system, config, *m.tok, m.detokenizer);
-    m.model = m.core->model;
-    m.scheduler = m.core->scheduler;
-    m.device = m.core->device;
-    m.kv_tokens = m.core->kv_tokens;
-  }
+  m.model = std::move(parts.model);
+  m.tok = std::move(parts.tok);
+  m.scheduler = std::move(parts.scheduler);
+  m.detokenizer = std::move(parts.detokenizer);
+  m.device = std::move(parts.device);
+  m.kv_tokens = parts.kv_tokens;
+  m.max_context = parts.max_context;
+  m.counts_nodes = parts.counts_nodes;
+  m.stop = std::move(parts.stop);
   caf::anon_send(m.detokenizer, m.scheduler);
   m.tokenizer =
       spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content, config.chat_template);
-  if (!m.core) m.kv_tokens = stats().kv.capacity;
+  if (m.kv_tokens == 0) m.kv_tokens = stats().kv.capacity;
   m.tool_format = tool_format_for(*m.tok, config.chat_template);
-  m.max_context = m.core ? m.core->max_context : scheduler_config(config, m.model, *m.tok).max_context;
 }
 
 Engine::~Engine() {
   auto& m = *impl_;
-  if (m.core) {
-    stop_engine_core(*m.core);
-    if (m.link) caf::anon_send(m.link, shutdown_atom::value, m.stop_token);
-  } else {
-    caf::anon_send(m.scheduler, shutdown_atom::value, m.stop_token);
-  }
+  if (m.stop) m.stop();
   for (const auto& a : {m.tokenizer, m.detokenizer}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
@@ -325,7 +229,7 @@ void Engine::abort(uint64_t request_id) {
 }
 
 std::pair<int, int> Engine::nodes_joined() {
-  if (impl_->core) return {0, 0};
+  if (!impl_->counts_nodes) return {0, 0};
   std::pair<int, int> out{0, 0};
   caf::scoped_actor self{impl_->system};
   self->request(impl_->scheduler, std::chrono::seconds(5), status_atom::value)

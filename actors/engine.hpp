@@ -22,12 +22,12 @@
 #include <utility>
 #include <vector>
 
-#include "actors/cluster_config.hpp"
 #include "grammar/constraint.hpp"
 #include "kernels/sampling_params.hpp"
 #include "model/llama_weights.hpp"
 #include "scheduler/scheduler.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "tokenizer/tool_calls.hpp"
 
 namespace actorlm {
@@ -51,10 +51,6 @@ struct EngineConfig {
   // Jinja source of a chat template to use instead of the model's own
   // (--chat-template-file); empty: the model's.
   std::string chat_template;
-  // Nodes listed: this engine is a cluster head. It loads only the model's
-  // tokenizer and config (the nodes hold the weights and KV), and its actor
-  // system must have been set up with configure_remote() (actors/remote_setup.hpp).
-  ClusterConfig cluster;
 };
 
 struct GenerateOptions {
@@ -133,16 +129,36 @@ struct EngineStatsSnapshot {
   std::vector<NodeStatsSnapshot> nodes;  // a cluster head's nodes (summed above)
 };
 
+// What an Engine puts its tokenizer and detokenizer in front of when it does
+// not build its own core: cluster/ makes these for a head over engine nodes
+// or over a remote worker (cluster/head.hpp).
+struct EngineParts {
+  ModelConfig model;
+  std::shared_ptr<const Tokenizer> tok;
+  // Answers what a local scheduler does (generate, abort, stop, stats,
+  // flush), and status_atom when counts_nodes.
+  caf::actor scheduler;
+  caf::actor detokenizer;  // the engine tells it `scheduler`
+  std::string device;
+  int64_t kv_tokens = 0;   // 0: read from the scheduler's stats
+  int32_t max_context = 0;
+  bool counts_nodes = false;
+  std::function<void()> stop;  // stops what the parts own; called once, by ~Engine
+};
+
 class Engine {
  public:
+  // A local engine: loads the model and spawns its own core.
   Engine(caf::actor_system& system, EngineConfig config);
+  // An engine in front of parts another layer built (cluster/head.hpp).
+  Engine(caf::actor_system& system, const EngineConfig& config, EngineParts parts);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   caf::actor handle() const;
   const ModelConfig& model_config() const;
-  // What the worker runs on ("cpu", "cuda: <device name>", or "cluster: ...")
+  // What the worker runs on ("cpu", "cuda: <device name>", or a head's description)
   // and its KV pool size in tokens (a head: its joined nodes' total).
   const std::string& device() const;
   int64_t kv_tokens() const;
@@ -172,7 +188,7 @@ class Engine {
   EngineStatsSnapshot stats(bool self_check = false);
   // A head over engine nodes: how many nodes are joined now, of how many.
   // Asks the head's router only (no node is asked, so a hung node cannot
-  // slow it down). {0, 0} for a local engine or a remote-worker head.
+  // slow it down). {0, 0} unless the parts count nodes.
   std::pair<int, int> nodes_joined();
   // Frees every unlocked cached row.
   void flush_cache();

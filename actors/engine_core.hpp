@@ -2,7 +2,7 @@
 // The part of an engine that owns a KV pool: memory-pool and radix-cache
 // managers, the worker (weights and KV tensors) and the scheduler over them.
 // A local Engine puts a tokenizer and detokenizer in front of it; a cluster
-// node puts its gateway there instead (actors/node_gateway.hpp).
+// node puts its gateway there instead (cluster/node_gateway.hpp).
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -20,7 +20,7 @@ struct EngineCore {
   ModelConfig model;
   caf::actor pool, radix, worker, scheduler;
   // False when `worker` is a head's link to a worker node: the engine stops
-  // that with its own token (actors/worker_link.hpp).
+  // that with its own token (cluster/worker_link.hpp).
   bool owns_worker = true;
   std::string device;      // what the worker runs on
   int64_t kv_tokens = 0;   // KV pool capacity

@@ -11,7 +11,8 @@
 #include <string>
 
 #include "actors/engine.hpp"
-#include "actors/remote_setup.hpp"
+#include "cluster/head.hpp"
+#include "cluster/remote_setup.hpp"
 #include "apps/cli_args.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/device_flags.hpp"
@@ -68,7 +69,7 @@ int chat_command(int argc, char** argv, int first) {
   config.threads = static_cast<int>(args.integer("--threads", 0, 0, 1024));
   apply_device_flags(args, config, 16384);
   config.scheduler.max_context = 0;  // the model's
-  config.cluster = cluster_from_flags(args);
+  const ClusterConfig cluster = cluster_from_flags(args);
   config.special_tokens_in_content = args.has(special_tokens_in_content_switch);
   config.chat_template = chat_template_from_flags(args);
   int shown = -1;
@@ -84,9 +85,10 @@ int chat_command(int argc, char** argv, int first) {
   std::optional<std::string> system_prompt = args.str("--system");
 
   caf::actor_system_config cfg;
-  if (config.cluster.remote()) configure_remote(cfg, config.cluster.security);
+  if (cluster.remote()) configure_remote(cfg, cluster.security);
   caf::actor_system actors{cfg};
-  Engine engine(actors, config);
+  std::unique_ptr<Engine> made = make_engine(actors, config, cluster);
+  Engine& engine = *made;
   std::fprintf(stderr, "actorlm chat: %s (%d layers). /help for commands.\n", config.model_path.c_str(),
                engine.model_config().n_layers);
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "actors/cluster_config.hpp"
+#include "cluster/cluster_config.hpp"
 #include "apps/cli_args.hpp"
 
 namespace actorlm {

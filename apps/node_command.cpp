@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <unistd.h>
 
-#include "actors/node.hpp"
-#include "actors/remote_setup.hpp"
+#include "cluster/node.hpp"
+#include "cluster/remote_setup.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/engine_flags.hpp"
 

@@ -10,7 +10,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "actors/remote_setup.hpp"
+#include "cluster/head.hpp"
+#include "cluster/remote_setup.hpp"
 #include "apps/cli_args.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/engine_flags.hpp"
@@ -85,7 +86,7 @@ int serve_command(int argc, char** argv, int first) {
     return 0;
   }
   EngineConfig ec = engine_from_flags(args);
-  ec.cluster = cluster_from_flags(args);
+  const ClusterConfig cluster = cluster_from_flags(args);
   ec.special_tokens_in_content = args.has(special_tokens_in_content_switch);
   ec.chat_template = chat_template_from_flags(args);
 
@@ -114,9 +115,10 @@ int serve_command(int argc, char** argv, int first) {
   raise_fd_limit();
 
   caf::actor_system_config cfg;
-  if (ec.cluster.remote()) configure_remote(cfg, ec.cluster.security);
+  if (cluster.remote()) configure_remote(cfg, cluster.security);
   caf::actor_system system{cfg};
-  Engine engine(system, ec);
+  std::unique_ptr<Engine> made = make_engine(system, ec, cluster);
+  Engine& engine = *made;
   HttpServer server(engine, sc);
   // The handler only writes the signal to a pipe; a thread reads it and
   // does the work as ordinary code: the first drains the server, a second

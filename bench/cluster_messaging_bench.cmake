@@ -1,1 +1,1 @@
-target_link_libraries(${name} PRIVATE actorlm_actors)
+target_link_libraries(${name} PRIVATE actorlm_cluster)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# ThreadSanitizer run of the actor and scheduler tests: builds them into
-# ./build-tsan (-fsanitize=thread, no CUDA, no benchmarks) and runs
-# `ctest -L catch2 -R "^(actors|scheduler)_"`: their Catch2 tests, not the Python cluster tests (separate
+# ThreadSanitizer run of the actor, cluster and scheduler tests: builds them
+# into ./build-tsan (-fsanitize=thread, no CUDA, no benchmarks) and runs
+# `ctest -L catch2 -R "^(actors|cluster|scheduler)_"`: their Catch2 tests, not the Python cluster tests (separate
 # processes, minutes even uninstrumented). Any TSan report fails the run
 # (halt_on_error, exit code 66); scripts/tsan.supp says what is suppressed
 # and why (CAF itself is not instrumented). Not part of every CI run: on a
@@ -12,11 +12,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ACTORLM_TSAN_BUILD_DIR:-$root/build-tsan}"
-# Every Catch2 test of tests/actors and tests/scheduler, found from their
+# Every Catch2 test of tests/actors, tests/cluster and tests/scheduler, found from their
 # sources so that a new test file is never silently left out (ctest would
 # report it "Not Run").
 targets=()
-for src in "$root"/tests/actors/*_test.cpp "$root"/tests/scheduler/*_test.cpp; do
+for src in "$root"/tests/actors/*_test.cpp "$root"/tests/cluster/*_test.cpp "$root"/tests/scheduler/*_test.cpp; do
   folder=$(basename "$(dirname "$src")")
   targets+=("${folder}_$(basename "$src" .cpp)")
 done
@@ -39,6 +39,6 @@ export ACTORLM_TEST_REPLY_TIMEOUT_S=3600
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 cd "$build"
 status=0
-ctest -L catch2 -R "^(actors|scheduler)_" --output-on-failure --timeout 1800 "$@" || status=$?
+ctest -L catch2 -R "^(actors|cluster|scheduler)_" --output-on-failure --timeout 1800 "$@" || status=$?
 echo "tsan: tests took $(( $(date +%s) - built )) s (exit $status)"
 exit $status

@@ -1,4 +1,4 @@
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_handshake.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

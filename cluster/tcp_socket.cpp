@@ -1,4 +1,4 @@
-#include "actors/tcp_socket.hpp"
+#include "cluster/tcp_socket.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The few POSIX socket steps the gates need (actors/tcp_gate.hpp). Plain C++.
+// The few POSIX socket steps the gates need (cluster/tcp_gate.hpp). Plain C++.
 
 #include <cstdint>
 #include <string>

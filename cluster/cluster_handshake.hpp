@@ -8,10 +8,10 @@
 // The secret never travels. A nonce is good for one join, so a recorded join
 // cannot be replayed. Both nonces give the join a session key
 // (session_key()); every request the head sends afterwards is sealed with it
-// (actors/request_session.hpp), so requests are bound to that join and not to
+// (cluster/request_session.hpp), so requests are bound to that join and not to
 // the CAF identity a peer claims.
 //
-// Beneath it, with a shared secret, a node's port is a gate (actors/tcp_gate.hpp)
+// Beneath it, with a shared secret, a node's port is a gate (cluster/tcp_gate.hpp)
 // that authenticates each TCP connection before CAF sees a byte of it; its
 // proofs are gate_proof().
 

@@ -1,12 +1,12 @@
 #pragma once
 // How a head reaches its worker nodes and how both sides prove who they are.
-// Plain data: the CAF side lives in actors/remote_setup.hpp.
+// Plain data: the CAF side lives in cluster/remote_setup.hpp.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "scheduler/prefix_router.hpp"
+#include "cluster/prefix_router.hpp"
 
 namespace actorlm {
 

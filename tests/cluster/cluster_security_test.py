@@ -11,7 +11,7 @@
     beyond the cap on unauthenticated ones are closed at once. A real head still joins and gets
     correct tokens afterwards.
 
-Usage: python3 tests/actors/cluster_security_test.py path/to/actorlm
+Usage: python3 tests/cluster/cluster_security_test.py path/to/actorlm
 """
 import hashlib
 import hmac

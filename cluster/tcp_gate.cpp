@@ -1,4 +1,4 @@
-#include "actors/tcp_gate.hpp"
+#include "cluster/tcp_gate.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/basp_frame_meter.hpp"
-#include "actors/tcp_socket.hpp"
+#include "cluster/basp_frame_meter.hpp"
+#include "cluster/tcp_socket.hpp"
 
 namespace actorlm {
 namespace {

@@ -1,11 +1,11 @@
-#include "actors/node_gateway.hpp"
+#include "cluster/node_gateway.hpp"
 
 #include <caf/all.hpp>
 #include <cstdio>
 #include <map>
 #include <set>
 
-#include "actors/request_session.hpp"
+#include "cluster/request_session.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // A worker node's front door: the one actor a node publishes. Heads join it
-// (hello / join, actors/cluster_handshake.hpp) and then send it tokenized
+// (hello / join, cluster/cluster_handshake.hpp) and then send it tokenized
 // requests, aborts, stops, stats and flushes, which it passes to the node's
 // scheduler. It is also the scheduler's token sink: each step's TokenStream
 // is split by head and sent back to the router that asked.
@@ -12,7 +12,7 @@
 // functor attached to the head's proxy in this process, never from a message
 // a peer could send (it drops every exit and down message).
 // Everything that arrives is checked: the sender must have joined, the
-// request must be sealed with that join's session (actors/request_session.hpp),
+// request must be sealed with that join's session (cluster/request_session.hpp),
 // the buffer must verify, token ids must be in the vocabulary; what fails is
 // logged and dropped (or answered with an error for that request).
 
@@ -20,7 +20,7 @@
 #include <caf/actor_system.hpp>
 #include <string>
 
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_handshake.hpp"
 
 namespace actorlm {
 

@@ -13,9 +13,9 @@
 #include <functional>
 #include <string>
 
-#include "actors/cluster_config.hpp"
-#include "actors/request_session.hpp"
-#include "actors/tcp_gate.hpp"
+#include "cluster/cluster_config.hpp"
+#include "cluster/request_session.hpp"
+#include "cluster/tcp_gate.hpp"
 #include "messages/envelope.hpp"
 
 namespace actorlm {
@@ -31,7 +31,7 @@ void configure_remote(caf::actor_system_config& cfg, const RemoteSecurity& secur
 // std::runtime_error saying why it could not.
 uint16_t publish_actor(caf::actor_system& system, const caf::actor& actor, const std::string& host, uint16_t port);
 
-// A head's local gate to one node (actors/tcp_gate.hpp): CAF dials its
+// A head's local gate to one node (cluster/tcp_gate.hpp): CAF dials its
 // loopback port, and it authenticates the connection to the node's gate with
 // the shared secret. Null when there is no secret (TLS alone: no gate). The
 // caller owns it for as long as it uses the node.

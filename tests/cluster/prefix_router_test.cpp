@@ -1,7 +1,7 @@
 // PrefixRouter: cache affinity, spreading of prefix groups, dead nodes,
 // load overrides, bounded mirrors, argument checks.
 
-#include "scheduler/prefix_router.hpp"
+#include "cluster/prefix_router.hpp"
 
 #include <catch2/catch.hpp>
 #include <algorithm>

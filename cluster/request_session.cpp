@@ -1,4 +1,4 @@
-#include "actors/request_session.hpp"
+#include "cluster/request_session.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

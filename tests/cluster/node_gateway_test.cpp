@@ -8,10 +8,10 @@
 #include <caf/io/all.hpp>
 #include <catch2/catch.hpp>
 
-#include "actors/cluster_handshake.hpp"
-#include "actors/node.hpp"
-#include "actors/request_session.hpp"
-#include "actors/remote_setup.hpp"
+#include "cluster/cluster_handshake.hpp"
+#include "cluster/node.hpp"
+#include "cluster/request_session.hpp"
+#include "cluster/remote_setup.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 #include "model/default_model.hpp"

@@ -14,11 +14,11 @@
 #include <optional>
 #include <thread>
 
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_handshake.hpp"
 #include "actors/engine_core.hpp"
-#include "actors/remote_setup.hpp"
-#include "actors/request_session.hpp"
-#include "actors/router_actor.hpp"
+#include "cluster/remote_setup.hpp"
+#include "cluster/request_session.hpp"
+#include "cluster/router_actor.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 #include "model/default_model.hpp"

@@ -1,12 +1,12 @@
-#include "actors/node.hpp"
+#include "cluster/node.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_handshake.hpp"
 #include "actors/engine_core.hpp"
-#include "actors/node_gateway.hpp"
-#include "actors/remote_setup.hpp"
+#include "cluster/node_gateway.hpp"
+#include "cluster/remote_setup.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 
@@ -73,7 +73,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     m.port = m.middleman_port = publish_actor(system, m.gateway, config.host, config.port);
   } else {
     // The middleman takes only what the gate let through: it listens on
-    // loopback, and the public port is the gate's (actors/tcp_gate.hpp).
+    // loopback, and the public port is the gate's (cluster/tcp_gate.hpp).
     m.middleman_port = publish_actor(system, m.gateway, "127.0.0.1", 0);
     GateConfig g;
     g.side = GateSide::acceptor;

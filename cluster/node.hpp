@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/engine.hpp"
+#include "cluster/cluster_config.hpp"
 
 namespace actorlm {
 

@@ -22,7 +22,7 @@
 #include <chrono>
 #include <string>
 
-#include "actors/cluster_config.hpp"
+#include "cluster/cluster_config.hpp"
 
 namespace actorlm {
 

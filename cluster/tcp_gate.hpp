@@ -21,7 +21,7 @@
 // connection into a fixed buffer, gives each connection handshake_timeout,
 // and holds at most max_unauthenticated such connections (more are closed on
 // accept). After it, when max_frame_payload is set, it reads the BASP frame
-// headers the remote side sends (actors/basp_frame_meter.hpp) and closes the
+// headers the remote side sends (cluster/basp_frame_meter.hpp) and closes the
 // connection on a frame above the bound. Relay buffers are 64 KiB each way.
 //
 // Plain C++ (POSIX sockets, one poll thread per gate, OpenSSL for the MACs):
@@ -32,7 +32,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_handshake.hpp"
 
 namespace actorlm {
 

@@ -13,7 +13,7 @@ Checks, on the default model:
     and a secret together: the node's gate in front of TLS);
     unsafe setups (plain TCP off loopback, no secret and no TLS) do not start.
 
-Usage: python3 tests/actors/cluster_test.py path/to/actorlm
+Usage: python3 tests/cluster/cluster_test.py path/to/actorlm
 """
 import json
 import os

@@ -1,4 +1,4 @@
-#include "actors/cluster_config.hpp"
+#include "cluster/cluster_config.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 // a dialer and an acceptor (right and wrong secret), the BASP frame meter and
 // the request seals that bind a head's requests to its join.
 
-#include "actors/tcp_gate.hpp"
+#include "cluster/tcp_gate.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,8 +13,8 @@
 #include <cstring>
 #include <thread>
 
-#include "actors/basp_frame_meter.hpp"
-#include "actors/request_session.hpp"
+#include "cluster/basp_frame_meter.hpp"
+#include "cluster/request_session.hpp"
 
 using namespace actorlm;
 

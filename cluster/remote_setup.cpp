@@ -1,11 +1,11 @@
-#include "actors/remote_setup.hpp"
+#include "cluster/remote_setup.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 #include <stdexcept>
 
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_handshake.hpp"
 #include "actors/wire.hpp"
 
 namespace actorlm {

@@ -1,11 +1,11 @@
-#include "actors/worker_link.hpp"
+#include "cluster/worker_link.hpp"
 
 #include <caf/all.hpp>
 #include <map>
 #include <optional>
 
 #include "actors/exit_proof_actor.hpp"
-#include "actors/remote_setup.hpp"
+#include "cluster/remote_setup.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 

@@ -22,8 +22,8 @@
 #include <caf/actor_system.hpp>
 #include <string>
 
-#include "actors/cluster_config.hpp"
-#include "actors/cluster_handshake.hpp"
+#include "cluster/cluster_config.hpp"
+#include "cluster/cluster_handshake.hpp"
 
 namespace actorlm {
 

@@ -1,4 +1,4 @@
-#include "scheduler/prefix_router.hpp"
+#include "cluster/prefix_router.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "actors/router_actor.hpp"
+#include "cluster/router_actor.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/middleman_actor.hpp>
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "actors/exit_proof_actor.hpp"
-#include "actors/remote_setup.hpp"
+#include "cluster/remote_setup.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"

@@ -13,7 +13,7 @@
 Checks raise AssertionError explicitly (they must survive `python -O`); waits
 poll for the expected state under a deadline.
 
-Usage: python3 tests/actors/cluster_failure_test.py path/to/actorlm
+Usage: python3 tests/cluster/cluster_failure_test.py path/to/actorlm
 """
 import json
 import os
