@@ -8,6 +8,7 @@
 
 #include "messages/cluster_generated.h"
 #include "messages/forward_generated.h"
+#include "messages/kv_transfer_generated.h"
 #include "messages/pool_generated.h"
 #include "messages/radix_generated.h"
 #include "messages/request_generated.h"
@@ -47,8 +48,9 @@ enum class Kind : uint16_t {
   NodeChallenge,
   NodeJoin,
   NodeWelcome,
+  KvChunk,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::NodeWelcome);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvChunk);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -94,6 +96,7 @@ ACTORLM_MESSAGE_KIND(NodeHello, "NHLO");
 ACTORLM_MESSAGE_KIND(NodeChallenge, "NCHL");
 ACTORLM_MESSAGE_KIND(NodeJoin, "NJON");
 ACTORLM_MESSAGE_KIND(NodeWelcome, "NWEL");
+ACTORLM_MESSAGE_KIND(KvChunk, "KVCH");
 
 #undef ACTORLM_MESSAGE_KIND
 

@@ -1,5 +1,7 @@
 #include "model/host_executor.hpp"
 
+#include <cstring>
+
 namespace actorlm {
 
 HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend, bool f16_kv)
@@ -17,6 +19,48 @@ void HostExecutor::allocate(int64_t kv_pool_rows, int32_t, int32_t) {
     k_cache_.assign(total, 0.0f);
     v_cache_.assign(total, 0.0f);
   }
+}
+
+int64_t HostExecutor::kv_token_bytes() const {
+  return 2 * model_.config().kv_dim() * static_cast<int64_t>(f16_kv_ ? sizeof(uint16_t) : sizeof(float));
+}
+
+int64_t HostExecutor::row_at(int32_t layer, int32_t row) const {
+  return (static_cast<int64_t>(layer) * pool_rows_ + row) * model_.config().kv_dim();
+}
+
+void HostExecutor::read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                           std::span<uint8_t> out) const {
+  const auto half = static_cast<size_t>(kv_token_bytes() / 2);
+  uint8_t* dst = out.data();
+  auto copy = [&](const auto& k, const auto& v) {
+    for (int32_t l = first_layer; l < last_layer; ++l) {
+      for (const auto* pool : {&k, &v}) {
+        for (int32_t r : rows) {
+          std::memcpy(dst, pool->data() + row_at(l, r), half);
+          dst += half;
+        }
+      }
+    }
+  };
+  f16_kv_ ? copy(k16_, v16_) : copy(k_cache_, v_cache_);
+}
+
+void HostExecutor::write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                            std::span<const uint8_t> in) {
+  const auto half = static_cast<size_t>(kv_token_bytes() / 2);
+  const uint8_t* src = in.data();
+  auto copy = [&](auto& k, auto& v) {
+    for (int32_t l = first_layer; l < last_layer; ++l) {
+      for (auto* pool : {&k, &v}) {
+        for (int32_t r : rows) {
+          std::memcpy(pool->data() + row_at(l, r), src, half);
+          src += half;
+        }
+      }
+    }
+  };
+  f16_kv_ ? copy(k16_, v16_) : copy(k_cache_, v_cache_);
 }
 
 int64_t HostExecutor::kv_bytes() const {

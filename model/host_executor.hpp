@@ -21,6 +21,12 @@ class HostExecutor final : public ModelExecutor {
   void write_req_to_token(int32_t, int32_t, std::span<const int32_t>) override {}  // rows come with the plan
   ForwardOutput forward(const ForwardBatch& batch, const StepPlan& plan) override;
   std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) override;
+  int64_t kv_token_bytes() const override;
+  std::string kv_dtype() const override { return f16_kv_ ? "f16" : "f32"; }
+  void read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+               std::span<uint8_t> out) const override;
+  void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                std::span<const uint8_t> in) override;
 
  private:
   std::unique_ptr<Backend> backend_;
@@ -29,6 +35,9 @@ class HostExecutor final : public ModelExecutor {
   bool f16_kv_ = false;
   std::vector<float> k_cache_, v_cache_;  // [layers][pool_rows][kv_heads][head_dim]
   std::vector<uint16_t> k16_, v16_;       // the same, when f16_kv_
+
+  // Where row `row` of layer `layer` starts in a K or V pool, in elements.
+  int64_t row_at(int32_t layer, int32_t row) const;
 };
 
 }  // namespace actorlm

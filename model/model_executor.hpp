@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -46,6 +47,20 @@ class ModelExecutor {
   // One token per row of `out`, which must come from this executor's latest
   // forward().
   virtual std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) = 0;
+
+  // Copying KV rows out of and into the pool, for moving a request's KV to
+  // another engine (prefill/decode disaggregation) or another tier. Bytes
+  // are in the pool's element type (kv_dtype()), laid out per layer of
+  // [first_layer, last_layer): every row's K, then every row's V.
+  // kv_token_bytes() is one row's K plus V in one layer. Range-checked by
+  // the caller. An executor that cannot copy KV reports 0 bytes and throws
+  // std::logic_error.
+  virtual int64_t kv_token_bytes() const { return 0; }
+  virtual std::string kv_dtype() const { return "none"; }
+  virtual void read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                       std::span<uint8_t> out) const;
+  virtual void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                        std::span<const uint8_t> in);
 };
 
 }  // namespace actorlm

@@ -42,6 +42,35 @@ void ModelRunner::write_req_to_token(int32_t slot, int32_t start, std::span<cons
   executor_->write_req_to_token(slot, start, kv);
 }
 
+size_t ModelRunner::kv_copy_bytes(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) const {
+  if (first_layer < 0 || last_layer > executor_->config().n_layers || first_layer >= last_layer) {
+    throw std::invalid_argument("KV copy: layers [" + std::to_string(first_layer) + ", " + std::to_string(last_layer) +
+                                ") outside the model's " + std::to_string(executor_->config().n_layers));
+  }
+  for (int32_t r : rows) {
+    if (r < 0 || r >= config_.kv_pool_rows) throw std::invalid_argument("KV copy: row " + std::to_string(r) + " outside the pool");
+  }
+  if (executor_->kv_token_bytes() <= 0) throw std::logic_error("this executor cannot copy KV rows");
+  return rows.size() * static_cast<size_t>(last_layer - first_layer) * static_cast<size_t>(executor_->kv_token_bytes());
+}
+
+std::vector<uint8_t> ModelRunner::read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) const {
+  std::vector<uint8_t> out(kv_copy_bytes(rows, first_layer, last_layer));
+  executor_->read_kv(rows, first_layer, last_layer, out);
+  return out;
+}
+
+void ModelRunner::write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                           std::span<const uint8_t> bytes) {
+  const size_t want = kv_copy_bytes(rows, first_layer, last_layer);
+  if (bytes.size() != want) {
+    throw std::invalid_argument("KV copy: " + std::to_string(bytes.size()) + " bytes for " + std::to_string(rows.size()) +
+                                " rows of " + std::to_string(last_layer - first_layer) + " layers, which hold " +
+                                std::to_string(want));
+  }
+  executor_->write_kv(rows, first_layer, last_layer, bytes);
+}
+
 void ModelRunner::validate(const ForwardBatch& b) const {
   auto fail = [](const std::string& why) { throw std::invalid_argument("invalid forward batch: " + why); };
   if (b.reqs.empty()) fail("no requests");

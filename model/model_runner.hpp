@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -40,6 +41,16 @@ class ModelRunner {
 
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv);
 
+  // A request's KV moved between engines (ModelExecutor::read_kv): the K and
+  // V of pool rows `rows` for layers [first_layer, last_layer), in the
+  // pool's element type. std::invalid_argument for a row outside the pool, a
+  // layer range outside the model or (write) a size that does not match;
+  // std::logic_error when the executor cannot copy KV.
+  int64_t kv_token_bytes() const { return executor_->kv_token_bytes(); }
+  std::string kv_dtype() const { return executor_->kv_dtype(); }
+  std::vector<uint8_t> read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) const;
+  void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer, std::span<const uint8_t> bytes);
+
   // One token per row of out (in request order), on the backend (on the
   // host when the pass scored prompt tokens); each result carries its
   // request's prompt scores from out.
@@ -47,6 +58,7 @@ class ModelRunner {
 
  private:
   void validate(const ForwardBatch& batch) const;
+  size_t kv_copy_bytes(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) const;
   void score_prompts(const ForwardBatch& batch, ForwardOutput& out) const;
 
   std::unique_ptr<ModelExecutor> executor_;

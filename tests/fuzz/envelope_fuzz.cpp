@@ -46,7 +46,7 @@ void open_every_kind(std::span<const uint8_t> bytes) {
                Insert, InsertReply, LockRef, LockRefReply, Evict, EvictReply, CacheReqs, CacheReqsReply,
                AllocReqSlots, AllocReqSlotsReply, AllocTokens, AllocTokensReply, Free, FreeReply,
                PoolStatsRequest, PoolStats, ForwardBatch, BatchResult, StatsRequest, EngineStats, NodeHello,
-               NodeChallenge, NodeJoin, NodeWelcome>(bytes);
+               NodeChallenge, NodeJoin, NodeWelcome, KvChunk>(bytes);
 }
 
 }  // namespace
