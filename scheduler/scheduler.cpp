@@ -21,7 +21,7 @@ const char* finish_reason_name(FinishReason r) {
 Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker)
     : config_(config), kv_(kv), worker_(worker) {}
 
-std::optional<std::string> Scheduler::submit(Request r) {
+std::optional<std::string> Scheduler::refusal(const Request& r) const {
   if (r.prompt.empty()) return "the prompt is empty";
   if (static_cast<int64_t>(r.prompt.size()) >= config_.max_context) {
     return "the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
@@ -37,6 +37,19 @@ std::optional<std::string> Scheduler::submit(Request r) {
            "-token prompt";
   }
   if (auto err = r.sampling.validate()) return *err;
+  auto same = [&](uint64_t id) { return id == r.id; };
+  auto holds = [&](const std::deque<Running>& q) {
+    return std::any_of(q.begin(), q.end(), [&](const Running& x) { return same(x.req.id); });
+  };
+  if (std::any_of(waiting_.begin(), waiting_.end(), [&](const Request& w) { return same(w.id); }) || holds(running_) ||
+      holds(held_) || holds(reserved_)) {
+    return "request id " + std::to_string(r.id) + " is already in use";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Scheduler::submit(Request r) {
+  if (auto why = refusal(r)) return why;
   if (r.constraint_spec.active()) {
     if (!config_.constraints) return "structured output is not available on this engine";
     try {
@@ -45,11 +58,6 @@ std::optional<std::string> Scheduler::submit(Request r) {
       return std::string("the structured-output constraint does not compile: ") + e.what();
     }
   }
-  auto same = [&](uint64_t id) { return id == r.id; };
-  if (std::any_of(waiting_.begin(), waiting_.end(), [&](const Request& w) { return same(w.id); }) ||
-      std::any_of(running_.begin(), running_.end(), [&](const Running& x) { return same(x.req.id); })) {
-    return "request id " + std::to_string(r.id) + " is already in use";
-  }
   r.arrival = next_arrival_++;
   waiting_.push_back(std::move(r));
   return std::nullopt;
@@ -57,8 +65,103 @@ std::optional<std::string> Scheduler::submit(Request r) {
 
 std::vector<const RequestKv*> Scheduler::running_kv() const {
   std::vector<const RequestKv*> kvs;
-  for (const auto& r : running_) kvs.push_back(&r.req.kv);
+  for (const auto* q : {&running_, &held_, &reserved_}) {
+    for (const auto& r : *q) kvs.push_back(&r.req.kv);
+  }
   return kvs;
+}
+
+const RequestKv* Scheduler::held(uint64_t id) const {
+  auto h = std::find_if(held_.begin(), held_.end(), [&](const Running& r) { return r.req.id == id; });
+  return h == held_.end() ? nullptr : &h->req.kv;
+}
+
+void Scheduler::release(uint64_t id) {
+  auto h = std::find_if(held_.begin(), held_.end(), [&](const Running& r) { return r.req.id == id; });
+  if (h == held_.end()) return;
+  RequestKv* kv[] = {&h->req.kv};
+  kv_.finish(kv);  // the prompt stays cached for later requests
+  ++stats_.finished;
+  held_.erase(h);
+}
+
+Scheduler::Reserved Scheduler::reserve(Request r) {
+  Reserved out;
+  if (r.output.size() != 1) {
+    out.error = "a transferred request needs exactly its first token";
+    return out;
+  }
+  if (auto why = refusal(r)) {
+    out.error = *why;
+    return out;
+  }
+  if (r.constraint_spec.active()) {
+    out.error = "structured output cannot be combined with a KV transfer";
+    return out;
+  }
+  Running run;
+  run.req = std::move(r);
+  RequestKv* kv[] = {&run.req.kv};
+  // Match nothing: every row is written by the transfer.
+  const std::vector<int32_t> none;
+  if (kv_.admit(kv, std::span(&none, 1)) == 0) {
+    out.error = "no request slot is free";
+    out.no_room = true;
+    return out;
+  }
+  const std::vector<int32_t>& prompt = run.req.prompt;
+  if (!kv_.extend(kv, std::span(&prompt, 1))) {
+    kv_.abort(kv);
+    out.error = "the KV pool has no room for " + std::to_string(prompt.size()) + " tokens now";
+    out.no_room = true;
+    return out;
+  }
+  out.rows = run.req.kv.kv;
+  run.req.arrival = next_arrival_++;
+  reserved_.push_back(std::move(run));
+  return out;
+}
+
+bool Scheduler::activate(uint64_t id) {
+  auto it = std::find_if(reserved_.begin(), reserved_.end(), [&](const Running& r) { return r.req.id == id; });
+  if (it == reserved_.end()) return false;
+  Running r = std::move(*it);
+  reserved_.erase(it);
+  Request& q = r.req;
+  r.prefilled = q.prompt.size();
+  r.decoding = true;
+  r.table_synced = 0;
+  stats_.prompt_tokens += static_cast<int64_t>(q.prompt.size());
+  ++stats_.generated_tokens;
+  TokenEvent e = event_for(q);
+  e.token = q.output.front();
+  e.logprob = q.first_logprob;
+  const int32_t t = e.token;
+  const bool eos = config_.eos_id && t == *config_.eos_id && !q.stop.ignore_eos;
+  const bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), t) != q.stop.stop_token_ids.end();
+  if (eos || stop_id) {
+    e.finish = FinishReason::stop;
+  } else if (q.stop.max_new_tokens <= 1 || static_cast<int64_t>(q.prompt.size()) + 1 >= config_.max_context) {
+    e.finish = FinishReason::length;
+  }
+  RequestKv* kv[] = {&q.kv};
+  if (e.finish != FinishReason::none) {
+    kv_.finish(kv);
+    ++stats_.finished;
+  } else {
+    kv_.cache_unfinished(kv);  // its prompt becomes matchable here too
+    running_.push_back(std::move(r));
+  }
+  pending_.push_back(std::move(e));
+  return true;
+}
+
+void Scheduler::cancel_reserved(uint64_t id) {
+  auto it = std::find_if(reserved_.begin(), reserved_.end(), [&](const Running& r) { return r.req.id == id; });
+  if (it == reserved_.end()) return;
+  RequestKv* kv[] = {&it->req.kv};
+  kv_.abort(kv);
+  reserved_.erase(it);
 }
 
 void Scheduler::abort(uint64_t id) { aborts_.push_back(id); }
@@ -104,10 +207,14 @@ void Scheduler::apply_controls(std::vector<TokenEvent>& events) {
         if (reason == FinishReason::abort) ++stats_.aborted;
         continue;
       }
-      auto r = std::find_if(running_.begin(), running_.end(), [&](const Running& x) { return x.req.id == id; });
-      if (r != running_.end()) {
-        finish(*r, reason, events);
-        running_.erase(r);
+      for (auto* q : {&running_, &held_, &reserved_}) {
+        auto r = std::find_if(q->begin(), q->end(), [&](const Running& x) { return x.req.id == id; });
+        if (r == q->end()) continue;
+        // A reserved request's rows hold nothing yet: never cache them.
+        finish(*r, q == &reserved_ ? FinishReason::abort : reason, events);
+        events.back().finish = reason;
+        q->erase(r);
+        break;
       }
     }
   };
@@ -249,6 +356,11 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
 
 std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
   std::vector<TokenEvent> events;
+  for (auto& r : held_) running_.push_back(std::move(r));
+  for (auto& r : reserved_) running_.push_back(std::move(r));
+  held_.clear();
+  reserved_.clear();
+  pending_.clear();
   for (auto& r : running_) {
     try {
       RequestKv* kv[] = {&r.req.kv};
@@ -276,7 +388,8 @@ std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
 }
 
 std::vector<TokenEvent> Scheduler::step() {
-  std::vector<TokenEvent> events;
+  std::vector<TokenEvent> events = std::move(pending_);
+  pending_.clear();
   apply_controls(events);
   if (idle()) return events;
   ++stats_.steps;
@@ -353,7 +466,7 @@ std::vector<TokenEvent> Scheduler::step() {
   std::vector<SampleResult> results = worker_.run(batch, sampling);
 
   std::vector<RequestKv*> to_cache;
-  std::vector<uint64_t> done;
+  std::vector<uint64_t> done, hold;
   for (size_t i = 0; i < plan.size(); ++i) {
     Running& r = *plan[i].run;
     Request& q = r.req;
@@ -401,6 +514,10 @@ std::vector<TokenEvent> Scheduler::step() {
                static_cast<int64_t>(q.prompt.size() + q.output.size()) >= config_.max_context) {
       e.finish = FinishReason::length;
     }
+    if (e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill) {
+      e.held = true;
+      hold.push_back(q.id);
+    }
     events.push_back(std::move(e));
     if (events.back().finish != FinishReason::none) {
       done.push_back(q.id);
@@ -419,6 +536,11 @@ std::vector<TokenEvent> Scheduler::step() {
       }
     }
     kv_.cache_unfinished(to_cache);
+  }
+  for (uint64_t id : hold) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == id; });
+    held_.push_back(std::move(*it));
+    running_.erase(it);
   }
   if (!done.empty()) {
     std::vector<RequestKv*> kvs;

@@ -53,6 +53,9 @@ struct TokenEvent {
   FinishReason finish = FinishReason::none;
   std::string error;
   ErrorKind error_kind = ErrorKind::none;
+  // hold_after_prefill: the first token is sampled and the prompt's KV is
+  // held for a transfer (Scheduler::held); the request goes no further here.
+  bool held = false;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 
@@ -70,22 +73,48 @@ class Scheduler {
   // Queues a request; an error message when it can never run (empty prompt,
   // prompt not shorter than the context, bad sampling parameters, id in use).
   std::optional<std::string> submit(Request request);
+  // Why `r` can never run here (empty, too long, bad parameters, id in use).
+  std::optional<std::string> refusal(const Request& r) const;
   // Takes effect at the start of the next step; unknown ids are ignored.
   void abort(uint64_t id);
   // Finish a running request as stopped (a stop string matched downstream).
   void stop(uint64_t id);
 
   std::vector<TokenEvent> step();
+
+  // Prefill/decode disaggregation. Prefill side: the KV of a held request
+  // (see Request::hold_after_prefill), null for an id that is not held;
+  // release() caches its prompt and frees the rest once the decode side has
+  // it. Decode side: reserve() takes a slot and KV rows for a request whose
+  // prompt KV comes from elsewhere (output holds the first token) and
+  // returns the rows to write, one per prompt token, or why it cannot (no
+  // room now, or a request that can never run); activate() starts its decode
+  // once every row is written (its first token's event comes with the next
+  // step), cancel_reserved() gives everything back. abort() ends held and
+  // reserved requests too.
+  const RequestKv* held(uint64_t id) const;
+  void release(uint64_t id);
+  struct Reserved {
+    std::vector<int32_t> rows;
+    std::string error;  // set when refused
+    bool no_room = false;  // refused only for want of KV now: may be retried
+  };
+  Reserved reserve(Request request);
+  bool activate(uint64_t id);
+  void cancel_reserved(uint64_t id);
+  size_t held_count() const { return held_.size(); }
+  size_t reserved_count() const { return reserved_.size(); }
   // Ends every request with an error (after a step failed): each gets a final
   // event, and what they hold is released as far as the KV service still
   // answers.
   std::vector<TokenEvent> fail_all(const std::string& error);
-  bool idle() const { return waiting_.empty() && running_.empty(); }
+  bool idle() const { return waiting_.empty() && running_.empty() && pending_.empty(); }
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }
   // The KV of every running request, i.e. of every request holding a slot
-  // and locks between steps: what the KV self-check ties the locks to.
+  // and locks between steps (held and reserved ones included): what the KV
+  // self-check ties the locks to.
   std::vector<const RequestKv*> running_kv() const;
 
  private:
@@ -115,6 +144,8 @@ class Scheduler {
   Worker& worker_;
   std::deque<Request> waiting_;
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step
+  std::deque<Running> held_, reserved_;  // disaggregation: KV kept for a transfer, or awaiting one
+  std::vector<TokenEvent> pending_;      // events of activate(), sent with the next step
   std::vector<uint64_t> aborts_, stops_;
   int64_t next_arrival_ = 0;
   bool memory_short_ = false;  // the last prefill did not fit: finish what is running first

@@ -347,3 +347,107 @@ TEST_CASE("Prompt logprobs score every prompt token whatever the cache holds and
     }
   }
 }
+
+TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on another gives the solo output", "[scheduler]") {
+  auto prompts = shared_prefix_prompts(6);
+  auto solo = solo_outputs(prompts, 8);
+  Engine a(2048, 4, config(50)), b(2048, 4, config());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r = make(i, prompts[i], 8);
+    r.hold_after_prefill = true;
+    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+  }
+  std::map<uint64_t, Ids> out;
+  size_t moved = 0;
+  while (!a.scheduler.idle()) {
+    for (const auto& e : a.scheduler.step()) {
+      REQUIRE(e.finish == FinishReason::none);
+      REQUIRE(e.held);
+      const RequestKv* kv = a.scheduler.held(e.id);
+      REQUIRE(kv);
+      REQUIRE(kv->kv.size() == prompts[e.id].size());
+      Request r = make(e.id, prompts[e.id], 8);
+      r.output = {e.token};
+      r.first_logprob = e.logprob;
+      Scheduler::Reserved rows = b.scheduler.reserve(std::move(r));
+      REQUIRE(rows.error.empty());
+      REQUIRE(rows.rows.size() == kv->kv.size());
+      const int32_t layers = a.runner.model_config().n_layers;
+      b.runner.write_kv(rows.rows, 0, layers, a.runner.read_kv(kv->kv, 0, layers));
+      a.scheduler.release(e.id);
+      REQUIRE(b.scheduler.activate(e.id));
+      ++moved;
+    }
+    REQUIRE(a.kv.check_running(a.scheduler.running_kv()) == "");
+  }
+  CHECK(moved == prompts.size());
+  CHECK(a.scheduler.held_count() == 0);
+  // The prefill engine keeps the prompts cached for later requests.
+  CHECK(a.kv.match_lengths(prompts)[0] >= 48);
+  auto got = b.drain([&](int) { REQUIRE(b.kv.check_running(b.scheduler.running_kv()) == ""); });
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].first == solo[i]);
+  }
+  require_no_leak(a);
+  require_no_leak(b);
+}
+
+TEST_CASE("Held and reserved requests free everything when aborted, refused or cancelled", "[scheduler]") {
+  const Ids prompt = shared_prefix_prompts(1)[0];
+  Engine a(1024, 1, config()), b(256, 1, config());
+  SECTION("a held request aborted on the prefill side") {
+    Request r = make(1, prompt, 8);
+    r.hold_after_prefill = true;
+    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    auto ev = a.scheduler.step();
+    REQUIRE((ev.size() == 1 && ev[0].held));
+    CHECK(a.kv.store().radix().protected_size() > 0);
+    a.scheduler.abort(1);
+    ev = a.scheduler.step();
+    REQUIRE(ev.size() == 1);
+    CHECK(ev[0].finish == FinishReason::abort);
+    CHECK(a.scheduler.held(1) == nullptr);
+    require_no_leak(a);
+  }
+  SECTION("a reservation cancelled or aborted on the decode side") {
+    Request r = make(2, prompt, 8);
+    r.output = {1000};
+    REQUIRE(b.scheduler.reserve(r).error.empty());
+    CHECK(b.scheduler.reserve(r).error.find("in use") != std::string::npos);
+    b.scheduler.cancel_reserved(2);
+    require_no_leak(b);
+    REQUIRE(b.scheduler.reserve(r).error.empty());
+    b.scheduler.abort(2);
+    auto ev = b.scheduler.step();
+    REQUIRE(ev.size() == 1);
+    CHECK(ev[0].finish == FinishReason::abort);
+    CHECK_FALSE(b.scheduler.activate(2));
+    require_no_leak(b);
+  }
+  SECTION("no room on the decode side is said early and takes nothing") {
+    Ids longer = prompt;
+    while (longer.size() < 300) longer.insert(longer.end(), prompt.begin(), prompt.end());
+    longer.resize(300);  // more than the 256-row pool
+    Request r = make(3, longer, 8);
+    r.output = {1000};
+    auto res = b.scheduler.reserve(r);
+    CHECK(res.no_room);
+    CHECK(res.rows.empty());
+    require_no_leak(b);
+    Request bad = make(4, prompt, 8);
+    CHECK(b.scheduler.reserve(bad).error.find("first token") != std::string::npos);
+  }
+  SECTION("a first token that already ends the request finishes at activation") {
+    Request r = make(5, prompt, 1);
+    r.output = {1000};
+    REQUIRE(b.scheduler.reserve(r).error.empty());
+    REQUIRE(b.scheduler.activate(5));
+    auto ev = b.scheduler.step();
+    REQUIRE(ev.size() == 1);
+    CHECK(ev[0].token == 1000);
+    CHECK(ev[0].finish == FinishReason::length);
+    CHECK(b.scheduler.idle());
+    require_no_leak(b);
+  }
+}
