@@ -13,6 +13,37 @@
 namespace actorlm {
 namespace {
 
+// A scheduler Request from the tokenizer's message; an error when a field is
+// out of range.
+Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& err) {
+  Request r;
+  r.id = m.request_id();
+  if (m.input_ids()) r.prompt.assign(m.input_ids()->begin(), m.input_ids()->end());
+  r.sampling = msg::from_fb(m.sampling());
+  if (!r.sampling.has_seed) r.sampling.seed = r.id * 0x9e3779b97f4a7c15ull;
+  if (m.stop()) {
+    r.stop.max_new_tokens = m.stop()->max_new_tokens();
+    if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
+    r.stop.ignore_eos = m.stop()->ignore_eos();
+    r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
+  }
+  r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
+  r.prompt_logprobs = m.prompt_logprobs();
+  r.hold_after_prefill = m.hold_after_prefill();
+  if (m.first_token() >= 0) {
+    r.output = {m.first_token()};
+    r.first_logprob = m.first_logprob();
+  }
+  if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
+    if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {
+      err = "unknown structured-output constraint kind " + std::to_string(c->kind());
+    }
+    auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+    r.constraint_spec = {static_cast<ConstraintKind>(c->kind()), str(c->text()), str(c->prefix()), str(c->suffix())};
+  }
+  return r;
+}
+
 void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor pool, caf::actor radix,
                      caf::actor worker, caf::actor sink) {
   ActorKvService kv(self, pool, radix);
@@ -24,27 +55,9 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     auto t = msg::open<fb::TokenizedRequest>(in.bytes);
     if (!t) return;
     const fb::TokenizedRequest& m = *t.message;
-    Request r;
-    r.id = m.request_id();
-    if (m.input_ids()) r.prompt.assign(m.input_ids()->begin(), m.input_ids()->end());
-    r.sampling = msg::from_fb(m.sampling());
-    if (!r.sampling.has_seed) r.sampling.seed = r.id * 0x9e3779b97f4a7c15ull;
-    if (m.stop()) {
-      r.stop.max_new_tokens = m.stop()->max_new_tokens();
-      if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
-      r.stop.ignore_eos = m.stop()->ignore_eos();
-      r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
-    }
-    r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
-    r.prompt_logprobs = m.prompt_logprobs();
     std::optional<std::string> err;
-    if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
-      if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {
-        err = "unknown structured-output constraint kind " + std::to_string(c->kind());
-      }
-      auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
-      r.constraint_spec = {static_cast<ConstraintKind>(c->kind()), str(c->text()), str(c->prefix()), str(c->suffix())};
-    }
+    Request r = request_from(m, err);
+    if (!err && !r.output.empty()) err = "a new request cannot come with output tokens";
     if (!err) err = sched.submit(std::move(r));
     if (err) {
       TokenEvent e;
@@ -91,14 +104,51 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     return WireMessage{msg::pack(st)};
   };
   auto on_flush = [&](flush_atom) -> int64_t { return kv.flush_cache(); };
+  // Disaggregation (Scheduler::reserve and friends).
+  auto on_reserve = [&](kv_reserve_atom, const WireMessage& in) -> WireMessage {
+    fb::KvReserveReplyT reply;
+    auto t = msg::open<fb::TokenizedRequest>(in.bytes);
+    if (!t) {
+      reply.error = "rejected reservation: " + t.error;
+      return WireMessage{msg::pack(reply)};
+    }
+    std::optional<std::string> err;
+    Request r = request_from(*t.message, err);
+    reply.request_id = r.id;
+    if (err) {
+      reply.error = *err;
+      return WireMessage{msg::pack(reply)};
+    }
+    Scheduler::Reserved res = sched.reserve(std::move(r));
+    reply.rows = std::move(res.rows);
+    reply.error = std::move(res.error);
+    reply.no_room = res.no_room;
+    return WireMessage{msg::pack(reply)};
+  };
+  auto handoff_id = [](const WireMessage& in) -> std::optional<uint64_t> {
+    auto h = msg::open<fb::KvHandoff>(in.bytes);
+    if (!h) return std::nullopt;
+    return h.message->request_id();
+  };
+  auto on_activate = [&](kv_activate_atom, const WireMessage& in) -> bool {
+    auto id = handoff_id(in);
+    return id && sched.activate(*id);
+  };
+  auto on_cancel = [&](kv_cancel_atom, const WireMessage& in) {
+    if (auto id = handoff_id(in)) sched.cancel_reserved(*id);
+  };
+  auto on_release = [&](kv_release_atom, const WireMessage& in) {
+    if (auto id = handoff_id(in)) sched.release(*id);
+  };
   auto on_shutdown = [&](shutdown_atom) { running = false; };
   while (running) {
     if (sched.idle() && rejected.empty()) {
-      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown);
+      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate, on_cancel,
+                    on_release);
     }
     for (bool more = true; more && running;) {
-      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown,
-                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+      self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate,
+                    on_cancel, on_release, caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
     }
     if (!running) break;
     std::vector<TokenEvent> events = std::move(rejected);

@@ -69,6 +69,8 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
     item->finish_reason = to_fb(e.finish);
     item->error = e.error;
     item->error_kind = to_fb(e.error_kind);
+    item->held = e.held;
+    item->held_rows = e.held_rows;
     item->usage = std::make_unique<fb::UsageT>();
     item->usage->prompt_tokens = e.prompt_tokens;
     item->usage->completion_tokens = e.completion_tokens;

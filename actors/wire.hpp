@@ -53,5 +53,16 @@ using head_gone_atom = caf::atom_constant<caf::atom("headgone")>;
 // A head's router or worker link, from a functor attached to a joined node's
 // gateway proxy in its own process: that node's connection is gone.
 using node_gone_atom = caf::atom_constant<caf::atom("nodegone")>;
+// Prefill/decode disaggregation (messages/kv_transfer.fbs): a worker copies
+// KV rows out or in (KvRowsRequest); a scheduler reserves rows for a
+// transferred request (TokenizedRequest with first_token), starts it once
+// its KV is written, gives a reservation back, or releases a held request
+// (KvHandoff).
+using kv_read_atom = caf::atom_constant<caf::atom("kvread")>;
+using kv_write_atom = caf::atom_constant<caf::atom("kvwrite")>;
+using kv_reserve_atom = caf::atom_constant<caf::atom("kvreserve")>;
+using kv_activate_atom = caf::atom_constant<caf::atom("kvactivate")>;
+using kv_cancel_atom = caf::atom_constant<caf::atom("kvcancel")>;
+using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
 
 }  // namespace actorlm

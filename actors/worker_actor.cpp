@@ -5,6 +5,7 @@
 
 #include "actors/forward_codec.hpp"
 #include "actors/wire.hpp"
+#include "messages/envelope.hpp"
 
 namespace actorlm {
 namespace {
@@ -29,10 +30,36 @@ WireMessage run_batch(ModelRunner& runner, const WireMessage& in) {
   }
 }
 
+// KV rows out of (write: into) the pool, for a transfer to another engine.
+WireMessage copy_kv(ModelRunner& runner, const WireMessage& in, bool write) {
+  fb::KvRowsReplyT reply;
+  auto opened = msg::open<fb::KvRowsRequest>(in.bytes);
+  if (!opened) {
+    reply.error = "rejected KV rows request: " + opened.error;
+    return {msg::pack(reply)};
+  }
+  const fb::KvRowsRequest& q = *opened.message;
+  std::vector<int32_t> rows = q.rows() ? std::vector<int32_t>(q.rows()->begin(), q.rows()->end()) : std::vector<int32_t>{};
+  try {
+    if (write) {
+      std::span<const uint8_t> data = q.data() ? std::span<const uint8_t>(q.data()->data(), q.data()->size())
+                                               : std::span<const uint8_t>();
+      runner.write_kv(rows, q.first_layer(), q.last_layer(), data);
+    } else {
+      reply.data = runner.read_kv(rows, q.first_layer(), q.last_layer());
+    }
+  } catch (const std::exception& e) {
+    reply.error = e.what();
+  }
+  return {msg::pack(reply)};
+}
+
 caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<ModelRunner> runner) {
   self->state.runner = std::move(runner);
   return {
       [self](forward_atom, const WireMessage& in) -> WireMessage { return run_batch(*self->state.runner, in); },
+      [self](kv_read_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, false); },
+      [self](kv_write_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, true); },
   };
 }
 

@@ -37,7 +37,8 @@ constexpr const char* kind_names[] = {
     "CacheReqsReply", "AllocReqSlots",   "AllocReqSlotsReply", "AllocTokens",  "AllocTokensReply",
     "Free",           "FreeReply",       "PoolStatsRequest", "PoolStats",      "ForwardBatch",
     "BatchResult",    "StatsRequest",    "EngineStats",      "NodeHello",      "NodeChallenge",
-    "NodeJoin",       "NodeWelcome",     "KvChunk"};
+    "NodeJoin",       "NodeWelcome",     "KvChunk",          "KvRowsRequest",  "KvRowsReply",
+    "KvReserveReply", "KvHandoff"};
 static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == max_kind + 1);
 
 }  // namespace

@@ -49,8 +49,12 @@ enum class Kind : uint16_t {
   NodeJoin,
   NodeWelcome,
   KvChunk,
+  KvRowsRequest,
+  KvRowsReply,
+  KvReserveReply,
+  KvHandoff,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvChunk);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvHandoff);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -97,6 +101,10 @@ ACTORLM_MESSAGE_KIND(NodeChallenge, "NCHL");
 ACTORLM_MESSAGE_KIND(NodeJoin, "NJON");
 ACTORLM_MESSAGE_KIND(NodeWelcome, "NWEL");
 ACTORLM_MESSAGE_KIND(KvChunk, "KVCH");
+ACTORLM_MESSAGE_KIND(KvRowsRequest, "KVRQ");
+ACTORLM_MESSAGE_KIND(KvRowsReply, "KVRR");
+ACTORLM_MESSAGE_KIND(KvReserveReply, "KVSR");
+ACTORLM_MESSAGE_KIND(KvHandoff, "KVHO");
 
 #undef ACTORLM_MESSAGE_KIND
 

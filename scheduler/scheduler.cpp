@@ -539,6 +539,9 @@ std::vector<TokenEvent> Scheduler::step() {
   }
   for (uint64_t id : hold) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == id; });
+    // The rows as caching left them (shared rows replace duplicates).
+    auto e = std::find_if(events.begin(), events.end(), [&](const TokenEvent& x) { return x.id == id && x.held; });
+    e->held_rows = it->req.kv.kv;
     held_.push_back(std::move(*it));
     running_.erase(it);
   }

@@ -56,6 +56,7 @@ struct TokenEvent {
   // hold_after_prefill: the first token is sampled and the prompt's KV is
   // held for a transfer (Scheduler::held); the request goes no further here.
   bool held = false;
+  std::vector<int32_t> held_rows;  // held: its prompt's KV rows, one per token
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 

@@ -46,7 +46,8 @@ void open_every_kind(std::span<const uint8_t> bytes) {
                Insert, InsertReply, LockRef, LockRefReply, Evict, EvictReply, CacheReqs, CacheReqsReply,
                AllocReqSlots, AllocReqSlotsReply, AllocTokens, AllocTokensReply, Free, FreeReply,
                PoolStatsRequest, PoolStats, ForwardBatch, BatchResult, StatsRequest, EngineStats, NodeHello,
-               NodeChallenge, NodeJoin, NodeWelcome, KvChunk>(bytes);
+               NodeChallenge, NodeJoin, NodeWelcome, KvChunk,
+               KvRowsRequest, KvRowsReply, KvReserveReply, KvHandoff>(bytes);
 }
 
 }  // namespace

@@ -366,6 +366,7 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
       const RequestKv* kv = a.scheduler.held(e.id);
       REQUIRE(kv);
       REQUIRE(kv->kv.size() == prompts[e.id].size());
+      CHECK(e.held_rows == kv->kv);
       Request r = make(e.id, prompts[e.id], 8);
       r.output = {e.token};
       r.first_logprob = e.logprob;
