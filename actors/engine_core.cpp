@@ -25,6 +25,7 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& 
   SchedulerConfig sc = config.scheduler;
   if (sc.max_context <= 0 || sc.max_context > model.max_context) sc.max_context = model.max_context;
   if (!sc.eos_id) sc.eos_id = tok.eos_id();
+  sc.vocab_size = model.vocab_size;
   return sc;
 }
 

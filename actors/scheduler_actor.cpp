@@ -30,10 +30,6 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
   r.prompt_logprobs = m.prompt_logprobs();
   r.hold_after_prefill = m.hold_after_prefill();
-  if (m.first_token() >= 0) {
-    r.output = {m.first_token()};
-    r.first_logprob = m.first_logprob();
-  }
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
     if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {
       err = "unknown structured-output constraint kind " + std::to_string(c->kind());
@@ -57,7 +53,6 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     const fb::TokenizedRequest& m = *t.message;
     std::optional<std::string> err;
     Request r = request_from(m, err);
-    if (!err && !r.output.empty()) err = "a new request cannot come with output tokens";
     if (!err) err = sched.submit(std::move(r));
     if (err) {
       TokenEvent e;
@@ -131,8 +126,8 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     return h.message->request_id();
   };
   auto on_activate = [&](kv_activate_atom, const WireMessage& in) -> bool {
-    auto id = handoff_id(in);
-    return id && sched.activate(*id);
+    auto h = msg::open<fb::KvHandoff>(in.bytes);
+    return h && sched.activate(h.message->request_id(), h.message->first_token(), h.message->first_logprob());
   };
   auto on_cancel = [&](kv_cancel_atom, const WireMessage& in) {
     if (auto id = handoff_id(in)) sched.cancel_reserved(*id);

@@ -55,8 +55,8 @@ using head_gone_atom = caf::atom_constant<caf::atom("headgone")>;
 using node_gone_atom = caf::atom_constant<caf::atom("nodegone")>;
 // Prefill/decode disaggregation (messages/kv_transfer.fbs): a worker copies
 // KV rows out or in (KvRowsRequest); a scheduler reserves rows for a
-// transferred request (TokenizedRequest with first_token), starts it once
-// its KV is written, gives a reservation back, or releases a held request
+// transferred request (TokenizedRequest), starts it from its first token
+// once its KV is written, gives a reservation back, or releases a held request
 // (KvHandoff).
 using kv_read_atom = caf::atom_constant<caf::atom("kvread")>;
 using kv_write_atom = caf::atom_constant<caf::atom("kvwrite")>;

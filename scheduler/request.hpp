@@ -42,9 +42,6 @@ struct Request {
   // Prefill/decode disaggregation, prefill side: stop after the first token
   // and hold the prompt's KV (slot, rows, locks) until Scheduler::release.
   bool hold_after_prefill = false;
-  // Decode side (Scheduler::reserve): the first token's logprob, sampled by
-  // the prefill engine (the token itself is output[0]).
-  float first_logprob = 0.0f;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;

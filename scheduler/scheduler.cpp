@@ -87,8 +87,8 @@ void Scheduler::release(uint64_t id) {
 
 Scheduler::Reserved Scheduler::reserve(Request r) {
   Reserved out;
-  if (r.output.size() != 1) {
-    out.error = "a transferred request needs exactly its first token";
+  if (!r.output.empty()) {
+    out.error = "a transferred request gets its first token at activation";
     return out;
   }
   if (auto why = refusal(r)) {
@@ -122,12 +122,15 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
   return out;
 }
 
-bool Scheduler::activate(uint64_t id) {
+bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob) {
   auto it = std::find_if(reserved_.begin(), reserved_.end(), [&](const Running& r) { return r.req.id == id; });
-  if (it == reserved_.end()) return false;
+  if (it == reserved_.end() || first_token < 0 || (config_.vocab_size > 0 && first_token >= config_.vocab_size)) {
+    return false;
+  }
   Running r = std::move(*it);
   reserved_.erase(it);
   Request& q = r.req;
+  q.output = {first_token};
   r.prefilled = q.prompt.size();
   r.decoding = true;
   r.table_synced = 0;
@@ -135,7 +138,7 @@ bool Scheduler::activate(uint64_t id) {
   ++stats_.generated_tokens;
   TokenEvent e = event_for(q);
   e.token = q.output.front();
-  e.logprob = q.first_logprob;
+  e.logprob = first_logprob;
   const int32_t t = e.token;
   const bool eos = config_.eos_id && t == *config_.eos_id && !q.stop.ignore_eos;
   const bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), t) != q.stop.stop_token_ids.end();

@@ -36,6 +36,7 @@ struct SchedulerConfig {
   int32_t chunked_prefill_size = 512;  // most tokens of one request per step; 0 = never chunk
   int32_t max_context = 2048;          // prompt + output
   std::optional<int32_t> eos_id;
+  int32_t vocab_size = 0;  // > 0: transferred first tokens are checked against it
   // Compiles structured-output constraints over the model's vocabulary;
   // null: requests with a constraint are refused.
   std::shared_ptr<ConstraintCompiler> constraints;
@@ -90,8 +91,9 @@ class Scheduler {
   // prompt KV comes from elsewhere (output holds the first token) and
   // returns the rows to write, one per prompt token, or why it cannot (no
   // room now, or a request that can never run); activate() starts its decode
-  // once every row is written (its first token's event comes with the next
-  // step), cancel_reserved() gives everything back. abort() ends held and
+  // once every row is written, from the first token the prefill side sampled
+  // (whose event comes with the next step); false for an id not reserved or
+  // a token outside the vocabulary. cancel_reserved() gives everything back. abort() ends held and
   // reserved requests too.
   const RequestKv* held(uint64_t id) const;
   void release(uint64_t id);
@@ -101,7 +103,7 @@ class Scheduler {
     bool no_room = false;  // refused only for want of KV now: may be retried
   };
   Reserved reserve(Request request);
-  bool activate(uint64_t id);
+  bool activate(uint64_t id, int32_t first_token, float first_logprob);
   void cancel_reserved(uint64_t id);
   size_t held_count() const { return held_.size(); }
   size_t reserved_count() const { return reserved_.size(); }

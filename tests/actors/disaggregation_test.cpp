@@ -32,7 +32,7 @@ EngineConfig core_config() {
   return c;
 }
 
-WireMessage tokenized(uint64_t id, const Ids& prompt, int max_new, bool hold, int32_t first_token = -1) {
+WireMessage tokenized(uint64_t id, const Ids& prompt, int max_new, bool hold) {
   fb::TokenizedRequestT t;
   t.request_id = id;
   t.input_ids = prompt;
@@ -41,13 +41,13 @@ WireMessage tokenized(uint64_t id, const Ids& prompt, int max_new, bool hold, in
   t.stop = std::make_unique<fb::StopConditionsT>();
   t.stop->max_new_tokens = max_new;
   t.hold_after_prefill = hold;
-  t.first_token = first_token;
   return {msg::pack(t)};
 }
 
-WireMessage handoff(uint64_t id) {
+WireMessage handoff(uint64_t id, int32_t first_token = -1) {
   fb::KvHandoffT h;
   h.request_id = id;
+  h.first_token = first_token;
   return {msg::pack(h)};
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("A request prefilled and held on one core, its KV rows moved by messag
 
   // Reserve on B; copy the rows; release A; activate B.
   auto reserved = ask<fb::KvReserveReplyT>(self, b.scheduler, kv_reserve_atom::value,
-                                           tokenized(2, prompt, 12, false, held[0].token_ids[0]));
+                                           tokenized(2, prompt, 12, false));
   REQUIRE(reserved.error.empty());
   REQUIRE(reserved.rows.size() == prompt.size());
   const int32_t layers = a.model.n_layers;
@@ -128,7 +128,7 @@ TEST_CASE("A request prefilled and held on one core, its KV rows moved by messag
   REQUIRE(written.error.empty());
   self->send(a.scheduler, kv_release_atom::value, handoff(2));
   bool activated = false;
-  self->request(b.scheduler, kWait, kv_activate_atom::value, handoff(2))
+  self->request(b.scheduler, kWait, kv_activate_atom::value, handoff(2, held[0].token_ids[0]))
       .receive([&](bool ok) { activated = ok; }, [&](const caf::error& e) { FAIL(system.render(e)); });
   REQUIRE(activated);
 
@@ -137,14 +137,21 @@ TEST_CASE("A request prefilled and held on one core, its KV rows moved by messag
   CHECK(got == want);
 
   SECTION("bad requests are answered, not obeyed") {
-    // Rows outside B's pool, a reservation for a request with no first token.
+    // Rows outside B's pool; a request id already in use; activating an
+    // unknown request, or with a first token outside the vocabulary.
     write.rows.back() = 1 << 30;
     CHECK_FALSE(ask<fb::KvRowsReplyT>(self, b.worker, kv_write_atom::value, {msg::pack(write)}).error.empty());
+    auto again = ask<fb::KvReserveReplyT>(self, b.scheduler, kv_reserve_atom::value, tokenized(3, prompt, 4, false));
+    REQUIRE(again.error.empty());
     CHECK_FALSE(ask<fb::KvReserveReplyT>(self, b.scheduler, kv_reserve_atom::value, tokenized(3, prompt, 4, false))
                     .error.empty());
-    bool ok = true;
-    self->request(b.scheduler, kWait, kv_activate_atom::value, handoff(99)).receive([&](bool r) { ok = r; }, [](const caf::error&) {});
-    CHECK_FALSE(ok);
+    for (auto [id, token] : {std::pair{99, 5}, std::pair{3, 1 << 30}}) {
+      bool ok = true;
+      self->request(b.scheduler, kWait, kv_activate_atom::value, handoff(static_cast<uint64_t>(id), token))
+          .receive([&](bool r) { ok = r; }, [](const caf::error&) {});
+      CHECK_FALSE(ok);
+    }
+    self->send(b.scheduler, kv_cancel_atom::value, handoff(3));
   }
 
   // Both cores whole: nothing held, reserved or leaked.

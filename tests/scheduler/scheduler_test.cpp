@@ -367,16 +367,13 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
       REQUIRE(kv);
       REQUIRE(kv->kv.size() == prompts[e.id].size());
       CHECK(e.held_rows == kv->kv);
-      Request r = make(e.id, prompts[e.id], 8);
-      r.output = {e.token};
-      r.first_logprob = e.logprob;
-      Scheduler::Reserved rows = b.scheduler.reserve(std::move(r));
+      Scheduler::Reserved rows = b.scheduler.reserve(make(e.id, prompts[e.id], 8));
       REQUIRE(rows.error.empty());
       REQUIRE(rows.rows.size() == kv->kv.size());
       const int32_t layers = a.runner.model_config().n_layers;
       b.runner.write_kv(rows.rows, 0, layers, a.runner.read_kv(kv->kv, 0, layers));
       a.scheduler.release(e.id);
-      REQUIRE(b.scheduler.activate(e.id));
+      REQUIRE(b.scheduler.activate(e.id, e.token, e.logprob));
       ++moved;
     }
     REQUIRE(a.kv.check_running(a.scheduler.running_kv()) == "");
@@ -413,7 +410,6 @@ TEST_CASE("Held and reserved requests free everything when aborted, refused or c
   }
   SECTION("a reservation cancelled or aborted on the decode side") {
     Request r = make(2, prompt, 8);
-    r.output = {1000};
     REQUIRE(b.scheduler.reserve(r).error.empty());
     CHECK(b.scheduler.reserve(r).error.find("in use") != std::string::npos);
     b.scheduler.cancel_reserved(2);
@@ -423,7 +419,7 @@ TEST_CASE("Held and reserved requests free everything when aborted, refused or c
     auto ev = b.scheduler.step();
     REQUIRE(ev.size() == 1);
     CHECK(ev[0].finish == FinishReason::abort);
-    CHECK_FALSE(b.scheduler.activate(2));
+    CHECK_FALSE(b.scheduler.activate(2, 1000, 0.0f));
     require_no_leak(b);
   }
   SECTION("no room on the decode side is said early and takes nothing") {
@@ -431,19 +427,19 @@ TEST_CASE("Held and reserved requests free everything when aborted, refused or c
     while (longer.size() < 300) longer.insert(longer.end(), prompt.begin(), prompt.end());
     longer.resize(300);  // more than the 256-row pool
     Request r = make(3, longer, 8);
-    r.output = {1000};
     auto res = b.scheduler.reserve(r);
     CHECK(res.no_room);
     CHECK(res.rows.empty());
     require_no_leak(b);
     Request bad = make(4, prompt, 8);
+    bad.output = {1000};
     CHECK(b.scheduler.reserve(bad).error.find("first token") != std::string::npos);
   }
   SECTION("a first token that already ends the request finishes at activation") {
     Request r = make(5, prompt, 1);
-    r.output = {1000};
     REQUIRE(b.scheduler.reserve(r).error.empty());
-    REQUIRE(b.scheduler.activate(5));
+    CHECK_FALSE(b.scheduler.activate(5, -1, 0.0f));  // not a token: stays reserved
+    REQUIRE(b.scheduler.activate(5, 1000, 0.0f));
     auto ev = b.scheduler.step();
     REQUIRE(ev.size() == 1);
     CHECK(ev[0].token == 1000);
