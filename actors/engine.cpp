@@ -44,6 +44,7 @@ EngineParts local_parts(caf::actor_system& system, const EngineConfig& config) {
   p.device = core.device;
   p.kv_tokens = core.kv_tokens;
   p.max_context = core.max_context;
+  p.constraints = core.constraints;
   p.stop = [core] { stop_engine_core(core); };
   return p;
 }
@@ -65,8 +66,8 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.counts_nodes = parts.counts_nodes;
   m.stop = std::move(parts.stop);
   caf::anon_send(m.detokenizer, m.scheduler);
-  m.tokenizer =
-      spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content, config.chat_template);
+  m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content,
+                                config.chat_template, std::move(parts.constraints));
   if (m.kv_tokens == 0) m.kv_tokens = stats().kv.capacity;
   m.tool_format = tool_format_for(*m.tok, config.chat_template);
 }

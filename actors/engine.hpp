@@ -143,6 +143,9 @@ struct EngineParts {
   int64_t kv_tokens = 0;   // 0: read from the scheduler's stats
   int32_t max_context = 0;
   bool counts_nodes = false;
+  // The scheduler's structured-output compiler when it runs in this process
+  // (grammars are then compiled before requests reach it); may be null.
+  std::shared_ptr<ConstraintCompiler> constraints;
   std::function<void()> stop;  // stops what the parts own; called once, by ~Engine
 };
 

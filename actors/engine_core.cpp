@@ -54,6 +54,7 @@ EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, Sc
   sc.max_context = kv.max_context_len;
   core.max_context = kv.max_context_len;
   core.kv_tokens = kv.capacity_tokens;
+  core.constraints = sc.constraints;
   core.pool = spawn_pool_manager(system, kv);
   core.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache);
   core.worker = std::move(worker);

@@ -24,6 +24,7 @@ struct EngineCore {
   bool owns_worker = true;
   std::string device;      // what the worker runs on
   int64_t kv_tokens = 0;   // KV pool capacity
+  std::shared_ptr<ConstraintCompiler> constraints;  // the scheduler's
   int32_t max_context = 0;
 };
 

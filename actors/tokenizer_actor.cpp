@@ -51,14 +51,16 @@ struct TokenizerState {
   caf::actor scheduler, detokenizer;
   bool special_tokens_in_content = false;
   ToolFormat tool_format = ToolFormat::generic;
+  std::shared_ptr<ConstraintCompiler> constraints;
   static inline const char* name = "actorlm.tokenizer";
 };
 
 caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::shared_ptr<const Tokenizer> tok,
                               caf::actor scheduler, caf::actor detokenizer, bool special_tokens_in_content,
-                              const std::string& chat_template) {
+                              const std::string& chat_template, std::shared_ptr<ConstraintCompiler> constraints) {
   auto& s = self->state;
   s.tok = std::move(tok);
+  s.constraints = std::move(constraints);
   try {
     s.chat = std::make_shared<const ChatTemplate>(ChatTemplate::for_model(*s.tok, nullptr, chat_template));
   } catch (const jinja::Error& e) {
@@ -156,6 +158,17 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     if (g.constraint()) {
       t.constraint = std::make_unique<fb::ConstraintT>();
       g.constraint()->UnPackTo(t.constraint.get());
+      const fb::ConstraintT& c = *t.constraint;
+      if (s.constraints && c.kind > 0 && c.kind <= static_cast<uint8_t>(ConstraintKind::ebnf)) {
+        try {
+          s.constraints->prepare({static_cast<ConstraintKind>(c.kind), c.text, c.prefix, c.suffix});
+        } catch (const ConstraintError& e) {
+          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request,
+                                                     std::string("the structured-output constraint does not compile: ") +
+                                                         e.what())});
+          return;
+        }
+      }
     }
     WireMessage tokenized{msg::pack(t)};
     self->send(s.detokenizer, register_atom::value, tokenized, client);
@@ -166,9 +179,10 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
 }  // namespace
 
 caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
-                           caf::actor detokenizer, bool special_tokens_in_content, std::string chat_template) {
+                           caf::actor detokenizer, bool special_tokens_in_content, std::string chat_template,
+                           std::shared_ptr<ConstraintCompiler> constraints) {
   return system.spawn(tokenizer_actor, std::move(tok), std::move(scheduler), std::move(detokenizer),
-                      special_tokens_in_content, std::move(chat_template));
+                      special_tokens_in_content, std::move(chat_template), std::move(constraints));
 }
 
 }  // namespace actorlm

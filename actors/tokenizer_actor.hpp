@@ -21,14 +21,18 @@
 #include <memory>
 #include <string>
 
+#include "grammar/constraint.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actorlm {
 
 // chat_template: Jinja source used instead of the model's own (empty: the
 // model's). One that cannot be used makes every chat request fail with why.
+// constraints: the scheduler's structured-output compiler, if it is in this
+// process: a request's grammar is compiled (and cached) here, off the
+// scheduler's thread, and one that does not compile is refused here.
 caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tok, caf::actor scheduler,
                            caf::actor detokenizer, bool special_tokens_in_content = false,
-                           std::string chat_template = {});
+                           std::string chat_template = {}, std::shared_ptr<ConstraintCompiler> constraints = {});
 
 }  // namespace actorlm

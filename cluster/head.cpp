@@ -123,6 +123,7 @@ EngineParts start_remote_worker(caf::actor_system& system, const EngineConfig& c
   parts.scheduler = core.scheduler;
   parts.device = "remote worker " + cluster.remote_worker.str() + " (" + w.device + ")";
   parts.kv_tokens = kv.capacity_tokens;
+  parts.constraints = core.constraints;
   parts.stop = [core, link, stop_token] {
     stop_engine_core(core);
     caf::anon_send(link, shutdown_atom::value, stop_token);

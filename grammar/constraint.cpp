@@ -117,6 +117,16 @@ std::unique_ptr<ConstraintState> ConstraintCompiler::start(const ConstraintSpec&
   }
 }
 
+void ConstraintCompiler::prepare(const ConstraintSpec& spec) {
+  try {
+    impl_->compile(spec);
+  } catch (const ConstraintError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConstraintError(short_message(e.what()));
+  }
+}
+
 ConstraintState::ConstraintState(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ConstraintState::~ConstraintState() = default;
 

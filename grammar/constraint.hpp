@@ -63,6 +63,11 @@ class ConstraintCompiler {
   // A fresh state at the start of `spec` (compiled once per distinct spec).
   // Throws ConstraintError for a spec that does not compile.
   std::unique_ptr<ConstraintState> start(const ConstraintSpec& spec);
+  // Compiles `spec` into the cache without starting a state, so that a
+  // later start() is quick: the engine compiles before a request reaches
+  // the scheduler, whose thread must not stall running requests for a new
+  // schema. Throws ConstraintError as start() does.
+  void prepare(const ConstraintSpec& spec);
   int32_t vocab_size() const;
 
  private:
