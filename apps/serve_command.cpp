@@ -21,7 +21,7 @@ namespace actorlm {
 namespace {
 
 constexpr const char* usage =
-    "usage: actorlm serve [--model PATH] [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
+    "usage: actorlm serve [--model PATH] [--host 127.0.0.1] [--port 30000] [--api-key KEY | --api-key-file FILE]\n"
     "                     [--threads N] [--kv-tokens N] [--page-size N] [--max-running-requests "
     "N]\n"
     "                     [--max-prefill-tokens N] [--chunked-prefill-size N] [--schedule-policy "
@@ -73,7 +73,7 @@ int serve_command(int argc, char** argv, int first) {
   cli::Args args(
       argc, argv, first,
       with_flags(
-          with_flags(engine_flags, {"--host", "--port", "--api-key", "--max-concurrent-requests",
+          with_flags(engine_flags, {"--host", "--port", "--api-key", "--api-key-file", "--max-concurrent-requests",
                                     "--max-body-bytes", "--max-connections", "--max-header-bytes",
                                     "--header-timeout", "--body-timeout", "--keep-alive-timeout",
                                     "--write-timeout", "--shutdown-timeout", "--allowed-host",
@@ -94,6 +94,15 @@ int serve_command(int argc, char** argv, int first) {
   sc.host = args.str("--host").value_or("127.0.0.1");
   sc.port = static_cast<int>(args.integer("--port", 30000, 0, 65535));
   sc.api_key = args.str("--api-key").value_or("");
+  // A key in a file stays off the command line (ps, shell history, unit files).
+  if (auto path = args.str("--api-key-file")) {
+    if (args.has("--api-key")) throw cli::UsageError("give --api-key or --api-key-file, not both");
+    try {
+      sc.api_key = read_secret_file(*path);
+    } catch (const std::exception& e) {
+      throw cli::UsageError(std::string("--api-key-file: ") + e.what());
+    }
+  }
   sc.allowed_hosts = args.all("--allowed-host");
   sc.model_id = std::filesystem::path(ec.model_path).filename().string();
   sc.max_concurrent_requests =
@@ -110,7 +119,7 @@ int serve_command(int argc, char** argv, int first) {
   sc.shutdown_timeout = seconds_flag(args, "--shutdown-timeout", 10);
   if (!sc.api_key.empty() &&
       sc.api_key.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
-    throw cli::UsageError("--api-key must not contain control characters");
+    throw cli::UsageError("the API key must not contain control characters");
   }
   raise_fd_limit();
 
