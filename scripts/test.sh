@@ -26,4 +26,7 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   ACTORLM_BUILD_DIR="$cpu_build" ACTORLM_CMAKE_ARGS="-DACTORLM_CUDA=OFF -DACTORLM_BUILD_BENCH=OFF" \
     bash "$root/scripts/build.sh"
   (cd "$cpu_build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 -L catch2 "$@")
+  # The Debian package comes from this configuration (docs/DEPLOY.md): build
+  # it and check its dependencies, files, binary and service unit.
+  bash "$root/scripts/check_package.sh" "$cpu_build"
 fi
