@@ -9,9 +9,10 @@ set -euo pipefail
 build="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$build"
-rm -f actorlm_*.deb
+rm -f actorlm_*.deb actorlm-dev_*.deb
 cpack -G DEB >/dev/null
 deb=$(ls actorlm_*.deb)
+dev=$(ls actorlm-dev_*.deb)
 fail() { echo "check_package: $*" >&2; exit 1; }
 depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libcaf-core libcaf-io libcaf-openssl libopenblas libssl libc6 libstdc++6; do
@@ -24,6 +25,13 @@ for f in ./usr/bin/actorlm ./usr/lib/systemd/system/actorlm-serve.service ./usr/
   grep -q " $f\$" <<<"$files" || fail "the package lacks $f"
 done
 dpkg-deb -I "$deb" postinst >/dev/null || fail "no postinst"
+# The -dev package: what find_package(actorlm) and pkg-config need.
+dev_files=$(dpkg-deb -c "$dev")
+for f in ./usr/lib/cmake/actorlm/actorlmConfig.cmake ./usr/lib/pkgconfig/actorlm.pc ./usr/lib/actorlm/libactorlm_actors.a \
+         ./usr/include/actorlm/actors/engine.hpp ./usr/include/actorlm/messages/request_generated.h; do
+  grep -q " $f\$" <<<"$dev_files" || fail "the -dev package lacks $f"
+done
+[[ "$(dpkg-deb -f "$dev" Depends)" == *libcaf-dev* ]] || fail "the -dev package does not depend on libcaf-dev"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 dpkg-deb -x "$deb" "$scratch"
@@ -38,4 +46,4 @@ if command -v systemd-analyze >/dev/null; then
   systemd-analyze verify --man=no "$scratch/units/actorlm-serve.service" ||
     fail "systemd-analyze verify refused the unit"
 fi
-echo "check_package: $deb ($(du -h "$deb" | cut -f1)): Depends: $depends; '$version' from the unpacked tree; unit verified"
+echo "check_package: $deb ($(du -h "$deb" | cut -f1)), $dev ($(du -h "$dev" | cut -f1)): Depends: $depends; '$version' from the unpacked tree; unit verified"

@@ -9,6 +9,9 @@ bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh"
 build="${ACTORLM_BUILD_DIR:-$root/build}"
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 "$@")
+# The embedding examples built out of tree against this build's install
+# (find_package and pkg-config) and run: the install rules cannot rot.
+bash "$root/scripts/check_embedding.sh" "$build"
 
 # The CPU-only configuration (-DACTORLM_CUDA=OFF), which is what a machine
 # without nvcc gets: the build above takes the CUDA branch of every
