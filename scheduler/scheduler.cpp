@@ -71,6 +71,18 @@ std::vector<const RequestKv*> Scheduler::running_kv() const {
   return kvs;
 }
 
+FinishReason Scheduler::stop_reason(const Request& q, bool constraint_done) const {
+  const int32_t t = q.output.back();
+  const bool eos = config_.eos_id && t == *config_.eos_id && !q.stop.ignore_eos;
+  const bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), t) != q.stop.stop_token_ids.end();
+  if (eos || stop_id || constraint_done) return FinishReason::stop;
+  if (static_cast<int32_t>(q.output.size()) >= q.stop.max_new_tokens ||
+      static_cast<int64_t>(q.prompt.size() + q.output.size()) >= config_.max_context) {
+    return FinishReason::length;
+  }
+  return FinishReason::none;
+}
+
 const RequestKv* Scheduler::held(uint64_t id) const {
   auto h = std::find_if(held_.begin(), held_.end(), [&](const Running& r) { return r.req.id == id; });
   return h == held_.end() ? nullptr : &h->req.kv;
@@ -139,14 +151,7 @@ bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob) 
   TokenEvent e = event_for(q);
   e.token = q.output.front();
   e.logprob = first_logprob;
-  const int32_t t = e.token;
-  const bool eos = config_.eos_id && t == *config_.eos_id && !q.stop.ignore_eos;
-  const bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), t) != q.stop.stop_token_ids.end();
-  if (eos || stop_id) {
-    e.finish = FinishReason::stop;
-  } else if (q.stop.max_new_tokens <= 1 || static_cast<int64_t>(q.prompt.size()) + 1 >= config_.max_context) {
-    e.finish = FinishReason::length;
-  }
+  e.finish = stop_reason(q, false);
   RequestKv* kv[] = {&q.kv};
   if (e.finish != FinishReason::none) {
     kv_.finish(kv);
@@ -496,8 +501,6 @@ std::vector<TokenEvent> Scheduler::step() {
                                std::make_move_iterator(q.prompt_scores.end()));
       q.prompt_scores.clear();
     }
-    bool eos = config_.eos_id && s.token == *config_.eos_id && !q.stop.ignore_eos;
-    bool stop_id = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), s.token) != q.stop.stop_token_ids.end();
     // The sampler kept to the mask, so the constraint accepts the token; a
     // complete output ends the request whatever ignore_eos says.
     const bool broke_constraint = q.constraint && !q.constraint->accept(s.token);
@@ -511,11 +514,8 @@ std::vector<TokenEvent> Scheduler::step() {
       e.finish = FinishReason::error;
       e.error = "the sampled token does not fit the structured-output constraint";
       e.error_kind = ErrorKind::internal;
-    } else if (eos || stop_id || constraint_done) {
-      e.finish = FinishReason::stop;
-    } else if (static_cast<int32_t>(q.output.size()) >= q.stop.max_new_tokens ||
-               static_cast<int64_t>(q.prompt.size() + q.output.size()) >= config_.max_context) {
-      e.finish = FinishReason::length;
+    } else {
+      e.finish = stop_reason(q, constraint_done);
     }
     if (e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill) {
       e.held = true;

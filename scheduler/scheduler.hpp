@@ -141,6 +141,9 @@ class Scheduler {
   void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {},
               ErrorKind kind = ErrorKind::none);
   TokenEvent event_for(const Request& r) const;
+  // How a request ends after its latest output token (none: it goes on). A
+  // complete structured output ends it whatever ignore_eos says.
+  FinishReason stop_reason(const Request& q, bool constraint_done) const;
 
   SchedulerConfig config_;
   KvService& kv_;
