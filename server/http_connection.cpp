@@ -1,5 +1,7 @@
 #include "server/http_connection.hpp"
 
+#include <cstring>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
@@ -72,7 +74,7 @@ void Connection::read_more() {
   if (buffer_.size() >= cap) return;  // resumes when the buffer is consumed
   reading_ = true;
   socket_.async_read_some(
-      buffer_.prepare(std::min<size_t>(16 << 10, cap - buffer_.size())),
+      asio::buffer(scratch_.data(), std::min<size_t>(scratch_.size(), cap - buffer_.size())),
       [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
@@ -84,11 +86,13 @@ void Connection::on_read(beast::error_code ec, size_t n) {
     if (phase_ == Phase::handling && !lingering_) return client_gone();
     return close_now();
   }
-  buffer_.commit(n);
   if (lingering_) {
-    buffer_.consume(buffer_.size());
+    buffer_.consume(buffer_.size());  // bytes after a refusal are dropped unread
     return read_more();
   }
+  const auto into = buffer_.prepare(n);
+  std::memcpy(into.data(), scratch_.data(), n);
+  buffer_.commit(n);
   process_input();
 }
 

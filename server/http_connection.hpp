@@ -19,6 +19,7 @@
 // Thread safety: respond/stream_* may be called from any thread (they post
 // to the strand); everything else runs on the strand.
 
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -124,6 +125,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ConnectionLimits limits_;
   RequestHandler& handler_;
   boost::beast::flat_buffer buffer_;
+  // Where a pending read lands; on_read appends it to buffer_. Reading into
+  // buffer_.prepare() directly would race: parsing consumes buffer_ while a
+  // read is pending (a pipelined request, or one sent the moment a response
+  // arrived), and a flat_buffer emptied by consume() moves its write area,
+  // so the pending read's bytes would land outside what commit() then takes.
+  std::array<char, 16 << 10> scratch_{};
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   boost::asio::steady_timer read_deadline_, write_deadline_;
   bool reading_ = false, screened_ = false, keep_alive_ = true, draining_ = false,
