@@ -193,6 +193,9 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
 // request (its last) unless the batch wants every row.
 void ModelRunner::score_prompts(const ForwardBatch& b, ForwardOutput& out) const {
   const auto V = static_cast<size_t>(out.vocab);
+  // A device executor also holds its own copy of every row; it can no
+  // longer sample from it (its rows are not one per request).
+  const bool device_copy = out.device_rows > 0;
   out.prompt.resize(b.reqs.size());
   std::vector<float> kept;
   size_t row = 0, t = 0;
@@ -213,11 +216,9 @@ void ModelRunner::score_prompts(const ForwardBatch& b, ForwardOutput& out) const
   }
   if (!b.all_logits) {
     out.logits = std::move(kept);
-    out.device_rows = b.reqs.size();
+    if (device_copy) out.device_rows = b.reqs.size();
   }
-  // A device executor's own logits hold every scored row: sample the kept
-  // rows here instead.
-  out.sample_on_host = true;
+  out.sample_on_host = device_copy;
 }
 
 }  // namespace actorlm
