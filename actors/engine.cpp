@@ -264,7 +264,8 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
             for (const auto& n : st->nodes) {
               out.nodes.push_back({n->address, n->alive, n->routed_total, n->in_flight, n->running, n->waiting,
                                    n->cache_hit_rate, n->prompt_tokens_total, n->cached_tokens_total,
-                                   n->pool_capacity_tokens, n->pool_free_tokens, n->protected_tokens, n->error});
+                                   n->pool_capacity_tokens, n->pool_free_tokens, n->protected_tokens, n->error,
+                                   n->disaggregation_mode, n->evictable_tokens, n->invariant_error});
             }
           },
           [&](const caf::error& e) { out.invariant_error = "stats unavailable: " + impl_->system.render(e); });

@@ -119,6 +119,9 @@ struct NodeStatsSnapshot {
   int64_t prompt_tokens = 0, cached_tokens = 0;
   int64_t pool_capacity = 0, pool_free = 0, protected_tokens = 0;
   std::string error;          // why it is down
+  std::string disaggregation_mode;  // "", "prefill" or "decode"
+  int64_t evictable_tokens = 0;
+  std::string invariant_error;      // its pool's self-check; empty when it holds
 };
 
 struct EngineStatsSnapshot {

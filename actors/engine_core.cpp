@@ -44,6 +44,8 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
       ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(core.kv.capacity_tokens, core.kv.page_size).pool_rows(),
                         .max_requests = core.kv.max_requests,
                         .max_context = max_context});
+  core.kv_dtype = runner->kv_dtype();
+  core.kv_token_bytes = runner->kv_token_bytes();
   core.worker = spawn_worker(system, runner);
   return core;
 }
@@ -70,6 +72,8 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
   EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink));
   core.model = w.model;
   core.device = w.device;
+  core.kv_dtype = w.kv_dtype;
+  core.kv_token_bytes = w.kv_token_bytes;
   return core;
 }
 

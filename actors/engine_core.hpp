@@ -26,6 +26,10 @@ struct EngineCore {
   int64_t kv_tokens = 0;   // KV pool capacity
   std::shared_ptr<ConstraintCompiler> constraints;  // the scheduler's
   int32_t max_context = 0;
+  // The KV pool's element type and K+V bytes of one token in one layer
+  // (what a KV transfer moves, cluster/kv_transfer.hpp).
+  std::string kv_dtype;
+  int64_t kv_token_bytes = 0;
 };
 
 // A worker alone: the weights and KV tensors, sized as `kv` says (a worker
@@ -35,6 +39,8 @@ struct WorkerCore {
   caf::actor worker;
   std::string device;
   KvStoreConfig kv;
+  std::string kv_dtype;
+  int64_t kv_token_bytes = 0;
 };
 
 // The tokenizer of a GGUF file or Hugging Face folder (tokenizer.json).

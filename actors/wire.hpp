@@ -64,5 +64,11 @@ using kv_reserve_atom = caf::atom_constant<caf::atom("kvreserve")>;
 using kv_activate_atom = caf::atom_constant<caf::atom("kvactivate")>;
 using kv_cancel_atom = caf::atom_constant<caf::atom("kvcancel")>;
 using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
+// Between nodes (cluster/kv_sender.hpp): a prefill node's gateway orders its
+// KV sender to move a held request (KvSendOrder); the sender sends a decode
+// node's gateway the chunks (KvChunk) and then the commit (KvHandoff).
+using kv_send_atom = caf::atom_constant<caf::atom("kvsend")>;
+using kv_chunk_atom = caf::atom_constant<caf::atom("kvchunk")>;
+using kv_commit_atom = caf::atom_constant<caf::atom("kvcommit")>;
 
 }  // namespace actorlm

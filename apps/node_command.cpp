@@ -4,6 +4,7 @@
 #include <csignal>
 #include <string>
 #include <cstdio>
+#include <cstdlib>
 #include <unistd.h>
 
 #include "cluster/node.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 constexpr const char* usage =
     "usage: actorlm node [--host 127.0.0.1] [--port 7100] (--secret-file FILE | --tls-cert PEM --tls-key PEM --tls-ca PEM)\n"
-    "                    [--role engine|worker] [--allow-plain-remote] [--max-message-bytes N] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
+    "                    [--role engine|worker] [--disaggregation-mode prefill|decode] [--allow-plain-remote] [--max-message-bytes N] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
@@ -26,7 +27,10 @@ constexpr const char* usage =
     "With a secret the port is a gate that authenticates each connection before CAF reads it; after\n"
     "that, a peer announcing a CAF message over --max-message-bytes (default 65 MiB) is disconnected.\n"
     "--role worker runs only the worker (weights and KV): one head drives it with its own scheduler\n"
-    "and managers (actorlm serve/chat --remote-worker HOST:PORT), one ForwardBatch per step.\n";
+    "and managers (actorlm serve/chat --remote-worker HOST:PORT), one ForwardBatch per step.\n"
+    "--disaggregation-mode prefill|decode makes an engine node half of a prefill/decode pair: a head\n"
+    "with both kinds of node runs each prompt on a prefill node, which sends its KV to a decode node\n"
+    "(directly, joined with the same secret or certificates) that generates the rest (docs/CLUSTER.md).\n";
 
 volatile std::sig_atomic_t stop_requested = 0;
 void on_signal(int) { stop_requested = 1; }
@@ -34,7 +38,7 @@ void on_signal(int) { stop_requested = 1; }
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role"}),
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode"}),
                  {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -47,6 +51,13 @@ int node_command(int argc, char** argv, int first) {
   nc.security = security_from_flags(args);
   nc.role = args.str("--role").value_or("engine");
   if (nc.role != "engine" && nc.role != "worker") throw cli::UsageError("--role must be engine or worker");
+  nc.disaggregation_mode = args.str("--disaggregation-mode").value_or("");
+  if (!nc.disaggregation_mode.empty() && nc.disaggregation_mode != "prefill" && nc.disaggregation_mode != "decode") {
+    throw cli::UsageError("--disaggregation-mode must be prefill or decode");
+  }
+  if (!nc.disaggregation_mode.empty() && nc.role != "engine") throw cli::UsageError("--disaggregation-mode needs --role engine");
+  // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).
+  if (const char* n = std::getenv("ACTORLM_TEST_CORRUPT_KV_CHUNK")) nc.corrupt_kv_chunk = std::atoll(n);
   if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);
 
   caf::actor_system_config cfg;
@@ -57,8 +68,9 @@ int node_command(int argc, char** argv, int first) {
   {
     Node node(system, nc);
     // Tests and scripts wait for this line (and read the port from it).
+    const std::string what = nc.disaggregation_mode.empty() ? nc.role : nc.disaggregation_mode + " " + nc.role;
     std::fprintf(stderr, "actorlm node: %s %s on %s (%s, %lld KV tokens, %s); listening on %s:%u\n",
-                 nc.role.c_str(), nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
+                 what.c_str(), nc.engine.model_path.c_str(), nc.security.tls() ? "TLS" : "plain TCP", node.device().c_str(),
                  static_cast<long long>(node.kv_tokens()), nc.security.secret.empty() ? "no secret" : "shared secret",
                  nc.host.c_str(), node.port());
     if (node.middleman_port() != node.port()) {

@@ -5,6 +5,7 @@
 
 #include "cluster/cluster_handshake.hpp"
 #include "actors/engine_core.hpp"
+#include "cluster/kv_sender.hpp"
 #include "cluster/node_gateway.hpp"
 #include "cluster/remote_setup.hpp"
 #include "actors/wire.hpp"
@@ -18,6 +19,8 @@ struct Node::Impl {
   uint64_t gateway_stop_token = 0;  // the gateway stops on this and on nothing a peer can send
   std::unique_ptr<TcpGate> gate;   // with a secret: the public port; the middleman listens behind it
   uint16_t middleman_port = 0;
+  caf::actor kv_sender;            // a prefill node's
+  uint64_t kv_sender_stop = 0;
   std::optional<EngineCore> core;  // an engine node
   caf::actor worker;               // a worker node
   std::string device;
@@ -26,7 +29,7 @@ struct Node::Impl {
 };
 
 Node::Node(caf::actor_system& system, NodeConfig config)
-    : impl_(std::make_unique<Impl>(Impl{system, {}, 0, nullptr, 0, {}, {}, {}, 0, 0})) {
+    : impl_(std::make_unique<Impl>(Impl{system, {}, 0, nullptr, 0, {}, 0, {}, {}, {}, 0, 0})) {
   auto& m = *impl_;
   if (!system.has_middleman()) throw std::invalid_argument("a node needs the middleman: call configure_remote() first");
   if (config.security.tls() && !system.has_openssl_manager()) {
@@ -34,6 +37,11 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   }
   if (std::string bad = config.security.check(config.host); !bad.empty()) throw std::invalid_argument(bad);
   if (config.role != "engine" && config.role != "worker") throw std::invalid_argument("node role must be engine or worker");
+  const std::string& mode = config.disaggregation_mode;
+  if (!mode.empty() && mode != "prefill" && mode != "decode") {
+    throw std::invalid_argument("disaggregation mode must be prefill or decode");
+  }
+  if (!mode.empty() && config.role != "engine") throw std::invalid_argument("a worker node takes no disaggregation mode");
   auto tok = load_tokenizer(config.engine.model_path);
   for (uint8_t b : make_nonce()) m.gateway_stop_token = (m.gateway_stop_token << 8) | b;
   m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token);
@@ -60,6 +68,19 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     w.max_requests = config.engine.max_requests;
   }
   NodeModel described = describe_model(config.engine.model_path, model, *tok);
+  caf::actor kv_worker;
+  if (m.core) {
+    kv_worker = m.core->worker;
+    w.kv_dtype = m.core->kv_dtype;
+    w.kv_token_bytes = m.core->kv_token_bytes;
+    w.disaggregation_mode = mode;
+    if (!mode.empty() && w.kv_token_bytes <= 0) {
+      stop_engine_core(*m.core);
+      caf::anon_send(m.gateway, shutdown_atom::value, m.gateway_stop_token);
+      throw std::invalid_argument("--disaggregation-mode needs KV transfers, which the " + m.device +
+                                  " backend does not do yet");
+    }
+  }
   w.accepted = true;
   w.role = config.role;
   w.model_name = described.name;
@@ -91,8 +112,19 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   // worker) from no one else. Heads that join before this are told the node
   // is starting.
   caf::scoped_actor self{system};
-  self->send(m.gateway, attach_atom::value, target, WireMessage{msg::pack(w)},
-             "node " + config.host + ":" + std::to_string(m.port));
+  const std::string label = "node " + config.host + ":" + std::to_string(m.port);
+  if (mode == "prefill") {
+    KvSenderConfig kc;
+    kc.layout = KvLayout{kv_model_digest(described), w.kv_dtype, described.n_layers, w.kv_token_bytes};
+    kc.model = described;
+    kc.security = config.security;
+    kc.worker = kv_worker;
+    kc.corrupt_chunk = config.corrupt_kv_chunk;
+    kc.name = label;
+    m.kv_sender_stop = random_token();
+    m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);
+  }
+  self->send(m.gateway, attach_atom::value, target, kv_worker, m.kv_sender, WireMessage{msg::pack(w)}, label);
 }
 
 Node::~Node() {
@@ -101,6 +133,7 @@ Node::~Node() {
   if (m.middleman_port) (void)m.system.middleman().unpublish(m.gateway, m.middleman_port);
   if (m.core) stop_engine_core(*m.core);
   if (m.worker) caf::anon_send_exit(m.worker, caf::exit_reason::user_shutdown);
+  if (m.kv_sender) caf::anon_send(m.kv_sender, shutdown_atom::value, m.kv_sender_stop);
   caf::anon_send(m.gateway, shutdown_atom::value, m.gateway_stop_token);
 }
 

@@ -24,6 +24,11 @@ struct NodeConfig {
   // runs here, driven by one head's own scheduler and managers
   // (EngineConfig::cluster.remote_worker).
   std::string role = "engine";
+  // An engine node's part in prefill/decode disaggregation: "" (whole
+  // requests), "prefill" or "decode" (NodeWelcome::disaggregation_mode).
+  std::string disaggregation_mode;
+  // Prefill: tests only, see KvSenderConfig::corrupt_chunk.
+  int64_t corrupt_kv_chunk = -1;
 };
 
 class Node {

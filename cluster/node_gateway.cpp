@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "cluster/kv_receiver.hpp"
 #include "cluster/request_session.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
@@ -33,10 +34,22 @@ struct Route {
   uint64_t head_id = 0;
 };
 
+// Prefill side: where a held request's KV goes.
+struct Handoff {
+  std::string address;
+  uint64_t ticket = 0;
+};
+
 struct GatewayState {
   std::string secret, label;
   caf::actor scheduler;          // an engine node's; requests go here
   caf::actor worker;             // a worker node's; one head drives it with forward batches
+  // Prefill/decode disaggregation (NodeWelcome::disaggregation_mode).
+  std::string mode;
+  caf::actor kv_worker;               // an engine node's worker: KV rows in and out
+  caf::actor kv_sender;               // prefill: moves held requests' KV (cluster/kv_sender.hpp)
+  std::optional<KvReceiver> receiver; // decode: open transfers by ticket
+  std::map<uint64_t, Handoff> handoffs;  // prefill: by node-local id
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   int32_t vocab_size = 0;
@@ -88,12 +101,30 @@ std::vector<uint8_t> refusal(const std::string& why) {
 }
 
 void forget(GatewayState& s, uint64_t local_id) {
+  s.handoffs.erase(local_id);
+  if (s.receiver) s.receiver->drop_request(local_id);
   auto it = s.routes.find(local_id);
   if (it == s.routes.end()) return;
   auto head = s.heads.find(it->second.head);
   if (head != s.heads.end() && head->second.requests > 0) --head->second.requests;
   s.local_ids.erase({it->second.head, it->second.head_id});
   s.routes.erase(it);
+}
+
+// A node-local id for a head's request, routed back to that head.
+uint64_t admit(GatewayState& s, const caf::actor_addr& from, Head& head, uint64_t head_id) {
+  const uint64_t local = s.next_id++;
+  s.routes[local] = Route{from, head_id};
+  s.local_ids[{from, head_id}] = local;
+  ++head.requests;
+  return local;
+}
+
+void abort_local(Self* self, uint64_t local, const std::string& why) {
+  fb::AbortT a;
+  a.request_ids = {local};
+  a.reason = why;
+  self->send(self->state.scheduler, abort_atom::value, WireMessage{msg::pack(a)});
 }
 
 void on_generate(Self* self, const WireMessage& sealed) {
@@ -119,12 +150,16 @@ void on_generate(Self* self, const WireMessage& sealed) {
   for (int32_t id : req->input_ids) {
     if (id < 0 || id >= s.vocab_size) return answer_error("token id " + std::to_string(id) + " is outside the vocabulary");
   }
+  if (req->hold_after_prefill) {
+    if (s.mode != "prefill") return answer_error("this node is not a prefill node (--disaggregation-mode prefill)");
+    if (req->handoff_address.empty() || req->handoff_ticket == 0) {
+      return answer_error("a held request needs the decode node's address and ticket");
+    }
+  }
   const caf::actor_addr from = sender_of(self);
   if (s.local_ids.count({from, head_id})) return answer_error("request id " + std::to_string(head_id) + " is already running");
-  const uint64_t local = s.next_id++;
-  s.routes[local] = Route{from, head_id};
-  s.local_ids[{from, head_id}] = local;
-  ++head->requests;
+  const uint64_t local = admit(s, from, *head, head_id);
+  if (req->hold_after_prefill) s.handoffs[local] = Handoff{req->handoff_address, req->handoff_ticket};
   req->request_id = local;
   self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(*req)}, caf::actor_cast<caf::actor>(self));
 }
@@ -153,6 +188,44 @@ void on_cancel(Self* self, Atom atom, const WireMessage& sealed) {
   self->send(s.scheduler, atom, WireMessage{msg::pack(*a)});
 }
 
+// A prefill node's held request: its KV goes to the decode node the head
+// named. Once that node has it all and has started the request, the prompt
+// is released here (it stays in this node's radix cache) and the head gets
+// the held item, which tells it the prefill side is done. A failed transfer
+// aborts the request, and the head sees that abort.
+void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
+  auto& s = self->state;
+  auto h = s.handoffs.find(local);
+  if (h == s.handoffs.end() || !s.kv_sender || item.token_ids.size() != 1) {
+    return abort_local(self, local, "held request with nowhere to send its KV");
+  }
+  fb::KvSendOrderT order;
+  order.ticket = h->second.ticket;
+  order.address = h->second.address;
+  order.rows = item.held_rows;
+  order.first_token = item.token_ids[0];
+  order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
+  self->request(s.kv_sender, caf::infinite, kv_send_atom::value, WireMessage{msg::pack(order)})
+      .then(
+          [self, local](const std::string& error) {
+            auto& s = self->state;
+            if (!error.empty()) return abort_local(self, local, "KV transfer failed: " + error);
+            fb::KvHandoffT release;
+            release.request_id = local;
+            self->send(s.scheduler, kv_release_atom::value, WireMessage{msg::pack(release)});
+            auto route = s.routes.find(local);
+            if (route == s.routes.end()) return;
+            auto head = s.heads.find(route->second.head);
+            fb::TokenStreamT done;
+            done.items.push_back(std::make_unique<fb::TokenStreamItemT>());
+            done.items[0]->request_id = route->second.head_id;
+            done.items[0]->held = true;
+            if (head != s.heads.end()) self->send(head->second.router, stream_atom::value, WireMessage{msg::pack(done)});
+            forget(s, local);
+          },
+          [self, local](const caf::error& e) { abort_local(self, local, "KV transfer failed: " + self->system().render(e)); });
+}
+
 // The scheduler's TokenStream, split by head, with the heads' own ids.
 void on_stream(Self* self, const WireMessage& in) {
   auto& s = self->state;
@@ -167,6 +240,10 @@ void on_stream(Self* self, const WireMessage& in) {
   for (auto& item : ts->items) {
     auto it = s.routes.find(item->request_id);
     if (it == s.routes.end()) continue;  // its head is gone
+    if (item->held) {
+      send_held(self, item->request_id, *item);
+      continue;
+    }
     const bool done = item->finish_reason != fb::FinishReason::None;
     const Route route = it->second;
     item->request_id = route.head_id;
@@ -177,6 +254,132 @@ void on_stream(Self* self, const WireMessage& in) {
     auto head = s.heads.find(addr);
     if (head != s.heads.end()) self->send(head->second.router, stream_atom::value, WireMessage{msg::pack(stream)});
   }
+}
+
+// Decode side. A head reserves rows for a request whose KV a prefill node
+// will send; the answer carries the ticket that node must name.
+caf::result<WireMessage> on_reserve(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  Head* head = sealed_sender(self, RequestKind::kv_reserve, sealed, in.bytes, "a KV reservation");
+  if (!head) return caf::sec::request_receiver_down;
+  fb::KvReserveReplyT reply;
+  auto refuse = [&](const std::string& why) {
+    reply.error = why;
+    return WireMessage{msg::pack(reply)};
+  };
+  if (!s.receiver) return refuse("this node is not a decode node (--disaggregation-mode decode)");
+  std::string error;
+  auto req = msg::unpack<fb::TokenizedRequest>(in.bytes, &error);
+  if (!req) return refuse("unreadable reservation: " + error);
+  const uint64_t head_id = reply.request_id = req->request_id;
+  if (req->input_ids.empty()) return refuse("empty prompt");
+  for (int32_t id : req->input_ids) {
+    if (id < 0 || id >= s.vocab_size) return refuse("token id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  const caf::actor_addr from = sender_of(self);
+  if (s.local_ids.count({from, head_id})) return refuse("request id " + std::to_string(head_id) + " is already running");
+  const uint64_t local = admit(s, from, *head, head_id);
+  req->request_id = local;
+  req->hold_after_prefill = false;
+  auto rp = self->make_response_promise<WireMessage>();
+  self->request(s.scheduler, std::chrono::seconds(30), kv_reserve_atom::value, WireMessage{msg::pack(*req)})
+      .then(
+          [self, rp, local, head_id](const WireMessage& m) mutable {
+            auto& s = self->state;
+            fb::KvReserveReplyT out;
+            out.request_id = head_id;
+            auto r = msg::unpack<fb::KvReserveReply>(m.bytes, &out.error);
+            if (r) out.error = r->error, out.no_room = r->no_room;
+            if (!out.error.empty() || !s.routes.count(local)) {
+              if (out.error.empty()) out.error = "the head went away";
+              forget(s, local);
+            } else {
+              out.ticket = s.receiver->open(local, std::move(r->rows));
+            }
+            rp.deliver(WireMessage{msg::pack(out)});
+          },
+          [self, rp, local, head_id](const caf::error& e) mutable {
+            forget(self->state, local);
+            fb::KvReserveReplyT out;
+            out.request_id = head_id;
+            out.error = "reservation: " + self->system().render(e);
+            rp.deliver(WireMessage{msg::pack(out)});
+          });
+  return rp;
+}
+
+// A chunk from a prefill node (joined here as a head is): checked, then
+// written to the reserved rows. A bad chunk fails its request, so the head
+// sees the abort and retries or reports it.
+caf::result<std::string> on_chunk(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  if (!sealed_sender(self, RequestKind::kv_chunk, sealed, in.bytes, "a KV chunk")) return caf::sec::request_receiver_down;
+  if (!s.receiver) return std::string("this node is not a decode node");
+  KvReceiver::Taken taken = s.receiver->take(in.bytes);
+  if (!taken.write) {
+    std::fprintf(stderr, "actorlm %s: refused a KV chunk: %s\n", s.label.c_str(), taken.error.c_str());
+    if (taken.request_id) {
+      s.receiver->drop_request(taken.request_id);
+      abort_local(self, taken.request_id, "KV transfer refused: " + taken.error);
+    }
+    return taken.error;
+  }
+  fb::KvRowsRequestT write;
+  write.rows = std::move(taken.write->rows);
+  write.first_layer = taken.write->first_layer;
+  write.last_layer = taken.write->last_layer;
+  write.data = std::move(taken.write->data);
+  auto rp = self->make_response_promise<std::string>();
+  const uint64_t local = taken.request_id;
+  self->request(s.kv_worker, std::chrono::seconds(30), kv_write_atom::value, WireMessage{msg::pack(write)})
+      .then(
+          [self, rp, local](const WireMessage& m) mutable {
+            std::string error;
+            auto r = msg::unpack<fb::KvRowsReply>(m.bytes, &error);
+            if (r) error = r->error;
+            if (!error.empty()) {
+              if (self->state.receiver) self->state.receiver->drop_request(local);
+              abort_local(self, local, "writing transferred KV: " + error);
+            }
+            rp.deliver(error);
+          },
+          [self, rp, local](const caf::error& e) mutable {
+            abort_local(self, local, "writing transferred KV: " + self->system().render(e));
+            rp.deliver("writing KV: " + self->system().render(e));
+          });
+  return rp;
+}
+
+// The prefill node's last word: every chunk is in, here is the first token.
+caf::result<std::string> on_commit(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  if (!sealed_sender(self, RequestKind::kv_commit, sealed, in.bytes, "a KV commit")) return caf::sec::request_receiver_down;
+  if (!s.receiver) return std::string("this node is not a decode node");
+  std::string error;
+  auto h = msg::unpack<fb::KvHandoff>(in.bytes, &error);
+  if (!h) return "unreadable KV commit: " + error;
+  KvReceiver::Committed c = s.receiver->commit(h->request_id);
+  if (!c.error.empty()) {
+    if (c.request_id) abort_local(self, c.request_id, "KV transfer incomplete: " + c.error);
+    return c.error;
+  }
+  h->request_id = c.request_id;
+  auto rp = self->make_response_promise<std::string>();
+  const uint64_t local = c.request_id;
+  self->request(s.scheduler, std::chrono::seconds(30), kv_activate_atom::value, WireMessage{msg::pack(*h)})
+      .then(
+          [self, rp, local](bool ok) mutable {
+            if (!ok) abort_local(self, local, "the transferred request could not start");
+            rp.deliver(ok ? std::string() : std::string("the request could not start (first token out of range, or gone)"));
+          },
+          [self, rp, local](const caf::error& e) mutable {
+            abort_local(self, local, "activation: " + self->system().render(e));
+            rp.deliver("activation: " + self->system().render(e));
+          });
+  return rp;
 }
 
 void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
@@ -206,16 +409,24 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
       [self, stop_token](shutdown_atom, uint64_t token) {
         if (token == stop_token) self->quit(caf::exit_reason::user_shutdown);
       },
-      [self](attach_atom, const caf::actor& target, const WireMessage& welcome, const std::string& label) {
+      [self](attach_atom, const caf::actor& target, const caf::actor& kv_worker, const caf::actor& kv_sender,
+             const WireMessage& welcome, const std::string& label) {
         // Once, from this process: what a node serves is not a peer's to change.
-        if (!from_this_process(self) || !self->state.welcome.empty()) return;
-        self->state.label = label;
-        auto w = msg::open<fb::NodeWelcome>(welcome.bytes);
+        auto& s = self->state;
+        if (!from_this_process(self) || !s.welcome.empty()) return;
+        s.label = label;
+        auto w = msg::unpack<fb::NodeWelcome>(welcome.bytes, nullptr);
         if (!w) return;
-        const bool worker_role = w.message->role() && w.message->role()->str() == "worker";
-        (worker_role ? self->state.worker : self->state.scheduler) = target;
-        self->state.welcome = welcome.bytes;
-        self->state.vocab_size = w.message->vocab_size();
+        (w->role == "worker" ? s.worker : s.scheduler) = target;
+        s.welcome = welcome.bytes;
+        s.vocab_size = w->vocab_size;
+        s.mode = w->disaggregation_mode;
+        s.kv_worker = kv_worker;
+        s.kv_sender = kv_sender;
+        if (s.mode == "decode") {
+          NodeModel m{w->model_name, w->vocab_size, w->n_layers, w->hidden, w->tokenizer_digest};
+          s.receiver.emplace(KvLayout{kv_model_digest(m), w->kv_dtype, w->n_layers, w->kv_token_bytes});
+        }
       },
       [self](hello_atom, const WireMessage& in) -> WireMessage {
         auto& s = self->state;
@@ -289,6 +500,9 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
         return rp;
       },
       [self](generate_atom, const WireMessage& in) { on_generate(self, in); },
+      [self](kv_reserve_atom, const WireMessage& in) { return on_reserve(self, in); },
+      [self](kv_chunk_atom, const WireMessage& in) { return on_chunk(self, in); },
+      [self](kv_commit_atom, const WireMessage& in) { return on_commit(self, in); },
       [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stream_atom, const WireMessage& in) { on_stream(self, in); },

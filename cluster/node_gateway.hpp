@@ -24,11 +24,22 @@
 
 namespace actorlm {
 
+// Prefill/decode disaggregation: on a prefill node a request sealed with
+// hold_after_prefill stops after its first token, and its KV goes to the
+// decode node the head named (cluster/kv_sender.hpp) before the head hears
+// that the prefill side is done (a held item). On a decode node a head
+// reserves rows (kv_reserve -> KvReserveReply with a ticket), and a prefill
+// node, joined like a head, sends chunks (kv_chunk -> std::string error)
+// and a commit (kv_commit -> std::string error) naming that ticket
+// (cluster/kv_receiver.hpp); the commit starts the request, whose tokens go
+// to the head that reserved it.
+//
 // `secret` empty: any head may join (TLS client certificates are then the
 // check). The engine that owns the gateway sends it, from this process,
-// (attach_atom, scheduler, WireMessage{NodeWelcome}, label): the scheduler
-// to feed, what the node serves, and its name in logs; heads are refused
-// until then. It stops on (shutdown_atom, stop_token) only: keep the token
+// (attach_atom, target, kv_worker, kv_sender, WireMessage{NodeWelcome},
+// label): the scheduler (or a worker node's worker) to feed, the worker that
+// copies KV rows, a prefill node's KV sender (else null), what the node
+// serves, and its name in logs; heads are refused until then. It stops on (shutdown_atom, stop_token) only: keep the token
 // in this process.
 caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token);
 

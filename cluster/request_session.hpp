@@ -24,7 +24,19 @@
 namespace actorlm {
 
 // Which operation a sealed payload is for, so one cannot be replayed as another.
-enum class RequestKind : uint8_t { generate = 1, abort = 2, stop = 3, stats = 4, flush = 5, forward = 6 };
+// kv_reserve goes from a head to a decode node; kv_chunk and kv_commit from
+// a prefill node (joined to the decode node as a head is) to a decode node.
+enum class RequestKind : uint8_t {
+  generate = 1,
+  abort = 2,
+  stop = 3,
+  stats = 4,
+  flush = 5,
+  forward = 6,
+  kv_reserve = 7,
+  kv_chunk = 8,
+  kv_commit = 9,
+};
 
 class RequestSession {
  public:

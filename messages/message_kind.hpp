@@ -53,8 +53,9 @@ enum class Kind : uint16_t {
   KvRowsReply,
   KvReserveReply,
   KvHandoff,
+  KvSendOrder,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvHandoff);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvSendOrder);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -105,6 +106,7 @@ ACTORLM_MESSAGE_KIND(KvRowsRequest, "KVRQ");
 ACTORLM_MESSAGE_KIND(KvRowsReply, "KVRR");
 ACTORLM_MESSAGE_KIND(KvReserveReply, "KVSR");
 ACTORLM_MESSAGE_KIND(KvHandoff, "KVHO");
+ACTORLM_MESSAGE_KIND(KvSendOrder, "KVSO");
 
 #undef ACTORLM_MESSAGE_KIND
 

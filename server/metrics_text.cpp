@@ -65,6 +65,9 @@ nlohmann::json nodes_json(const EngineStatsSnapshot& st) {
                      {"kv_capacity_tokens", n.pool_capacity},
                      {"kv_free_tokens", n.pool_free},
                      {"kv_locked_tokens", n.protected_tokens},
+                     {"kv_evictable_tokens", n.evictable_tokens},
+                     {"invariant_error", n.invariant_error},
+                     {"disaggregation_mode", n.disaggregation_mode},
                      {"error", n.error}});
   }
   return {{"nodes", nodes}};

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Prefill/decode disaggregation with real processes on loopback (issue 18).
+
+A head (`actorlm serve --node ...`) over `actorlm node --disaggregation-mode prefill`
+and `... decode` nodes, joined with a shared secret. Checks, on the default model:
+  - greedy outputs equal the single-process engine's on 18 prompts, two of them
+    over 1,500 tokens and four sharing a long system prompt;
+  - the prefill node's radix cache serves the shared prefix (its hit rate), the
+    decode node takes no prompt of its own;
+  - every node's pool adds up (free + evictable + locked == capacity, nothing
+    locked, the engine's self-check empty) after every phase;
+  - a byte flipped in a transferred chunk is refused by the decode node, the
+    request is retried and answered correctly, nothing leaks;
+  - killing a prefill node mid-prefill or mid-transfer retries its requests on
+    the other prefill node within 5 s, and they answer as before;
+  - killing a decode node fails only the requests it was decoding (503 within
+    5 s), the others finish, and the prefill node holds nothing afterwards.
+
+Usage: python3 tests/cluster/cluster_pd_test.py path/to/actorlm
+"""
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from cluster_test import BIN, SECRET, NodeProcess, chat, check, complete, nodes, wait_for  # noqa: E402
+from server_process import ServerProcess, stop_process  # noqa: E402
+
+SHORT = ["The capital of France is", "List three colors:", "def fibonacci(n):", "Water boils at",
+         "Once upon a time", "The square root of 16 is", "import numpy as np\n", "My favourite season is"]
+QUESTIONS = ["What is the capital of France?", "Name a large animal.", "What is 2+2?"]
+SYSTEM = ("You are a careful assistant for a railway museum. Answer briefly and politely, never invent "
+          "dates, and say when you do not know. Museum facts: opened 1972, 31 locomotives, two halls, "
+          "a workshop open on Saturdays, free entry for children under twelve. ") * 3
+SHARED = ["When did the museum open?", "How many locomotives are there?", "Is the workshop open today?",
+          "Do children pay?"]
+
+
+def long_prompt(topic, n):
+    parts = [f"Note {i} on {topic}: the survey team measured the river bank again, wrote the figures in "
+             f"the blue notebook, and compared them with the readings from week {i % 7}." for i in range(n)]
+    return " ".join(parts) + f"\nSummary of the {topic} survey:"
+
+
+LONG = [long_prompt("the northern valley", 60), long_prompt("the coastal marsh", 62)]
+KILL_PROMPTS = [long_prompt(f"site {k}", 60) for k in range(3)]
+
+
+class HeadProcess(ServerProcess):
+    """`actorlm serve` over nodes, keeping its log lines with their arrival times."""
+
+    def __init__(self, node_list):
+        args = [a for n in node_list for a in ("--node", n.address)]
+        super().__init__(BIN, [*args, "--secret-file", SECRET])
+        self.lines = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stderr.readline()
+            if not line and self.proc.poll() is not None:
+                raise AssertionError(f"head exited early: {self.args}")
+            self.lines.append((time.time(), line))
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if m and int(m.group(1)) > 0:
+                self.port = int(m.group(1))
+        check(self.port, "head did not announce its port")
+        threading.Thread(target=lambda: [self.lines.append((time.time(), x)) for x in self.proc.stderr],
+                         daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        stop_process(self.proc)
+        return False
+
+
+def pd_node(mode, env=None):
+    node = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", mode])
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        return node.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_all(port):
+    """Greedy outputs (and completion usage) for every prompt, by prompt."""
+    out = {}
+    for p in SHORT:
+        code, body = complete(port, p)
+        check(code == 200, body)
+        out[p] = body["choices"][0]["text"]
+    for q in QUESTIONS:
+        code, body = chat(port, q)
+        check(code == 200, body)
+        out[q] = body["choices"][0]["message"]["content"]
+    for q in SHARED:
+        code, body = chat(port, q, max_tokens=16, system=SYSTEM)
+        check(code == 200, body)
+        out["shared: " + q] = body["choices"][0]["message"]["content"]
+    for p in LONG + KILL_PROMPTS:
+        code, body = complete(port, p, max_tokens=12)
+        check(code == 200, body)
+        check(body["usage"]["prompt_tokens"] >= 1500, f"long prompt has {body['usage']['prompt_tokens']} tokens")
+        out[p] = body["choices"][0]["text"]
+    return out
+
+
+def check_pools(port, what):
+    """Every alive node idle, its pool adding up, nothing locked."""
+    wait_for(f"{what}: nodes idle", lambda: all(n["in_flight"] == 0 and n["running"] == 0
+                                                for n in nodes(port).values() if n["alive"]), 60)
+    for addr, n in nodes(port).items():
+        if not n["alive"]:
+            continue
+        total = n["kv_free_tokens"] + n["kv_evictable_tokens"] + n["kv_locked_tokens"]
+        check(total == n["kv_capacity_tokens"], f"{what}: node {addr} pool does not add up: {n}")
+        check(n["kv_locked_tokens"] == 0, f"{what}: node {addr} still holds locked KV: {n}")
+        check(not n["invariant_error"], f"{what}: node {addr}: {n['invariant_error']}")
+
+
+def check_outputs_and_reuse(reference):
+    prefill, decode = pd_node("prefill"), pd_node("decode")
+    try:
+        with HeadProcess([prefill, decode]) as h:
+            view = nodes(h.port)
+            wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            view = nodes(h.port)
+            check(view[prefill.address]["disaggregation_mode"] == "prefill", view)
+            check(view[decode.address]["disaggregation_mode"] == "decode", view)
+            got = run_all(h.port)
+            differ = [k[:40] for k in reference if got[k] != reference[k]]
+            check(not differ, f"disaggregated outputs differ from the single-process engine's on {differ}")
+            view = nodes(h.port)
+            p, d = view[prefill.address], view[decode.address]
+            check(p["routed"] == len(reference), f"the prefill node ran {p['routed']} of {len(reference)} prompts")
+            check(d["routed"] == 0, f"the decode node was given prompts of its own: {d}")
+            check(p["cached_tokens"] > 3 * 150, f"the prefill node reused no shared prefix: {p}")
+            check_pools(h.port, "after the outputs")
+            print(f"ok: {len(reference)} prompts (2 of >= 1500 tokens, 4 sharing a prefix) through 1 prefill + "
+                  f"1 decode node equal the single-process engine; prefill node cache hit rate "
+                  f"{p['cache_hit_rate']:.3f} ({p['cached_tokens']} of {p['prompt_tokens']} tokens)")
+    finally:
+        prefill.stop()
+        decode.stop()
+
+
+def check_corrupt_chunk(reference):
+    # The prefill node damages the first chunk it ever sends.
+    bad = pd_node("prefill", {"ACTORLM_TEST_CORRUPT_KV_CHUNK": "0"})
+    decode = pd_node("decode")
+    try:
+        with HeadProcess([bad, decode]) as h:
+            wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            prompt = LONG[0]
+            code, body = complete(h.port, prompt, max_tokens=12)
+            check(code == 200, body)
+            check(body["choices"][0]["text"] == reference[prompt], "the retried request answered differently")
+            refused = [x for x in decode.lines if "refused a KV chunk" in x]
+            check(refused, "the decode node did not refuse the damaged chunk")
+            retried = [x for _, x in h.lines if "trying again" in x]
+            check(retried, "the head did not retry the request")
+            check_pools(h.port, "after a damaged chunk")
+            print(f"ok: a flipped byte in a chunk was refused ({refused[0].strip()[:110]}...); "
+                  "the request was retried and answered as before; nothing leaked")
+    finally:
+        bad.stop()
+        decode.stop()
+
+
+def run_concurrently(port, prompts, max_tokens, results, **extra):
+    def run(i, p):
+        code, body = complete(port, p, max_tokens=max_tokens, **extra)
+        results[i] = (code, body, time.time())
+
+    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def check_prefill_death(reference):
+    p1, p2, decode = pd_node("prefill"), pd_node("prefill"), pd_node("decode")
+    try:
+        with HeadProcess([p1, p2, decode]) as h:
+            wait_for("three nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            results = {}
+            threads = run_concurrently(h.port, KILL_PROMPTS, 12, results)
+            wait_for("a prompt on each prefill node",
+                     lambda: all(nodes(h.port)[p.address]["in_flight"] >= 1 for p in (p1, p2)), 60)
+            killed_at = time.time()
+            p2.kill()
+            for t in threads:
+                t.join(300)
+            check(len(results) == len(KILL_PROMPTS), results)
+            for i, (code, body, _) in results.items():
+                check(code == 200, (code, body))
+                check(body["choices"][0]["text"] == reference[KILL_PROMPTS[i]], f"request {i} answered differently")
+            retried = [at for at, x in h.lines if "trying again" in x and at >= killed_at]
+            check(retried, "no request was retried after the prefill node died")
+            check(max(retried) - killed_at < 5, f"a retry came {max(retried) - killed_at:.1f} s after the kill")
+            check_pools(h.port, "after a prefill node died")
+            print(f"ok: killing a prefill node retried its {len(retried)} request(s) on the other within "
+                  f"{max(retried) - killed_at:.2f} s; all {len(results)} answered as before; nothing leaked")
+    finally:
+        for n in (p1, p2, decode):
+            n.stop()
+
+
+def check_decode_death():
+    prefill, d1, d2 = pd_node("prefill"), pd_node("decode"), pd_node("decode")
+    try:
+        with HeadProcess([prefill, d1, d2]) as h:
+            wait_for("three nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            results = {}
+            prompts = [f"Story {i}: once upon a time, in a land far away," for i in range(4)]
+            threads = run_concurrently(h.port, prompts, 400, results, ignore_eos=True)
+            wait_for("requests decoding on both decode nodes",
+                     lambda: all(nodes(h.port)[d.address]["running"] >= 1 for d in (d1, d2)), 120)
+            on_d2 = nodes(h.port)[d2.address]["in_flight"]
+            killed_at = time.time()
+            d2.kill()
+            for t in threads:
+                t.join(300)
+            failed = [r for r in results.values() if r[0] != 200]
+            ok = [r for r in results.values() if r[0] == 200]
+            check(len(failed) == on_d2, f"{on_d2} requests were on the killed decode node, {len(failed)} failed")
+            for code, body, at in failed:
+                check(code == 503 and "was lost" in body["error"]["message"], (code, body))
+                check(at - killed_at < 5, f"a failed request took {at - killed_at:.1f} s to end")
+            for _, body, _ in ok:
+                check(body["choices"][0]["finish_reason"] == "length", body)
+            check_pools(h.port, "after a decode node died")
+            code, body = complete(h.port, "After the failure:", max_tokens=8)
+            check(code == 200, body)
+            print(f"ok: killing a decode node failed its {len(failed)} decoding request(s) with 503 within 5 s; "
+                  f"{len(ok)} on the other finished; the prefill node holds nothing; later requests succeed")
+    finally:
+        for n in (prefill, d1, d2):
+            n.stop()
+
+
+def main():
+    with ServerProcess(BIN, ["--kv-tokens", "8192"]) as local:
+        reference = run_all(local.port)
+    check_outputs_and_reuse(reference)
+    check_corrupt_chunk(reference)
+    check_prefill_death(reference)
+    check_decode_death()
+    print("cluster pd: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
