@@ -127,7 +127,8 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   };
   auto on_activate = [&](kv_activate_atom, const WireMessage& in) -> bool {
     auto h = msg::open<fb::KvHandoff>(in.bytes);
-    return h && sched.activate(h.message->request_id(), h.message->first_token(), h.message->first_logprob());
+    return h && sched.activate(h.message->request_id(), h.message->first_token(), h.message->first_logprob(),
+                              h.message->cached_tokens());
   };
   auto on_cancel = [&](kv_cancel_atom, const WireMessage& in) {
     if (auto id = handoff_id(in)) sched.cancel_reserved(*id);

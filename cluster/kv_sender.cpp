@@ -1,5 +1,6 @@
 #include "cluster/kv_sender.hpp"
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <cstdio>
 #include <map>
@@ -30,6 +31,7 @@ struct Transfer {
   size_t answered = 0;  // chunks the decode node took
   int in_flight = 0;
   caf::typed_response_promise<std::string> promise;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
 struct SenderState {
@@ -49,8 +51,17 @@ using Self = caf::stateful_actor<SenderState>;
 void finish(Self* self, uint64_t id, const std::string& error) {
   auto it = self->state.transfers.find(id);
   if (it == self->state.transfers.end()) return;
+  const Transfer& t = it->second;
   if (!error.empty()) {
-    std::fprintf(stderr, "actorlm kv sender: transfer to %s failed: %s\n", it->second.link.c_str(), error.c_str());
+    std::fprintf(stderr, "actorlm kv sender: transfer to %s failed: %s\n", t.link.c_str(), error.c_str());
+  } else {
+    // One line per request, as a server logs each prompt's timing: what
+    // the transfer cost next to the prefill is how PD is tuned.
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
+    const double bytes = double(t.order.rows.size()) * double(self->state.cfg.layout.n_layers) *
+                         double(self->state.cfg.layout.token_bytes);
+    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)\n",
+                 t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9));
   }
   it->second.promise.deliver(error);
   self->state.transfers.erase(it);
@@ -65,6 +76,7 @@ void commit(Self* self, uint64_t id) {
   h.request_id = t.order.ticket;
   h.first_token = t.order.first_token;
   h.first_logprob = t.order.first_logprob;
+  h.cached_tokens = t.order.cached_tokens;
   self->request(link.gateway, s.cfg.timeout, kv_commit_atom::value,
                 WireMessage{link.session.seal(RequestKind::kv_commit, msg::pack(h))})
       .then(

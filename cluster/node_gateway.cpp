@@ -205,6 +205,7 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
   order.rows = item.held_rows;
   order.first_token = item.token_ids[0];
   order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
+  order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
   self->request(s.kv_sender, caf::infinite, kv_send_atom::value, WireMessage{msg::pack(order)})
       .then(
           [self, local](const std::string& error) {

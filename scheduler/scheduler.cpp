@@ -134,7 +134,7 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
   return out;
 }
 
-bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob) {
+bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob, int32_t cached_tokens) {
   auto it = std::find_if(reserved_.begin(), reserved_.end(), [&](const Running& r) { return r.req.id == id; });
   if (it == reserved_.end() || first_token < 0 || (config_.vocab_size > 0 && first_token >= config_.vocab_size)) {
     return false;
@@ -143,6 +143,7 @@ bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob) 
   reserved_.erase(it);
   Request& q = r.req;
   q.output = {first_token};
+  q.cached_tokens = std::clamp<int32_t>(cached_tokens, 0, static_cast<int32_t>(q.prompt.size()));
   r.prefilled = q.prompt.size();
   r.decoding = true;
   r.table_synced = 0;

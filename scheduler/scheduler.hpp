@@ -103,7 +103,9 @@ class Scheduler {
     bool no_room = false;  // refused only for want of KV now: may be retried
   };
   Reserved reserve(Request request);
-  bool activate(uint64_t id, int32_t first_token, float first_logprob);
+  // cached_tokens: how much of the prompt the prefill side found in its
+  // cache, reported in the request's usage (clamped to the prompt).
+  bool activate(uint64_t id, int32_t first_token, float first_logprob, int32_t cached_tokens = 0);
   void cancel_reserved(uint64_t id);
   size_t held_count() const { return held_.size(); }
   size_t reserved_count() const { return reserved_.size(); }

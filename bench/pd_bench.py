@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Prefill/decode disaggregation on loopback: what a KV transfer costs, and what it buys.
+
+1. Transfer. A head over one prefill node (core 0) and one decode node (core 1), each
+   `--threads 1`. Prompts of 256 to 2,000 fresh tokens, max_tokens 2. The prefill node logs
+   each transfer ("sent N tokens (MB, chunks) in ms (GB/s)"); the prompt's prefill time is
+   the time to first token of the same-length prompt on a plain node on core 0 (max_tokens
+   1). A memcpy of the same bytes (ctypes memmove, warm) is the floor.
+2. Decode latency while long prompts arrive. Four streams of 256 tokens run while a
+   1,500-token prompt arrives every 1.5 s (8 of them). Inter-token gaps of the streams,
+   p50/p99, with (a) 1 prefill + 1 decode node and (b) 2 data-parallel nodes, each node
+   pinned to its own core, same workload, rounds alternated.
+
+usage: pd_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--out docs/bench/pd.json]
+"""
+import argparse
+import ctypes
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+SECRET = os.path.join(tempfile.mkdtemp(prefix="actorlm-pd-bench-"), "secret")
+
+
+class Proc:
+    def __init__(self, args, pattern):
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        while True:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise SystemExit(f"exited early: {args}")
+            self.lines.append(line)
+            m = re.search(pattern, line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        threading.Thread(target=lambda: [self.lines.append(x) for x in self.proc.stderr], daemon=True).start()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def node(binary, core, mode=None):
+    args = ["taskset", "-c", str(core), binary, "node", "--port", "0", "--threads", "1", "--kv-tokens", "16384",
+            "--secret-file", SECRET] + (["--disaggregation-mode", mode] if mode else [])
+    return Proc(args, r"listening on 127\.0\.0\.1:(\d+)")
+
+
+def head(binary, nodes):
+    args = [binary, "serve", "--port", "0", "--secret-file", SECRET]
+    for n in nodes:
+        args += ["--node", f"127.0.0.1:{n.port}"]
+    h = Proc(args, r"http://127\.0\.0\.1:([1-9]\d*)")
+    for _ in range(300):
+        try:
+            body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{h.port}/nodes", timeout=5).read())
+            if all(n["alive"] for n in body["nodes"]):
+                return h
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.2)
+    raise SystemExit("nodes did not join")
+
+
+def stream(port, prompt, max_tokens, ignore_eos=True):
+    """Arrival times of each streamed chunk that carries text, from the request's start."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": ignore_eos}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    times = []
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            if json.loads(line[5:])["choices"][0].get("text"):
+                times.append(time.perf_counter() - t0)
+    return times
+
+
+def fresh_prompt(tokens, rng):
+    # About one token per word for these words.
+    words = ["river", "stone", "green", "market", "window", "seven", "cloud", "paper", "engine", "garden"]
+    return f"{rng.random()} " + " ".join(rng.choice(words) for _ in range(tokens))
+
+
+def memcpy_gbs(nbytes):
+    src = ctypes.create_string_buffer(nbytes)
+    dst = ctypes.create_string_buffer(nbytes)
+    ctypes.memmove(dst, src, nbytes)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        ctypes.memmove(dst, src, nbytes)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9
+
+
+def transfer_table(binary):
+    rng = random.Random(5)
+    rows = []
+    plain = node(binary, 0)
+    h = head(binary, [plain])
+    prefill_s = {}
+    for n in (256, 512, 1000, 2000):
+        prefill_s[n] = statistics.median(stream(h.port, fresh_prompt(n, rng), 1)[0] for _ in range(3))
+    h.stop()
+    plain.stop()
+    p, d = node(binary, 0, "prefill"), node(binary, 1, "decode")
+    h = head(binary, [p, d])
+    stream(h.port, fresh_prompt(16, rng), 2)  # the prefill node joins the decode node
+    for n in (256, 512, 1000, 2000):
+        sent = []
+        for _ in range(3):
+            before = len(p.lines)
+            stream(h.port, fresh_prompt(n, rng), 2)
+            time.sleep(0.2)
+            for line in p.lines[before:]:
+                m = re.search(r"sent (\d+) tokens \(([\d.]+) MB, (\d+) chunks\) .* in ([\d.]+) ms \(([\d.]+) GB/s\)", line)
+                if m:
+                    sent.append((int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))))
+        tokens = sent[0][0]
+        mb = statistics.median(s[1] for s in sent)
+        ms = statistics.median(s[3] for s in sent)
+        rows.append({"prompt_tokens": tokens, "mb": mb, "chunks": sent[0][2], "transfer_ms": ms,
+                     "gb_per_s": mb / 1e3 / (ms / 1e3), "memcpy_gb_per_s": memcpy_gbs(int(mb * 1e6)),
+                     "prefill_ms": prefill_s[n] * 1e3})
+    h.stop()
+    p.stop()
+    d.stop()
+    return rows
+
+
+def itl_run(binary, mode):
+    rng = random.Random(9)
+    if mode == "pd":
+        nodes = [node(binary, 0, "prefill"), node(binary, 1, "decode")]
+    else:
+        nodes = [node(binary, 0), node(binary, 1)]
+    h = head(binary, nodes)
+    stream(h.port, "Warm up:", 2)
+    gaps, ttft = [], []
+    longs = [fresh_prompt(1500, rng) for _ in range(8)]
+
+    def run_stream(i):
+        times = stream(h.port, f"Story {i}: once upon a time, in a land far away,", 256)
+        gaps.extend(b - a for a, b in zip(times[1:], times[2:]))
+
+    def run_long(p):
+        times = stream(h.port, p, 4)
+        ttft.append(times[0])
+
+    threads = [threading.Thread(target=run_stream, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    for p in longs:
+        t = threading.Thread(target=run_long, args=(p,))
+        t.start()
+        threads.append(t)
+        time.sleep(1.5)
+    for t in threads:
+        t.join()
+    h.stop()
+    for n in nodes:
+        n.stop()
+    gaps.sort()
+    ttft.sort()
+    return {"itl_p50_ms": gaps[len(gaps) // 2] * 1e3, "itl_p99_ms": gaps[int(len(gaps) * 0.99)] * 1e3,
+            "itl_max_ms": gaps[-1] * 1e3, "long_ttft_p50_s": ttft[len(ttft) // 2], "gaps": len(gaps)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--actorlm", default="build/apps/actorlm")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default="docs/bench/pd.json")
+    a = ap.parse_args()
+    with open(SECRET, "w") as f:
+        f.write("pd bench secret 8c1e\n")
+    transfer = transfer_table(a.actorlm)
+    print("| prompt tokens | KV MB | chunks | transfer ms | GB/s | memcpy GB/s | prefill ms | transfer / prefill |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in transfer:
+        print(f"| {r['prompt_tokens']} | {r['mb']:.1f} | {r['chunks']} | {r['transfer_ms']:.1f} | {r['gb_per_s']:.2f} | "
+              f"{r['memcpy_gb_per_s']:.1f} | {r['prefill_ms']:.0f} | {r['transfer_ms'] / r['prefill_ms']:.1%} |")
+    itl = {"pd": [], "dp": []}
+    for _ in range(a.rounds):
+        for mode in ("dp", "pd"):
+            itl[mode].append(itl_run(a.actorlm, mode))
+            print(mode, itl[mode][-1], file=sys.stderr)
+    print("\n| setup | round | ITL p50 ms | ITL p99 ms | ITL max ms | long-prompt TTFT p50 s |")
+    print("|---|---|---|---|---|---|")
+    for mode, label in (("dp", "2 data-parallel nodes"), ("pd", "1 prefill + 1 decode node")):
+        for i, r in enumerate(itl[mode]):
+            print(f"| {label} | {i + 1} | {r['itl_p50_ms']:.1f} | {r['itl_p99_ms']:.1f} | {r['itl_max_ms']:.0f} | "
+                  f"{r['long_ttft_p50_s']:.2f} |")
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump({"transfer": transfer, "itl": itl}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
