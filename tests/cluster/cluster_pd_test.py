@@ -19,20 +19,17 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
 Usage: python3 tests/cluster/cluster_pd_test.py path/to/actorlm
 """
 import os
-import re
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from cluster_test import BIN, SECRET, NodeProcess, chat, check, complete, nodes, wait_for  # noqa: E402
-from server_process import ServerProcess, stop_process  # noqa: E402
+from cluster_test import BIN, SECRET, NodeProcess, chat, check, complete, greedy_outputs, nodes, wait_for  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
 
-SHORT = ["The capital of France is", "List three colors:", "def fibonacci(n):", "Water boils at",
-         "Once upon a time", "The square root of 16 is", "import numpy as np\n", "My favourite season is"]
-QUESTIONS = ["What is the capital of France?", "Name a large animal.", "What is 2+2?"]
+# Besides cluster_test's 4 completions and 3 chat questions.
+SHORT = ["Once upon a time", "The square root of 16 is", "import numpy as np\n", "My favourite season is"]
 SYSTEM = ("You are a careful assistant for a railway museum. Answer briefly and politely, never invent "
           "dates, and say when you do not know. Museum facts: opened 1972, 31 locomotives, two halls, "
           "a workshop open on Saturdays, free entry for children under twelve. ") * 3
@@ -50,33 +47,9 @@ LONG = [long_prompt("the northern valley", 60), long_prompt("the coastal marsh",
 KILL_PROMPTS = [long_prompt(f"site {k}", 60) for k in range(3)]
 
 
-class HeadProcess(ServerProcess):
-    """`actorlm serve` over nodes, keeping its log lines with their arrival times."""
-
-    def __init__(self, node_list):
-        args = [a for n in node_list for a in ("--node", n.address)]
-        super().__init__(BIN, [*args, "--secret-file", SECRET])
-        self.lines = []
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 120
-        while time.time() < deadline and self.port is None:
-            line = self.proc.stderr.readline()
-            if not line and self.proc.poll() is not None:
-                raise AssertionError(f"head exited early: {self.args}")
-            self.lines.append((time.time(), line))
-            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-            if m and int(m.group(1)) > 0:
-                self.port = int(m.group(1))
-        check(self.port, "head did not announce its port")
-        threading.Thread(target=lambda: [self.lines.append((time.time(), x)) for x in self.proc.stderr],
-                         daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        stop_process(self.proc)
-        return False
+def head(node_list):
+    """`actorlm serve` over the nodes; its log lines come with their arrival times."""
+    return ServerProcess(BIN, [a for n in node_list for a in ("--node", n.address)] + ["--secret-file", SECRET])
 
 
 def pd_node(mode, env=None):
@@ -92,15 +65,11 @@ def pd_node(mode, env=None):
 
 def run_all(port):
     """Greedy outputs (and completion usage) for every prompt, by prompt."""
-    out = {}
+    out = greedy_outputs(port)
     for p in SHORT:
         code, body = complete(port, p)
         check(code == 200, body)
         out[p] = body["choices"][0]["text"]
-    for q in QUESTIONS:
-        code, body = chat(port, q)
-        check(code == 200, body)
-        out[q] = body["choices"][0]["message"]["content"]
     for q in SHARED:
         code, body = chat(port, q, max_tokens=16, system=SYSTEM)
         check(code == 200, body)
@@ -129,7 +98,7 @@ def check_pools(port, what):
 def check_outputs_and_reuse(reference):
     prefill, decode = pd_node("prefill"), pd_node("decode")
     try:
-        with HeadProcess([prefill, decode]) as h:
+        with head([prefill, decode]) as h:
             view = nodes(h.port)
             wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
             view = nodes(h.port)
@@ -163,7 +132,7 @@ def check_corrupt_chunk(reference):
     bad = pd_node("prefill", {"ACTORLM_TEST_CORRUPT_KV_CHUNK": "0"})
     decode = pd_node("decode")
     try:
-        with HeadProcess([bad, decode]) as h:
+        with head([bad, decode]) as h:
             wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
             prompt = LONG[0]
             code, body = complete(h.port, prompt, max_tokens=12)
@@ -195,7 +164,7 @@ def run_concurrently(port, prompts, max_tokens, results, **extra):
 def check_prefill_death(reference):
     p1, p2, decode = pd_node("prefill"), pd_node("prefill"), pd_node("decode")
     try:
-        with HeadProcess([p1, p2, decode]) as h:
+        with head([p1, p2, decode]) as h:
             wait_for("three nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
             results = {}
             threads = run_concurrently(h.port, KILL_PROMPTS, 12, results)
@@ -223,7 +192,7 @@ def check_prefill_death(reference):
 def check_decode_death():
     prefill, d1, d2 = pd_node("prefill"), pd_node("decode"), pd_node("decode")
     try:
-        with HeadProcess([prefill, d1, d2]) as h:
+        with head([prefill, d1, d2]) as h:
             wait_for("three nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
             results = {}
             prompts = [f"Story {i}: once upon a time, in a land far away," for i in range(4)]

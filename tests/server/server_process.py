@@ -12,6 +12,7 @@ class ServerProcess:
         self.args = [binary, "serve", "--port", "0", "--threads", "2", *extra_args]
         self.proc = None
         self.port = None
+        self.lines = []  # (arrival time, line) of everything it logs
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
@@ -20,13 +21,15 @@ class ServerProcess:
             line = self.proc.stderr.readline()
             if not line and self.proc.poll() is not None:
                 raise SystemExit(f"server exited early: {self.args}")
+            self.lines.append((time.time(), line))
             m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
             if m and int(m.group(1)) > 0:
                 self.port = int(m.group(1))
         if not self.port:  # explicit: python -O drops asserts
             raise SystemExit(f"server did not announce its port: {self.args}")
         # Keep reading stderr so a chatty server never blocks on a full pipe.
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+        threading.Thread(target=lambda: [self.lines.append((time.time(), x)) for x in self.proc.stderr],
+                         daemon=True).start()
         for _ in range(100):
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2)
