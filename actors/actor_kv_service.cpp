@@ -250,4 +250,33 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
   return std::move(r->results);
 }
 
+template <class Atom>
+std::vector<uint8_t> ActorWorker::copy_rows(Atom atom, std::span<const int32_t> rows, int32_t first_layer,
+                                            int32_t last_layer, std::span<const uint8_t> data) {
+  fb::KvRowsRequestT req;
+  req.rows.assign(rows.begin(), rows.end());
+  req.first_layer = first_layer;
+  req.last_layer = last_layer;
+  req.data.assign(data.begin(), data.end());
+  std::vector<uint8_t> out;
+  std::string failure;
+  self_->request(worker_, timeout_, atom, WireMessage{msg::pack(req)})
+      .receive([&](WireMessage& reply) { out = std::move(reply.bytes); },
+               [&](caf::error& err) { failure = self_->system().render(err); });
+  if (!failure.empty()) throw std::runtime_error("worker unreachable: " + failure);
+  auto r = msg::unpack<fb::KvRowsReply>(out, &failure);
+  if (!r) throw std::runtime_error("worker sent an unreadable reply: " + failure);
+  if (!r->error.empty()) throw std::runtime_error("worker: " + r->error);
+  return std::move(r->data);
+}
+
+std::vector<uint8_t> ActorWorker::read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) {
+  return copy_rows(kv_read_atom::value, rows, first_layer, last_layer, {});
+}
+
+void ActorWorker::write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                           std::span<const uint8_t> data) {
+  copy_rows(kv_write_atom::value, rows, first_layer, last_layer, data);
+}
+
 }  // namespace actorlm

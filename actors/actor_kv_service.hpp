@@ -55,8 +55,16 @@ class ActorWorker final : public Worker {
   ActorWorker(caf::blocking_actor* self, caf::actor worker,
               std::chrono::milliseconds timeout = std::chrono::seconds(120));
   std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override;
+  std::vector<uint8_t> read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) override;
+  void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                std::span<const uint8_t> data) override;
 
  private:
+  // One KvRowsRequest to the worker actor (kv_read_atom or kv_write_atom).
+  template <class Atom>
+  std::vector<uint8_t> copy_rows(Atom atom, std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                                 std::span<const uint8_t> data);
+
   caf::blocking_actor* self_;
   caf::actor worker_;
   std::chrono::milliseconds timeout_;

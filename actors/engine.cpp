@@ -261,6 +261,10 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
             out.kv = {st->pool_capacity_tokens, st->pool_free_tokens, st->evictable_tokens, st->protected_tokens,
                       st->free_req_slots};
             out.invariant_error = st->invariant_error;
+            out.scheduler.disk_hit_tokens = st->storage_hit_tokens_total;
+            out.storage = {st->storage_blocks, st->storage_bytes, st->storage_capacity_bytes,
+                           st->storage_stored_blocks_total, 0, st->storage_evicted_blocks_total,
+                           st->storage_rejected_blocks_total, st->storage_foreign_blocks, 0};
             for (const auto& n : st->nodes) {
               out.nodes.push_back({n->address, n->alive, n->routed_total, n->in_flight, n->running, n->waiting,
                                    n->cache_hit_rate, n->prompt_tokens_total, n->cached_tokens_total,

@@ -51,6 +51,10 @@ struct EngineConfig {
   // Jinja source of a chat template to use instead of the model's own
   // (--chat-template-file); empty: the model's.
   std::string chat_template;
+  // The disk tier of the KV cache: prompt KV written through to files here,
+  // found again after a restart. Empty: none.
+  std::string hicache_storage_dir;
+  int64_t hicache_storage_bytes = 16ll << 30;
 };
 
 struct GenerateOptions {
@@ -130,6 +134,7 @@ struct EngineStatsSnapshot {
   KvUsage kv;
   std::string invariant_error;  // filled by self_check when idle
   std::vector<NodeStatsSnapshot> nodes;  // a cluster head's nodes (summed above)
+  KvDiskStats storage;                   // the disk tier's (all zero without one)
 };
 
 // What an Engine puts its tokenizer and detokenizer in front of when it does

@@ -1,6 +1,7 @@
 #include "actors/engine_core.hpp"
 
 #include <caf/all.hpp>
+#include <cstdio>
 #include <filesystem>
 
 #include "actors/executor_factory.hpp"
@@ -10,6 +11,7 @@
 #include "actors/wire.hpp"
 #include "actors/worker_actor.hpp"
 #include "model/gguf_file.hpp"
+#include "model/model_fingerprint.hpp"
 
 namespace actorlm {
 
@@ -69,6 +71,25 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
   WorkerCore w = spawn_worker_core(system, config, tok);
   SchedulerConfig sc = scheduler_config(config, w.model, tok);
   sc.constraints = make_constraint_compiler(tok, w.model.vocab_size, kConstraintThreads);
+  if (!config.hicache_storage_dir.empty()) {
+    if (w.kv_token_bytes <= 0) {
+      caf::anon_send_exit(w.worker, caf::exit_reason::user_shutdown);
+      throw std::invalid_argument("--hicache-storage-dir needs KV copies, which the " + w.device +
+                                  " backend does not do yet");
+    }
+    // The fingerprint names the weights, not just the shapes: another
+    // fine-tune's KV is another model's.
+    KvBlockLayout layout{model_fingerprint(config.model_path) + "|" + std::to_string(w.model.n_layers), w.kv_dtype,
+                         w.model.n_layers, w.kv_token_bytes, kDiskBlockTokens};
+    sc.disk = std::make_shared<KvDiskStore>(config.hicache_storage_dir, layout,
+                                            std::max(config.hicache_storage_bytes, layout.block_bytes()));
+    const KvDiskStats& d = sc.disk->stats();
+    std::fprintf(stderr,
+                 "actorlm: KV disk tier %s: %lld blocks of %d tokens (%.1f MB) found, %lld damaged file(s) removed, "
+                 "%lld of another model or layout left alone\n",
+                 config.hicache_storage_dir.c_str(), static_cast<long long>(d.blocks), layout.block_tokens,
+                 double(d.bytes) / 1e6, static_cast<long long>(d.rejected), static_cast<long long>(d.foreign));
+  }
   EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink));
   core.model = w.model;
   core.device = w.device;

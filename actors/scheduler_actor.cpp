@@ -89,6 +89,17 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     st.prefill_steps_total = x.prefill_steps;
     st.decode_steps_total = x.decode_steps;
     st.cache_hit_rate = x.cache_hit_rate();
+    st.storage_hit_tokens_total = x.disk_hit_tokens;
+    if (cfg.disk) {
+      const KvDiskStats& d = cfg.disk->stats();
+      st.storage_blocks = d.blocks;
+      st.storage_bytes = d.bytes;
+      st.storage_capacity_bytes = d.capacity_bytes;
+      st.storage_stored_blocks_total = d.stored;
+      st.storage_evicted_blocks_total = d.evicted;
+      st.storage_rejected_blocks_total = d.rejected;
+      st.storage_foreign_blocks = d.foreign;
+    }
     KvUsage u = kv.usage();
     st.pool_capacity_tokens = u.capacity;
     st.pool_free_tokens = u.free;

@@ -11,7 +11,8 @@ namespace actorlm {
 
 const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
-                       "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length"});
+                       "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
+                       "--hicache-storage-dir", "--hicache-storage-gb"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -30,6 +31,8 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   std::string policy = args.str("--schedule-policy").value_or("lpm");
   if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
   ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
+  ec.hicache_storage_dir = args.str("--hicache-storage-dir").value_or("");
+  ec.hicache_storage_bytes = args.integer("--hicache-storage-gb", 16, 1, 1 << 20) << 30;
   return ec;
 }
 

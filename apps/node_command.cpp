@@ -21,6 +21,7 @@ constexpr const char* usage =
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
+    "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
     "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"

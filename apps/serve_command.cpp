@@ -30,6 +30,8 @@ constexpr const char* usage =
     "[--special-tokens-in-content]\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
     "auto|f16|bf16]\n"
+    "                     [--hicache-storage-dir DIR] [--hicache-storage-gb 16]  (prompt KV kept on disk, "
+    "found again after a restart)\n"
     "  limits (docs/SECURITY.md):\n"
     "                     [--max-concurrent-requests 256] [--max-connections 1024] "
     "[--max-body-bytes 8388608]\n"

@@ -305,6 +305,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     stats_.cached_tokens += r.req.retractions == 0 ? r.req.kv.prefix_len : 0;
     running_.push_back(std::move(r));
     Running& back = running_.back();
+    if (config_.disk) load_from_disk(back);
     auto fill = back.req.fill_ids();
     size_t n = chunk_of(fill.size() - back.prefilled);
     if (n == 0) continue;  // out of budget: it waits in running for the next step
@@ -317,6 +318,71 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   for (size_t i : taken) waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
   // Pointers into running_ stay valid: deque::push_back keeps references.
   return plan;
+}
+
+namespace {
+
+// Tokens [first, first + count) of a block's KV (per layer: every token's K,
+// then every token's V).
+std::vector<uint8_t> block_tokens_of(const std::vector<uint8_t>& block, const KvBlockLayout& l, size_t first,
+                                     size_t count) {
+  const auto b = static_cast<size_t>(l.block_tokens);
+  const auto half = static_cast<size_t>(l.token_bytes / 2);
+  if (first == 0 && count == b) return block;
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(l.n_layers) * count * 2 * half);
+  for (size_t layer = 0; layer < static_cast<size_t>(l.n_layers); ++layer) {
+    const uint8_t* base = block.data() + layer * b * 2 * half;
+    for (const uint8_t* part : {base, base + b * half}) {
+      out.insert(out.end(), part + first * half, part + (first + count) * half);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void Scheduler::load_from_disk(Running& r) {
+  KvDiskStore& disk = *config_.disk;
+  Request& q = r.req;
+  if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2) return;
+  const auto b = static_cast<size_t>(disk.layout().block_tokens);
+  // The last prompt token is always computed: its logits give the first token.
+  const auto stored = static_cast<size_t>(disk.match(std::span(q.prompt).first(q.prompt.size() - 1)));
+  size_t at = r.prefilled;
+  while (at < stored) {
+    const size_t block = at / b, first = at - block * b, count = b - first;
+    auto data = disk.load(q.prompt, static_cast<int32_t>(block), nullptr);
+    if (!data) break;  // refused and counted by the store: compute the rest
+    std::vector<int32_t> tokens(q.prompt.begin() + static_cast<ptrdiff_t>(at),
+                                q.prompt.begin() + static_cast<ptrdiff_t>(at + count));
+    RequestKv* kv[] = {&q.kv};
+    if (!kv_.extend(kv, std::span(&tokens, 1))) break;  // no room now: compute it later instead
+    worker_.write_kv(std::span(q.kv.kv).last(count), 0, disk.layout().n_layers,
+                     block_tokens_of(*data, disk.layout(), first, count));
+    at += count;
+  }
+  const auto loaded = static_cast<int64_t>(at - r.prefilled);
+  if (loaded == 0) return;
+  r.prefilled = at;
+  q.cached_tokens = static_cast<int32_t>(at);
+  stats_.cached_tokens += loaded;
+  stats_.disk_hit_tokens += loaded;
+}
+
+void Scheduler::store_to_disk(const Request& q) {
+  KvDiskStore& disk = *config_.disk;
+  const auto b = static_cast<size_t>(disk.layout().block_tokens);
+  const size_t blocks = std::min(q.prompt.size(), q.kv.kv.size()) / b;
+  if (blocks == 0) return;
+  auto prompt = std::span(q.prompt).first(blocks * b);
+  // From the first block the disk cannot serve; later ones it may still
+  // hold (stranded behind a damaged block) are skipped by store().
+  for (size_t block = static_cast<size_t>(disk.match(prompt)) / b; block < blocks; ++block) {
+    if (disk.contains(prompt, static_cast<int32_t>(block))) continue;
+    auto data = worker_.read_kv(std::span(q.kv.kv).subspan(block * b, b), 0, disk.layout().n_layers);
+    if (!disk.store(prompt, static_cast<int32_t>(block), data)) break;  // a write failed: its children cannot follow
+  }
 }
 
 size_t Scheduler::newest_running() const {
@@ -518,6 +584,7 @@ std::vector<TokenEvent> Scheduler::step() {
     } else {
       e.finish = stop_reason(q, constraint_done);
     }
+    if (config_.disk && !r.decoding && q.retractions == 0) store_to_disk(q);
     if (e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill) {
       e.held = true;
       hold.push_back(q.id);

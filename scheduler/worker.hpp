@@ -4,6 +4,7 @@
 // LocalWorker runs a ModelRunner in-process.
 
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -17,6 +18,15 @@ class Worker {
   virtual ~Worker() = default;
   // One SampleResult per request of the batch, in order.
   virtual std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) = 0;
+  // Copies KV rows out of or into the pool, layers [first_layer,
+  // last_layer), in ModelRunner::read_kv's layout (the disk tier of the KV
+  // cache uses them). A worker that cannot throws std::logic_error.
+  virtual std::vector<uint8_t> read_kv(std::span<const int32_t>, int32_t, int32_t) {
+    throw std::logic_error("this worker cannot copy KV rows");
+  }
+  virtual void write_kv(std::span<const int32_t>, int32_t, int32_t, std::span<const uint8_t>) {
+    throw std::logic_error("this worker cannot copy KV rows");
+  }
 };
 
 class LocalWorker final : public Worker {
@@ -24,6 +34,13 @@ class LocalWorker final : public Worker {
   explicit LocalWorker(ModelRunner& runner) : runner_(runner) {}
   std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override {
     return runner_.sample(runner_.forward(batch), sampling);
+  }
+  std::vector<uint8_t> read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) override {
+    return runner_.read_kv(rows, first_layer, last_layer);
+  }
+  void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                std::span<const uint8_t> data) override {
+    runner_.write_kv(rows, first_layer, last_layer, data);
   }
 
  private:

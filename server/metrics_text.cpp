@@ -26,6 +26,23 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          "KV rows held by running requests through the cache.", double(st.kv.protected_));
   metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.",
          st.kv.free_slots);
+  if (st.storage.capacity_bytes > 0) {
+    metric("actorlm_hicache_storage_hit_tokens_total", "counter",
+           "Prompt tokens loaded from the disk tier of the KV cache instead of computed.",
+           double(st.scheduler.disk_hit_tokens));
+    metric("actorlm_hicache_storage_blocks", "gauge", "KV blocks in the disk tier.", double(st.storage.blocks));
+    metric("actorlm_hicache_storage_bytes", "gauge", "Bytes in the disk tier.", double(st.storage.bytes));
+    metric("actorlm_hicache_storage_capacity_bytes", "gauge", "The disk tier's capacity.",
+           double(st.storage.capacity_bytes));
+    metric("actorlm_hicache_storage_stored_blocks_total", "counter", "KV blocks written to the disk tier.",
+           double(st.storage.stored));
+    metric("actorlm_hicache_storage_evicted_blocks_total", "counter", "KV blocks deleted for room.",
+           double(st.storage.evicted));
+    metric("actorlm_hicache_storage_rejected_blocks_total", "counter",
+           "Disk-tier files refused as damaged (and deleted).", double(st.storage.rejected));
+    metric("actorlm_hicache_storage_foreign_blocks", "gauge",
+           "Disk-tier files of another model or KV layout, left alone.", double(st.storage.foreign));
+  }
   if (!st.nodes.empty()) {
     // A cluster head: one series per worker node, labelled by its address.
     auto per_node = [&](const char* name, const char* type, const char* help, auto value) {

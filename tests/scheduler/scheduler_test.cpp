@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -37,16 +38,26 @@ struct Engine {
   LocalKvService kv;
   ModelRunner runner;
   LocalWorker worker;
+  std::shared_ptr<KvDiskStore> disk;  // with a disk_dir: the KV cache's disk tier, blocks of 16 tokens
   Scheduler scheduler;
 
-  Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40)
+  Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40,
+         const std::string& disk_dir = "")
       : kv_config{pool_tokens, page, max_requests, sc.max_context, false},
         kv(kv_config),
         runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
                {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = max_requests,
                 .max_context = sc.max_context}),
         worker(runner),
-        scheduler(sc, kv, worker) {}
+        scheduler(with_disk(sc, disk_dir), kv, worker) {}
+
+  SchedulerConfig with_disk(SchedulerConfig sc, const std::string& dir) {
+    if (!dir.empty()) {
+      KvBlockLayout layout{"test model", runner.kv_dtype(), runner.model_config().n_layers, runner.kv_token_bytes(), 16};
+      sc.disk = disk = std::make_shared<KvDiskStore>(dir, layout, int64_t{1} << 30);
+    }
+    return sc;
+  }
 
   // Steps until idle; returns each request's tokens and finish reason.
   std::map<uint64_t, std::pair<Ids, FinishReason>> drain(const std::function<void(int)>& each_step = {}) {
@@ -447,4 +458,68 @@ TEST_CASE("Held and reserved requests free everything when aborted, refused or c
     CHECK(b.scheduler.idle());
     require_no_leak(b);
   }
+}
+
+TEST_CASE("A prompt loaded from the disk tier decodes exactly as when it was computed", "[scheduler]") {
+  // The KV of a prompt is written through to disk once its prefill ends; a
+  // fresh engine (new pool, new store on the same folder: a restart) loads
+  // it instead of computing it, from whatever its own cache already holds,
+  // mid-block included, under any page size and chunking.
+  const auto dir = std::filesystem::temp_directory_path() / ("actorlm-sched-disk-" + std::to_string(std::random_device{}()));
+  Ids prompt = shared_prefix_prompts(1)[0];
+  const Ids more = tokenizer().encode(" And after that, tell me about the history of printing in Europe.", false, false);
+  prompt.insert(prompt.end(), more.begin(), more.end());
+  REQUIRE(prompt.size() > 80);
+  auto [page, chunk] = GENERATE(std::pair{1, 0}, std::pair{4, 37}, std::pair{16, 50});
+  INFO("page " << page << ", chunk " << chunk);
+  auto run = [&](Engine& e, uint64_t id, const Ids& p) {
+    REQUIRE_FALSE(e.scheduler.submit(make(id, p, 6)));
+    std::pair<Ids, float> out{{}, 0.0f};
+    while (!e.scheduler.idle()) {
+      for (const auto& ev : e.scheduler.step()) {
+        if (ev.id != id || ev.token < 0) continue;
+        if (out.first.empty()) out.second = ev.logprob;
+        out.first.push_back(ev.token);
+      }
+    }
+    return out;
+  };
+  const int64_t whole_blocks = static_cast<int64_t>(prompt.size() / 16);
+  const int64_t loadable = static_cast<int64_t>((prompt.size() - 1) / 16 * 16);  // the last token is computed
+  std::pair<Ids, float> computed;
+  {
+    Engine e(4096, page, config(chunk));
+    computed = run(e, 1, prompt);
+  }
+  {
+    Engine e(4096, page, config(chunk), 40, dir.string());
+    CHECK(run(e, 1, prompt).first == computed.first);
+    CHECK(e.disk->stats().stored == whole_blocks);
+    CHECK(e.scheduler.stats().disk_hit_tokens == 0);
+    require_no_leak(e);
+  }
+  SECTION("a fresh engine loads all but the last partial block") {
+    Engine e(4096, page, config(chunk), 40, dir.string());
+    auto got = run(e, 2, prompt);
+    CHECK(got.first == computed.first);
+    CHECK(got.second == computed.second);  // bit for bit: the tier is lossless
+    CHECK(e.scheduler.stats().disk_hit_tokens == loadable);
+    CHECK(e.disk->stats().loaded == loadable / 16);
+    require_no_leak(e);
+  }
+  SECTION("a fresh engine whose own cache ends inside a block loads from there on") {
+    Engine e(4096, page, config(chunk), 40, dir.string());
+    // The first 40 tokens: 32 from disk, 8 computed; the pool then caches
+    // its whole pages of them, which end inside the third block.
+    run(e, 3, Ids(prompt.begin(), prompt.begin() + 40));
+    const int64_t before = e.scheduler.stats().disk_hit_tokens;
+    CHECK(before == 32);
+    auto got = run(e, 4, prompt);
+    CHECK(got.first == computed.first);
+    CHECK(got.second == computed.second);
+    const int64_t cached_here = 40 / page * page;
+    CHECK(e.scheduler.stats().disk_hit_tokens - before == loadable - cached_here);
+    require_no_leak(e);
+  }
+  std::filesystem::remove_all(dir);
 }
