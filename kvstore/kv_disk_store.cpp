@@ -248,8 +248,10 @@ std::optional<std::vector<uint8_t>> KvDiskStore::load(std::span<const int32_t> p
   std::ifstream in(path_of(k), std::ios::binary);
   std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (file.size() < 12 || std::memcmp(file.data(), magic, 4) != 0) return fail(k, "not a KV block file");
-  uint32_t header_bytes = 0;
+  uint32_t version = 0, header_bytes = 0;
+  Reader(file.data() + 4, 4).get(version);
   Reader(file.data() + 8, 4).get(header_bytes);
+  if (version != format_version) return fail(k, "another format version");
   if (header_bytes > file.size() - 12) return fail(k, "truncated header");
   Header h;
   if (std::string why = decode_header(file.data() + 12, header_bytes, h); !why.empty()) return fail(k, why);
