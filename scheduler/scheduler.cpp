@@ -376,8 +376,9 @@ void Scheduler::store_to_disk(const Request& q) {
   const size_t blocks = std::min(q.prompt.size(), q.kv.kv.size()) / b;
   if (blocks == 0) return;
   auto prompt = std::span(q.prompt).first(blocks * b);
-  // From the first block the disk cannot serve; later ones it may still
-  // hold (stranded behind a damaged block) are skipped by store().
+  // From the first block the disk cannot serve; later ones it still holds
+  // (stranded behind a damaged block, reachable again once it is rewritten)
+  // are skipped.
   for (size_t block = static_cast<size_t>(disk.match(prompt)) / b; block < blocks; ++block) {
     if (disk.contains(prompt, static_cast<int32_t>(block))) continue;
     auto data = worker_.read_kv(std::span(q.kv.kv).subspan(block * b, b), 0, disk.layout().n_layers);
