@@ -107,6 +107,9 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     st.evictable_tokens = u.evictable;
     st.protected_tokens = u.protected_;
     if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
+    if (self_check && cfg.disk && st.invariant_error.empty()) {
+      if (std::string bad = cfg.disk->check(); !bad.empty()) st.invariant_error = "KV disk tier: " + bad;
+    }
     return WireMessage{msg::pack(st)};
   };
   auto on_flush = [&](flush_atom) -> int64_t { return kv.flush_cache(); };

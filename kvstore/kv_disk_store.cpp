@@ -323,6 +323,19 @@ bool KvDiskStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
   return true;
 }
 
+std::string KvDiskStore::check() const {
+  int64_t bytes = 0;
+  for (const auto& [key, e] : index_) bytes += e.bytes;
+  if (stats_.blocks != static_cast<int64_t>(index_.size())) {
+    return std::to_string(stats_.blocks) + " blocks counted, " + std::to_string(index_.size()) + " indexed";
+  }
+  if (stats_.bytes != bytes) return std::to_string(stats_.bytes) + " bytes counted, " + std::to_string(bytes) + " indexed";
+  if (stats_.bytes > stats_.capacity_bytes) {
+    return std::to_string(stats_.bytes) + " bytes over the capacity of " + std::to_string(stats_.capacity_bytes);
+  }
+  return "";
+}
+
 void KvDiskStore::forget(uint64_t key, bool remove_file) {
   auto it = index_.find(key);
   if (it == index_.end()) return;

@@ -84,6 +84,11 @@ class KvDiskStore {
   // Evicts least recently used blocks to stay within capacity.
   bool store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data);
 
+  // The tier's own invariant, for the engine's self-check: the counted
+  // blocks and bytes are the index's, and within capacity. Empty when it
+  // holds, else what is wrong.
+  std::string check() const;
+
   // Whether block `block` of `prompt` is indexed (not whether it is sound).
   bool contains(std::span<const int32_t> prompt, int32_t block) const { return index_.count(key(prompt, block)) > 0; }
 

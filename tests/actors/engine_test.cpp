@@ -6,7 +6,10 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
+
+#include <unistd.h>
 
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
@@ -20,7 +23,8 @@ struct App {
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
   Engine engine;
-  explicit App(const std::string& device = "cpu", bool special_tokens_in_content = false)
+  explicit App(const std::string& device = "cpu", bool special_tokens_in_content = false,
+               const std::string& hicache_dir = "")
       : engine(system, [&] {
           EngineConfig c;
           c.model_path = default_model_path();
@@ -32,6 +36,7 @@ struct App {
           c.scheduler.max_context = 512;
           c.scheduler.max_running_requests = 16;
           c.special_tokens_in_content = special_tokens_in_content;
+          c.hicache_storage_dir = hicache_dir;
           return c;
         }()) {}
 };
@@ -222,4 +227,32 @@ TEST_CASE("The engine on the CUDA worker answers, batches callers and ends with 
   auto st = a.engine.stats(/*self_check=*/true);
   CHECK(st.invariant_error.empty());
   CHECK(st.kv.free == st.kv.capacity);
+}
+
+TEST_CASE("An engine with a disk tier finds what an earlier engine wrote, and its self-check covers the tier", "[actors]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("actorlm-engine-disk-" + std::to_string(::getpid()));
+  GenerateOptions o;
+  std::string facts;
+  for (int i = 0; i < 24; ++i) facts += "Fact " + std::to_string(i) + ": the museum's hall " + std::to_string(i) + " holds engines. ";
+  o.messages = {{"system", facts}, {"user", "How many halls are there?"}};
+  o.sampling.temperature = 0;
+  o.max_new_tokens = 8;
+  std::string first;
+  {
+    App a("cpu", false, dir.string());
+    first = a.engine.generate_text(o);
+    auto st = a.engine.stats(/*self_check=*/true);
+    CHECK(st.invariant_error.empty());
+    CHECK(st.storage.stored >= 4);  // whole 64-token blocks of the prompt
+    CHECK(st.scheduler.disk_hit_tokens == 0);
+  }
+  {
+    App b("cpu", false, dir.string());  // a restart: a new pool, the same folder
+    CHECK(b.engine.generate_text(o) == first);
+    auto st = b.engine.stats(/*self_check=*/true);
+    CHECK(st.invariant_error.empty());
+    CHECK(st.scheduler.disk_hit_tokens >= 4 * 64);
+    CHECK(st.storage.blocks >= 4);
+  }
+  std::filesystem::remove_all(dir);
 }

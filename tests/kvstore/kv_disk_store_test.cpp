@@ -242,6 +242,7 @@ TEST_CASE("10,000 random operations keep the disk tier's accounting exact and ne
     REQUIRE(store->stats().blocks == static_cast<int64_t>(files.size()));
     REQUIRE(store->stats().bytes == on_disk);
     REQUIRE(store->stats().bytes <= capacity);
+    REQUIRE(store->check() == "");
   }
   CHECK(loads > 1000);
   CHECK(refusals > 50);
