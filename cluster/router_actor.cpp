@@ -58,7 +58,6 @@ struct PdRequest {
   std::vector<uint8_t> bytes;  // the TokenizedRequest, for retries
   uint64_t wire = 0;
   int prefill = -1, decode = -1;  // where this attempt is; -1: done there, or not placed
-  bool reserved = false;          // the decode node holds rows for it
   bool streamed = false;          // the decode node has sent tokens: past retrying
   int attempts = 0;
 };
@@ -248,7 +247,6 @@ void abandon_attempt(Self* self, PdRequest& r, const std::string& why) {
     s.nodes[static_cast<size_t>(r.decode)].requests.erase(r.wire);
     r.decode = -1;
   }
-  r.reserved = false;
   s.pd_wire.erase(r.wire);
   r.wire = 0;
 }
@@ -358,7 +356,6 @@ void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m) {
     }
     return fail_pd(self, id, ErrorKind::invalid_request, "decode node " + d.address.str() + ": " + reply.error);
   }
-  r.reserved = true;
   NodeLink& p = s.nodes[static_cast<size_t>(r.prefill)];
   if (!p.gateway) return retry_pd(self, id, ErrorKind::unavailable, "prefill node " + p.address.str() + " was lost");
   p.requests.insert(wire);
@@ -374,7 +371,7 @@ void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
   const uint64_t id = c->second;
   PdRequest& r = s.pd.at(id);
   if (r.prefill == i) r.prefill = -1;  // its node forgets it
-  if (r.decode == i) r.decode = -1, r.reserved = false;
+  if (r.decode == i) r.decode = -1;
   if (r.streamed) return fail_pd(self, id, ErrorKind::unavailable, why);
   retry_pd(self, id, ErrorKind::unavailable, why);
 }

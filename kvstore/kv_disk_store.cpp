@@ -275,15 +275,15 @@ bool KvDiskStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
       static_cast<int64_t>(data.size()) != layout_.block_bytes()) {
     return false;
   }
-  const uint64_t k = key(prompt, block);
+  auto tokens = prompt.subspan(static_cast<size_t>(block) * b, b);
   const uint64_t parent = block == 0 ? 0 : key(prompt, block - 1);
+  const uint64_t k = chain(block == 0 ? root_of(layout_) : parent, tokens);
   if (index_.count(k) || (parent != 0 && !index_.count(parent))) return false;
   Header h;
   h.key = k;
   h.parent = parent;
   h.layout = layout_;
   h.depth = block;
-  auto tokens = prompt.subspan(static_cast<size_t>(block) * b, b);
   h.tokens.assign(tokens.begin(), tokens.end());
   h.data_bytes = static_cast<int64_t>(data.size());
   h.data_crc = crc_of(data.data(), data.size());

@@ -99,7 +99,6 @@ def check_outputs_and_reuse(reference):
     prefill, decode = pd_node("prefill"), pd_node("decode")
     try:
         with head([prefill, decode]) as h:
-            view = nodes(h.port)
             wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
             view = nodes(h.port)
             check(view[prefill.address]["disaggregation_mode"] == "prefill", view)
