@@ -27,30 +27,6 @@ uint32_t crc_of(const uint8_t* p, size_t n) {
   return static_cast<uint32_t>(crc);
 }
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  // splitmix64's finalizer over the running hash and the next value.
-  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t chain(uint64_t parent, std::span<const int32_t> tokens) {
-  uint64_t h = mix(parent, tokens.size());
-  for (int32_t t : tokens) h = mix(h, static_cast<uint32_t>(t));
-  return h == 0 ? 1 : h;  // 0 means "no parent"
-}
-
-// The key every chain starts from: the layout, so two models' blocks never
-// share a name.
-uint64_t root_of(const KvBlockLayout& l) {
-  uint64_t h = 0x6163746f726c6dull;
-  for (unsigned char c : l.model_digest + "|" + l.dtype) h = mix(h, c);
-  h = mix(mix(mix(h, static_cast<uint64_t>(l.n_layers)), static_cast<uint64_t>(l.token_bytes)),
-          static_cast<uint64_t>(l.block_tokens));
-  return h == 0 ? 1 : h;
-}
-
 class Writer {
  public:
   template <class T>
@@ -190,9 +166,9 @@ void KvDiskStore::index_file(const std::string& path) {
   }
   std::error_code ec;
   const auto size = static_cast<int64_t>(fs::file_size(path, ec));
-  const uint64_t parent = h.depth == 0 ? root_of(layout_) : h.parent;
+  const uint64_t parent = h.depth == 0 ? kv_block_root(layout_) : h.parent;
   if (ec || h.data_bytes != layout_.block_bytes() || size != 12 + static_cast<int64_t>(header_bytes) + h.data_bytes ||
-      h.key != chain(parent, h.tokens) || path != path_of(h.key) || (h.depth == 0) != (h.parent == 0)) {
+      h.key != kv_block_chain(parent, h.tokens) || path != path_of(h.key) || (h.depth == 0) != (h.parent == 0)) {
     return reject();
   }
   index_[h.key] = Entry{h.parent, h.depth, std::move(h.tokens), size, 0};
@@ -206,21 +182,14 @@ std::string KvDiskStore::path_of(uint64_t key) const {
   return (fs::path(dir_) / (std::string(name) + extension)).string();
 }
 
-uint64_t KvDiskStore::key(std::span<const int32_t> prompt, int32_t block) const {
-  const auto b = static_cast<size_t>(layout_.block_tokens);
-  uint64_t k = root_of(layout_);
-  for (int32_t i = 0; i <= block; ++i) k = chain(k, prompt.subspan(static_cast<size_t>(i) * b, b));
-  return k;
-}
-
 int32_t KvDiskStore::match(std::span<const int32_t> prompt) {
   const auto b = static_cast<size_t>(layout_.block_tokens);
-  uint64_t k = root_of(layout_), parent = 0;
+  uint64_t k = kv_block_root(layout_), parent = 0;
   const uint64_t now = ++clock_;
   int32_t blocks = 0;
   for (size_t at = 0; at + b <= prompt.size(); at += b) {
     auto block = prompt.subspan(at, b);
-    k = chain(k, block);
+    k = kv_block_chain(k, block);
     auto it = index_.find(k);
     if (it == index_.end() || it->second.parent != parent || !std::equal(block.begin(), block.end(), it->second.tokens.begin())) {
       break;
@@ -277,7 +246,7 @@ bool KvDiskStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
   }
   auto tokens = prompt.subspan(static_cast<size_t>(block) * b, b);
   const uint64_t parent = block == 0 ? 0 : key(prompt, block - 1);
-  const uint64_t k = chain(block == 0 ? root_of(layout_) : parent, tokens);
+  const uint64_t k = kv_block_chain(block == 0 ? kv_block_root(layout_) : parent, tokens);
   if (index_.count(k) || (parent != 0 && !index_.count(parent))) return false;
   Header h;
   h.key = k;

@@ -3,10 +3,9 @@
 // HiCache storage): prompt KV kept in files on local disk, so a prefix
 // outlives the pool it was computed in, and the process (a warm restart).
 //
-// A prompt is cut into blocks of `block_tokens` tokens. Block i's key is a
-// 64-bit hash chained over the tokens of blocks 0..i, so a key names the
-// whole prefix up to the block's end, as a radix path does; the block's own
-// tokens are kept too, so a hash collision is caught, never served.
+// A prompt is cut into blocks of `block_tokens` tokens, keyed as
+// kvstore/kv_block.hpp says; the block's own tokens are kept too, so a hash
+// collision is caught, never served.
 //
 // One file per block, <dir>/<key as 16 hex digits>.kvb:
 //   offset  size  field
@@ -36,17 +35,9 @@
 #include <string>
 #include <vector>
 
-namespace actorlm {
+#include "kvstore/kv_block.hpp"
 
-struct KvBlockLayout {
-  std::string model_digest;  // the model, shape and tokenizer the KV belongs to
-  std::string dtype;         // the pool's element type
-  int32_t n_layers = 0;
-  int64_t token_bytes = 0;   // K plus V of one token in one layer
-  int32_t block_tokens = 64;
-  int64_t block_bytes() const { return static_cast<int64_t>(n_layers) * block_tokens * token_bytes; }
-  bool operator==(const KvBlockLayout&) const = default;
-};
+namespace actorlm {
 
 struct KvDiskStats {
   int64_t blocks = 0, bytes = 0, capacity_bytes = 0;
@@ -92,8 +83,8 @@ class KvDiskStore {
   // Whether block `block` of `prompt` is indexed (not whether it is sound).
   bool contains(std::span<const int32_t> prompt, int32_t block) const { return index_.count(key(prompt, block)) > 0; }
 
-  // The key of block `block` of `prompt`: a hash of every token up to its end.
-  uint64_t key(std::span<const int32_t> prompt, int32_t block) const;
+  // The key of block `block` of `prompt` (kv_block_key).
+  uint64_t key(std::span<const int32_t> prompt, int32_t block) const { return kv_block_key(layout_, prompt, block); }
 
  private:
   struct Entry {
