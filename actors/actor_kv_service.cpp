@@ -127,8 +127,15 @@ bool ActorKvService::extend(std::span<RequestKv* const> reqs, std::span<const st
     fb::EvictT e;
     e.num_tokens = r.shortfall_tokens;
     e.only_if_enough = true;
+    e.record = record_evictions_;
     auto ev = open_reply<fb::EvictReply>(ask(radix_, "radix-cache manager", msg::pack(e)), "radix-cache manager");
     if (ev.freed.empty()) return false;
+    for (auto& p : ev.evicted) {
+      if (p->tokens.size() != p->rows.size() || p->start < 0 || static_cast<size_t>(p->start) >= p->tokens.size()) {
+        throw std::runtime_error("radix-cache manager answered an evicted path that does not add up");
+      }
+      evicted_.push_back({std::move(p->tokens), std::move(p->rows), p->start});
+    }
     free_rows(std::move(ev.freed), {});
     r = open_reply<fb::AllocTokensReply>(ask(pool_, "memory-pool manager", bytes), "memory-pool manager");
     check(r.error, "memory-pool manager");

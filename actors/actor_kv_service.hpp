@@ -14,6 +14,7 @@
 #include <caf/actor.hpp>
 #include <caf/blocking_actor.hpp>
 #include <chrono>
+#include <utility>
 
 #include "actors/wire.hpp"
 #include "scheduler/kv_service.hpp"
@@ -35,6 +36,8 @@ class ActorKvService final : public KvService {
   KvUsage usage() override;
   int64_t flush_cache() override;
   std::string check_idle() override;
+  void record_evictions(bool on) override { record_evictions_ = on; }
+  std::vector<RadixCache::EvictedPath> take_evicted() override { return std::exchange(evicted_, {}); }
 
   int64_t round_trips() const { return round_trips_; }
 
@@ -47,6 +50,8 @@ class ActorKvService final : public KvService {
   caf::actor pool_, radix_;
   std::chrono::milliseconds timeout_;
   int64_t round_trips_ = 0;
+  bool record_evictions_ = false;
+  std::vector<RadixCache::EvictedPath> evicted_;
 };
 
 // Worker over the worker actor: one ForwardBatch message per call.

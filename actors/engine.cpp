@@ -262,6 +262,9 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
                       st->free_req_slots};
             out.invariant_error = st->invariant_error;
             out.scheduler.disk_hit_tokens = st->storage_hit_tokens_total;
+            out.scheduler.host_hit_tokens = st->host_hit_tokens_total;
+            out.host = {st->host_blocks, st->host_bytes, st->host_capacity_bytes, st->host_stored_blocks_total,
+                        st->host_loaded_blocks_total, st->host_evicted_blocks_total};
             out.storage = {st->storage_blocks, st->storage_bytes, st->storage_capacity_bytes,
                            st->storage_stored_blocks_total, 0, st->storage_evicted_blocks_total,
                            st->storage_rejected_blocks_total, st->storage_foreign_blocks, 0};

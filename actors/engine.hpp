@@ -51,8 +51,12 @@ struct EngineConfig {
   // Jinja source of a chat template to use instead of the model's own
   // (--chat-template-file); empty: the model's.
   std::string chat_template;
-  // The disk tier of the KV cache: prompt KV written through to files here,
-  // found again after a restart. Empty: none.
+  // The KV cache's tiers below the pool (scheduler/kv_tiers.hpp). The host
+  // tier: bytes of RAM (0: none), and the element type it keeps KV in. The
+  // disk tier: files here, found again after a restart (empty: none).
+  int64_t hicache_host_bytes = 0;
+  KvHostDtype hicache_dtype = KvHostDtype::same;
+  HiCacheWritePolicy hicache_write_policy = HiCacheWritePolicy::write_through;
   std::string hicache_storage_dir;
   int64_t hicache_storage_bytes = 16ll << 30;
 };
@@ -134,6 +138,7 @@ struct EngineStatsSnapshot {
   KvUsage kv;
   std::string invariant_error;  // filled by self_check when idle
   std::vector<NodeStatsSnapshot> nodes;  // a cluster head's nodes (summed above)
+  KvHostStats host;                      // the host tier's (all zero without one)
   KvDiskStats storage;                   // the disk tier's (all zero without one)
 };
 

@@ -66,29 +66,53 @@ EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, Sc
   return core;
 }
 
-EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
-                             caf::actor sink) {
-  WorkerCore w = spawn_worker_core(system, config, tok);
-  SchedulerConfig sc = scheduler_config(config, w.model, tok);
-  sc.constraints = make_constraint_compiler(tok, w.model.vocab_size, kConstraintThreads);
+namespace {
+
+// The KV cache's host and disk tiers the flags ask for.
+std::shared_ptr<KvTiers> make_tiers(const EngineConfig& config, const WorkerCore& w) {
+  if (w.kv_token_bytes <= 0) {
+    throw std::invalid_argument("--hicache-size and --hicache-storage-dir need KV copies, which the " + w.device +
+                                " backend does not do yet");
+  }
+  // The fingerprint names the weights, not just the shapes: another
+  // fine-tune's KV is another model's.
+  KvBlockLayout layout{model_fingerprint(config.model_path) + "|" + std::to_string(w.model.n_layers), w.kv_dtype,
+                       w.model.n_layers, w.kv_token_bytes, kDiskBlockTokens};
+  std::shared_ptr<KvHostStore> host;
+  if (config.hicache_host_bytes > 0) {
+    host = std::make_shared<KvHostStore>(layout, config.hicache_host_bytes, config.hicache_dtype);
+    std::fprintf(stderr, "actorlm: KV host tier: %.1f MB in %s, room for %lld blocks of %d tokens\n",
+                 double(config.hicache_host_bytes) / 1e6, kv_host_dtype_name(config.hicache_dtype),
+                 static_cast<long long>(config.hicache_host_bytes / host->encoded_block_bytes()), layout.block_tokens);
+  }
+  std::shared_ptr<KvDiskStore> disk;
   if (!config.hicache_storage_dir.empty()) {
-    if (w.kv_token_bytes <= 0) {
-      caf::anon_send_exit(w.worker, caf::exit_reason::user_shutdown);
-      throw std::invalid_argument("--hicache-storage-dir needs KV copies, which the " + w.device +
-                                  " backend does not do yet");
-    }
-    // The fingerprint names the weights, not just the shapes: another
-    // fine-tune's KV is another model's.
-    KvBlockLayout layout{model_fingerprint(config.model_path) + "|" + std::to_string(w.model.n_layers), w.kv_dtype,
-                         w.model.n_layers, w.kv_token_bytes, kDiskBlockTokens};
-    sc.disk = std::make_shared<KvDiskStore>(config.hicache_storage_dir, layout,
-                                            std::max(config.hicache_storage_bytes, layout.block_bytes()));
-    const KvDiskStats& d = sc.disk->stats();
+    disk = std::make_shared<KvDiskStore>(config.hicache_storage_dir, layout,
+                                         std::max(config.hicache_storage_bytes, layout.block_bytes()));
+    const KvDiskStats& d = disk->stats();
     std::fprintf(stderr,
                  "actorlm: KV disk tier %s: %lld blocks of %d tokens (%.1f MB) found, %lld damaged file(s) removed, "
                  "%lld of another model or layout left alone\n",
                  config.hicache_storage_dir.c_str(), static_cast<long long>(d.blocks), layout.block_tokens,
                  double(d.bytes) / 1e6, static_cast<long long>(d.rejected), static_cast<long long>(d.foreign));
+  }
+  return std::make_shared<KvTiers>(std::move(host), std::move(disk), config.hicache_write_policy);
+}
+
+}  // namespace
+
+EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok,
+                             caf::actor sink) {
+  WorkerCore w = spawn_worker_core(system, config, tok);
+  SchedulerConfig sc = scheduler_config(config, w.model, tok);
+  sc.constraints = make_constraint_compiler(tok, w.model.vocab_size, kConstraintThreads);
+  if (!config.hicache_storage_dir.empty() || config.hicache_host_bytes > 0) {
+    try {
+      sc.tiers = make_tiers(config, w);
+    } catch (...) {
+      caf::anon_send_exit(w.worker, caf::exit_reason::user_shutdown);
+      throw;
+    }
   }
   EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink));
   core.model = w.model;

@@ -57,9 +57,10 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& 
 // Threads xgrammar may use to compile one structured-output grammar (the
 // scheduler that owns the compiler also sets it to work, see its config).
 inline constexpr int kConstraintThreads = 2;
-// Tokens per block of the KV cache's disk tier: a file of 64 tokens is ~3 MB
-// of f32 KV on the default model, large enough for sequential I/O, small
-// enough that a prompt's last partial block costs little to recompute.
+// Tokens per block of the KV cache's host and disk tiers: a file of 64
+// tokens is ~3 MB of f32 KV on the default model, large enough for
+// sequential I/O, small enough that a prompt's last partial block costs
+// little to recompute.
 inline constexpr int32_t kDiskBlockTokens = 64;
 
 // Loads the model and spawns its worker.

@@ -68,7 +68,17 @@ std::vector<uint8_t> cache(RadixCache& t, const fb::CacheReqs& m) {
 
 std::vector<uint8_t> evict(RadixCache& t, const fb::Evict& m) {
   fb::EvictReplyT r;
-  if (!m.only_if_enough() || t.evictable_size() >= m.num_tokens()) r.freed = t.evict(m.num_tokens());
+  if (!m.only_if_enough() || t.evictable_size() >= m.num_tokens()) {
+    std::vector<RadixCache::EvictedPath> paths;
+    r.freed = t.evict(m.num_tokens(), m.record() ? &paths : nullptr);
+    for (auto& p : paths) {
+      auto e = std::make_unique<fb::EvictedPathT>();
+      e->tokens = std::move(p.tokens);
+      e->rows = std::move(p.rows);
+      e->start = p.start;
+      r.evicted.push_back(std::move(e));
+    }
+  }
   r.evictable_size = t.evictable_size();
   return msg::pack(r);
 }

@@ -90,8 +90,18 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     st.decode_steps_total = x.decode_steps;
     st.cache_hit_rate = x.cache_hit_rate();
     st.storage_hit_tokens_total = x.disk_hit_tokens;
-    if (cfg.disk) {
-      const KvDiskStats& d = cfg.disk->stats();
+    st.host_hit_tokens_total = x.host_hit_tokens;
+    if (KvHostStore* h = cfg.tiers ? cfg.tiers->host() : nullptr) {
+      const KvHostStats& s = h->stats();
+      st.host_blocks = s.blocks;
+      st.host_bytes = s.bytes;
+      st.host_capacity_bytes = s.capacity_bytes;
+      st.host_stored_blocks_total = s.stored;
+      st.host_loaded_blocks_total = s.loaded;
+      st.host_evicted_blocks_total = s.evicted;
+    }
+    if (KvDiskStore* disk = cfg.tiers ? cfg.tiers->disk() : nullptr) {
+      const KvDiskStats& d = disk->stats();
       st.storage_blocks = d.blocks;
       st.storage_bytes = d.bytes;
       st.storage_capacity_bytes = d.capacity_bytes;
@@ -107,9 +117,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     st.evictable_tokens = u.evictable;
     st.protected_tokens = u.protected_;
     if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
-    if (self_check && cfg.disk && st.invariant_error.empty()) {
-      if (std::string bad = cfg.disk->check(); !bad.empty()) st.invariant_error = "KV disk tier: " + bad;
-    }
+    if (self_check && cfg.tiers && st.invariant_error.empty()) st.invariant_error = cfg.tiers->check();
     return WireMessage{msg::pack(st)};
   };
   auto on_flush = [&](flush_atom) -> int64_t { return kv.flush_cache(); };

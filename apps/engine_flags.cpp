@@ -12,7 +12,8 @@ namespace actorlm {
 const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
                        "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
-                       "--hicache-storage-dir", "--hicache-storage-gb"});
+                       "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
+                       "--hicache-storage-gb"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -31,6 +32,20 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   std::string policy = args.str("--schedule-policy").value_or("lpm");
   if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
   ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
+  // GB of RAM, fractions allowed (0.5 = 512 MB); 0: no host tier.
+  ec.hicache_host_bytes = static_cast<int64_t>(args.number("--hicache-size", 0.0, 0.0, 1 << 20) * double(1ll << 30));
+  const std::string dtype = args.str("--hicache-dtype").value_or("same");
+  if (auto d = kv_host_dtype_from(dtype)) {
+    ec.hicache_dtype = *d;
+  } else {
+    throw cli::UsageError("--hicache-dtype must be same, f16 or q8_0");
+  }
+  const std::string policy_name = args.str("--hicache-write-policy").value_or("write_through");
+  if (auto p = write_policy_from(policy_name)) {
+    ec.hicache_write_policy = *p;
+  } else {
+    throw cli::UsageError("--hicache-write-policy must be write_through or write_back");
+  }
   ec.hicache_storage_dir = args.str("--hicache-storage-dir").value_or("");
   ec.hicache_storage_bytes = args.integer("--hicache-storage-gb", 16, 1, 1 << 20) << 30;
   return ec;

@@ -79,7 +79,7 @@ bool KvStore::extend_batch(std::span<RequestKv* const> reqs,
   int64_t short_pages = allocator_.pages_needed(prefix_lens, seq_lens) - allocator_.free_pages();
   if (short_pages > 0) {
     if (short_pages * allocator_.page_size() > radix_.evictable_size()) return false;
-    evict(short_pages * allocator_.page_size());
+    free_rows(radix_.evict(short_pages * allocator_.page_size(), record_evictions_ ? &evicted_ : nullptr));
   }
   auto rows = allocator_.alloc_extend(prefix_lens, seq_lens, last_locs);
   if (!rows) return false;

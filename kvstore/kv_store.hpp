@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvstore/radix_cache.hpp"
@@ -89,6 +90,12 @@ class KvStore {
   // Aborted: free what the request owns and its slot; nothing is inserted.
   void abort(RequestKv& req);
 
+  // Write-back to a tier below the pool: while on, the paths extend() evicts
+  // are kept until take_evicted() hands them over. The caller must copy
+  // their rows' KV before anything writes to the rows extend() returned.
+  void record_evictions(bool on) { record_evictions_ = on; }
+  std::vector<RadixCache::EvictedPath> take_evicted() { return std::exchange(evicted_, {}); }
+
   // Evicts at least num_tokens rows of unlocked cache if it can; returns how
   // many were freed. evict_all() empties the cache of everything unlocked.
   int64_t evict(int64_t num_tokens);
@@ -115,6 +122,8 @@ class KvStore {
   ReqToTokenPool req_to_token_;
   TokenToKVPoolAllocator allocator_;
   RadixCache radix_;
+  bool record_evictions_ = false;
+  std::vector<RadixCache::EvictedPath> evicted_;
 };
 
 }  // namespace actorlm

@@ -257,7 +257,7 @@ int64_t RadixCache::dec_lock_ref(NodeId id) {
 
 // --- eviction ---------------------------------------------------------------
 
-std::vector<int32_t> RadixCache::evict(int64_t num_tokens) {
+std::vector<int32_t> RadixCache::evict(int64_t num_tokens, std::vector<EvictedPath>* evicted_paths) {
   std::vector<int32_t> freed;
   if (disabled_ || num_tokens <= 0) return freed;
   int64_t evicted = 0;
@@ -268,6 +268,19 @@ std::vector<int32_t> RadixCache::evict(int64_t num_tokens) {
     int32_t x = lru_.begin()->second;
     auto& n = nodes_[static_cast<size_t>(x)];
     freed.insert(freed.end(), n.value.begin(), n.value.end());
+    if (evicted_paths) {
+      // Keys from the node up to the root, then reversed into path order.
+      EvictedPath p;
+      for (int32_t at = x; at > 0; at = nodes_[static_cast<size_t>(at)].parent) {
+        const Node& a = nodes_[static_cast<size_t>(at)];
+        p.tokens.insert(p.tokens.end(), a.key.rbegin(), a.key.rend());
+        p.rows.insert(p.rows.end(), a.value.rbegin(), a.value.rend());
+      }
+      std::reverse(p.tokens.begin(), p.tokens.end());
+      std::reverse(p.rows.begin(), p.rows.end());
+      p.start = static_cast<int32_t>(p.tokens.size() - n.key.size());
+      evicted_paths->push_back(std::move(p));
+    }
     auto len = static_cast<int64_t>(n.value.size());
     evicted += len;
     evictable_size_ -= len;

@@ -98,11 +98,23 @@ class RadixCache {
   int64_t inc_lock_ref(NodeId node);
   int64_t dec_lock_ref(NodeId node);
 
+  // A node eviction let go of, for a tier below the pool (write-back): the
+  // whole path root..node, tokens and rows, and where the node began. The
+  // rows above `start` are its ancestors': still cached, or evicted later in
+  // the same call (children go before their parents). Every row's data is
+  // intact until the caller hands the freed rows out again.
+  struct EvictedPath {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> rows;
+    int32_t start = 0;
+  };
+
   // Removes least-recently-used unlocked leaves (a parent left childless
   // becomes a candidate) until at least num_tokens rows are freed or nothing
   // evictable is left. Returns the freed rows, whole nodes at a time; the
   // caller frees them through the allocator. Locked paths are never touched.
-  std::vector<int32_t> evict(int64_t num_tokens);
+  // With `evicted`, each removed node's path is appended to it.
+  std::vector<int32_t> evict(int64_t num_tokens, std::vector<EvictedPath>* evicted = nullptr);
 
   // A request that holds rows kv for tokens (same length; the first
   // prefix_len of them the tree's own rows on the path root..last_node,

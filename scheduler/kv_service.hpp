@@ -45,6 +45,11 @@ class KvService {
   virtual int64_t flush_cache() = 0;
   // Engine self-check while idle: empty when the pool invariant holds.
   virtual std::string check_idle() = 0;
+  // Write-back (KvStore::record_evictions): keep what extend() evicts, and
+  // hand it over. Whoever takes it copies the rows' KV before the worker
+  // next writes any.
+  virtual void record_evictions(bool on) = 0;
+  virtual std::vector<RadixCache::EvictedPath> take_evicted() = 0;
 };
 
 class LocalKvService final : public KvService {
@@ -60,6 +65,8 @@ class LocalKvService final : public KvService {
   KvUsage usage() override;
   int64_t flush_cache() override;
   std::string check_idle() override;
+  void record_evictions(bool on) override { store_.record_evictions(on); }
+  std::vector<RadixCache::EvictedPath> take_evicted() override { return store_.take_evicted(); }
 
   const KvStore& store() const { return store_; }
   // Self-check between steps: the pool invariant with `running` listing every

@@ -19,7 +19,19 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker)
-    : config_(config), kv_(kv), worker_(worker) {}
+    : config_(config), kv_(kv), worker_(worker) {
+  if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) kv_.record_evictions(true);
+}
+
+bool Scheduler::extend(std::span<RequestKv* const> kvs, std::span<const std::vector<int32_t>> tokens) {
+  const bool ok = kv_.extend(kvs, tokens);
+  if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) {
+    // Even a refused extend may have evicted. The freed rows are only
+    // written once the worker runs, after this copy.
+    if (auto paths = kv_.take_evicted(); !paths.empty()) config_.tiers->after_eviction(worker_, paths);
+  }
+  return ok;
+}
 
 std::optional<std::string> Scheduler::refusal(const Request& r) const {
   if (r.prompt.empty()) return "the prompt is empty";
@@ -122,7 +134,7 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
     return out;
   }
   const std::vector<int32_t>& prompt = run.req.prompt;
-  if (!kv_.extend(kv, std::span(&prompt, 1))) {
+  if (!extend(kv, std::span(&prompt, 1))) {
     kv_.abort(kv);
     out.error = "the KV pool has no room for " + std::to_string(prompt.size()) + " tokens now";
     out.no_room = true;
@@ -305,7 +317,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     stats_.cached_tokens += r.req.retractions == 0 ? r.req.kv.prefix_len : 0;
     running_.push_back(std::move(r));
     Running& back = running_.back();
-    if (config_.disk) load_from_disk(back);
+    if (config_.tiers) load_from_tiers(back);
     auto fill = back.req.fill_ids();
     size_t n = chunk_of(fill.size() - back.prefilled);
     if (n == 0) continue;  // out of budget: it waits in running for the next step
@@ -320,70 +332,34 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   return plan;
 }
 
-namespace {
-
-// Tokens [first, first + count) of a block's KV (per layer: every token's K,
-// then every token's V).
-std::vector<uint8_t> block_tokens_of(const std::vector<uint8_t>& block, const KvBlockLayout& l, size_t first,
-                                     size_t count) {
-  const auto b = static_cast<size_t>(l.block_tokens);
-  const auto half = static_cast<size_t>(l.token_bytes / 2);
-  if (first == 0 && count == b) return block;
-  std::vector<uint8_t> out;
-  out.reserve(static_cast<size_t>(l.n_layers) * count * 2 * half);
-  for (size_t layer = 0; layer < static_cast<size_t>(l.n_layers); ++layer) {
-    const uint8_t* base = block.data() + layer * b * 2 * half;
-    for (const uint8_t* part : {base, base + b * half}) {
-      out.insert(out.end(), part + first * half, part + (first + count) * half);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-void Scheduler::load_from_disk(Running& r) {
-  KvDiskStore& disk = *config_.disk;
+void Scheduler::load_from_tiers(Running& r) {
+  KvTiers& tiers = *config_.tiers;
   Request& q = r.req;
   if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2) return;
-  const auto b = static_cast<size_t>(disk.layout().block_tokens);
+  const auto b = static_cast<size_t>(tiers.block_tokens());
   // The last prompt token is always computed: its logits give the first token.
-  const auto stored = static_cast<size_t>(disk.match(std::span(q.prompt).first(q.prompt.size() - 1)));
+  const size_t limit = q.prompt.size() - 1;
   size_t at = r.prefilled;
-  while (at < stored) {
+  int64_t from_host = 0, from_disk = 0;
+  while ((at / b + 1) * b <= limit) {
     const size_t block = at / b, first = at - block * b, count = b - first;
-    auto data = disk.load(q.prompt, static_cast<int32_t>(block), nullptr);
-    if (!data) break;  // refused and counted by the store: compute the rest
+    auto got = tiers.load(q.prompt, static_cast<int32_t>(block));
+    if (!got) break;  // no tier has it (or the disk refused it, counted there): compute the rest
     std::vector<int32_t> tokens(q.prompt.begin() + static_cast<ptrdiff_t>(at),
                                 q.prompt.begin() + static_cast<ptrdiff_t>(at + count));
     RequestKv* kv[] = {&q.kv};
-    if (!kv_.extend(kv, std::span(&tokens, 1))) break;  // no room now: compute it later instead
-    worker_.write_kv(std::span(q.kv.kv).last(count), 0, disk.layout().n_layers,
-                     block_tokens_of(*data, disk.layout(), first, count));
+    if (!extend(kv, std::span(&tokens, 1))) break;  // no room now: compute it later instead
+    worker_.write_kv(std::span(q.kv.kv).last(count), 0, tiers.layout().n_layers,
+                     kv_block_slice(got->data, tiers.layout(), first, count));
+    (got->tier == KvTier::host ? from_host : from_disk) += static_cast<int64_t>(count);
     at += count;
   }
-  const auto loaded = static_cast<int64_t>(at - r.prefilled);
-  if (loaded == 0) return;
+  if (at == r.prefilled) return;
   r.prefilled = at;
   q.cached_tokens = static_cast<int32_t>(at);
-  stats_.cached_tokens += loaded;
-  stats_.disk_hit_tokens += loaded;
-}
-
-void Scheduler::store_to_disk(const Request& q) {
-  KvDiskStore& disk = *config_.disk;
-  const auto b = static_cast<size_t>(disk.layout().block_tokens);
-  const size_t blocks = std::min(q.prompt.size(), q.kv.kv.size()) / b;
-  if (blocks == 0) return;
-  auto prompt = std::span(q.prompt).first(blocks * b);
-  // From the first block the disk cannot serve; later ones it still holds
-  // (stranded behind a damaged block, reachable again once it is rewritten)
-  // are skipped.
-  for (size_t block = static_cast<size_t>(disk.match(prompt)) / b; block < blocks; ++block) {
-    if (disk.contains(prompt, static_cast<int32_t>(block))) continue;
-    auto data = worker_.read_kv(std::span(q.kv.kv).subspan(block * b, b), 0, disk.layout().n_layers);
-    if (!disk.store(prompt, static_cast<int32_t>(block), data)) break;  // a write failed: its children cannot follow
-  }
+  stats_.cached_tokens += from_host + from_disk;
+  stats_.host_hit_tokens += from_host;
+  stats_.disk_hit_tokens += from_disk;
 }
 
 size_t Scheduler::newest_running() const {
@@ -417,7 +393,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
       kvs.push_back(&r.req.kv);
       toks.push_back(plan.back().tokens);
     }
-    if (plan.empty() || kv_.extend(kvs, toks)) return plan;
+    if (plan.empty() || extend(kvs, toks)) return plan;
     // Short of KV rows: send the newest request back to wait. Alone, the
     // pool cannot hold it at all.
     if (running_.size() == 1) {
@@ -479,7 +455,7 @@ std::vector<TokenEvent> Scheduler::step() {
       kvs.push_back(&p.run->req.kv);
       toks.push_back(p.tokens);
     }
-    if (!kv_.extend(kvs, toks)) {
+    if (!extend(kvs, toks)) {
       // Not enough KV even after eviction. With requests decoding, decode
       // instead (finishing requests frees memory) and retry next step. With
       // only prefills, send the newest back to wait; a lone request that
@@ -585,7 +561,10 @@ std::vector<TokenEvent> Scheduler::step() {
     } else {
       e.finish = stop_reason(q, constraint_done);
     }
-    if (config_.disk && !r.decoding && q.retractions == 0) store_to_disk(q);
+    if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_through && !r.decoding &&
+        q.retractions == 0) {
+      config_.tiers->after_prefill(worker_, q.prompt, q.kv.kv);
+    }
     if (e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill) {
       e.held = true;
       hold.push_back(q.id);

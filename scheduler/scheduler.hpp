@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/kv_disk_store.hpp"
 #include "scheduler/kv_service.hpp"
+#include "scheduler/kv_tiers.hpp"
 #include "scheduler/request.hpp"
 #include "scheduler/worker.hpp"
 
@@ -41,11 +41,11 @@ struct SchedulerConfig {
   // Compiles structured-output constraints over the model's vocabulary;
   // null: requests with a constraint are refused.
   std::shared_ptr<ConstraintCompiler> constraints;
-  // The disk tier of the KV cache (--hicache-storage-dir); null: none.
-  // Write-through: every prompt's whole blocks are written once its prefill
-  // ends; an admitted prompt loads what the disk has beyond its cached
-  // prefix instead of computing it.
-  std::shared_ptr<KvDiskStore> disk;
+  // The KV cache's tiers below the pool (--hicache-size,
+  // --hicache-storage-dir, --hicache-write-policy); null: none. An admitted
+  // prompt loads what they have beyond its cached prefix instead of
+  // computing it; they are fed as the tiers' write policy says.
+  std::shared_ptr<KvTiers> tiers;
 };
 
 // What happened to a request in one step.
@@ -71,7 +71,8 @@ struct SchedulerStats {
   int64_t steps = 0, prefill_steps = 0, decode_steps = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   int64_t retractions = 0, finished = 0, aborted = 0;
-  int64_t disk_hit_tokens = 0;  // prompt tokens loaded from the disk tier instead of computed
+  // Prompt tokens loaded from the host or disk tier instead of computed.
+  int64_t host_hit_tokens = 0, disk_hit_tokens = 0;
   double cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 
@@ -147,10 +148,12 @@ class Scheduler {
   std::vector<Planned> plan_decode(std::vector<TokenEvent>& events);
   size_t newest_running() const;
   void retract(size_t index);
-  // The disk tier: load what it has of an admitted prompt beyond its cached
-  // prefix; write a prefilled prompt's blocks it lacks.
-  void load_from_disk(Running& r);
-  void store_to_disk(const Request& q);
+  // kv_.extend, then (write-back) the evicted KV copied to the tiers below
+  // before anything can overwrite it.
+  bool extend(std::span<RequestKv* const> kvs, std::span<const std::vector<int32_t>> tokens);
+  // Loads what the tiers below the pool have of an admitted prompt beyond
+  // its cached prefix.
+  void load_from_tiers(Running& r);
   void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {},
               ErrorKind kind = ErrorKind::none);
   TokenEvent event_for(const Request& r) const;

@@ -26,6 +26,21 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          "KV rows held by running requests through the cache.", double(st.kv.protected_));
   metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.",
          st.kv.free_slots);
+  if (st.host.capacity_bytes > 0) {
+    metric("actorlm_hicache_host_hit_tokens_total", "counter",
+           "Prompt tokens loaded from the host tier of the KV cache instead of computed.",
+           double(st.scheduler.host_hit_tokens));
+    metric("actorlm_hicache_host_blocks", "gauge", "KV blocks in the host tier.", double(st.host.blocks));
+    metric("actorlm_hicache_host_bytes", "gauge", "Bytes in the host tier.", double(st.host.bytes));
+    metric("actorlm_hicache_host_capacity_bytes", "gauge", "The host tier's capacity.",
+           double(st.host.capacity_bytes));
+    metric("actorlm_hicache_host_stored_blocks_total", "counter", "KV blocks copied to the host tier.",
+           double(st.host.stored));
+    metric("actorlm_hicache_host_loaded_blocks_total", "counter", "KV blocks copied back from the host tier.",
+           double(st.host.loaded));
+    metric("actorlm_hicache_host_evicted_blocks_total", "counter", "KV blocks the host tier let go for room.",
+           double(st.host.evicted));
+  }
   if (st.storage.capacity_bytes > 0) {
     metric("actorlm_hicache_storage_hit_tokens_total", "counter",
            "Prompt tokens loaded from the disk tier of the KV cache instead of computed.",

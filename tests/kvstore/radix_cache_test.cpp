@@ -123,6 +123,28 @@ TEST_CASE("Eviction climbs to parents that become leaves", "[kvstore][radix]") {
   CHECK(t.node_count() == 1);
 }
 
+TEST_CASE("Eviction can report each evicted node's whole path for a tier below", "[kvstore][radix]") {
+  RadixCache t(2);
+  t.insert(V{1, 2, 3, 4}, V{11, 12, 13, 14});
+  t.insert(V{1, 2, 5, 6, 7, 8}, V{11, 12, 15, 16, 17, 18});  // splits {1,2} off as a parent
+  t.match_prefix(V{1, 2, 3, 4});                            // {5..8} is now the oldest leaf
+  std::vector<RadixCache::EvictedPath> paths;
+  CHECK(t.evict(2, &paths) == V{15, 16, 17, 18});
+  REQUIRE(paths.size() == 1);
+  CHECK(paths[0].tokens == V{1, 2, 5, 6, 7, 8});
+  CHECK(paths[0].rows == V{11, 12, 15, 16, 17, 18});
+  CHECK(paths[0].start == 2);
+  // The parent goes after its last child, reported with a path of its own.
+  CHECK(t.evict(4, &paths) == V{13, 14, 11, 12});
+  REQUIRE(paths.size() == 3);
+  CHECK(paths[1].tokens == V{1, 2, 3, 4});
+  CHECK(paths[1].start == 2);
+  CHECK(paths[2].tokens == V{1, 2});
+  CHECK(paths[2].rows == V{11, 12});
+  CHECK(paths[2].start == 0);
+  require_sound(t);
+}
+
 TEST_CASE("cache_unfinished_req moves the lock to the new deepest node", "[kvstore][radix]") {
   RadixCache t(2);
   t.insert(V{1, 2}, V{2, 3});

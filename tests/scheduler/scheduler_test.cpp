@@ -33,29 +33,38 @@ const Tokenizer& tokenizer() {
   return t;
 }
 
+// The KV cache's tiers below the pool, blocks of 16 tokens: a disk tier with
+// a disk_dir, a host tier with host_bytes.
+struct Tiers {
+  std::string disk_dir = "";
+  int64_t host_bytes = 0;
+  KvHostDtype dtype = KvHostDtype::same;
+  HiCacheWritePolicy policy = HiCacheWritePolicy::write_through;
+};
+
 struct Engine {
   KvStoreConfig kv_config;
   LocalKvService kv;
   ModelRunner runner;
   LocalWorker worker;
-  std::shared_ptr<KvDiskStore> disk;  // with a disk_dir: the KV cache's disk tier, blocks of 16 tokens
+  std::shared_ptr<KvDiskStore> disk;
+  std::shared_ptr<KvHostStore> host;
   Scheduler scheduler;
 
-  Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40,
-         const std::string& disk_dir = "")
+  Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40, const Tiers& tiers = {})
       : kv_config{pool_tokens, page, max_requests, sc.max_context, false},
         kv(kv_config),
         runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
                {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = max_requests,
                 .max_context = sc.max_context}),
         worker(runner),
-        scheduler(with_disk(sc, disk_dir), kv, worker) {}
+        scheduler(with_tiers(sc, tiers), kv, worker) {}
 
-  SchedulerConfig with_disk(SchedulerConfig sc, const std::string& dir) {
-    if (!dir.empty()) {
-      KvBlockLayout layout{"test model", runner.kv_dtype(), runner.model_config().n_layers, runner.kv_token_bytes(), 16};
-      sc.disk = disk = std::make_shared<KvDiskStore>(dir, layout, int64_t{1} << 30);
-    }
+  SchedulerConfig with_tiers(SchedulerConfig sc, const Tiers& t) {
+    KvBlockLayout layout{"test model", runner.kv_dtype(), runner.model_config().n_layers, runner.kv_token_bytes(), 16};
+    if (!t.disk_dir.empty()) disk = std::make_shared<KvDiskStore>(t.disk_dir, layout, int64_t{1} << 30);
+    if (t.host_bytes > 0) host = std::make_shared<KvHostStore>(layout, t.host_bytes, t.dtype);
+    if (disk || host) sc.tiers = std::make_shared<KvTiers>(host, disk, t.policy);
     return sc;
   }
 
@@ -492,14 +501,14 @@ TEST_CASE("A prompt loaded from the disk tier decodes exactly as when it was com
     computed = run(e, 1, prompt);
   }
   {
-    Engine e(4096, page, config(chunk), 40, dir.string());
+    Engine e(4096, page, config(chunk), 40, {.disk_dir = dir.string()});
     CHECK(run(e, 1, prompt).first == computed.first);
     CHECK(e.disk->stats().stored == whole_blocks);
     CHECK(e.scheduler.stats().disk_hit_tokens == 0);
     require_no_leak(e);
   }
   SECTION("a fresh engine loads all but the last partial block") {
-    Engine e(4096, page, config(chunk), 40, dir.string());
+    Engine e(4096, page, config(chunk), 40, {.disk_dir = dir.string()});
     auto got = run(e, 2, prompt);
     CHECK(got.first == computed.first);
     CHECK(got.second == computed.second);  // bit for bit: the tier is lossless
@@ -508,7 +517,7 @@ TEST_CASE("A prompt loaded from the disk tier decodes exactly as when it was com
     require_no_leak(e);
   }
   SECTION("a fresh engine whose own cache ends inside a block loads from there on") {
-    Engine e(4096, page, config(chunk), 40, dir.string());
+    Engine e(4096, page, config(chunk), 40, {.disk_dir = dir.string()});
     // The first 40 tokens: 32 from disk, 8 computed; the pool then caches
     // its whole pages of them, which end inside the third block.
     run(e, 3, Ids(prompt.begin(), prompt.begin() + 40));
@@ -519,6 +528,147 @@ TEST_CASE("A prompt loaded from the disk tier decodes exactly as when it was com
     CHECK(got.second == computed.second);
     const int64_t cached_here = 40 / page * page;
     CHECK(e.scheduler.stats().disk_hit_tokens - before == loadable - cached_here);
+    require_no_leak(e);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// Runs one greedy request to the end: its tokens, its first token's logprob
+// and the cached_tokens it reports.
+struct Outcome {
+  Ids tokens;
+  float first_logprob = 0.0f;
+  int32_t cached = 0;
+};
+
+Outcome run_one(Engine& e, uint64_t id, const Ids& prompt, int max_new = 6) {
+  Request r = make(id, prompt, max_new);
+  r.stop.ignore_eos = true;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+  Outcome out;
+  while (!e.scheduler.idle()) {
+    for (const auto& ev : e.scheduler.step()) {
+      if (ev.id != id || ev.token < 0) continue;
+      if (out.tokens.empty()) out.first_logprob = ev.logprob;
+      out.tokens.push_back(ev.token);
+      out.cached = ev.cached_tokens;
+    }
+  }
+  return out;
+}
+
+// A prompt of ~90 tokens, and another sharing none of it, to push the first
+// out of a pool that holds only one of them.
+Ids tier_prompt() {
+  Ids p = shared_prefix_prompts(1)[0];
+  const Ids more = tokenizer().encode(" And after that, tell me about the history of printing in Europe.", false, false);
+  p.insert(p.end(), more.begin(), more.end());
+  return p;
+}
+
+Ids other_prompt() {
+  return tokenizer().encode(
+      "Write a list of twelve rivers of South America with their lengths in kilometres, sorted from the longest to "
+      "the shortest, and after each one name a city it passes through and the ocean it finally reaches. Then do "
+      "the same for twelve rivers of Africa, and say which of all of them carries the most water to the sea. "
+      "Finally, explain in three short paragraphs how river deltas form, why some rivers never reach an ocean, "
+      "and what happens to the sediment they carry when a dam is built upstream of a large coastal city.",
+      true, false);
+}
+
+}  // namespace
+
+TEST_CASE("A prompt the pool let go of comes back from the host tier exactly as computed", "[scheduler]") {
+  // The pool holds one prompt; a second pushes the first out. With
+  // write-through the host tier had it since its prefill, with write-back
+  // it gets it as the radix cache evicts it. Run again, the first prompt
+  // loads every whole block it can from the host tier and decodes bit for bit
+  // as when it was computed, under any page size and chunking.
+  const Ids prompt = tier_prompt(), other = other_prompt();
+  REQUIRE(prompt.size() > 80);
+  REQUIRE(other.size() > 90);
+  auto [page, chunk] = GENERATE(std::pair{1, 0}, std::pair{4, 37}, std::pair{16, 50});
+  const auto policy = GENERATE(HiCacheWritePolicy::write_through, HiCacheWritePolicy::write_back);
+  INFO("page " << page << ", chunk " << chunk << ", " << write_policy_name(policy));
+  const int32_t loadable = static_cast<int32_t>((prompt.size() - 1) / 16 * 16);
+  Outcome computed;
+  {
+    Engine e(4096, page, config(chunk));
+    computed = run_one(e, 1, prompt);
+  }
+  Engine e(160, page, config(chunk), 40, {.host_bytes = int64_t{1} << 28, .policy = policy});
+  CHECK(run_one(e, 1, prompt).tokens == computed.tokens);
+  const int64_t written = e.host->stats().stored;
+  CHECK(written == (policy == HiCacheWritePolicy::write_through ? int64_t(prompt.size() / 16) : 0));
+  CHECK(run_one(e, 2, other).tokens.size() == 6);
+  // Write-back: only what the pool evicted (with chunking, part of the prompt).
+  if (policy == HiCacheWritePolicy::write_back) CHECK(e.host->stats().stored > 0);
+  auto again = run_one(e, 3, prompt);
+  CHECK(again.tokens == computed.tokens);
+  CHECK(again.first_logprob == computed.first_logprob);  // bit for bit: the tier is lossless
+  CHECK(again.cached == loadable);
+  CHECK(e.scheduler.stats().host_hit_tokens > 0);
+  CHECK(e.host->check().empty());
+  require_no_leak(e);
+}
+
+TEST_CASE("A host tier in q8_0 holds a prompt in a quarter of the room and drifts only slightly", "[scheduler]") {
+  const Ids prompt = tier_prompt(), other = other_prompt();
+  const int32_t loadable = static_cast<int32_t>((prompt.size() - 1) / 16 * 16);
+  Outcome computed;
+  {
+    Engine e(4096, 1, config());
+    computed = run_one(e, 1, prompt);
+  }
+  Engine e(160, 1, config(), 40, {.host_bytes = int64_t{1} << 28, .dtype = KvHostDtype::q8_0});
+  run_one(e, 1, prompt);
+  run_one(e, 2, other);
+  const int64_t pool_block_bytes = 16 * e.runner.kv_token_bytes() * e.runner.model_config().n_layers;
+  CHECK(e.host->encoded_block_bytes() * 3 < pool_block_bytes);
+  auto again = run_one(e, 3, prompt);
+  CHECK(again.cached == loadable);
+  CHECK(e.scheduler.stats().host_hit_tokens > 0);
+  // Lossy, so not bit for bit; the greedy token holds and its logprob moves
+  // by well under 0.05 nats.
+  CHECK(again.tokens.front() == computed.tokens.front());
+  CHECK(again.first_logprob != computed.first_logprob);
+  CHECK(std::fabs(again.first_logprob - computed.first_logprob) < 0.05f);
+  require_no_leak(e);
+}
+
+TEST_CASE("Write-back hands what the host tier lets go to the disk tier, and a prompt loads from both", "[scheduler]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("actorlm-sched-tiers-" + std::to_string(std::random_device{}()));
+  const Ids prompt = tier_prompt(), other = other_prompt();
+  const int32_t loadable = static_cast<int32_t>((prompt.size() - 1) / 16 * 16);
+  const int32_t page = GENERATE(1, 16);
+  INFO("page " << page);
+  Outcome computed;
+  {
+    Engine e(4096, page, config());
+    computed = run_one(e, 1, prompt);
+  }
+  {
+    // Room in RAM for two blocks of 16 tokens.
+    Engine probe(64, 1, config());
+    const int64_t block = 16 * probe.runner.kv_token_bytes() * probe.runner.model_config().n_layers;
+    Engine e(160, page, config(), 40,
+             {.disk_dir = dir.string(), .host_bytes = 2 * block + 4096, .policy = HiCacheWritePolicy::write_back});
+    run_one(e, 1, prompt);
+    CHECK(e.disk->stats().stored == 0);  // nothing evicted yet
+    run_one(e, 2, other);
+    CHECK(e.host->stats().evicted > 0);
+    CHECK(e.disk->stats().stored > 0);
+    auto again = run_one(e, 3, prompt);
+    CHECK(again.tokens == computed.tokens);
+    CHECK(again.first_logprob == computed.first_logprob);
+    CHECK(again.cached == loadable);
+    CHECK(e.scheduler.stats().host_hit_tokens > 0);
+    CHECK(e.scheduler.stats().disk_hit_tokens > 0);
+    CHECK(e.scheduler.stats().host_hit_tokens + e.scheduler.stats().disk_hit_tokens <= loadable);
+    CHECK(e.host->check().empty());
+    CHECK(e.disk->check().empty());
     require_no_leak(e);
   }
   std::filesystem::remove_all(dir);
