@@ -443,6 +443,10 @@ std::vector<TokenEvent> Scheduler::step() {
   std::vector<TokenEvent> events = std::move(pending_);
   pending_.clear();
   apply_controls(events);
+  // "Finish what is running first" means nothing once nothing runs (an
+  // abort may have ended the requests it waited for): without this reset
+  // the queue would wait forever.
+  if (running_.empty()) memory_short_ = false;
   if (idle()) return events;
   ++stats_.steps;
 
