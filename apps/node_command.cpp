@@ -21,6 +21,7 @@ constexpr const char* usage =
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
+    "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"

@@ -16,8 +16,9 @@ std::optional<HiCacheWritePolicy> write_policy_from(std::string_view name) {
   return std::nullopt;
 }
 
-KvTiers::KvTiers(std::shared_ptr<KvHostStore> host, std::shared_ptr<KvDiskStore> disk, HiCacheWritePolicy policy)
-    : host_(std::move(host)), disk_(std::move(disk)), policy_(policy) {
+KvTiers::KvTiers(std::shared_ptr<KvHostStore> host, std::shared_ptr<KvDiskStore> disk, HiCacheWritePolicy policy,
+                 int64_t max_read_bytes)
+    : host_(std::move(host)), disk_(std::move(disk)), policy_(policy), max_read_bytes_(max_read_bytes) {
   if (!host_ && !disk_) throw std::invalid_argument("KvTiers: neither a host nor a disk tier");
   if (host_ && disk_ && !(host_->layout() == disk_->layout())) {
     throw std::invalid_argument("KvTiers: the host and disk tiers hold different KV layouts");
@@ -39,18 +40,21 @@ std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, in
 std::vector<std::vector<uint8_t>> KvTiers::read_blocks(Worker& worker, std::span<const int32_t> rows,
                                                        std::span<const int32_t> blocks) const {
   const auto b = static_cast<size_t>(block_tokens());
-  std::vector<int32_t> wanted;
-  for (int32_t k : blocks) {
-    auto r = rows.subspan(static_cast<size_t>(k) * b, b);
-    wanted.insert(wanted.end(), r.begin(), r.end());
-  }
-  if (wanted.empty()) return {};
-  const std::vector<uint8_t> all = worker.read_kv(wanted, 0, layout().n_layers);
-  // The answer is laid out as one block of all the rows: cut it per block.
-  KvBlockLayout whole = layout();
-  whole.block_tokens = static_cast<int32_t>(wanted.size());
+  const size_t per_call = std::max<size_t>(1, static_cast<size_t>(max_read_bytes_ / layout().block_bytes()));
   std::vector<std::vector<uint8_t>> out;
-  for (size_t i = 0; i < blocks.size(); ++i) out.push_back(kv_block_slice(all, whole, i * b, b));
+  for (size_t at = 0; at < blocks.size(); at += per_call) {
+    const auto group = blocks.subspan(at, std::min(per_call, blocks.size() - at));
+    std::vector<int32_t> wanted;
+    for (int32_t k : group) {
+      auto r = rows.subspan(static_cast<size_t>(k) * b, b);
+      wanted.insert(wanted.end(), r.begin(), r.end());
+    }
+    const std::vector<uint8_t> all = worker.read_kv(wanted, 0, layout().n_layers);
+    // The answer is laid out as one block of all the rows: cut it per block.
+    KvBlockLayout whole = layout();
+    whole.block_tokens = static_cast<int32_t>(wanted.size());
+    for (size_t i = 0; i < group.size(); ++i) out.push_back(kv_block_slice(all, whole, i * b, b));
+  }
   return out;
 }
 

@@ -44,8 +44,11 @@ enum class KvTier { host, disk };
 class KvTiers {
  public:
   // At least one of host and disk; both (when both are given) with the same
-  // layout. Throws std::invalid_argument otherwise.
-  KvTiers(std::shared_ptr<KvHostStore> host, std::shared_ptr<KvDiskStore> disk, HiCacheWritePolicy policy);
+  // layout. Throws std::invalid_argument otherwise. max_read_bytes: the most
+  // KV one worker call copies out (several blocks per call, each answer well
+  // under the largest message the worker actor may send).
+  KvTiers(std::shared_ptr<KvHostStore> host, std::shared_ptr<KvDiskStore> disk, HiCacheWritePolicy policy,
+          int64_t max_read_bytes = 16 << 20);
 
   const KvBlockLayout& layout() const;
   int32_t block_tokens() const { return layout().block_tokens; }
@@ -73,8 +76,8 @@ class KvTiers {
   std::string check() const;
 
  private:
-  // Reads the rows of several whole blocks in one worker call and splits
-  // the answer into one buffer per block.
+  // Reads the rows of whole blocks, several per worker call (up to
+  // max_read_bytes_), and splits the answers into one buffer per block.
   std::vector<std::vector<uint8_t>> read_blocks(Worker& worker, std::span<const int32_t> rows,
                                                 std::span<const int32_t> blocks) const;
   // Writes what the host tier let go to the disk, each after the parents
@@ -84,6 +87,7 @@ class KvTiers {
   std::shared_ptr<KvHostStore> host_;
   std::shared_ptr<KvDiskStore> disk_;
   HiCacheWritePolicy policy_;
+  int64_t max_read_bytes_;
 };
 
 }  // namespace actorlm

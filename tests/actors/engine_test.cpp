@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -24,7 +25,7 @@ struct App {
   caf::actor_system system{cfg};
   Engine engine;
   explicit App(const std::string& device = "cpu", bool special_tokens_in_content = false,
-               const std::string& hicache_dir = "")
+               const std::string& hicache_dir = "", const std::function<void(EngineConfig&)>& more = {})
       : engine(system, [&] {
           EngineConfig c;
           c.model_path = default_model_path();
@@ -37,6 +38,7 @@ struct App {
           c.scheduler.max_running_requests = 16;
           c.special_tokens_in_content = special_tokens_in_content;
           c.hicache_storage_dir = hicache_dir;
+          if (more) more(c);
           return c;
         }()) {}
 };
@@ -255,4 +257,36 @@ TEST_CASE("An engine with a disk tier finds what an earlier engine wrote, and it
     CHECK(st.storage.blocks >= 4);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("An engine whose pool evicts a prompt writes it back to the host tier and loads it from there", "[actors]") {
+  // Write-back through the actors: the radix-cache manager reports what it
+  // evicts in its Evict reply, the scheduler copies those rows to the host
+  // tier before the worker reuses them.
+  App a("cpu", false, "", [](EngineConfig& c) {
+    c.kv_tokens = 640;
+    c.hicache_host_bytes = int64_t{256} << 20;
+    c.hicache_write_policy = HiCacheWritePolicy::write_back;
+  });
+  auto facts = [](const std::string& what) {
+    std::string s;
+    for (int i = 0; i < 24; ++i) s += "Fact " + std::to_string(i) + ": the " + what + " " + std::to_string(i) + " is old. ";
+    GenerateOptions o;
+    o.messages = {{"system", s}, {"user", "How many are there?"}};
+    o.sampling.temperature = 0;
+    o.max_new_tokens = 8;
+    return o;
+  };
+  const std::string first = a.engine.generate_text(facts("museum hall"));
+  auto st = a.engine.stats(/*self_check=*/true);
+  CHECK(st.host.stored == 0);  // nothing evicted yet
+  a.engine.generate_text(facts("river bridge"));  // needs the rows the first prompt holds
+  st = a.engine.stats(/*self_check=*/true);
+  CHECK(st.invariant_error.empty());
+  CHECK(st.host.stored >= 4);
+  CHECK(a.engine.generate_text(facts("museum hall")) == first);
+  st = a.engine.stats(/*self_check=*/true);
+  CHECK(st.invariant_error.empty());
+  CHECK(st.scheduler.host_hit_tokens >= 4 * 64);
+  CHECK(st.host.loaded >= 4);
 }

@@ -162,7 +162,8 @@ TEST_CASE("10,000 random operations over the pool, host and disk tiers keep ever
   sc.max_prefill_tokens = 128;
   sc.chunked_prefill_size = page == 4 ? 24 : 0;
   sc.max_context = 200;
-  sc.tiers = std::make_shared<KvTiers>(host, disk, policy);
+  // Two blocks per worker read: a write of several blocks takes several reads.
+  sc.tiers = std::make_shared<KvTiers>(host, disk, policy, 2 * layout.block_bytes());
   LocalKvService kv(KvStoreConfig{256, page, 16, 200, false});
   HashWorker worker(kv.store().allocator().pool_rows());
   Scheduler scheduler(sc, kv, worker);

@@ -9,6 +9,10 @@ layout (f16): the damage is detected, counted in /metrics and removed, the other
 server uses none of the files and leaves them alone, and every answer stays the same. The
 next run writes the lost blocks again, so the restart after that is a full hit once more.
 
+The host tier (--hicache-size, write-back): a server whose pool holds one long prompt at a
+time answers it, then another that pushes it out of the pool, then the first again: the
+evicted KV was written back to RAM and comes back from there (>= 90% cached, same text).
+
 Usage: python3 tests/server/hicache_storage_test.py path/to/actorlm
 """
 import json
@@ -35,8 +39,12 @@ def serve(*extra):
     return ServerProcess(BIN, ["--kv-tokens", "8192", "--hicache-storage-dir", DIR, *extra])
 
 
-def complete(port):
-    body = {"prompt": PROMPT, "max_tokens": 16, "temperature": 0}
+OTHER = " ".join(f"Line {i}: the orchard keeper counted {i % 7} baskets of pears and mended a fence."
+                 for i in range(80)) + "\nThe orchard keeper's summary:"
+
+
+def complete(port, prompt=PROMPT):
+    body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -67,6 +75,24 @@ def main():
     check(cached >= 0.9 * n, f"after a restart only {cached} of {n} tokens came from disk")
     check(m["actorlm_hicache_storage_hit_tokens_total"] == cached, m)
     print(f"ok: after a restart {cached} of {n} prompt tokens came from disk ({cached / n:.1%}); same text")
+
+    # The host tier, write-back: a pool of 2,048 rows holds one of the two prompts.
+    with ServerProcess(BIN, ["--kv-tokens", "2048", "--hicache-size", "0.5",
+                             "--hicache-write-policy", "write_back"]) as s:
+        complete(s.port)
+        complete(s.port, OTHER)
+        m = s.metrics()
+        check(m["actorlm_hicache_host_stored_blocks_total"] >= 8, m)
+        back, usage = complete(s.port)
+        m = s.metrics()
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    from_host = m["actorlm_hicache_host_hit_tokens_total"]
+    check(back == text, f"from the host tier: {back!r} != {text!r}")
+    check(cached >= 0.9 * n, f"only {cached} of {n} tokens cached with a host tier")
+    check(from_host >= 8 * 64, m)
+    check(m["actorlm_hicache_host_bytes"] <= m["actorlm_hicache_host_capacity_bytes"], m)
+    print(f"ok: a prompt pushed out of the pool came back with {cached} of {n} tokens cached, "
+          f"{from_host:.0f} of them from the host tier; same text")
 
     # Another KV layout on the same folder: nothing of it is used or touched.
     with serve("--kv-cache-dtype", "f16") as s:
