@@ -13,24 +13,32 @@ namespace {
 constexpr size_t q8_group = 32;
 constexpr size_t q8_group_bytes = 2 + q8_group;  // half scale + 32 int8
 
-float element(const uint8_t* p, size_t elem_bytes) {
-  if (elem_bytes == 2) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return f16_to_f32(h);
-  }
-  float f;
-  std::memcpy(&f, p, 4);
-  return f;
+// Round to nearest even; NaN stays NaN.
+uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-void put_element(uint8_t* p, size_t elem_bytes, float v) {
-  if (elem_bytes == 2) {
-    const uint16_t h = f32_to_f16(v);
-    std::memcpy(p, &h, 2);
-  } else {
-    std::memcpy(p, &v, 4);
+float element(const uint8_t* p, KvElement e) {
+  if (e == KvElement::f32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
   }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return e == KvElement::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+void put_element(uint8_t* p, KvElement e, float v) {
+  if (e == KvElement::f32) {
+    std::memcpy(p, &v, 4);
+    return;
+  }
+  const uint16_t h = e == KvElement::f16 ? f32_to_f16(v) : f32_to_bf16(v);
+  std::memcpy(p, &h, 2);
 }
 
 }  // namespace
@@ -58,13 +66,18 @@ KvHostStore::KvHostStore(KvBlockLayout layout, int64_t capacity_bytes, KvHostDty
                                 std::to_string(layout_.token_bytes) + " bytes per token and " +
                                 std::to_string(layout_.block_tokens) + "-token blocks holds nothing");
   }
-  if (layout_.dtype == "f16") {
+  if (layout_.dtype == "f16" || layout_.dtype == "bf16") {
+    elem_ = layout_.dtype == "f16" ? KvElement::f16 : KvElement::bf16;
     elem_bytes_ = 2;
   } else if (layout_.dtype == "f32") {
+    elem_ = KvElement::f32;
     elem_bytes_ = 4;
   } else if (dtype_ != KvHostDtype::same) {
     throw std::invalid_argument(std::string("KV host tier: --hicache-dtype ") + kv_host_dtype_name(dtype_) +
                                 " cannot encode a " + layout_.dtype + " KV pool; use same");
+  }
+  if (dtype_ == KvHostDtype::f16 && elem_ == KvElement::bf16) {
+    throw std::invalid_argument("KV host tier: --hicache-dtype f16 saves nothing on a bf16 KV pool; use same or q8_0");
   }
   const auto half_elems = static_cast<size_t>(layout_.token_bytes / 2) / elem_bytes_;
   if (dtype_ == KvHostDtype::q8_0 && half_elems % q8_group != 0) {
@@ -86,13 +99,13 @@ KvHostStore::KvHostStore(KvBlockLayout layout, int64_t capacity_bytes, KvHostDty
 
 std::vector<uint8_t> KvHostStore::encode(std::span<const uint8_t> data) const {
   const size_t n = data.size() / elem_bytes_;
-  if (dtype_ == KvHostDtype::same || (dtype_ == KvHostDtype::f16 && elem_bytes_ == 2)) {
+  if (dtype_ == KvHostDtype::same || (dtype_ == KvHostDtype::f16 && elem_ == KvElement::f16)) {
     return {data.begin(), data.end()};
   }
   std::vector<uint8_t> out(static_cast<size_t>(encoded_bytes_));
   if (dtype_ == KvHostDtype::f16) {
     for (size_t i = 0; i < n; ++i) {
-      const uint16_t h = f32_to_f16(element(data.data() + i * elem_bytes_, elem_bytes_));
+      const uint16_t h = f32_to_f16(element(data.data() + i * elem_bytes_, elem_));
       std::memcpy(out.data() + i * 2, &h, 2);
     }
     return out;
@@ -101,7 +114,7 @@ std::vector<uint8_t> KvHostStore::encode(std::span<const uint8_t> data) const {
   for (size_t g = 0; g < n / q8_group; ++g) {
     float amax = 0.0f;
     for (size_t i = 0; i < q8_group; ++i) {
-      x[i] = element(data.data() + (g * q8_group + i) * elem_bytes_, elem_bytes_);
+      x[i] = element(data.data() + (g * q8_group + i) * elem_bytes_, elem_);
       amax = std::max(amax, std::fabs(x[i]));
     }
     // The scale is stored as a half; quantize against the rounded value so
@@ -119,7 +132,7 @@ std::vector<uint8_t> KvHostStore::encode(std::span<const uint8_t> data) const {
 }
 
 std::vector<uint8_t> KvHostStore::decode(std::span<const uint8_t> data) const {
-  if (dtype_ == KvHostDtype::same || (dtype_ == KvHostDtype::f16 && elem_bytes_ == 2)) {
+  if (dtype_ == KvHostDtype::same || (dtype_ == KvHostDtype::f16 && elem_ == KvElement::f16)) {
     return {data.begin(), data.end()};
   }
   std::vector<uint8_t> out(static_cast<size_t>(layout_.block_bytes()));
@@ -128,7 +141,7 @@ std::vector<uint8_t> KvHostStore::decode(std::span<const uint8_t> data) const {
     for (size_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, data.data() + i * 2, 2);
-      put_element(out.data() + i * elem_bytes_, elem_bytes_, f16_to_f32(h));
+      put_element(out.data() + i * elem_bytes_, elem_, f16_to_f32(h));
     }
     return out;
   }
@@ -138,7 +151,7 @@ std::vector<uint8_t> KvHostStore::decode(std::span<const uint8_t> data) const {
     std::memcpy(&scale, in, 2);
     const float d = f16_to_f32(scale);
     for (size_t i = 0; i < q8_group; ++i) {
-      put_element(out.data() + (g * q8_group + i) * elem_bytes_, elem_bytes_,
+      put_element(out.data() + (g * q8_group + i) * elem_bytes_, elem_,
                   d * static_cast<float>(static_cast<int8_t>(in[2 + i])));
     }
   }

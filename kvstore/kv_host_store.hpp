@@ -17,7 +17,8 @@
 // Element types (--hicache-dtype):
 //   same  the pool's bytes, copied: lossless
 //   f16   each element rounded to IEEE half (a float32 pool's KV in half the
-//         room; the same as `same` for a half pool)
+//         room; the same as `same` for a half pool; refused for a bf16 pool,
+//         where it saves nothing)
 //   q8_0  groups of 32 elements as one half scale and 32 int8 (~3.8x smaller
 //         than float32); needs each token's K (and V) to be a multiple of 32
 //         elements
@@ -43,6 +44,7 @@
 namespace actorlm {
 
 enum class KvHostDtype { same, f16, q8_0 };
+enum class KvElement { f32, f16, bf16 };  // a pool's element types
 
 const char* kv_host_dtype_name(KvHostDtype d);
 std::optional<KvHostDtype> kv_host_dtype_from(std::string_view name);
@@ -118,7 +120,8 @@ class KvHostStore {
 
   KvBlockLayout layout_;
   KvHostDtype dtype_;
-  size_t elem_bytes_ = 4;  // the pool's element size
+  KvElement elem_ = KvElement::f32;  // the pool's element type
+  size_t elem_bytes_ = 4;
   int64_t encoded_bytes_ = 0;
   std::map<uint64_t, Entry> index_;
   std::set<LruKey> lru_;

@@ -321,6 +321,50 @@ void CudaExecutor::write_req_to_token(int32_t slot, int32_t start, std::span<con
   ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // kv is the caller's memory
 }
 
+int64_t CudaExecutor::kv_token_bytes() const { return 2 * impl_->cfg.kv_dim() * static_cast<int64_t>(sizeof(bf16)); }
+
+void CudaExecutor::read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                           std::span<uint8_t> out) const {
+  Impl& m = *impl_;
+  const auto n = static_cast<int32_t>(rows.size());
+  const int64_t kv_dim = m.cfg.kv_dim(), layer_stride = m.pool_rows * kv_dim;
+  if (n == 0 || last_layer <= first_layer) return;
+  DeviceBuffer<int32_t> d_rows(rows.size());
+  DeviceBuffer<bf16> packed(out.size() / sizeof(bf16));
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(d_rows.get(), rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     m.stream));
+  bf16* dst = packed.get();
+  for (int32_t l = first_layer; l < last_layer; ++l) {
+    for (const bf16* pool : {m.k_pool.get(), m.v_pool.get()}) {
+      gather_rows(pool + l * layer_stride, static_cast<int32_t>(kv_dim), d_rows.get(), n, dst, m.stream);
+      dst += static_cast<int64_t>(n) * kv_dim;
+    }
+  }
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(out.data(), packed.get(), out.size(), cudaMemcpyDeviceToHost, m.stream));
+  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // out is the caller's memory; the buffers die here
+}
+
+void CudaExecutor::write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                            std::span<const uint8_t> in) {
+  Impl& m = *impl_;
+  const auto n = static_cast<int32_t>(rows.size());
+  const int64_t kv_dim = m.cfg.kv_dim(), layer_stride = m.pool_rows * kv_dim;
+  if (n == 0 || last_layer <= first_layer) return;
+  DeviceBuffer<int32_t> d_rows(rows.size());
+  DeviceBuffer<bf16> packed(in.size() / sizeof(bf16));
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(d_rows.get(), rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     m.stream));
+  ACTORLM_CUDA_CHECK(cudaMemcpyAsync(packed.get(), in.data(), in.size(), cudaMemcpyHostToDevice, m.stream));
+  const bf16* src = packed.get();
+  for (int32_t l = first_layer; l < last_layer; ++l) {
+    for (bf16* pool : {m.k_pool.get(), m.v_pool.get()}) {
+      scatter_rows(src, static_cast<int32_t>(kv_dim), d_rows.get(), n, pool + l * layer_stride, m.stream);
+      src += static_cast<int64_t>(n) * kv_dim;
+    }
+  }
+  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
 namespace {
 
 // Decode batches are padded up to these sizes so a few graphs serve all.

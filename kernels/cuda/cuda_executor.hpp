@@ -36,6 +36,14 @@ class CudaExecutor final : public ModelExecutor {
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) override;
   ForwardOutput forward(const ForwardBatch& batch, const StepPlan& plan) override;
   std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) override;
+  // KV row copies (ModelExecutor's layout, bf16): gathered on the device
+  // into one packed buffer per call, then one copy to or from the host.
+  int64_t kv_token_bytes() const override;
+  std::string kv_dtype() const override { return "bf16"; }
+  void read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+               std::span<uint8_t> out) const override;
+  void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                std::span<const uint8_t> in) override;
 
   // KV bytes per pool row (every layer's K and V for one token).
   int64_t kv_bytes_per_row() const;

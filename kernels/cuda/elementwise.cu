@@ -90,6 +90,16 @@ __global__ void store_kv_kernel(const float* k, const float* v, int64_t ld, int3
   }
 }
 
+__global__ void gather_rows_kernel(const bf16* pool, int32_t kv_dim, const int32_t* rows, bf16* out) {
+  const int64_t src = static_cast<int64_t>(rows[blockIdx.x]) * kv_dim, dst = static_cast<int64_t>(blockIdx.x) * kv_dim;
+  for (int32_t i = threadIdx.x; i < kv_dim; i += blockDim.x) out[dst + i] = pool[src + i];
+}
+
+__global__ void scatter_rows_kernel(const bf16* in, int32_t kv_dim, const int32_t* rows, bf16* pool) {
+  const int64_t dst = static_cast<int64_t>(rows[blockIdx.x]) * kv_dim, src = static_cast<int64_t>(blockIdx.x) * kv_dim;
+  for (int32_t i = threadIdx.x; i < kv_dim; i += blockDim.x) pool[dst + i] = in[src + i];
+}
+
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld, bf16* out, int64_t cols) {
   const int64_t r = blockIdx.y;
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) {
@@ -168,6 +178,18 @@ void store_kv(const float* k, const float* v, int64_t ld, int32_t kv_dim, const 
               bf16* k_cache, bf16* v_cache, cudaStream_t s) {
   if (n_tokens == 0) return;
   store_kv_kernel<<<n_tokens, kThreads, 0, s>>>(k, v, ld, kv_dim, loc, k_cache, v_cache);
+  ACTORLM_CUDA_LAUNCHED();
+}
+
+void gather_rows(const bf16* pool, int32_t kv_dim, const int32_t* rows, int32_t n_rows, bf16* out, cudaStream_t s) {
+  if (n_rows == 0) return;
+  gather_rows_kernel<<<n_rows, kThreads, 0, s>>>(pool, kv_dim, rows, out);
+  ACTORLM_CUDA_LAUNCHED();
+}
+
+void scatter_rows(const bf16* in, int32_t kv_dim, const int32_t* rows, int32_t n_rows, bf16* pool, cudaStream_t s) {
+  if (n_rows == 0) return;
+  scatter_rows_kernel<<<n_rows, kThreads, 0, s>>>(in, kv_dim, rows, pool);
   ACTORLM_CUDA_LAUNCHED();
 }
 

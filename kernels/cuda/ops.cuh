@@ -37,6 +37,12 @@ void rope(float* qk, int64_t ld, int32_t n_heads, int64_t k_col, int32_t n_kv_he
 void store_kv(const float* k, const float* v, int64_t ld, int32_t kv_dim, const int32_t* loc, int32_t n_tokens,
               bf16* k_cache, bf16* v_cache, cudaStream_t s);
 
+// KV row copies between a pool layer ([pool rows][kv_dim]) and a packed
+// [n_rows][kv_dim] buffer: out[i] = pool[rows[i]], and pool[rows[i]] = in[i].
+// For moving KV to a tier below the pool or to another engine.
+void gather_rows(const bf16* pool, int32_t kv_dim, const int32_t* rows, int32_t n_rows, bf16* out, cudaStream_t s);
+void scatter_rows(const bf16* in, int32_t kv_dim, const int32_t* rows, int32_t n_rows, bf16* pool, cudaStream_t s);
+
 // out[r][i] = silu(gate[r*ld+i]) * up[r*ld+i] as bf16 (out is [rows][cols]).
 void swiglu(const float* gate, const float* up, int64_t ld, bf16* out, int32_t rows, int64_t cols, cudaStream_t s);
 

@@ -312,3 +312,33 @@ TEST_CASE("On the GPU decode steps replayed from CUDA graphs equal directly laun
     CHECK(with[i].second == Approx(without[i].second).margin(0.05));
   }
 }
+
+TEST_CASE("On the GPU KV rows copied out and into another pool continue the prompt exactly", "[gpu][cuda][model]") {
+  // What the host and disk tiers and disaggregation do with a CUDA pool:
+  // read a prompt's KV rows out, write them into other rows of another
+  // engine, and extend from there as if it had computed them.
+  auto a = cuda_runner(default_weights());
+  auto b = cuda_runner(default_weights());
+  const int32_t layers = default_weights().config.n_layers;
+  CHECK(a->kv_dtype() == "bf16");
+  Ids prompt = chat_prompts()[2];
+  const auto n = static_cast<int32_t>(prompt.size());
+  Ids rows_a(prompt.size()), rows_b(prompt.size());
+  std::iota(rows_a.begin(), rows_a.end(), 10);
+  std::mt19937 rng(3);
+  std::iota(rows_b.begin(), rows_b.end(), 3000);
+  std::shuffle(rows_b.begin(), rows_b.end(), rng);  // scattered, as the allocator hands them out
+  Ids head(prompt.begin(), prompt.end() - 1);
+  test::run_request(*a, 0, rows_a, 0, head);
+  const auto want = test::run_request(*a, 0, rows_a, n - 1, {prompt.back()}, true).logits;
+  const std::vector<uint8_t> kv = a->read_kv(std::span(rows_a).first(head.size()), 0, layers);
+  REQUIRE(static_cast<int64_t>(kv.size()) == static_cast<int64_t>(head.size()) * layers * a->kv_token_bytes());
+  b->write_kv(std::span(rows_b).first(head.size()), 0, layers, kv);
+  CHECK(b->read_kv(std::span(rows_b).first(head.size()), 0, layers) == kv);
+  const auto got = test::run_request(*b, 0, rows_b, n - 1, {prompt.back()}, true).logits;
+  REQUIRE(got.size() == want.size());
+  CHECK(got == want);  // the same bf16 KV and the same kernels: bit for bit
+  // A layer range copies only those layers.
+  const std::vector<uint8_t> two = a->read_kv(std::span(rows_a).first(4), 1, 3);
+  CHECK(static_cast<int64_t>(two.size()) == 4 * 2 * a->kv_token_bytes());
+}
