@@ -406,6 +406,21 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
   }
 }
 
+void Scheduler::add_decodes(std::vector<Planned>& plan) {
+  std::vector<Planned> decodes;
+  std::vector<RequestKv*> kvs;
+  std::vector<std::vector<int32_t>> toks;
+  for (auto& r : running_) {
+    if (!r.decoding) continue;
+    decodes.push_back({&r, {r.req.output.back()}, true});
+    kvs.push_back(&r.req.kv);
+    toks.push_back(decodes.back().tokens);
+  }
+  // Short of rows: they wait for a decode step, which retracts if it must.
+  if (decodes.empty() || !extend(kvs, toks)) return;
+  plan.insert(plan.end(), std::make_move_iterator(decodes.begin()), std::make_move_iterator(decodes.end()));
+}
+
 std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
   std::vector<TokenEvent> events;
   for (auto& r : held_) running_.push_back(std::move(r));
@@ -480,7 +495,10 @@ std::vector<TokenEvent> Scheduler::step() {
       }
     }
   }
-  if (prefill) memory_short_ = false;
+  if (prefill) {
+    memory_short_ = false;
+    add_decodes(plan);
+  }
   if (!prefill) plan = plan_decode(events);
   if (plan.empty()) return events;
   if (!prefill && std::none_of(running_.begin(), running_.end(), [](const Running& r) { return !r.decoding; })) {

@@ -4,9 +4,10 @@
 //   2. forms a prefill batch from the waiting queue — ordered by longest
 //      cached prefix (lpm) or arrival (fcfs), bounded by max_prefill_tokens
 //      and max_running_requests, long prompts cut into chunks of
-//      chunked_prefill_size — or, if there is none, decodes every running
-//      request one token, retracting the newest requests to the waiting queue
-//      when the KV pool runs short (their KV stays in the radix cache, so
+//      chunked_prefill_size — with every decoding request's next token in
+//      the same batch; or, if there is none, decodes every running request
+//      one token, retracting the newest requests to the waiting queue when
+//      the KV pool runs short (their KV stays in the radix cache, so
 //      re-prefill is mostly cache hits);
 //   3. runs the worker once;
 //   4. appends sampled tokens, checks stop conditions, caches finished
@@ -146,6 +147,10 @@ class Scheduler {
   void apply_controls(std::vector<TokenEvent>& events);
   std::vector<Planned> plan_prefill();
   std::vector<Planned> plan_decode(std::vector<TokenEvent>& events);
+  // A prefill step carries every decoding request's next token too (a mixed
+  // batch), so long prompts arriving never stall the streams already
+  // running: their gap between tokens is one step, not the whole backlog.
+  void add_decodes(std::vector<Planned>& plan);
   size_t newest_running() const;
   void retract(size_t index);
   // kv_.extend, then (write-back) the evicted KV copied to the tiers below

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "kernels/cpu/cpu_backend.hpp"
@@ -201,7 +202,7 @@ TEST_CASE("Aborting 100 requests at random points leaks nothing", "[scheduler]")
     auto running = e.scheduler.running_kv();
     INFO("before step " << s);
     REQUIRE(e.kv.check_running(running) == "");
-    for (int k = 0; k < 4 && next < order.size(); ++k) e.scheduler.abort(order[next++]);
+    for (int k = 0; k < 8 && next < order.size(); ++k) e.scheduler.abort(order[next++]);
   });
   int aborted = 0;
   for (auto& [id, r] : got) aborted += r.second == FinishReason::abort;
@@ -672,4 +673,51 @@ TEST_CASE("Write-back hands what the host tier lets go to the disk tier, and a p
     require_no_leak(e);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A decoding request gets a token every step while long prompts prefill beside it", "[scheduler]") {
+  // Prefill steps carry the running streams' decode tokens (mixed batches):
+  // long prompts arriving never stall a stream for the whole backlog, and
+  // what each request produces is what it produces alone.
+  const Ids chat = shared_prefix_prompts(1)[0];
+  std::vector<Ids> prompts{chat};
+  for (int i = 0; i < 3; ++i) {
+    Ids p = other_prompt();  // nothing in common with the stream's prompt
+    const Ids more = tokenizer().encode(" Then list " + std::to_string(i + 3) + " more facts, one per line.", false, false);
+    for (int k = 0; k < 3; ++k) p.insert(p.end(), more.begin(), more.end());
+    prompts.push_back(p);
+  }
+  auto solo = solo_outputs(prompts, 30);
+  REQUIRE(solo[0].size() >= 12);  // the stream outlives several prefill steps
+  Engine e(4096, 1, config(16));
+  std::map<uint64_t, Ids> got;
+  std::set<uint64_t> finished;
+  auto step = [&] {
+    std::map<uint64_t, int> tokens;
+    for (const auto& ev : e.scheduler.step()) {
+      if (ev.token >= 0) {
+        got[ev.id].push_back(ev.token);
+        ++tokens[ev.id];
+      }
+      if (ev.finish != FinishReason::none) finished.insert(ev.id);
+    }
+    return tokens;
+  };
+  REQUIRE_FALSE(e.scheduler.submit(make(0, chat, 30)));
+  while (got[0].empty()) step();
+  for (uint64_t i = 1; i <= 3; ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 30)));
+  int mixed = 0;
+  while (!finished.count(0)) {
+    const bool prefilling = got[1].empty() || got[2].empty() || got[3].empty();
+    auto tokens = step();
+    CHECK(tokens[0] == 1);  // a token for the stream on every step
+    mixed += prefilling;
+  }
+  CHECK(mixed >= 4);  // the long prompts took several steps of 16-token chunks, each with a decode in it
+  while (!e.scheduler.idle()) step();
+  for (uint64_t i = 0; i <= 3; ++i) {
+    INFO("request " << i);
+    CHECK(got[i] == solo[i]);
+  }
+  require_no_leak(e);
 }
