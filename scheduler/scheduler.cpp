@@ -249,6 +249,13 @@ void Scheduler::apply_controls(std::vector<TokenEvent>& events) {
 std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::vector<Planned> plan;
   int64_t budget = config_.max_prefill_tokens;
+  // Streams decoding ride along in this step (add_decodes), so their gap
+  // between tokens is the step's prefill: one chunk in all, not one per
+  // request, while any of them runs.
+  if (config_.chunked_prefill_size > 0 &&
+      std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; })) {
+    budget = std::min<int64_t>(budget, config_.chunked_prefill_size);
+  }
   auto chunk_of = [&](size_t remaining) {
     size_t n = remaining;
     if (config_.chunked_prefill_size > 0) n = std::min(n, static_cast<size_t>(config_.chunked_prefill_size));

@@ -5,7 +5,9 @@
 //      cached prefix (lpm) or arrival (fcfs), bounded by max_prefill_tokens
 //      and max_running_requests, long prompts cut into chunks of
 //      chunked_prefill_size — with every decoding request's next token in
-//      the same batch; or, if there is none, decodes every running request
+//      the same batch (and, while any request decodes, one chunk of prefill
+//      in all, so that its gap between tokens stays one chunk's prefill);
+//      or, if there is none, decodes every running request
 //      one token, retracting the newest requests to the waiting queue when
 //      the KV pool runs short (their KV stays in the radix cache, so
 //      re-prefill is mostly cache hits);
