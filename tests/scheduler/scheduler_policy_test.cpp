@@ -236,3 +236,30 @@ TEST_CASE("Aborting between two prefill chunks releases the request's locks at o
   CHECK(h.outputs[1] == Ids(4, kToken));
   CHECK(h.kv.store().radix().protected_size() == 0);
 }
+
+TEST_CASE("While a request decodes, each step prefills one chunk in all beside its token", "[scheduler][policy]") {
+  Harness h(512, 1, config(SchedulePolicy::fcfs, 8, 2048, 24));
+  h.submit(1, range(100, 10), 8);
+  CHECK(h.step() == B{1});  // alone: nothing decodes, a whole chunk per request
+  h.submit(2, range(200, 60), 2);
+  h.submit(3, range(300, 60), 2);
+  // 2 and 3 are both admitted, but the step prefills 24 tokens in all (2's
+  // first chunk) and carries 1's token.
+  CHECK(h.step() == B{2, 1});
+  CHECK(h.last_extends() == std::vector<int32_t>{24, 1});
+  CHECK(h.step() == B{2, 1});
+  CHECK(h.last_extends() == std::vector<int32_t>{24, 1});
+  CHECK(h.step() == B{2, 3, 1});  // 2's last 12 tokens, then 12 of 3's
+  CHECK(h.last_extends() == std::vector<int32_t>{12, 12, 1});
+  h.drain();
+  CHECK(h.outputs[1] == Ids(8, kToken));
+  CHECK(h.outputs[2] == Ids(2, kToken));
+  CHECK(h.outputs[3] == Ids(2, kToken));
+  // Without a stream decoding, both long prompts take a chunk each per step.
+  Harness g(512, 1, config(SchedulePolicy::fcfs, 8, 2048, 24));
+  g.submit(2, range(200, 60), 2);
+  g.submit(3, range(300, 60), 2);
+  CHECK(g.step() == B{2, 3});
+  CHECK(g.last_extends() == std::vector<int32_t>{24, 24});
+  g.drain();
+}
