@@ -158,16 +158,17 @@ std::vector<uint8_t> KvHostStore::decode(std::span<const uint8_t> data) const {
   return out;
 }
 
-const KvHostStore::Entry* KvHostStore::find(std::span<const int32_t> prompt, int32_t block) const {
+std::optional<uint64_t> KvHostStore::held(std::span<const int32_t> prompt, int32_t block) const {
   const auto end = (static_cast<size_t>(block) + 1) * static_cast<size_t>(layout_.block_tokens);
-  if (block < 0 || end > prompt.size()) return nullptr;
-  auto it = index_.find(kv_block_key(layout_, prompt, block));
+  if (block < 0 || end > prompt.size()) return std::nullopt;
+  const uint64_t key = kv_block_key(layout_, prompt, block);
+  auto it = index_.find(key);
+  // Every token, lengths included: a colliding key is a miss.
   if (it == index_.end() || !std::equal(it->second.prompt.begin(), it->second.prompt.end(), prompt.begin(),
-                                        prompt.begin() + static_cast<std::ptrdiff_t>(end)) ||
-      it->second.prompt.size() != end) {
-    return nullptr;
+                                        prompt.begin() + static_cast<std::ptrdiff_t>(end))) {
+    return std::nullopt;
   }
-  return &it->second;
+  return key;
 }
 
 void KvHostStore::touch(uint64_t key, Entry& e) {
@@ -177,18 +178,18 @@ void KvHostStore::touch(uint64_t key, Entry& e) {
 }
 
 std::optional<std::vector<uint8_t>> KvHostStore::peek(std::span<const int32_t> prompt, int32_t block) const {
-  const Entry* e = find(prompt, block);
-  if (!e) return std::nullopt;
-  return decode(e->data);
+  const auto key = held(prompt, block);
+  if (!key) return std::nullopt;
+  return decode(index_.at(*key).data);
 }
 
 std::optional<std::vector<uint8_t>> KvHostStore::load(std::span<const int32_t> prompt, int32_t block) {
-  const Entry* e = find(prompt, block);
-  if (!e) return std::nullopt;
-  const uint64_t key = kv_block_key(layout_, prompt, block);
-  touch(key, index_.at(key));
+  const auto key = held(prompt, block);
+  if (!key) return std::nullopt;
+  Entry& e = index_.at(*key);
+  touch(*key, e);
   ++stats_.loaded;
-  return decode(e->data);
+  return decode(e.data);
 }
 
 void KvHostStore::let_go(std::map<uint64_t, Entry>::iterator it, std::vector<KvDemotedBlock>* demoted) {

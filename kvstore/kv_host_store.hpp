@@ -78,7 +78,7 @@ class KvHostStore {
 
   // Whether block `block` of `prompt` is here (every token up to its end
   // compared).
-  bool contains(std::span<const int32_t> prompt, int32_t block) const { return find(prompt, block) != nullptr; }
+  bool contains(std::span<const int32_t> prompt, int32_t block) const { return held(prompt, block).has_value(); }
 
   // Block `block` of `prompt`, decoded to layout().block_bytes(); nullopt
   // when it is not here. load() marks it used; peek() changes nothing.
@@ -112,7 +112,9 @@ class KvHostStore {
   // (last use, -depth, key): the front is the block to let go first.
   using LruKey = std::tuple<uint64_t, int32_t, uint64_t>;
 
-  const Entry* find(std::span<const int32_t> prompt, int32_t block) const;
+  // The key of block `block` of `prompt` when it is held under that very
+  // prompt.
+  std::optional<uint64_t> held(std::span<const int32_t> prompt, int32_t block) const;
   std::vector<uint8_t> encode(std::span<const uint8_t> data) const;
   std::vector<uint8_t> decode(std::span<const uint8_t> data) const;
   void touch(uint64_t key, Entry& e);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace actorlm {
 
@@ -31,9 +32,9 @@ std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, in
   if (host_) {
     if (auto d = host_->load(prompt, block)) return Loaded{std::move(*d), KvTier::host};
   }
-  if (!disk_ || !disk_->contains(prompt, block)) return std::nullopt;
+  if (!disk_) return std::nullopt;
   auto d = disk_->load(prompt, block, nullptr);
-  if (!d) return std::nullopt;  // refused and counted by the disk tier
+  if (!d) return std::nullopt;  // not there, or refused and counted by the disk tier
   return Loaded{std::move(*d), KvTier::disk};
 }
 
@@ -68,19 +69,19 @@ void KvTiers::after_prefill(Worker& worker, std::span<const int32_t> prompt, std
   // one, reachable again once that is rewritten).
   const int32_t disk_from = disk_ ? disk_->match(prompt) / block_tokens() : blocks;
   std::vector<int32_t> wanted;
+  std::vector<std::pair<bool, bool>> to;  // per wanted block: (host tier, disk tier)
   for (int32_t k = 0; k < blocks; ++k) {
     const bool to_host = host_ && !host_->contains(prompt, k);
     const bool to_disk = disk_ && k >= disk_from && !disk_->contains(prompt, k);
-    if (to_host || to_disk) wanted.push_back(k);
+    if (!to_host && !to_disk) continue;
+    wanted.push_back(k);
+    to.emplace_back(to_host, to_disk);
   }
   const auto data = read_blocks(worker, rows, wanted);
   bool disk_ok = true;
   for (size_t i = 0; i < wanted.size(); ++i) {
-    const int32_t k = wanted[i];
-    if (host_ && !host_->contains(prompt, k)) host_->store(prompt, k, data[i]);
-    if (disk_ && disk_ok && k >= disk_from && !disk_->contains(prompt, k)) {
-      disk_ok = disk_->store(prompt, k, data[i]);  // a failed write: its children cannot follow
-    }
+    if (to[i].first) host_->store(prompt, wanted[i], data[i]);
+    if (to[i].second && disk_ok) disk_ok = disk_->store(prompt, wanted[i], data[i]);  // a failed write: its children cannot follow
   }
 }
 

@@ -391,16 +391,8 @@ void Scheduler::retract(size_t index) {
 
 std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& events) {
   for (;;) {
-    std::vector<Planned> plan;
-    std::vector<RequestKv*> kvs;
-    std::vector<std::vector<int32_t>> toks;
-    for (auto& r : running_) {
-      if (!r.decoding) continue;
-      plan.push_back({&r, {r.req.output.back()}, true});
-      kvs.push_back(&r.req.kv);
-      toks.push_back(plan.back().tokens);
-    }
-    if (plan.empty() || extend(kvs, toks)) return plan;
+    std::vector<Planned> plan = decodes();
+    if (plan.empty() || extend(plan)) return plan;
     // Short of KV rows: send the newest request back to wait. Alone, the
     // pool cannot hold it at all.
     if (running_.size() == 1) {
@@ -413,19 +405,29 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
   }
 }
 
-void Scheduler::add_decodes(std::vector<Planned>& plan) {
-  std::vector<Planned> decodes;
+std::vector<Scheduler::Planned> Scheduler::decodes() {
+  std::vector<Planned> plan;
+  for (auto& r : running_) {
+    if (r.decoding) plan.push_back({&r, {r.req.output.back()}, true});
+  }
+  return plan;
+}
+
+bool Scheduler::extend(const std::vector<Planned>& plan) {
   std::vector<RequestKv*> kvs;
   std::vector<std::vector<int32_t>> toks;
-  for (auto& r : running_) {
-    if (!r.decoding) continue;
-    decodes.push_back({&r, {r.req.output.back()}, true});
-    kvs.push_back(&r.req.kv);
-    toks.push_back(decodes.back().tokens);
+  for (const auto& p : plan) {
+    kvs.push_back(&p.run->req.kv);
+    toks.push_back(p.tokens);
   }
+  return extend(kvs, toks);
+}
+
+void Scheduler::add_decodes(std::vector<Planned>& plan) {
+  std::vector<Planned> more = decodes();
   // Short of rows: they wait for a decode step, which retracts if it must.
-  if (decodes.empty() || !extend(kvs, toks)) return;
-  plan.insert(plan.end(), std::make_move_iterator(decodes.begin()), std::make_move_iterator(decodes.end()));
+  if (more.empty() || !extend(more)) return;
+  plan.insert(plan.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
 }
 
 std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
@@ -475,13 +477,7 @@ std::vector<TokenEvent> Scheduler::step() {
   std::vector<Planned> plan = plan_prefill();
   bool prefill = !plan.empty();
   if (prefill) {
-    std::vector<RequestKv*> kvs;
-    std::vector<std::vector<int32_t>> toks;
-    for (auto& p : plan) {
-      kvs.push_back(&p.run->req.kv);
-      toks.push_back(p.tokens);
-    }
-    if (!extend(kvs, toks)) {
+    if (!extend(plan)) {
       // Not enough KV even after eviction. With requests decoding, decode
       // instead (finishing requests frees memory) and retry next step. With
       // only prefills, send the newest back to wait; a lone request that

@@ -153,11 +153,14 @@ class Scheduler {
   // batch), so long prompts arriving never stall the streams already
   // running: their gap between tokens is one step, not the whole backlog.
   void add_decodes(std::vector<Planned>& plan);
+  // Every decoding request's next token.
+  std::vector<Planned> decodes();
   size_t newest_running() const;
   void retract(size_t index);
   // kv_.extend, then (write-back) the evicted KV copied to the tiers below
   // before anything can overwrite it.
   bool extend(std::span<RequestKv* const> kvs, std::span<const std::vector<int32_t>> tokens);
+  bool extend(const std::vector<Planned>& plan);  // each planned request's new tokens
   // Loads what the tiers below the pool have of an admitted prompt beyond
   // its cached prefix.
   void load_from_tiers(Running& r);

@@ -114,7 +114,6 @@ TEST_CASE("The host tier gives back exactly what it stored, under the whole prom
   // Another layout (model) never sees these blocks.
   KvBlockLayout b_layout = kF32;
   b_layout.model_digest = "model B";
-  KvHostStore t(b_layout, 1 << 20, KvHostDtype::same);
   CHECK(kv_block_key(kF32, p, 0) != kv_block_key(b_layout, p, 0));
   CHECK(s.stats().stored == 2);
   CHECK(s.stats().loaded == 1);
