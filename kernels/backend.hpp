@@ -59,6 +59,9 @@ struct KvLayerView {
   // value rounded to 11 significant bits when stored.
   uint16_t* k16 = nullptr;
   uint16_t* v16 = nullptr;
+  // A bf16 cache in device memory (the CUDA executor's), k and v null.
+  void* k_device = nullptr;
+  void* v_device = nullptr;
 };
 
 // Planned on the host before the layer loop; the same plan serves every layer.

@@ -5,7 +5,11 @@
 namespace actorlm {
 
 HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend, bool f16_kv)
-    : backend_(std::move(backend)), model_(std::move(weights), *backend_), f16_kv_(f16_kv) {}
+    : backend_(std::move(backend)),
+      weights_(std::move(weights)),
+      ops_(*backend_),
+      model_(weights_, ops_),
+      f16_kv_(f16_kv) {}
 
 void HostExecutor::allocate(int64_t kv_pool_rows, int32_t, int32_t) {
   const ModelConfig& c = model_.config();
@@ -83,9 +87,12 @@ ForwardOutput HostExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
     }
     views.push_back(view);
   }
+  ops_.begin_pass();
+  const Tensor logits =
+      model_.forward({b.token_ids, plan.positions, b.out_cache_loc, plan.logit_rows, views, &plan.attention});
   ForwardOutput out;
   out.vocab = c.vocab_size;
-  out.logits = model_.forward(b.token_ids, plan.positions, b.out_cache_loc, views, plan.attention, plan.logit_rows);
+  out.logits.assign(logits.f32(), logits.f32() + logits.rows * logits.cols);
   return out;
 }
 

@@ -1,9 +1,11 @@
 #pragma once
-// The host executor: LlamaModel over a Backend (the CPU one), with the KV pool
-// in host memory as float32 or f16, one K and one V buffer per layer.
+// The host executor: LlamaModel over HostTensorOps over a Backend (the CPU
+// one), with the KV pool in host memory as float32 or f16, one K and one V
+// buffer per layer.
 
 #include <memory>
 
+#include "model/host_tensor_ops.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_executor.hpp"
 
@@ -30,6 +32,8 @@ class HostExecutor final : public ModelExecutor {
 
  private:
   std::unique_ptr<Backend> backend_;
+  LlamaWeights weights_;  // the bytes the prepared views point into
+  HostTensorOps ops_;
   LlamaModel model_;
   int64_t pool_rows_ = 0;
   bool f16_kv_ = false;

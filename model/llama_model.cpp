@@ -1,6 +1,8 @@
 #include "model/llama_model.hpp"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace actorlm {
 RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_factors, bool sliding) {
@@ -36,43 +38,88 @@ RopeTable make_rope_table(const ModelConfig& c, const std::vector<float>& freq_f
   return t;
 }
 
-LlamaModel::LlamaModel(LlamaWeights weights, Backend& backend)
-    : weights_(std::move(weights)),
-      backend_(backend),
-      rope_(make_rope_table(weights_.config, weights_.rope_freq_factors)),
-      rope_sliding_(make_rope_table(weights_.config, weights_.rope_freq_factors, /*sliding=*/true)) {
-  for (const LayerWeights& L : weights_.layers) {
-    LayerViews v{prepare(L.wq), prepare(L.wk), prepare(L.wv), prepare(L.wo), {}, {}, {}, {}, {}};
+LlamaModel::LlamaModel(const ModelConfig& config, TensorOps& ops) : config_(config), ops_(ops) {}
+
+LlamaModel::LlamaModel(const LlamaWeights& w, TensorOps& ops) : LlamaModel(w.config, ops) {
+  const ModelConfig& c = config_;
+  auto matrices = [&](std::initializer_list<const WeightMatrix*> parts) {
+    std::vector<MatrixView> views;
+    for (const WeightMatrix* m : parts) views.push_back(m->view());
+    return ops.add_weights(views);
+  };
+  auto vector = [&](const std::vector<float>& v) { return v.empty() ? VectorId{} : ops.add_vector(v); };
+  rope_ = ops.add_rope(make_rope_table(c, w.rope_freq_factors));
+  rope_sliding_ = ops.add_rope(make_rope_table(c, w.rope_freq_factors, /*sliding=*/true));
+  embedding_ = ops.add_table(w.token_embedding.view());
+  output_ = matrices({&w.output()});
+  output_norm_ = vector(w.output_norm);
+  for (const LayerWeights& L : w.layers) {
+    Layer d;
+    d.attn_norm = vector(L.attn_norm);
+    d.ffn_norm = vector(L.ffn_norm);
+    d.qkv = matrices({&L.wq, &L.wk, &L.wv});
+    d.wo = matrices({&L.wo});
+    d.bias = !L.bq.empty();
+    d.bq = vector(L.bq);
+    d.bk = vector(L.bk);
+    d.bv = vector(L.bv);
+    d.has_q_norm = !L.q_norm.empty();
+    d.q_norm = vector(L.q_norm);
+    d.k_norm = vector(L.k_norm);
+    d.has_post_norms = !L.post_attn_norm.empty();
+    d.post_attn_norm = vector(L.post_attn_norm);
+    d.post_ffn_norm = vector(L.post_ffn_norm);
     if (L.experts.empty()) {
-      v.gate = prepare(L.w_gate);
-      v.up = prepare(L.w_up);
-      v.down = prepare(L.w_down);
+      d.gate_up = matrices({&L.w_gate, &L.w_up});
+      d.down = matrices({&L.w_down});
     } else {
-      v.router = prepare(L.router);
-      for (const auto& e : L.experts) v.experts.push_back({prepare(e.gate), prepare(e.up), prepare(e.down)});
+      d.router = matrices({&L.router});
+      for (const auto& e : L.experts) d.experts.emplace_back(matrices({&e.gate, &e.up}), matrices({&e.down}));
     }
-    layer_views_.push_back(std::move(v));
+    layers_.push_back(std::move(d));
   }
-  output_view_ = prepare(weights_.output());
 }
 
-MatrixView LlamaModel::prepare(const WeightMatrix& w) {
-  PreparedMatrix p = backend_.prepare_weights(w.view());
-  if (p.storage) prepared_storage_.push_back(std::move(p.storage));
-  return p.view;
+LlamaModel LlamaModel::random(const ModelConfig& c, TensorOps& ops, uint64_t seed) {
+  if (const std::string extra = c.features_beyond_llama(); !extra.empty()) {
+    throw std::invalid_argument("random model: plain Llama layers only, not " + extra);
+  }
+  LlamaModel m(c, ops);
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, V = c.vocab_size;
+  auto random = [&](std::initializer_list<int64_t> rows, int64_t cols, bool cols_scale = true) {
+    const std::vector<int64_t> parts(rows);
+    WeightId id = ops.add_random_weights(parts, cols, seed, cols_scale);
+    seed += parts.size();
+    return id;
+  };
+  const std::vector<float> ones(static_cast<size_t>(H), 1.0f);
+  m.rope_ = m.rope_sliding_ = ops.add_rope(make_rope_table(c, {}));
+  m.embedding_ = random({V}, H, /*cols_scale=*/false);
+  m.output_ = random({V}, H);
+  m.output_norm_ = ops.add_vector(ones);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    Layer d;
+    d.attn_norm = ops.add_vector(ones);
+    d.ffn_norm = ops.add_vector(ones);
+    d.qkv = random({Q, KV, KV}, H);
+    d.wo = random({H}, Q);
+    d.gate_up = random({F, F}, H);
+    d.down = random({H}, F);
+    m.layers_.push_back(std::move(d));
+  }
+  return m;
 }
 
 // Tokens are grouped by expert and each expert multiplies its rows as one
 // batch; a token's outputs are added to x in expert order, so its result
 // does not depend on which other tokens share the batch.
-void LlamaModel::experts_into_residual(const LayerViews& M, const float* h, int64_t T, float* x) {
-  const ModelConfig& c = weights_.config;
-  const int64_t H = c.hidden, F = c.expert_ffn_hidden;
+void LlamaModel::experts_into_residual(const Layer& L, Tensor h, Tensor x) {
+  const ModelConfig& c = config_;
+  const int64_t T = h.rows, H = c.hidden, F = c.expert_ffn_hidden;
   const int32_t E = c.n_experts, K = c.n_experts_used;
-  std::vector<float> logits(static_cast<size_t>(T * E));
-  backend_.matmul(h, T, M.router, logits.data(), false);
-  const std::vector<ExpertChoice> chosen =
-      backend_.route_experts(logits.data(), T, E, K, /*normalize=*/true, c.expert_weights_scale);
+  Tensor logits = ops_.alloc(T, E, Use::state);
+  ops_.matmul(h, L.router, {&logits, 1});
+  const std::vector<ExpertChoice> chosen = ops_.route_experts(logits, K, /*normalize=*/true, c.expert_weights_scale);
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(E));
   std::vector<std::vector<float>> weights(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
@@ -82,101 +129,96 @@ void LlamaModel::experts_into_residual(const LayerViews& M, const float* h, int6
       weights[static_cast<size_t>(ch.expert)].push_back(ch.weight);
     }
   }
-  std::vector<float> in, gate, up, out;
   for (int32_t e = 0; e < E; ++e) {
     const auto& r = rows[static_cast<size_t>(e)];
     if (r.empty()) continue;
     const auto n = static_cast<int64_t>(r.size());
-    in.resize(static_cast<size_t>(n * H));
-    gate.resize(static_cast<size_t>(n * F));
-    up.resize(static_cast<size_t>(n * F));
-    out.resize(static_cast<size_t>(n * H));
-    backend_.gather_rows(h, H, r, in.data());
-    const auto& w = M.experts[static_cast<size_t>(e)];
-    const MatrixView gate_up[] = {w[0], w[1]};
-    float* const gate_up_out[] = {gate.data(), up.data()};
-    backend_.matmul_many(in.data(), n, gate_up, gate_up_out);
-    backend_.swiglu(gate.data(), up.data(), gate.data(), n * F);
-    backend_.matmul(gate.data(), n, w[2], out.data(), false);
-    backend_.scatter_add_rows(x, H, r, weights[static_cast<size_t>(e)], out.data());
+    const auto& [gate_up, down] = L.experts[static_cast<size_t>(e)];
+    const size_t mark = ops_.mark();
+    Tensor in = ops_.alloc(n, H, Use::matmul_input);
+    ops_.gather_rows(h, r, in);
+    const std::vector<Tensor> gu = ops_.alloc_products(n, gate_up);
+    ops_.matmul(in, gate_up, gu);
+    Tensor act = ops_.alloc(n, F, Use::matmul_input);
+    ops_.glu(Glu::silu, gu[0], gu[1], act);
+    Tensor out = ops_.alloc(n, H, Use::state);
+    ops_.matmul(act, down, {&out, 1});
+    ops_.scatter_add_rows(x, r, weights[static_cast<size_t>(e)], out);
+    ops_.release(mark);
   }
 }
 
-std::vector<float> LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
-                                       std::span<const int32_t> out_cache_loc, std::span<const KvLayerView> kv,
-                                       const AttentionPlan& plan, std::span<const int32_t> logit_rows) {
-  const ModelConfig& c = weights_.config;
-  const auto T = static_cast<int64_t>(tokens.size());
-  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden;
-  std::vector<float> x(static_cast<size_t>(T * H)), h(static_cast<size_t>(T * H));
-  std::vector<float> q(static_cast<size_t>(T * Q)), k(static_cast<size_t>(T * KV)), v(static_cast<size_t>(T * KV));
-  std::vector<float> attn(static_cast<size_t>(T * Q));
-  std::vector<float> gate(static_cast<size_t>(T * F)), up(static_cast<size_t>(T * F));
+Tensor LlamaModel::forward(const ForwardInputs& in) {
+  const ModelConfig& c = config_;
+  TensorOps& ops = ops_;
+  const auto T = static_cast<int64_t>(in.tokens.size());
+  const int64_t H = c.hidden, Q = c.q_dim(), F = c.ffn_hidden;
+  const float eps = c.rms_norm_eps;
+  // Scratch is taken once for every layer: on a GPU the addresses then stay
+  // the same from step to step, as CUDA graphs need.
+  Tensor x = ops.alloc(T, H, Use::state), h = ops.alloc(T, H, Use::matmul_input);
+  Tensor attn = ops.alloc(T, Q, Use::matmul_input);
+  const std::vector<Tensor> qkv = ops.alloc_products(T, layers_.front().qkv);
+  std::vector<Tensor> gate_up;
+  Tensor act;
+  for (const Layer& L : layers_) {
+    if (!L.experts.empty()) continue;
+    gate_up = ops.alloc_products(T, L.gate_up);
+    act = ops.alloc(T, F, Use::matmul_input);
+    break;
+  }
   // With sandwich norms a sublayer's output is normed before it joins the
   // residual stream, so it needs a buffer of its own.
-  std::vector<float> branch(c.sandwich_norm ? static_cast<size_t>(T * H) : 0);
-
-  // out (+)= in · w; with sandwich norms, x += norm(in · w).
-  auto project_into_residual = [&](const float* in, const MatrixView& w, const std::vector<float>& post_norm) {
-    if (post_norm.empty()) return backend_.matmul(in, T, w, x.data(), /*accumulate=*/true);
-    backend_.matmul(in, T, w, branch.data(), false);
-    backend_.rms_norm(branch.data(), post_norm.data(), branch.data(), T, H, c.rms_norm_eps);
-    backend_.add(x.data(), branch.data(), T * H);
+  const Tensor branch = c.sandwich_norm ? ops.alloc(T, H, Use::state) : Tensor{};
+  // x += in · w; with sandwich norms, x += norm(in · w).
+  auto into_residual = [&](Tensor a, WeightId w, bool post_norms, VectorId post_norm) {
+    if (!post_norms) return ops.matmul(a, w, {&x, 1}, /*accumulate=*/true);
+    ops.matmul(a, w, {&branch, 1});
+    ops.rms_norm(branch, post_norm, eps, branch);
+    ops.add(x, branch);
   };
 
-  backend_.embed(weights_.token_embedding.view(), tokens, x.data());
-  if (c.embedding_scale != 1.0f) backend_.scale(x.data(), T * H, c.embedding_scale);
+  ops.embed(embedding_, in.tokens, x);
+  if (c.embedding_scale != 1.0f) ops.scale(x, c.embedding_scale);
   for (int32_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    const LayerViews& M = layer_views_[static_cast<size_t>(l)];
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    const KvLayerView& kv = in.kv[static_cast<size_t>(l)];
     const bool sliding = c.layer_is_sliding(l);
-    backend_.rms_norm(x.data(), L.attn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    const MatrixView qkv[] = {M.wq, M.wk, M.wv};
-    float* const qkv_out[] = {q.data(), k.data(), v.data()};
-    backend_.matmul_many(h.data(), T, qkv, qkv_out);
-    if (!L.bq.empty()) {
-      backend_.add_bias(q.data(), L.bq.data(), T, Q);
-      backend_.add_bias(k.data(), L.bk.data(), T, KV);
-      backend_.add_bias(v.data(), L.bv.data(), T, KV);
+    ops.rms_norm(x, L.attn_norm, eps, h);
+    ops.matmul(h, L.qkv, qkv);
+    const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
+    if (L.bias) {
+      ops.add_bias(q, L.bq);
+      ops.add_bias(k, L.bk);
+      ops.add_bias(v, L.bv);
     }
-    if (!L.q_norm.empty()) {  // each head on its own
-      backend_.rms_norm(q.data(), L.q_norm.data(), q.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps);
-      backend_.rms_norm(k.data(), L.k_norm.data(), k.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
+    if (L.has_q_norm) {  // each head on its own: the norm weight is one head wide
+      ops.rms_norm(q, L.q_norm, eps, q);
+      ops.rms_norm(k, L.k_norm, eps, k);
     }
-    if (c.layer_has_rope(l)) {
-      backend_.rope(q.data(), c.n_heads, k.data(), c.n_kv_heads, positions, sliding ? rope_sliding_ : rope_);
-    }
-    backend_.store_kv(kv[static_cast<size_t>(l)], k.data(), v.data(), out_cache_loc);
-    const LayerAttention options{sliding ? c.sliding_window : 0, c.attn_softcap};
-    backend_.attention(q.data(), kv[static_cast<size_t>(l)], plan, options, attn.data());
-    project_into_residual(attn.data(), M.wo, L.post_attn_norm);
+    if (c.layer_has_rope(l)) ops.rope(q, c.n_heads, k, c.n_kv_heads, in.positions, sliding ? rope_sliding_ : rope_);
+    ops.store_kv(kv, k, v, in.out_cache_loc);
+    ops.attention(q, kv, *in.plan, LayerAttention{sliding ? c.sliding_window : 0, c.attn_softcap}, attn);
+    into_residual(attn, L.wo, L.has_post_norms, L.post_attn_norm);
 
-    backend_.rms_norm(x.data(), L.ffn_norm.data(), h.data(), T, H, c.rms_norm_eps);
-    if (!M.experts.empty()) {
-      experts_into_residual(M, h.data(), T, x.data());
+    ops.rms_norm(x, L.ffn_norm, eps, h);
+    if (!L.experts.empty()) {
+      experts_into_residual(L, h, x);
       continue;
     }
-    const MatrixView gate_up[] = {M.gate, M.up};
-    float* const gate_up_out[] = {gate.data(), up.data()};
-    backend_.matmul_many(h.data(), T, gate_up, gate_up_out);
-    if (c.activation == ModelConfig::Activation::gelu_tanh) {
-      backend_.geglu(gate.data(), up.data(), gate.data(), T * F);
-    } else {
-      backend_.swiglu(gate.data(), up.data(), gate.data(), T * F);
-    }
-    project_into_residual(gate.data(), M.down, L.post_ffn_norm);
+    ops.matmul(h, L.gate_up, gate_up);
+    ops.glu(c.activation == ModelConfig::Activation::gelu_tanh ? Glu::gelu_tanh : Glu::silu, gate_up[0], gate_up[1],
+            act);
+    into_residual(act, L.down, L.has_post_norms, L.post_ffn_norm);
   }
 
   // Only the rows that need logits go through the final norm and lm_head.
-  const auto R = static_cast<int64_t>(logit_rows.size());
-  std::vector<float> picked(static_cast<size_t>(R * H));
-  for (int64_t r = 0; r < R; ++r) {
-    std::copy_n(x.data() + logit_rows[static_cast<size_t>(r)] * H, H, picked.data() + r * H);
-  }
-  backend_.rms_norm(picked.data(), weights_.output_norm.data(), picked.data(), R, H, c.rms_norm_eps);
-  std::vector<float> logits(static_cast<size_t>(R * c.vocab_size));
-  backend_.matmul(picked.data(), R, output_view_, logits.data(), false);
-  if (c.final_softcap > 0) backend_.softcap(logits.data(), R * c.vocab_size, c.final_softcap);
+  const auto R = static_cast<int64_t>(in.logit_rows.size());
+  Tensor picked = ops.alloc(R, H, Use::matmul_input);
+  ops.rms_norm(x, output_norm_, eps, picked, in.logit_rows);
+  Tensor logits = ops.alloc(R, c.vocab_size, Use::state);
+  ops.matmul(picked, output_, {&logits, 1});
+  if (c.final_softcap > 0) ops.softcap(logits, c.final_softcap);
   return logits;
 }
 

@@ -1,54 +1,67 @@
 #pragma once
 // The forward pass of every architecture (architecture.hpp: Llama, Qwen2/3,
-// Gemma 1/2/3, Phi-3, SmolLM3 differ only in ModelConfig's features) over a
-// batch of new tokens,
-// reading and writing K/V in a paged pool through a backend. Stateless apart
-// from its weights: the KV buffers and the attention plan come from the caller
-// (ModelRunner).
+// Gemma 1/2/3, Phi-3, SmolLM3, Qwen3-MoE differ only in ModelConfig's
+// features) over a batch of new tokens, reading and writing K/V in a paged
+// pool. Written once against TensorOps (kernels/tensor_ops.hpp): the host
+// executor runs it over the CPU backend, the CUDA executor on the GPU inside
+// its graphs. Stateless apart from its weights' handles: the KV buffers and
+// the attention plan come from the caller.
 
-#include <array>
-#include <memory>
+#include <cstdint>
 #include <span>
 #include <vector>
 
-#include "kernels/backend.hpp"
+#include "kernels/tensor_ops.hpp"
 #include "model/llama_weights.hpp"
 
 namespace actorlm {
 
+// One pass's inputs. Index arrays are in the TensorOps' memory (the
+// executor put them there); kv has one view per layer.
+struct ForwardInputs {
+  std::span<const int32_t> tokens;         // one per new token
+  std::span<const int32_t> positions;      // one per new token
+  std::span<const int32_t> out_cache_loc;  // one per new token
+  std::span<const int32_t> logit_rows;     // token rows that get logits, in order
+  std::span<const KvLayerView> kv;
+  const AttentionPlan* plan = nullptr;
+};
+
 class LlamaModel {
  public:
-  LlamaModel(LlamaWeights weights, Backend& backend);
+  // Hands every weight to `ops` (which may copy it to a device or into a
+  // layout of its own); `weights`' bytes must outlive `ops` unless ops
+  // copies them.
+  LlamaModel(const LlamaWeights& weights, TensorOps& ops);
+  // Random weights drawn by `ops` where they live (benchmarks).
+  static LlamaModel random(const ModelConfig& config, TensorOps& ops, uint64_t seed);
 
-  const ModelConfig& config() const { return weights_.config; }
-  const LlamaWeights& weights() const { return weights_; }
+  const ModelConfig& config() const { return config_; }
 
-  // tokens/positions/out_cache_loc: one entry per new token. kv: one view per
-  // layer. logit_rows: which token rows get logits (in order). Returns
-  // logits [logit_rows.size()][vocab].
-  std::vector<float> forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
-                             std::span<const int32_t> out_cache_loc, std::span<const KvLayerView> kv,
-                             const AttentionPlan& plan, std::span<const int32_t> logit_rows);
+  // One pass: logits [logit_rows][vocab], float32 in the ops' memory, valid
+  // until its next begin_pass() (which the caller calls before this).
+  Tensor forward(const ForwardInputs& in);
 
  private:
-  // The matrices as the backend wants them multiplied (prepare_weights: the
-  // CPU backend's packed tiles), and what keeps those copies alive.
-  struct LayerViews {
-    MatrixView wq, wk, wv, wo, gate, up, down;
-    MatrixView router;
-    std::vector<std::array<MatrixView, 3>> experts;  // gate, up, down
+  struct Layer {
+    VectorId attn_norm, ffn_norm, post_attn_norm, post_ffn_norm, q_norm, k_norm;
+    VectorId bq, bk, bv;
+    WeightId qkv, wo, gate_up, down;  // qkv: parts q, k, v; gate_up: gate, up
+    WeightId router;
+    std::vector<std::pair<WeightId, WeightId>> experts;  // (gate|up, down)
+    bool bias = false, has_q_norm = false, has_post_norms = false;
   };
+  LlamaModel(const ModelConfig& config, TensorOps& ops);
   // The FFN of a mixture-of-experts layer on the normed rows h; adds each
   // token's weighted expert outputs to x.
-  void experts_into_residual(const LayerViews& M, const float* h, int64_t T, float* x);
-  MatrixView prepare(const WeightMatrix& w);
+  void experts_into_residual(const Layer& L, Tensor h, Tensor x);
 
-  LlamaWeights weights_;
-  Backend& backend_;
-  RopeTable rope_, rope_sliding_;  // the second for sliding-window layers
-  std::vector<std::shared_ptr<const void>> prepared_storage_;
-  std::vector<LayerViews> layer_views_;
-  MatrixView output_view_;
+  ModelConfig config_;
+  TensorOps& ops_;
+  RopeId rope_, rope_sliding_;  // the second for sliding-window layers
+  WeightId embedding_, output_;
+  VectorId output_norm_;
+  std::vector<Layer> layers_;
 };
 
 // Rotation frequencies for a config (Llama 3 or linear scaling and per-pair

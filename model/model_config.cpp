@@ -152,6 +152,8 @@ std::string ModelConfig::features_beyond_llama() const {
   return out;
 }
 
+std::string ModelConfig::features_not_on_cuda() const { return n_experts > 0 ? "mixture of experts" : ""; }
+
 ModelConfig config_from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.architecture = f.get_string("general.architecture").value_or("");

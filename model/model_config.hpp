@@ -84,9 +84,11 @@ struct ModelConfig {
   }
   bool layer_has_rope(int32_t l) const { return rope_layers.empty() || rope_layers[static_cast<size_t>(l)] != 0; }
   // The features above that Llama and Qwen2 do not have, by name ("q/k
-  // norms, GELU, ..."); empty when there are none (what the CUDA executor
-  // runs today).
+  // norms, GELU, ..."); empty when there are none.
   std::string features_beyond_llama() const;
+  // The features above that the CUDA executor's kernels lack (the rest run
+  // there through the shared layer loop), or "".
+  std::string features_not_on_cuda() const;
   float score_scale() const { return attention_scale > 0 ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
   // From tokenizer.ggml.{bos,eos}_token_id or config.json (first id when
   // config.json lists several eos ids). The tokenizer remains the authority

@@ -57,6 +57,8 @@ __global__ void __launch_bounds__(kWarps * 32, SLOTS <= 4 ? 4 : 2) attention_ker
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / LPT, d0 = (lane % LPT) * 8;
   const float qscale = a.scale * 1.4426950408889634f;  // scores in log2 units: exp2 below
+  const float cap2 = a.softcap * 1.4426950408889634f;
+  const int window = a.sliding_window;
 
   float q[SLOTS][8], acc[SLOTS][8], m[SLOTS], l[SLOTS];
   int lim[SLOTS];
@@ -92,7 +94,9 @@ __global__ void __launch_bounds__(kWarps * 32, SLOTS <= 4 ? 4 : 2) attention_ker
       for (int i = 0; i < 8; ++i) dot += q[s][i] * kf[i];
 #pragma unroll
       for (int o = LPT / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if (valid && pos < lim[s]) {
+      // Scores are in log2 units (q carries log2(e)): so is the cap.
+      if (cap2 > 0.0f) dot = cap2 * tanhf(dot / cap2);
+      if (valid && pos < lim[s] && (window == 0 || pos >= lim[s] - window)) {
         const float mn = fmaxf(m[s], dot);
         const float corr = exp2f(m[s] - mn), p = exp2f(dot - mn);
         l[s] = l[s] * corr + p;
@@ -246,12 +250,14 @@ void paged_attention(const PagedAttentionArgs& a, const AttnSchedule& sc, cudaSt
   if (sc.items.empty()) return;
   if (a.n_heads % a.n_kv_heads != 0) throw std::invalid_argument("paged_attention: n_heads must be a multiple of n_kv_heads");
   switch (a.head_dim) {
+    case 8: launch<8>(a, sc, s); break;  // tiny test models
+    case 16: launch<16>(a, sc, s); break;
     case 32: launch<32>(a, sc, s); break;
     case 64: launch<64>(a, sc, s); break;
     case 128: launch<128>(a, sc, s); break;
     case 256: launch<256>(a, sc, s); break;
     default:
-      throw std::invalid_argument("CUDA paged attention supports head_dim 32, 64, 128 and 256, not " +
+      throw std::invalid_argument("CUDA paged attention supports head_dim 8, 16, 32, 64, 128 and 256, not " +
                                   std::to_string(a.head_dim));
   }
 }

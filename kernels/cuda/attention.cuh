@@ -59,11 +59,15 @@ struct PagedAttentionArgs {
   const AttnWorkItem* items = nullptr;  // device, schedule.items
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 0.0f;
+  // > 0: query at position p sees keys p - sliding_window + 1 .. p only.
+  int32_t sliding_window = 0;
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap).
+  float softcap = 0.0f;
   float* workspace = nullptr;  // schedule.workspace_floats()
   bf16* out = nullptr;         // [tokens][n_heads * head_dim]
 };
 
-// head_dim must be 32, 64, 128 or 256 (throws otherwise).
+// head_dim must be 8, 16, 32, 64, 128 or 256 (throws otherwise).
 void paged_attention(const PagedAttentionArgs& args, const AttnSchedule& schedule, cudaStream_t s);
 
 }  // namespace actorlm::cuda

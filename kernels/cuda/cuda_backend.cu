@@ -74,7 +74,8 @@ void CudaBackend::rms_norm(const float* x, const float* weight, float* out, int6
   auto dx = to_device(x, static_cast<size_t>(rows * cols));
   auto dw = to_device(weight, static_cast<size_t>(cols));
   DeviceBuffer<bf16> o(static_cast<size_t>(rows * cols));
-  cuda::rms_norm(dx.get(), nullptr, dw.get(), o.get(), static_cast<int32_t>(rows), cols, eps, nullptr);
+  cuda::rms_norm(dx.get(), cols, nullptr, dw.get(), cols, o.get(), /*out_bf16=*/true, cols, static_cast<int32_t>(rows),
+                 cols, eps, nullptr);
   bf16_to_host(o, out, static_cast<size_t>(rows * cols));
 }
 
@@ -109,7 +110,7 @@ void CudaBackend::rope(float* q, int32_t n_heads, float* k, int32_t n_kv_heads, 
   for (auto [data, heads] : {std::pair{q, n_heads}, std::pair{k, n_kv_heads}}) {
     const auto n = static_cast<size_t>(T) * heads * hd;
     auto d = to_device(data, n);
-    cuda::rope(d.get(), static_cast<int64_t>(heads) * hd, heads, 0, 0, hd, pos.get(), freq.get(), T, nullptr);
+    cuda::rope(d.get(), static_cast<int64_t>(heads) * hd, heads, nullptr, 0, 0, hd, pos.get(), freq.get(), T, nullptr);
     to_host(d, data, n);
   }
 }
@@ -146,7 +147,6 @@ void CudaBackend::store_kv(KvLayerView cache, const float* k, const float* v, st
 void CudaBackend::attention(const float* q, KvLayerView cache, const AttentionPlan& plan, const LayerAttention& layer,
                             float* out) {
   require_float_cache(cache);
-  if (layer.sliding_window != 0 || layer.softcap != 0.0f) not_on_cuda("sliding-window or soft-capped attention");
   const auto n_reqs = static_cast<int32_t>(plan.q_start.size());
   const int32_t hd = plan.head_dim;
   // The plan's CSR rows become a req_to_token table with one slot per request.
@@ -187,24 +187,55 @@ void CudaBackend::attention(const float* q, KvLayerView cache, const AttentionPl
   a.n_kv_heads = plan.n_kv_heads;
   a.head_dim = hd;
   a.scale = plan.scale;
+  a.sliding_window = layer.sliding_window;
+  a.softcap = layer.softcap;
   a.workspace = ws.get();
   a.out = o.get();
   paged_attention(a, sched, nullptr);
   bf16_to_host(o, out, static_cast<size_t>(T * qd));
 }
 
-void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+namespace {
+
+DeviceBuffer<bf16> glu_on_device(const float* gate, const float* up, int64_t n, bool gelu) {
   auto dg = to_device(gate, static_cast<size_t>(n));
   auto du = to_device(up, static_cast<size_t>(n));
-  DeviceBuffer<bf16> o(static_cast<size_t>(n));
-  cuda::swiglu(dg.get(), du.get(), n, o.get(), 1, n, nullptr);
-  bf16_to_host(o, out, static_cast<size_t>(n));
+  DeviceBuffer<bf16> o(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  cuda::glu(dg.get(), du.get(), n, o.get(), 1, n, gelu, nullptr);
+  return o;
 }
 
-void CudaBackend::geglu(const float*, const float*, float*, int64_t) { not_on_cuda("GELU"); }
-void CudaBackend::add(float*, const float*, int64_t) { not_on_cuda("add"); }
-void CudaBackend::softcap(float*, int64_t, float) { not_on_cuda("softcap"); }
-void CudaBackend::scale(float*, int64_t, float) { not_on_cuda("scale"); }
+// x = op(x [, y]) for n floats on the device.
+template <typename Launch>
+void pointwise(float* x, int64_t n, Launch launch) {
+  auto dx = to_device(x, static_cast<size_t>(n));
+  launch(dx.get());
+  to_host(dx, x, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  bf16_to_host(glu_on_device(gate, up, n, false), out, static_cast<size_t>(n));
+}
+
+void CudaBackend::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  bf16_to_host(glu_on_device(gate, up, n, true), out, static_cast<size_t>(n));
+}
+
+void CudaBackend::add(float* x, const float* y, int64_t n) {
+  auto dy = to_device(y, static_cast<size_t>(n));
+  pointwise(x, n, [&](float* dx) { cuda::add(dx, dy.get(), n, nullptr); });
+}
+
+void CudaBackend::softcap(float* x, int64_t n, float cap) {
+  pointwise(x, n, [&](float* dx) { cuda::softcap(dx, n, cap, nullptr); });
+}
+
+void CudaBackend::scale(float* x, int64_t n, float s) {
+  pointwise(x, n, [&](float* dx) { cuda::scale(dx, n, s, nullptr); });
+}
+
 std::vector<ExpertChoice> CudaBackend::route_experts(const float*, int64_t, int32_t, int32_t, bool, float) {
   not_on_cuda("expert routing");
 }

@@ -27,11 +27,11 @@ class CudaBackend final : public Backend {
   void attention(const float* q, KvLayerView cache, const AttentionPlan& plan, const LayerAttention& layer,
                  float* out) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
-  // Not on the device yet (the Gemma and MoE features): std::logic_error.
   void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
   void softcap(float* x, int64_t n, float cap) override;
   void scale(float* x, int64_t n, float s) override;
+  // Mixture of experts is not on the device yet: std::logic_error.
   std::vector<ExpertChoice> route_experts(const float* logits, int64_t rows, int32_t n_experts, int32_t k, bool normalize,
                                           float scale) override;
   void gather_rows(const float* src, int64_t cols, std::span<const int32_t> rows, float* dst) override;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <stdexcept>
 
@@ -14,48 +15,11 @@
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/sampling.cuh"
+#include "kernels/cuda/cuda_tensor_ops.cuh"
 #include "model/llama_model.hpp"
 
 namespace actorlm::cuda {
 namespace {
-
-// Weights arrive in their file's format (quantized blocks, f16, ...); they
-// are widened one row at a time on the way to bf16.
-DeviceBuffer<bf16> upload_bf16(const std::vector<const WeightMatrix*>& parts) {
-  size_t n = 0;
-  for (const auto* p : parts) n += static_cast<size_t>(p->rows * p->cols);
-  std::vector<bf16> host(n);
-  std::vector<float> row;
-  size_t at = 0;
-  for (const auto* p : parts) {
-    row.resize(static_cast<size_t>(p->cols));
-    for (int64_t r = 0; r < p->rows; ++r) {
-      p->dequantize_rows(r, r + 1, row.data());
-      for (float v : row) host[at++] = __float2bfloat16(v);
-    }
-  }
-  DeviceBuffer<bf16> d(n);
-  ACTORLM_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-  return d;
-}
-
-DeviceBuffer<float> upload_f32(const std::vector<const std::vector<float>*>& parts) {
-  size_t n = 0;
-  for (const auto* p : parts) n += p->size();
-  DeviceBuffer<float> d(std::max<size_t>(n, 1));
-  size_t at = 0;
-  for (const auto* p : parts) {
-    ACTORLM_CUDA_CHECK(cudaMemcpy(d.get() + at, p->data(), p->size() * sizeof(float), cudaMemcpyHostToDevice));
-    at += p->size();
-  }
-  return d;
-}
-
-struct DeviceLayer {
-  DeviceBuffer<float> attn_norm, ffn_norm, bqkv;  // bqkv empty unless the model has q/k/v biases
-  DeviceBuffer<bf16> wqkv, wo, wgu, wdown;        // [q+2kv][h], [h][q], [2f][h], [h][f]
-  bool has_bias = false;
-};
 
 // Host-pinned staging for one step's inputs: one H2D copy per step.
 class Staging {
@@ -100,22 +64,23 @@ struct CudaExecutor::Impl {
   cudaDeviceProp prop{};
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  DeviceBuffer<bf16> embedding, lm_head;  // lm_head empty when tied
-  DeviceBuffer<float> out_norm, inv_freq;
-  std::vector<DeviceLayer> layers;
-  int64_t weight_bytes = 0;
+  // The layer loop is model/llama_model.cpp's, run over these ops.
+  std::unique_ptr<CudaTensorOps> ops;
+  std::unique_ptr<LlamaModel> model;
 
   int64_t pool_rows = 0;
   int32_t max_requests = 0, max_context = 0;
   DeviceBuffer<bf16> k_pool, v_pool;  // [layers][pool_rows][kv_dim]
   DeviceBuffer<int32_t> table;        // [max_requests][max_context]
 
-  // Per-step scratch, grown to the largest batch seen.
-  DeviceBuffer<float> x, qkv, gu, logits, sample_work, attn_ws, sample_lp;
-  DeviceBuffer<bf16> act;
+  std::vector<KvLayerView> kv;       // per layer: views of k_pool / v_pool
+
+  // Per-step buffers beside the ops' arena, grown to the largest batch seen.
+  DeviceBuffer<float> sample_work, attn_ws, sample_lp;
   DeviceBuffer<int32_t> sample_tok;
   Staging staging, sample_staging;
-  int32_t logit_rows = 0;  // rows of `logits` from the latest forward
+  const float* logits = nullptr;  // of the latest forward, in the ops' arena
+  int32_t logit_rows = 0;         // real rows of `logits` (graph padding rows follow)
 
   // Decode steps replay CUDA graphs, one per (padded batch size, attention
   // splits, split length): a step of a small model is otherwise dominated by
@@ -126,7 +91,8 @@ struct CudaExecutor::Impl {
   uint64_t generation = 0;
   struct Graph {
     cudaGraphExec_t exec = nullptr;
-    uint64_t generation = 0;
+    uint64_t generation = 0, ops_generation = 0;
+    const float* logits = nullptr;  // where the captured pass leaves them
   };
   std::map<std::tuple<int32_t, int32_t, int32_t>, Graph> graphs;
   DeviceBuffer<char> blas_workspace;  // cuBLAS must not allocate while a graph is captured
@@ -153,6 +119,7 @@ struct CudaExecutor::Impl {
     ACTORLM_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_workspace.get(), blas_workspace.bytes()));
     const char* env = std::getenv("ACTORLM_CUDA_GRAPHS");
     use_graphs = !(env && std::string(env) == "0");
+    ops = std::make_unique<CudaTensorOps>(stream, blas);
   }
 
   // Grows a scratch buffer; a move invalidates captured graphs.
@@ -161,17 +128,6 @@ struct CudaExecutor::Impl {
     if (b.grow(n)) ++generation;
   }
 
-  const bf16* output_matrix() const { return lm_head.size() ? lm_head.get() : embedding.get(); }
-
-  // y[rows][n] = x[rows][k] · w[n][k]ᵀ (+ beta * y): cuBLAS is column-major,
-  // so this is yᵀ = w · xᵀ with w read transposed.
-  void gemm(const bf16* xin, int32_t rows, const bf16* w, int64_t n, int64_t k, float* y, float beta) {
-    const float alpha = 1.0f;
-    ACTORLM_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), rows, static_cast<int>(k),
-                                      &alpha, w, CUDA_R_16BF, static_cast<int>(k), xin, CUDA_R_16BF,
-                                      static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(n),
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
 };
 
 CudaExecutor::CudaExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -197,36 +153,14 @@ bool cuda_device_usable(std::string* why) {
 }
 
 std::unique_ptr<CudaExecutor> CudaExecutor::create(const LlamaWeights& w, int device) {
-  if (const std::string extra = w.config.features_beyond_llama(); !extra.empty()) {
-    throw std::runtime_error("CUDA executor: a " + w.config.architecture + " model needs " + extra +
+  if (const std::string missing = w.config.features_not_on_cuda(); !missing.empty()) {
+    throw std::runtime_error("CUDA executor: a " + w.config.architecture + " model needs " + missing +
                              ", which only the CPU backend runs so far (--device cpu)");
   }
   auto impl = std::make_unique<Impl>();
   impl->init(device);
-  const ModelConfig& c = w.config;
-  impl->cfg = c;
-  impl->embedding = upload_bf16({&w.token_embedding});
-  if (!w.lm_head.empty()) impl->lm_head = upload_bf16({&w.lm_head});
-  impl->out_norm = upload_f32({&w.output_norm});
-  RopeTable rope = make_rope_table(c, w.rope_freq_factors);
-  impl->inv_freq = upload_f32({&rope.inv_freq});
-  for (const LayerWeights& L : w.layers) {
-    DeviceLayer d;
-    d.attn_norm = upload_f32({&L.attn_norm});
-    d.ffn_norm = upload_f32({&L.ffn_norm});
-    d.wqkv = upload_bf16({&L.wq, &L.wk, &L.wv});
-    d.wo = upload_bf16({&L.wo});
-    d.wgu = upload_bf16({&L.w_gate, &L.w_up});
-    d.wdown = upload_bf16({&L.w_down});
-    if (!L.bq.empty()) {
-      d.bqkv = upload_f32({&L.bq, &L.bk, &L.bv});
-      d.has_bias = true;
-    }
-    impl->layers.push_back(std::move(d));
-  }
-  int64_t bytes = static_cast<int64_t>(impl->embedding.bytes() + impl->lm_head.bytes());
-  for (const auto& d : impl->layers) bytes += static_cast<int64_t>(d.wqkv.bytes() + d.wo.bytes() + d.wgu.bytes() + d.wdown.bytes());
-  impl->weight_bytes = bytes;
+  impl->cfg = w.config;
+  impl->model = std::make_unique<LlamaModel>(w, *impl->ops);
   return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
 }
 
@@ -234,42 +168,12 @@ std::unique_ptr<CudaExecutor> CudaExecutor::create_random(const ModelConfig& c, 
   auto impl = std::make_unique<Impl>();
   impl->init(device);
   impl->cfg = c;
-  cudaStream_t s = impl->stream;
-  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, V = c.vocab_size;
-  auto rnd = [&](int64_t n, int64_t fan_in) {
-    DeviceBuffer<bf16> b(static_cast<size_t>(n));
-    fill_random(b.get(), n, 1.0f / std::sqrt(static_cast<float>(fan_in)), seed++, s);
-    return b;
-  };
-  auto ones = [&](int64_t n) {
-    DeviceBuffer<float> b(static_cast<size_t>(n));
-    fill_random_f32(b.get(), n, 0.0f, 1.0f, seed++, s);
-    return b;
-  };
-  impl->embedding = rnd(V * H, 1);
-  impl->lm_head = rnd(V * H, H);
-  impl->out_norm = ones(H);
-  RopeTable rope = make_rope_table(c, {});
-  impl->inv_freq = upload_f32({&rope.inv_freq});
-  int64_t bytes = 2 * V * H * 2;
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    DeviceLayer d;
-    d.attn_norm = ones(H);
-    d.ffn_norm = ones(H);
-    d.wqkv = rnd((Q + 2 * KV) * H, H);
-    d.wo = rnd(H * Q, Q);
-    d.wgu = rnd(2 * F * H, H);
-    d.wdown = rnd(H * F, F);
-    bytes += 2 * ((Q + 2 * KV) * H + H * Q + 3 * F * H);
-    impl->layers.push_back(std::move(d));
-  }
-  impl->weight_bytes = bytes;
-  ACTORLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  impl->model = std::make_unique<LlamaModel>(LlamaModel::random(c, *impl->ops, seed));
   return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
 }
 
 const ModelConfig& CudaExecutor::config() const { return impl_->cfg; }
-int64_t CudaExecutor::weight_bytes() const { return impl_->weight_bytes; }
+int64_t CudaExecutor::weight_bytes() const { return impl_->ops->weight_bytes(); }
 std::string CudaExecutor::device_name() const { return impl_->prop.name; }
 void CudaExecutor::synchronize() const { ACTORLM_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 
@@ -310,6 +214,14 @@ void CudaExecutor::allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t 
   m.pool_rows = kv_pool_rows;
   m.max_requests = max_requests;
   m.max_context = max_context;
+  m.kv.clear();
+  const int64_t layer_stride = kv_pool_rows * m.cfg.kv_dim();
+  for (int32_t l = 0; l < m.cfg.n_layers; ++l) {
+    KvLayerView v{nullptr, nullptr, kv_pool_rows, m.cfg.n_kv_heads, m.cfg.head_dim};
+    v.k_device = m.k_pool.get() + l * layer_stride;
+    v.v_device = m.v_pool.get() + l * layer_stride;
+    m.kv.push_back(v);
+  }
 }
 
 int64_t CudaExecutor::kv_bytes() const { return static_cast<int64_t>(impl_->k_pool.bytes() + impl_->v_pool.bytes()); }
@@ -382,8 +294,7 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   const ModelConfig& c = m.cfg;
   ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
   const auto R = static_cast<int32_t>(plan.logit_rows.size());
-  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, V = c.vocab_size;
-  const int64_t QKV = Q + 2 * KV;
+  const int64_t V = c.vocab_size;
 
   // A pure decode step (one new token per request, logits kept here) runs as
   // a graph, padded with requests on the spare table row that write their
@@ -391,7 +302,7 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   bool decode = !plan.host_logits && m.use_graphs;
   for (const auto& r : b.reqs) decode = decode && r.extend_len == 1;
   const int32_t bucket = decode ? graph_bucket(static_cast<int32_t>(b.reqs.size())) : 0;
-  const bool graph = bucket > 0;
+  bool graph = bucket > 0;
   std::vector<int32_t> tokens = b.token_ids, positions = plan.positions, loc = b.out_cache_loc, rows = plan.logit_rows;
   std::vector<AttnRequest> reqs;
   for (size_t r = 0; r < plan.slots.size(); ++r) {
@@ -406,8 +317,6 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
       reqs.push_back({m.max_requests, i, 1, 0});
     }
   }
-  const auto T = static_cast<int32_t>(tokens.size());
-  const auto logits_rows = static_cast<int32_t>(rows.size());
   std::vector<int32_t> writes, values;
   int32_t max_write = 0;
   for (const auto& w : b.writes) {
@@ -440,20 +349,12 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
     if (src.second) std::memcpy(st.host(at), src.first, src.second);
   }
   st.upload(m.stream);
-
-  m.scratch(m.x, static_cast<size_t>(T) * H);
-  m.scratch(m.qkv, static_cast<size_t>(T) * QKV);
-  m.scratch(m.gu, static_cast<size_t>(T) * 2 * F);
-  m.scratch(m.act, static_cast<size_t>(T) * std::max({H, Q, F}));
-  m.scratch(m.logits, static_cast<size_t>(std::max(logits_rows, 1)) * V);
   m.scratch(m.attn_ws, std::max<size_t>(sched.workspace_floats(), 1));
   cudaStream_t s = m.stream;
 
   scatter_table(m.table.get(), m.max_context, st.device<int32_t>(o_wr), static_cast<int32_t>(b.writes.size()),
                 st.device<int32_t>(o_val), max_write, s);
   PagedAttentionArgs attn;
-  attn.q = m.qkv.get();
-  attn.q_ld = QKV;
   attn.req_to_token = m.table.get();
   attn.table_ld = m.max_context;
   attn.reqs = st.device<AttnRequest>(o_req);
@@ -463,32 +364,13 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   attn.head_dim = c.head_dim;
   attn.scale = plan.attention.scale;
   attn.workspace = m.attn_ws.get();
-  attn.out = m.act.get();
-  const int64_t layer_stride = m.pool_rows * KV;
-  auto run = [&] {
-    embed(m.embedding.get(), H, st.device<int32_t>(o_tok), T, m.x.get(), s);
-    for (int32_t l = 0; l < c.n_layers; ++l) {
-      DeviceLayer& L = m.layers[static_cast<size_t>(l)];
-      bf16* kc = m.k_pool.get() + l * layer_stride;
-      bf16* vc = m.v_pool.get() + l * layer_stride;
-      rms_norm(m.x.get(), nullptr, L.attn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
-      m.gemm(m.act.get(), T, L.wqkv.get(), QKV, H, m.qkv.get(), 0.0f);
-      if (L.has_bias) add_bias(m.qkv.get(), QKV, L.bqkv.get(), T, QKV, s);
-      rope(m.qkv.get(), QKV, c.n_heads, Q, c.n_kv_heads, c.head_dim, st.device<int32_t>(o_pos), m.inv_freq.get(), T, s);
-      store_kv(m.qkv.get() + Q, m.qkv.get() + Q + KV, QKV, static_cast<int32_t>(KV), st.device<int32_t>(o_loc), T, kc,
-               vc, s);
-      attn.k_cache = kc;
-      attn.v_cache = vc;
-      paged_attention(attn, sched, s);
-      m.gemm(m.act.get(), T, L.wo.get(), H, Q, m.x.get(), 1.0f);  // residual add in the GEMM's epilogue
-      rms_norm(m.x.get(), nullptr, L.ffn_norm.get(), m.act.get(), T, H, c.rms_norm_eps, s);
-      m.gemm(m.act.get(), T, L.wgu.get(), 2 * F, H, m.gu.get(), 0.0f);
-      swiglu(m.gu.get(), m.gu.get() + F, 2 * F, m.act.get(), T, F, s);
-      m.gemm(m.act.get(), T, L.wdown.get(), H, F, m.x.get(), 1.0f);
-    }
-    rms_norm(m.x.get(), st.device<int32_t>(o_rows), m.out_norm.get(), m.act.get(), logits_rows, H, c.rms_norm_eps, s);
-    m.gemm(m.act.get(), logits_rows, m.output_matrix(), V, H, m.logits.get(), 0.0f);
-  };
+  CudaTensorOps& ops = *m.ops;
+  ops.set_attention(attn, sched);
+  auto span_at = [&](size_t at, size_t n) { return std::span<const int32_t>(st.device<int32_t>(at), n); };
+  const ForwardInputs in{span_at(o_tok, tokens.size()), span_at(o_pos, positions.size()), span_at(o_loc, loc.size()),
+                         span_at(o_rows, rows.size()),  m.kv,  &plan.attention};
+  ops.begin_pass();
+  const float* logits = nullptr;
   if (graph) {
     // The split length follows the longest context, so a long-running server
     // meets new keys as contexts grow: past a bound, start the cache afresh
@@ -502,30 +384,47 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
       m.graphs.clear();
     }
     Impl::Graph& g = m.graphs[key];
-    if (!g.exec || g.generation != m.generation) {
+    if (!g.exec || g.generation != m.generation || g.ops_generation != ops.generation()) {
       if (g.exec) cudaGraphExecDestroy(g.exec);
       g.exec = nullptr;
       cudaGraph_t captured = nullptr;
       ACTORLM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      ops.set_capturing(true);
       try {
-        run();
+        g.logits = m.model->forward(in).f32();
       } catch (...) {
+        ops.set_capturing(false);
         cudaStreamEndCapture(s, &captured);  // leave the stream usable
         if (captured) cudaGraphDestroy(captured);
-        throw;
+        captured = nullptr;
+        try {
+          throw;
+        } catch (const ArenaFull&) {
+          // This shape outgrew the scratch arena, which cannot move during a
+          // capture: run the pass directly; the arena grows before the next.
+          graph = false;
+          ops.begin_pass();
+        }
       }
-      ACTORLM_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
-      cudaError_t err = cudaGraphInstantiate(&g.exec, captured, 0);
-      cudaGraphDestroy(captured);
-      ACTORLM_CUDA_CHECK(err);
-      g.generation = m.generation;
-      ++m.graph_captures;
+      ops.set_capturing(false);
+      if (graph) {
+        ACTORLM_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+        cudaError_t err = cudaGraphInstantiate(&g.exec, captured, 0);
+        cudaGraphDestroy(captured);
+        ACTORLM_CUDA_CHECK(err);
+        g.generation = m.generation;
+        g.ops_generation = ops.generation();
+        ++m.graph_captures;
+      }
     }
-    ACTORLM_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
-    ++m.graph_replays;
-  } else {
-    run();
+    if (graph) {
+      ACTORLM_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+      ++m.graph_replays;
+      logits = g.logits;
+    }
   }
+  if (!graph) logits = m.model->forward(in).f32();
+  m.logits = logits;
   m.logit_rows = R;  // padding rows, if any, come after the real ones
 
   ForwardOutput out;
@@ -533,7 +432,7 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   out.device_rows = static_cast<size_t>(R);
   if (plan.host_logits) {
     out.logits.resize(static_cast<size_t>(R) * V);
-    ACTORLM_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), m.logits.get(), out.logits.size() * sizeof(float),
+    ACTORLM_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits, out.logits.size() * sizeof(float),
                                        cudaMemcpyDeviceToHost, s));
   }
   // The staging buffer is reused by the next step: the upload must be done.
@@ -564,7 +463,7 @@ std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::sp
   m.sample_work.grow(static_cast<size_t>(R) * V);
   m.sample_tok.grow(static_cast<size_t>(R));
   m.sample_lp.grow(static_cast<size_t>(R));
-  sample_rows(m.logits.get(), V, R, st.device<SampleRowParams>(o_p), st.device<HistoryEntry>(o_h), m.sample_work.get(),
+  sample_rows(m.logits, V, R, st.device<SampleRowParams>(o_p), st.device<HistoryEntry>(o_h), m.sample_work.get(),
               m.sample_tok.get(), m.sample_lp.get(), m.stream);
   std::vector<int32_t> tok(static_cast<size_t>(R));
   std::vector<float> lp(static_cast<size_t>(R));
@@ -584,7 +483,7 @@ std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::sp
       // the host by the CPU sampler, which applies them (same counter-based
       // draws as the CPU backend), replacing the device's pick.
       std::vector<float> row(static_cast<size_t>(V));
-      ACTORLM_CUDA_CHECK(cudaMemcpy(row.data(), m.logits.get() + static_cast<int64_t>(r) * V, row.size() * 4,
+      ACTORLM_CUDA_CHECK(cudaMemcpy(row.data(), m.logits + static_cast<int64_t>(r) * V, row.size() * 4,
                                     cudaMemcpyDeviceToHost));
       res = sample_token(row, q.params, q.prompt, q.output, q.step, q.top_n, q.allowed);
       continue;
@@ -593,7 +492,7 @@ std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::sp
       // Alternatives are rare and small: the row comes to the host and the
       // CPU sampler ranks them (the token stays the device's pick).
       std::vector<float> row(static_cast<size_t>(V));
-      ACTORLM_CUDA_CHECK(cudaMemcpy(row.data(), m.logits.get() + static_cast<int64_t>(r) * V, row.size() * 4,
+      ACTORLM_CUDA_CHECK(cudaMemcpy(row.data(), m.logits + static_cast<int64_t>(r) * V, row.size() * 4,
                                     cudaMemcpyDeviceToHost));
       SamplingParams greedy;
       greedy.temperature = 0.0f;

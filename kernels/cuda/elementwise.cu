@@ -45,14 +45,25 @@ __global__ void embed_kernel(const bf16* table, int64_t hidden, const int32_t* t
   }
 }
 
-__global__ void rms_norm_kernel(const float* x, const int32_t* rows_idx, const float* w, bf16* out, int64_t cols,
-                                float eps) {
-  const int64_t r = blockIdx.x;
-  const float* in = x + (rows_idx ? static_cast<int64_t>(rows_idx[r]) : r) * cols;
+// One block per (row, group): a group is a whole row, or one head for q/k
+// norms. In place is safe: each thread rewrites only what it read.
+template <typename Out>
+__global__ void rms_norm_kernel(const float* x, int64_t x_ld, const int32_t* rows_idx, const float* w, int64_t group,
+                                int32_t groups, Out* out, int64_t out_ld, float eps) {
+  const int64_t r = blockIdx.x / groups, g = blockIdx.x % groups;
+  const float* in = x + (rows_idx ? static_cast<int64_t>(rows_idx[r]) : r) * x_ld + g * group;
+  Out* o = out + r * out_ld + g * group;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += in[i] * in[i];
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[r * cols + i] = __float2bfloat16(in[i] * inv * w[i]);
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += in[i] * in[i];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(group) + eps);
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float y = in[i] * inv * w[i];
+    if constexpr (sizeof(Out) == 2) {
+      o[i] = __float2bfloat16(y);
+    } else {
+      o[i] = y;
+    }
+  }
 }
 
 __global__ void add_bias_kernel(float* x, int64_t ld, const float* bias, int64_t cols) {
@@ -61,7 +72,7 @@ __global__ void add_bias_kernel(float* x, int64_t ld, const float* bias, int64_t
 }
 
 // One block per token; threads walk the (head, pair) grid of q then k.
-__global__ void rope_kernel(float* qk, int64_t ld, int32_t n_heads, int64_t k_col, int32_t n_kv_heads,
+__global__ void rope_kernel(float* q, int64_t q_ld, int32_t n_heads, float* k, int64_t k_ld, int32_t n_kv_heads,
                             int32_t head_dim, const int32_t* positions, const float* inv_freq) {
   const int64_t t = blockIdx.x;
   const int32_t pairs = head_dim / 2;
@@ -69,8 +80,8 @@ __global__ void rope_kernel(float* qk, int64_t ld, int32_t n_heads, int64_t k_co
   const int32_t total = (n_heads + n_kv_heads) * pairs;
   for (int32_t j = threadIdx.x; j < total; j += blockDim.x) {
     const int32_t head = j / pairs, i = j % pairs;
-    float* base = qk + t * ld + (head < n_heads ? static_cast<int64_t>(head) * head_dim
-                                                 : k_col + static_cast<int64_t>(head - n_heads) * head_dim);
+    float* base = head < n_heads ? q + t * q_ld + static_cast<int64_t>(head) * head_dim
+                                 : k + t * k_ld + static_cast<int64_t>(head - n_heads) * head_dim;
     double sn, cs;
     sincos(pos * static_cast<double>(inv_freq[i]), &sn, &cs);
     const float c = static_cast<float>(cs), s = static_cast<float>(sn);
@@ -100,11 +111,35 @@ __global__ void scatter_rows_kernel(const bf16* in, int32_t kv_dim, const int32_
   for (int32_t i = threadIdx.x; i < kv_dim; i += blockDim.x) pool[dst + i] = in[src + i];
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld, bf16* out, int64_t cols) {
+// act(gate) * up with act SiLU or, for Gemma, GELU in its tanh form.
+template <bool Gelu>
+__global__ void glu_kernel(const float* gate, const float* up, int64_t ld, bf16* out, int64_t cols) {
   const int64_t r = blockIdx.y;
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) {
     const float g = gate[r * ld + i];
-    out[r * cols + i] = __float2bfloat16(g / (1.0f + __expf(-g)) * up[r * ld + i]);
+    float a;
+    if constexpr (Gelu) {
+      a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+    } else {
+      a = g / (1.0f + __expf(-g));
+    }
+    out[r * cols + i] = __float2bfloat16(a * up[r * ld + i]);
+  }
+}
+
+enum class Pointwise { add, scale, softcap };
+
+template <Pointwise Op>
+__global__ void pointwise_kernel(float* x, const float* y, float a, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (Op == Pointwise::add) {
+      x[i] += y[i];
+    } else if constexpr (Op == Pointwise::scale) {
+      x[i] *= a;
+    } else {
+      x[i] = a * tanhf(x[i] / a);
+    }
   }
 }
 
@@ -154,10 +189,19 @@ void embed(const bf16* table, int64_t hidden, const int32_t* tokens, int32_t n_t
   ACTORLM_CUDA_LAUNCHED();
 }
 
-void rms_norm(const float* x, const int32_t* rows_idx, const float* weight, bf16* out, int32_t rows, int64_t cols,
-              float eps, cudaStream_t s) {
+void rms_norm(const float* x, int64_t x_ld, const int32_t* rows_idx, const float* weight, int64_t group, void* out,
+              bool out_bf16, int64_t out_ld, int32_t rows, int64_t cols, float eps, cudaStream_t s) {
   if (rows == 0) return;
-  rms_norm_kernel<<<rows, cols >= 1024 ? 512 : 256, 0, s>>>(x, rows_idx, weight, out, cols, eps);
+  const auto groups = static_cast<int32_t>(cols / group);
+  const int threads = group >= 1024 ? 512 : group >= 256 ? 256 : group >= 128 ? 128 : group >= 64 ? 64 : 32;
+  const int64_t blocks = static_cast<int64_t>(rows) * groups;
+  if (out_bf16) {
+    rms_norm_kernel<<<blocks, threads, 0, s>>>(x, x_ld, rows_idx, weight, group, groups, static_cast<bf16*>(out),
+                                               out_ld, eps);
+  } else {
+    rms_norm_kernel<<<blocks, threads, 0, s>>>(x, x_ld, rows_idx, weight, group, groups, static_cast<float*>(out),
+                                               out_ld, eps);
+  }
   ACTORLM_CUDA_LAUNCHED();
 }
 
@@ -167,10 +211,10 @@ void add_bias(float* x, int64_t ld, const float* bias, int32_t rows, int64_t col
   ACTORLM_CUDA_LAUNCHED();
 }
 
-void rope(float* qk, int64_t ld, int32_t n_heads, int64_t k_col, int32_t n_kv_heads, int32_t head_dim,
+void rope(float* q, int64_t q_ld, int32_t n_heads, float* k, int64_t k_ld, int32_t n_kv_heads, int32_t head_dim,
           const int32_t* positions, const float* inv_freq, int32_t n_tokens, cudaStream_t s) {
   if (n_tokens == 0) return;
-  rope_kernel<<<n_tokens, kThreads, 0, s>>>(qk, ld, n_heads, k_col, n_kv_heads, head_dim, positions, inv_freq);
+  rope_kernel<<<n_tokens, kThreads, 0, s>>>(q, q_ld, n_heads, k, k_ld, n_kv_heads, head_dim, positions, inv_freq);
   ACTORLM_CUDA_LAUNCHED();
 }
 
@@ -193,9 +237,33 @@ void scatter_rows(const bf16* in, int32_t kv_dim, const int32_t* rows, int32_t n
   ACTORLM_CUDA_LAUNCHED();
 }
 
-void swiglu(const float* gate, const float* up, int64_t ld, bf16* out, int32_t rows, int64_t cols, cudaStream_t s) {
+void glu(const float* gate, const float* up, int64_t ld, bf16* out, int32_t rows, int64_t cols, bool gelu,
+         cudaStream_t s) {
   if (rows == 0) return;
-  swiglu_kernel<<<dim3(grid_cols(cols), rows), kThreads, 0, s>>>(gate, up, ld, out, cols);
+  const dim3 grid(grid_cols(cols), rows);
+  if (gelu) {
+    glu_kernel<true><<<grid, kThreads, 0, s>>>(gate, up, ld, out, cols);
+  } else {
+    glu_kernel<false><<<grid, kThreads, 0, s>>>(gate, up, ld, out, cols);
+  }
+  ACTORLM_CUDA_LAUNCHED();
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  pointwise_kernel<Pointwise::add><<<grid_1d(n), kThreads, 0, s>>>(x, y, 0.0f, n);
+  ACTORLM_CUDA_LAUNCHED();
+}
+
+void scale(float* x, int64_t n, float factor, cudaStream_t s) {
+  if (n == 0) return;
+  pointwise_kernel<Pointwise::scale><<<grid_1d(n), kThreads, 0, s>>>(x, nullptr, factor, n);
+  ACTORLM_CUDA_LAUNCHED();
+}
+
+void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
+  if (n == 0) return;
+  pointwise_kernel<Pointwise::softcap><<<grid_1d(n), kThreads, 0, s>>>(x, nullptr, cap, n);
   ACTORLM_CUDA_LAUNCHED();
 }
 

@@ -110,6 +110,38 @@ TEST_CASE("CUDA embedding, RMSNorm, bias, RoPE and SwiGLU agree with the CPU bac
   }
 }
 
+TEST_CASE("CUDA GeGLU, per-head RMSNorm, residual add, scale and softcap agree with the CPU backend", "[gpu][cuda]") {
+  std::mt19937 rng(12);
+  for (int rows : {1, 9, 200}) {
+    INFO("rows " << rows);
+    const int n = rows * 1536;
+    V gate = random_vec(static_cast<size_t>(n), rng, 2.0f), up = random_vec(gate.size(), rng);
+    V a(gate.size()), b(gate.size());
+    cpu_backend().geglu(gate.data(), up.data(), a.data(), n);
+    gpu().geglu(gate.data(), up.data(), b.data(), n);
+    CHECK(rel_l2(b, a) < 4e-3);
+
+    // q/k norms: every 128-wide head of a row on its own.
+    const int heads = 12, hd = 128;
+    V q = random_vec(static_cast<size_t>(rows) * heads * hd, rng, 3.0f), w = random_vec(hd, rng);
+    V qa(q.size()), qb(q.size());
+    cpu_backend().rms_norm(q.data(), w.data(), qa.data(), rows * heads, hd, 1e-6f);
+    gpu().rms_norm(q.data(), w.data(), qb.data(), rows * heads, hd, 1e-6f);
+    CHECK(rel_l2(qb, qa) < 4e-3);
+
+    V x = random_vec(static_cast<size_t>(n), rng, 20.0f), y = random_vec(x.size(), rng), xa = x, xb = x;
+    cpu_backend().add(xa.data(), y.data(), n);
+    gpu().add(xb.data(), y.data(), n);
+    CHECK(rel_l2(xb, xa) < 1e-6);
+    cpu_backend().scale(xa.data(), n, 4.5f);
+    gpu().scale(xb.data(), n, 4.5f);
+    CHECK(rel_l2(xb, xa) < 1e-6);
+    cpu_backend().softcap(xa.data(), n, 30.0f);
+    gpu().softcap(xb.data(), n, 30.0f);
+    CHECK(rel_l2(xb, xa) < 1e-5);
+  }
+}
+
 TEST_CASE("cuBLAS GEMMs (bf16 in, fp32 accumulate) agree with the CPU backend", "[gpu][cuda]") {
   std::mt19937 rng(12);
   for (int rows : {1, 5, 64, 257}) {
@@ -161,7 +193,8 @@ struct AttnCase {
 
 // A batch of requests with prefixes and new queries over a shuffled paged
 // pool; the same bf16-rounded K/V on both backends.
-void check_attention(const AttnCase& c, int page, const std::vector<std::pair<int, int>>& prefix_and_q, std::mt19937& rng) {
+void check_attention(const AttnCase& c, int page, const std::vector<std::pair<int, int>>& prefix_and_q, std::mt19937& rng,
+                     LayerAttention layer = {}) {
   int64_t total_kv = 0;
   for (auto [p, q] : prefix_and_q) total_kv += (p + q + page - 1) / page * page;
   const int64_t pool_rows = total_kv + page;  // + the dummy page
@@ -194,16 +227,18 @@ void check_attention(const AttnCase& c, int page, const std::vector<std::pair<in
   V q = random_vec(static_cast<size_t>(q_rows) * c.heads * c.hd, rng, 2.0f);
   V a(q.size()), b(q.size(), std::nanf(""));
   KvLayerView view{kc.data(), vc.data(), pool_rows, c.kv_heads, c.hd};
-  cpu_backend().attention(q.data(), view, plan, {}, a.data());
-  gpu().attention(q.data(), view, plan, {}, b.data());
+  cpu_backend().attention(q.data(), view, plan, layer, a.data());
+  gpu().attention(q.data(), view, plan, layer, b.data());
   CHECK(rel_l2(b, a) < 1e-2);
 }
 
 }  // namespace
 
-TEST_CASE("CUDA paged attention agrees with the CPU backend: decode and extend, GQA 1 to 16, head_dim 32 to 256, pages 1 and 16", "[gpu][cuda][attention]") {
+TEST_CASE("CUDA paged attention agrees with the CPU backend: decode and extend, GQA 1 to 16, head_dim 8 to 256, pages 1 and 16", "[gpu][cuda][attention]") {
   std::mt19937 rng(14);
-  const std::vector<AttnCase> cases{{4, 4, 64}, {9, 3, 64}, {14, 2, 64}, {8, 2, 32}, {32, 8, 128}, {32, 2, 128}, {8, 8, 256}};
+  // head_dim 8 and 16: the tiny architecture test files (tests/fixtures/architectures).
+  const std::vector<AttnCase> cases{{4, 4, 64},   {9, 3, 64},  {14, 2, 64}, {8, 2, 32}, {32, 8, 128},
+                                    {32, 2, 128}, {8, 8, 256}, {4, 2, 8},   {6, 2, 16}};
   for (const auto& c : cases) {
     for (int page : {1, 16}) {
       INFO("heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.hd << " page " << page);
@@ -216,6 +251,11 @@ TEST_CASE("CUDA paged attention agrees with the CPU backend: decode and extend, 
       INFO("extend mix");
       check_attention(c, page, {{0, 77}, {130, 1}, {16, 200}, {1000, 33}, {5, 1}}, rng);
       check_attention(c, page, {{0, 1}}, rng);  // a one-token prompt
+      // Gemma's local layers and soft-capped scores, alone and together.
+      const std::vector<std::pair<int, int>> mix{{0, 77}, {130, 1}, {1000, 33}, {3000, 1}};
+      check_attention(c, page, mix, rng, {37, 0.0f});
+      check_attention(c, page, mix, rng, {0, 20.0f});
+      check_attention(c, page, mix, rng, {512, 30.0f});
     }
   }
 }
