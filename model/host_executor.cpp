@@ -92,7 +92,7 @@ ForwardOutput HostExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
       model_.forward({b.token_ids, plan.positions, b.out_cache_loc, plan.logit_rows, views, &plan.attention});
   ForwardOutput out;
   out.vocab = c.vocab_size;
-  out.logits.assign(logits.f32(), logits.f32() + logits.rows * logits.cols);
+  out.logits = ops_.take(logits);
   return out;
 }
 

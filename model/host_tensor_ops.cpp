@@ -83,8 +83,26 @@ RopeId HostTensorOps::add_rope(const RopeTable& table) {
 }
 
 Tensor HostTensorOps::alloc(int64_t rows, int64_t cols, Use) {
-  std::vector<float>& buffer = scratch_.emplace_back(static_cast<size_t>(rows * cols));
+  const auto n = static_cast<size_t>(rows * cols);
+  if (used_ == scratch_.size()) scratch_.emplace_back();
+  std::vector<float>& buffer = scratch_[used_++];
+  if (buffer.size() < n) buffer = std::vector<float>(n);
   return {buffer.data(), rows, cols, cols, DType::f32};
+}
+
+std::vector<float> HostTensorOps::take(const Tensor& t) {
+  const auto n = static_cast<size_t>(t.rows * t.cols);
+  for (size_t i = 0; i < used_; ++i) {
+    if (scratch_[i].data() == t.data && t.contiguous()) {
+      std::vector<float> out = std::move(scratch_[i]);
+      out.resize(n);
+      scratch_[i] = {};
+      return out;
+    }
+  }
+  std::vector<float> out;
+  for (int64_t r = 0; r < t.rows; ++r) out.insert(out.end(), t.f32() + r * t.ld, t.f32() + r * t.ld + t.cols);
+  return out;
 }
 
 std::vector<Tensor> HostTensorOps::alloc_products(int64_t rows, WeightId w) {

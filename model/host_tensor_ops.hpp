@@ -5,7 +5,6 @@
 // are the backend's prepared views of the caller's bytes.
 
 #include <algorithm>
-#include <deque>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -26,11 +25,14 @@ class HostTensorOps final : public TensorOps {
   RopeId add_rope(const RopeTable& table) override;
   int64_t weight_bytes() const override { return weight_bytes_; }
 
-  void begin_pass() override { scratch_.clear(); }
+  void begin_pass() override { used_ = 0; }
   Tensor alloc(int64_t rows, int64_t cols, Use use) override;
   std::vector<Tensor> alloc_products(int64_t rows, WeightId w) override;
-  size_t mark() const override { return scratch_.size(); }
-  void release(size_t mark) override { scratch_.resize(std::min(mark, scratch_.size())); }
+  size_t mark() const override { return used_; }
+  void release(size_t mark) override { used_ = std::min(mark, used_); }
+  // The tensor's values, moved out of the scratch when they fill a buffer's
+  // front (the logits: no copy); the buffer is made again next pass.
+  std::vector<float> take(const Tensor& t);
 
   void embed(WeightId table, std::span<const int32_t> tokens, Tensor out) override;
   void rms_norm(Tensor x, VectorId w, float eps, Tensor out, std::span<const int32_t> rows) override;
@@ -62,7 +64,11 @@ class HostTensorOps final : public TensorOps {
   std::vector<RopeTable> ropes_;
   int64_t weight_bytes_ = 0;
   std::unordered_set<const void*> counted_;
-  std::deque<std::vector<float>> scratch_;  // this pass's tensors
+  // Scratch buffers, reused pass after pass in the order they are asked
+  // for (a pass asks for the same shapes each step, so steady state
+  // allocates nothing); buffers [0, used_) belong to this pass.
+  std::vector<std::vector<float>> scratch_;
+  size_t used_ = 0;
 };
 
 }  // namespace actorlm
