@@ -38,8 +38,10 @@ constexpr int kTableChunk = 1024;
 constexpr int kUnroll = 4;
 
 // SLOTS: (query row, head) pairs per item, rounded up (4 or 8); fewer slots
-// mean fewer registers and more resident blocks for decode.
-template <int HD, int SLOTS>
+// mean fewer registers and more resident blocks for decode. LOCAL: the
+// layer has a sliding window or soft-capped scores (Gemma); a variant of its
+// own keeps those checks out of every other layer's inner loop.
+template <int HD, int SLOTS, bool LOCAL>
 __global__ void __launch_bounds__(kWarps * 32, SLOTS <= 4 ? 4 : 2) attention_kernel(PagedAttentionArgs a, int32_t chunk, int32_t n_splits) {
   using L = Layout<HD>;
   constexpr int LPT = L::kLanesPerToken, TPW = L::kTokensPerWarp;
@@ -95,8 +97,8 @@ __global__ void __launch_bounds__(kWarps * 32, SLOTS <= 4 ? 4 : 2) attention_ker
 #pragma unroll
       for (int o = LPT / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       // Scores are in log2 units (q carries log2(e)): so is the cap.
-      if (cap2 > 0.0f) dot = cap2 * tanhf(dot / cap2);
-      if (valid && pos < lim[s] && (window == 0 || pos >= lim[s] - window)) {
+      if (LOCAL && cap2 > 0.0f) dot = cap2 * tanhf(dot / cap2);
+      if (valid && pos < lim[s] && (!LOCAL || window == 0 || pos >= lim[s] - window)) {
         const float mn = fmaxf(m[s], dot);
         const float corr = exp2f(m[s] - mn), p = exp2f(dot - mn);
         l[s] = l[s] * corr + p;
@@ -191,14 +193,23 @@ __global__ void merge_kernel(PagedAttentionArgs a, int32_t n_splits) {
   }
 }
 
+template <int HD, bool LOCAL>
+void launch_attention(const PagedAttentionArgs& a, const AttnSchedule& sc, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(sc.items.size()), static_cast<unsigned>(sc.n_splits));
+  if (sc.max_slots <= 4) {
+    attention_kernel<HD, 4, LOCAL><<<grid, kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+  } else {
+    attention_kernel<HD, 8, LOCAL><<<grid, kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+  }
+}
+
 template <int HD>
 void launch(const PagedAttentionArgs& a, const AttnSchedule& sc, cudaStream_t s) {
   const auto n_items = static_cast<unsigned>(sc.items.size());
-  const dim3 grid(n_items, static_cast<unsigned>(sc.n_splits));
-  if (sc.max_slots <= 4) {
-    attention_kernel<HD, 4><<<grid, kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+  if (a.sliding_window > 0 || a.softcap > 0.0f) {
+    launch_attention<HD, true>(a, sc, s);
   } else {
-    attention_kernel<HD, 8><<<grid, kWarps * 32, 0, s>>>(a, sc.chunk, sc.n_splits);
+    launch_attention<HD, false>(a, sc, s);
   }
   ACTORLM_CUDA_LAUNCHED();
   merge_kernel<HD><<<n_items, 256, 0, s>>>(a, sc.n_splits);

@@ -38,6 +38,7 @@ for round in 1 2 3; do
       echo "== round $round ${label:-this build}: decode8b" | tee -a "$out/bench.txt"
       timeout 120 "$bin/cuda_bench$suffix" decode8b 2>&1 | tail -4 | tee -a "$out/bench.txt"
     fi
+    [[ -x "$bin/actorlm$suffix" ]] || continue
     echo "== round $round ${label:-this build}: actorlm run -n 1000 --device cuda" | tee -a "$out/bench.txt"
     timeout 120 "$bin/actorlm$suffix" run --model /tmp/default.gguf --device cuda -n 1000 \
       -p "Write a long story about a lighthouse keeper." 2>&1 | grep -o "\[[0-9]* prompt tokens.*" | tee -a "$out/bench.txt"
