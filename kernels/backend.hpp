@@ -1,6 +1,8 @@
 #pragma once
-// The compute backend the model runs on: one interface, a CPU implementation
-// (kernels/cpu) and a CUDA one (kernels/cuda). Plain pointers and plans only —
+// The compute backend over host memory: one interface, a CPU implementation
+// (kernels/cpu) and an op-by-op CUDA one for tests (kernels/cuda). The model
+// itself calls TensorOps (tensor_ops.hpp), which model/host_tensor_ops maps
+// onto this interface. Plain pointers and plans only —
 // no CUDA types, no model types — so every layer above builds with g++ alone.
 //
 // Paged-KV contract (shared with kvstore's TokenToKVPoolAllocator):

@@ -1,8 +1,9 @@
 #pragma once
 // What runs a ModelRunner's forward passes: the host path (HostExecutor:
-// LlamaModel over a Backend, KV in host memory) or a device one
-// (kernels/cuda's CudaExecutor: weights, KV pool, req_to_token and logits in
-// device memory). ModelRunner validates every batch and plans it before an
+// LlamaModel over HostTensorOps over a Backend, KV in host memory) or a
+// device one (kernels/cuda's CudaExecutor: the same LlamaModel over
+// CudaTensorOps, with weights, KV pool, req_to_token and logits in device
+// memory). ModelRunner validates every batch and plans it before an
 // executor sees it, so executors may assume a consistent batch.
 
 #include <cstdint>

@@ -1,9 +1,10 @@
 #pragma once
-// The CUDA executor: a whole Llama-family model resident on one GPU.
-// Weights are bf16 (projections fused: q|k|v and gate|up, one GEMM each),
-// the KV pool is bf16, req_to_token lives on the device, GEMMs go through
-// cuBLAS (bf16 inputs, fp32 accumulation) and everything else through
-// actorlm's own kernels (ops.cuh, attention.cuh, sampling.cuh). Logits stay
+// The CUDA executor: a whole model resident on one GPU, its layer loop
+// model/llama_model.cpp's (every architecture but mixture-of-experts ones)
+// over CudaTensorOps (cuda_tensor_ops.cuh: bf16 weights with q|k|v and
+// gate|up one GEMM each, cuBLAS with fp32 accumulation, actorlm's own
+// kernels for the rest). The KV pool is bf16, req_to_token lives on the
+// device, and decode steps replay CUDA graphs of the loop. Logits stay
 // on the device: only sampled ids and logprobs come back, unless a batch asks
 // for all logits.
 //
