@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -15,13 +15,6 @@ void need_contiguous(const Tensor& t, const char* op) {
   if (!t.contiguous() || t.dtype != DType::f32) {
     throw std::logic_error(std::string("host tensor ops: ") + op + " needs a contiguous float32 tensor");
   }
-}
-
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -61,11 +54,9 @@ WeightId HostTensorOps::add_random_weights(std::span<const int64_t> part_rows, i
   std::vector<MatrixView> parts;
   for (int64_t rows : part_rows) {
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
-    for (size_t i = 0; i < values->size(); ++i) {
-      const double u = static_cast<double>(mix(seed ^ mix(i)) >> 11) * 0x1.0p-53;
-      (*values)[i] = static_cast<float>((2.0 * u - 1.0) * bound);
-    }
-    ++seed;
+    std::mt19937_64 rng(seed++);
+    std::uniform_real_distribution<float> draw(-bound, bound);
+    for (float& v : *values) v = draw(rng);
     parts.push_back({values->data(), rows, cols, GgmlType::F32});
     storage_.push_back(std::move(values));
   }

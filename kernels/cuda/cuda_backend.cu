@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/cuda_tensor_ops.cuh"
 #include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/sampling.cuh"
@@ -32,12 +33,10 @@ DeviceBuffer<bf16> bf16_device(const float* host, size_t n) {
   return b;
 }
 
-// A weight matrix in any ggml format, widened on the host first (this backend
-// is the per-call reference the executor is tested against, not a fast path).
 DeviceBuffer<bf16> bf16_device(const MatrixView& w) {
-  std::vector<float> f(static_cast<size_t>(w.rows * w.cols));
-  dequantize_rows(w.type, w.data, f.data(), w.rows, w.cols);
-  return bf16_device(f.data(), f.size());
+  DeviceBuffer<bf16> b(static_cast<size_t>(std::max<int64_t>(w.rows * w.cols, 1)));
+  upload_bf16(w, b.get());
+  return b;
 }
 
 void bf16_to_host(const DeviceBuffer<bf16>& b, float* host, size_t n) {

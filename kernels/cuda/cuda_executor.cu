@@ -60,13 +60,13 @@ class Staging {
 
 struct CudaExecutor::Impl {
   int device = 0;
-  ModelConfig cfg;
   cudaDeviceProp prop{};
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   // The layer loop is model/llama_model.cpp's, run over these ops.
   std::unique_ptr<CudaTensorOps> ops;
   std::unique_ptr<LlamaModel> model;
+  const ModelConfig& cfg() const { return model->config(); }
 
   int64_t pool_rows = 0;
   int32_t max_requests = 0, max_context = 0;
@@ -159,7 +159,6 @@ std::unique_ptr<CudaExecutor> CudaExecutor::create(const LlamaWeights& w, int de
   }
   auto impl = std::make_unique<Impl>();
   impl->init(device);
-  impl->cfg = w.config;
   impl->model = std::make_unique<LlamaModel>(w, *impl->ops);
   return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
 }
@@ -167,18 +166,17 @@ std::unique_ptr<CudaExecutor> CudaExecutor::create(const LlamaWeights& w, int de
 std::unique_ptr<CudaExecutor> CudaExecutor::create_random(const ModelConfig& c, uint64_t seed, int device) {
   auto impl = std::make_unique<Impl>();
   impl->init(device);
-  impl->cfg = c;
   impl->model = std::make_unique<LlamaModel>(LlamaModel::random(c, *impl->ops, seed));
   return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
 }
 
-const ModelConfig& CudaExecutor::config() const { return impl_->cfg; }
+const ModelConfig& CudaExecutor::config() const { return impl_->cfg(); }
 int64_t CudaExecutor::weight_bytes() const { return impl_->ops->weight_bytes(); }
 std::string CudaExecutor::device_name() const { return impl_->prop.name; }
 void CudaExecutor::synchronize() const { ACTORLM_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 
 int64_t CudaExecutor::kv_bytes_per_row() const {
-  return static_cast<int64_t>(impl_->cfg.n_layers) * 2 * impl_->cfg.kv_dim() * static_cast<int64_t>(sizeof(bf16));
+  return static_cast<int64_t>(impl_->cfg().n_layers) * 2 * impl_->cfg().kv_dim() * static_cast<int64_t>(sizeof(bf16));
 }
 
 int64_t CudaExecutor::kv_rows_that_fit(double fraction, int32_t max_requests, int32_t max_context) const {
@@ -195,7 +193,7 @@ int64_t CudaExecutor::kv_rows_that_fit(double fraction, int32_t max_requests, in
 void CudaExecutor::allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t max_context) {
   Impl& m = *impl_;
   ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
-  const auto n = static_cast<size_t>(m.cfg.n_layers) * static_cast<size_t>(kv_pool_rows) * static_cast<size_t>(m.cfg.kv_dim());
+  const auto n = static_cast<size_t>(m.cfg().n_layers) * static_cast<size_t>(kv_pool_rows) * static_cast<size_t>(m.cfg().kv_dim());
   try {
     m.k_pool.grow(n);
     m.v_pool.grow(n);
@@ -215,9 +213,9 @@ void CudaExecutor::allocate(int64_t kv_pool_rows, int32_t max_requests, int32_t 
   m.max_requests = max_requests;
   m.max_context = max_context;
   m.kv.clear();
-  const int64_t layer_stride = kv_pool_rows * m.cfg.kv_dim();
-  for (int32_t l = 0; l < m.cfg.n_layers; ++l) {
-    KvLayerView v{nullptr, nullptr, kv_pool_rows, m.cfg.n_kv_heads, m.cfg.head_dim};
+  const int64_t layer_stride = kv_pool_rows * m.cfg().kv_dim();
+  for (int32_t l = 0; l < m.cfg().n_layers; ++l) {
+    KvLayerView v{nullptr, nullptr, kv_pool_rows, m.cfg().n_kv_heads, m.cfg().head_dim};
     v.k_device = m.k_pool.get() + l * layer_stride;
     v.v_device = m.v_pool.get() + l * layer_stride;
     m.kv.push_back(v);
@@ -233,13 +231,13 @@ void CudaExecutor::write_req_to_token(int32_t slot, int32_t start, std::span<con
   ACTORLM_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // kv is the caller's memory
 }
 
-int64_t CudaExecutor::kv_token_bytes() const { return 2 * impl_->cfg.kv_dim() * static_cast<int64_t>(sizeof(bf16)); }
+int64_t CudaExecutor::kv_token_bytes() const { return 2 * impl_->cfg().kv_dim() * static_cast<int64_t>(sizeof(bf16)); }
 
 void CudaExecutor::read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                            std::span<uint8_t> out) const {
   Impl& m = *impl_;
   const auto n = static_cast<int32_t>(rows.size());
-  const int64_t kv_dim = m.cfg.kv_dim(), layer_stride = m.pool_rows * kv_dim;
+  const int64_t kv_dim = m.cfg().kv_dim(), layer_stride = m.pool_rows * kv_dim;
   if (n == 0 || last_layer <= first_layer) return;
   DeviceBuffer<int32_t> d_rows(rows.size());
   DeviceBuffer<bf16> packed(out.size() / sizeof(bf16));
@@ -260,7 +258,7 @@ void CudaExecutor::write_kv(std::span<const int32_t> rows, int32_t first_layer, 
                             std::span<const uint8_t> in) {
   Impl& m = *impl_;
   const auto n = static_cast<int32_t>(rows.size());
-  const int64_t kv_dim = m.cfg.kv_dim(), layer_stride = m.pool_rows * kv_dim;
+  const int64_t kv_dim = m.cfg().kv_dim(), layer_stride = m.pool_rows * kv_dim;
   if (n == 0 || last_layer <= first_layer) return;
   DeviceBuffer<int32_t> d_rows(rows.size());
   DeviceBuffer<bf16> packed(in.size() / sizeof(bf16));
@@ -291,7 +289,7 @@ int32_t graph_bucket(int32_t n) {
 
 ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan) {
   Impl& m = *impl_;
-  const ModelConfig& c = m.cfg;
+  const ModelConfig& c = m.cfg();
   ACTORLM_CUDA_CHECK(cudaSetDevice(m.device));
   const auto R = static_cast<int32_t>(plan.logit_rows.size());
   const int64_t V = c.vocab_size;
@@ -448,7 +446,7 @@ std::vector<SampleResult> CudaExecutor::sample(const ForwardOutput& out, std::sp
     throw std::invalid_argument("CUDA sample: " + std::to_string(R) + " requests for " + std::to_string(m.logit_rows) +
                                 " logits rows of the latest forward");
   }
-  const int32_t V = m.cfg.vocab_size;
+  const int32_t V = m.cfg().vocab_size;
   std::vector<SampleRowParams> params;
   std::vector<HistoryEntry> history;
   for (const SampleRequest& q : reqs) params.push_back(plan_sample_row(q, V, history));

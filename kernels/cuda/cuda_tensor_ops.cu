@@ -24,9 +24,11 @@ const T* as(const void* p) {
   return static_cast<const T*>(p);
 }
 
+}  // namespace
+
 // Weights arrive in their file's format (quantized blocks, f16, ...); they
 // are widened on the host one row at a time on the way to bf16.
-void upload_rows(const MatrixView& m, bf16* device) {
+void upload_bf16(const MatrixView& m, bf16* device) {
   std::vector<bf16> host(static_cast<size_t>(m.rows * m.cols));
   std::vector<float> row(static_cast<size_t>(m.cols));
   const size_t row_bytes = ggml_row_bytes(m.type, m.cols);
@@ -36,8 +38,6 @@ void upload_rows(const MatrixView& m, bf16* device) {
   }
   ACTORLM_CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice));
 }
-
-}  // namespace
 
 WeightId CudaTensorOps::add_weights(std::span<const MatrixView> parts) {
   need(!parts.empty(), "a weight needs at least one matrix");
@@ -63,7 +63,7 @@ WeightId CudaTensorOps::add_weights(std::span<const MatrixView> parts) {
   w.data.grow(static_cast<size_t>(rows * w.cols));
   bf16* at = w.data.get();
   for (const MatrixView& p : parts) {
-    upload_rows(p, at);
+    upload_bf16(p, at);
     at += p.rows * p.cols;
   }
   weight_bytes_ += static_cast<int64_t>(w.data.bytes());

@@ -20,6 +20,9 @@
 
 namespace actorlm::cuda {
 
+// m (any ggml format) as m.rows * m.cols bf16 values at `device`.
+void upload_bf16(const MatrixView& m, bf16* device);
+
 // Thrown by alloc() while a graph is captured and the arena is too small
 // (it cannot grow then); the executor runs that pass directly instead, and
 // the arena grows before the next one.
