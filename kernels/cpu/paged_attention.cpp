@@ -1,5 +1,6 @@
 #include "kernels/cpu/paged_attention.hpp"
 
+#include "kernels/cpu/attention_block.hpp"
 #include "kernels/half.hpp"
 
 #if defined(__AVX__)
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace actorlm::cpu {
@@ -197,25 +199,38 @@ void dots8(const float* q, const T* const* k, int32_t hd, float* out) {
 // One online-softmax step of one query over n keys (n <= key_block), in two
 // halves so that a tile runs the first for all its queries over a block's K
 // rows, then the second over its V rows (each 16 KB for 64 keys of 64
-// floats, so either fits in L1; both at once did not). score_block leaves
-// p_j = exp(score_j - max) in scores and the factor for the old sums in
-// *alpha; false when a score is not finite (the state is then marked bad).
-template <class T>
-bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, float scale, float softcap, State& s,
-                 float* scores, float* alpha_out) {
-  int32_t j = 0;
-  for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
-  for (; j + 4 <= n; j += 4) dots<4>(qv, k + j, hd, scores + j);
-  for (; j < n; ++j) dots<1>(qv, k + j, hd, scores + j);
-  float block_max = -INFINITY;
-  bool finite = true;
-  for (j = 0; j < n; ++j) {
-    scores[j] *= scale;
-    if (softcap > 0.0f) scores[j] = softcap * std::tanh(scores[j] / softcap);
-    finite &= std::isfinite(scores[j]);
-    block_max = std::max(block_max, scores[j]);
+// floats, so either fits in L1; both at once did not). softmax_step takes
+// the n scores q · k_j, leaves p_j = exp(score_j - max) in their place and
+// the factor for the old sums in *alpha; false when a score is not finite
+// (the state is then marked bad).
+bool softmax_step(float* scores, int32_t n, float scale, float softcap, State& s, float* alpha_out) {
+  int32_t j;
+  if (softcap > 0.0f) {
+    for (j = 0; j < n; ++j) scores[j] = softcap * std::tanh(scores[j] * scale / softcap);
+  } else {
+#pragma omp simd
+    for (j = 0; j < n; ++j) scores[j] *= scale;
   }
-  if (!finite) {
+  // The max is exact in any order, so 8 lanes keep their own; `probe`
+  // becomes NaN if any score is inf or NaN (x * 0 is then NaN) and stays a
+  // zero otherwise. (A scalar loop with a per-score isfinite test was half
+  // of this step's time: one dependent compare per score.)
+  f8 max8 = f8{} - INFINITY, probe8 = f8{};
+  for (j = 0; j + 8 <= n; j += 8) {
+    const f8 x = load8(scores + j);
+    max8 = x > max8 ? x : max8;
+    probe8 += x * 0.0f;
+  }
+  float block_max = -INFINITY, probe = 0.0f;
+  for (int p = 0; p < 8; ++p) {
+    block_max = std::max(block_max, max8[p]);
+    probe += probe8[p];
+  }
+  for (; j < n; ++j) {
+    block_max = std::max(block_max, scores[j]);
+    probe += scores[j] * 0.0f;
+  }
+  if (probe != 0.0f) {
     s.bad = true;
     return false;
   }
@@ -231,6 +246,16 @@ bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, floa
   s.m = m;
   *alpha_out = alpha;
   return true;
+}
+
+template <class T>
+bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, float scale, float softcap, State& s,
+                 float* scores, float* alpha_out) {
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
+  for (; j + 4 <= n; j += 4) dots<4>(qv, k + j, hd, scores + j);
+  for (; j < n; ++j) dots<1>(qv, k + j, hd, scores + j);
+  return softmax_step(scores, n, scale, softcap, s, alpha_out);
 }
 
 template <class T>
@@ -284,6 +309,17 @@ void write_output(const State& s, float* o, int32_t hd) {
   for (int32_t d = 0; d < hd; ++d) o[d] = s.bad ? NAN : s.acc[d] * inv;
 }
 
+// Per-thread scratch of a tile's chunk.
+struct Workspace {
+  std::vector<float> p;      // per query: its block's scores, then their exp weights (key_block each)
+  std::vector<float> alpha;  // per query: the factor for its old sums (NaN: nothing to add)
+  std::vector<const float*> q;
+  std::vector<int32_t> lo, hi;  // per query: its visible keys in the block
+  // The blocked path: the block's K transposed, every query's scores
+  // (key_block each), the block's V widened from f16.
+  std::vector<float> kt, scores, v;
+};
+
 // Up to tile_positions query positions of one request and the query heads
 // of one KV head.
 struct Tile {
@@ -294,7 +330,7 @@ struct Tile {
 // The whole of paged_attention for K/V rows of type T (float or f16).
 template <class T>
 void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v_all, const AttentionPlan& plan,
-            const LayerAttention& layer, float* out, ThreadPool& pool) {
+            const LayerAttention& layer, float* out, ThreadPool& pool, bool blocked) {
   const int32_t window = layer.sliding_window;
   // The first key position a query that sees `visible` positions attends to.
   auto first_key = [window](int32_t visible) { return window > 0 ? std::max(0, visible - window) : 0; };
@@ -329,12 +365,25 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
     *o = out + row * q_row + head * hd;
     *visible = plan.prefix_len[static_cast<size_t>(t.req)] + j + 1;
   };
+  auto workspace = [&] {
+    Workspace ws;
+    ws.p.resize(static_cast<size_t>(per_tile * key_block));
+    ws.alpha.resize(static_cast<size_t>(per_tile));
+    ws.q.resize(static_cast<size_t>(per_tile));
+    ws.lo.resize(static_cast<size_t>(per_tile));
+    ws.hi.resize(static_cast<size_t>(per_tile));
+    if (blocked) {
+      ws.kt.resize(static_cast<size_t>(hd * key_block));
+      ws.scores.resize(static_cast<size_t>(per_tile * key_block));
+      if (std::is_same_v<T, uint16_t>) ws.v.resize(static_cast<size_t>(key_block * hd));
+    }
+    return ws;
+  };
   auto rows_of = [&](const Tile& t) {
     return plan.kv_indices.data() + plan.kv_indptr[static_cast<size_t>(t.req)];
   };
   // The partial of one chunk for every query of a tile into states[i].
-  // scratch: per_tile * (key_block + 1) floats.
-  auto chunk_states = [&](const Tile& t, int32_t c, std::vector<State>& states, float* scratch) {
+  auto chunk_states = [&](const Tile& t, int32_t c, std::vector<State>& states, Workspace& ws) {
     const int32_t n = t.count * group;
     for (int32_t i = 0; i < n; ++i) reset(states[static_cast<size_t>(i)], hd);
     const int32_t k0 = c * chunk_keys;
@@ -349,7 +398,8 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
     const int32_t tile_first = first_key(plan.prefix_len[static_cast<size_t>(t.req)] + t.first + 1);
     const T* kbase = k_all + static_cast<int64_t>(t.kvh) * hd;
     const T* vbase = v_all + static_cast<int64_t>(t.kvh) * hd;
-    float* alpha = scratch + static_cast<int64_t>(per_tile) * key_block;
+    float* alpha = ws.alpha.data();
+    auto p_row = [&](int32_t i) { return ws.p.data() + static_cast<int64_t>(i) * key_block; };
     for (int32_t b0 = std::max(k0, tile_first / key_block * key_block); b0 < std::min(k0 + chunk_keys, last_visible);
          b0 += key_block) {
       const int32_t n_block = std::min(key_block, last_visible - b0);
@@ -357,32 +407,74 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
         kr[j] = kbase + rows[b0 + j] * kv_row;
         vr[j] = vbase + rows[b0 + j] * kv_row;
       }
-      // Query i's visible keys in this block, [lo, hi) (empty: none),
-      // scores, then values.
-      struct Keys {
-        const float* qv;
-        int32_t lo, hi;
-      };
-      auto keys_of = [&](int32_t i) {
-        const float* qv;
+      // Query i's visible keys in this block, [lo, hi) (empty: none).
+      int32_t keys_end = 0;
+      for (int32_t i = 0; i < n; ++i) {
         float* o;
         int32_t visible;
-        query(t, i, &qv, &o, &visible);
-        return Keys{qv, std::clamp(first_key(visible) - b0, 0, n_block), std::clamp(visible - b0, 0, n_block)};
-      };
+        query(t, i, &ws.q[static_cast<size_t>(i)], &o, &visible);
+        ws.lo[static_cast<size_t>(i)] = std::clamp(first_key(visible) - b0, 0, n_block);
+        ws.hi[static_cast<size_t>(i)] = std::clamp(visible - b0, 0, n_block);
+        keys_end = std::max(keys_end, ws.hi[static_cast<size_t>(i)]);
+      }
+      auto lo = [&](int32_t i) { return ws.lo[static_cast<size_t>(i)]; };
+      auto hi = [&](int32_t i) { return ws.hi[static_cast<size_t>(i)]; };
+      if (!blocked) {
+        // Scores, then values, one query at a time.
+        for (int32_t i = 0; i < n; ++i) {
+          if (hi(i) <= lo(i) || !score_block(ws.q[static_cast<size_t>(i)], kr + lo(i), hi(i) - lo(i), hd, plan.scale,
+                                             layer.softcap, states[static_cast<size_t>(i)], p_row(i), &alpha[i])) {
+            alpha[i] = NAN;  // nothing to add
+          }
+        }
+        for (int32_t i = 0; i < n; ++i) {
+          if (!std::isnan(alpha[i])) {
+            accumulate_block(vr + lo(i), hi(i) - lo(i), hd, p_row(i), alpha[i], states[static_cast<size_t>(i)]);
+          }
+        }
+        continue;
+      }
+      // Every query's scores against the block's K, transposed once;
+      // then the values of up to 4 queries per V row loaded, over the keys
+      // they all see, each finishing its own keys alone.
+      namespace ab = attention_block;
+      ab::transpose_keys(kr, n_block, hd, ws.kt.data());
+      const float* vf[key_block];
+      if constexpr (std::is_same_v<T, float>) {
+        std::copy(vr, vr + n_block, vf);
+      } else {
+        ab::widen_rows(vr, n_block, hd, ws.v.data());
+        for (int32_t j = 0; j < n_block; ++j) vf[j] = ws.v.data() + static_cast<int64_t>(j) * hd;
+      }
+      ab::scores(ws.q.data(), n, ws.kt.data(), keys_end, hd, ws.scores.data());
       for (int32_t i = 0; i < n; ++i) {
-        const Keys keys = keys_of(i);
-        if (keys.hi <= keys.lo ||
-            !score_block(keys.qv, kr + keys.lo, keys.hi - keys.lo, hd, plan.scale, layer.softcap,
-                         states[static_cast<size_t>(i)], scratch + static_cast<int64_t>(i) * key_block, &alpha[i])) {
-          alpha[i] = NAN;  // nothing to add
+        const float* s = ws.scores.data() + static_cast<int64_t>(i) * key_block;
+        std::copy(s + lo(i), s + std::max(lo(i), hi(i)), p_row(i));
+        if (hi(i) <= lo(i) ||
+            !softmax_step(p_row(i), hi(i) - lo(i), plan.scale, layer.softcap, states[static_cast<size_t>(i)],
+                          &alpha[i])) {
+          alpha[i] = NAN;
         }
       }
-      for (int32_t i = 0; i < n; ++i) {
-        if (std::isnan(alpha[i])) continue;
-        const Keys keys = keys_of(i);
-        accumulate_block(vr + keys.lo, keys.hi - keys.lo, hd, scratch + static_cast<int64_t>(i) * key_block,
-                         alpha[i], states[static_cast<size_t>(i)]);
+      for (int32_t i = 0; i < n;) {
+        if (std::isnan(alpha[i])) {
+          ++i;
+          continue;
+        }
+        int32_t e = i + 1, common_end = hi(i);
+        while (e < n && e - i < 4 && !std::isnan(alpha[e]) && lo(e) == lo(i)) common_end = std::min(common_end, hi(e++));
+        const float* ps[4];
+        float* accs[4];
+        for (int32_t m = 0; m < e - i; ++m) {
+          ps[m] = p_row(i + m);
+          accs[m] = states[static_cast<size_t>(i + m)].acc;
+        }
+        ab::accumulate(vf, lo(i), common_end, hd, ps, lo(i), alpha + i, accs, e - i);
+        const float one = 1.0f;  // the old sums are already scaled
+        for (int32_t m = 0; m < e - i; ++m) {
+          if (hi(i + m) > common_end) ab::accumulate(vf, common_end, hi(i + m), hd, ps + m, lo(i), &one, accs + m, 1);
+        }
+        i = e;
       }
     }
   };
@@ -390,19 +482,19 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
   const bool split = static_cast<int64_t>(tiles.size()) < 2 * pool.size();
   if (!split) {
     pool.parallel_for(static_cast<int64_t>(tiles.size()), [&](int64_t begin, int64_t end) {
-      std::vector<float> buf(static_cast<size_t>(2 * per_tile * hd + per_tile * (key_block + 1)));
+      Workspace ws = workspace();
+      std::vector<float> buf(static_cast<size_t>(2 * per_tile * hd));
       std::vector<State> total(static_cast<size_t>(per_tile)), part(static_cast<size_t>(per_tile));
       for (int32_t i = 0; i < per_tile; ++i) {
         total[static_cast<size_t>(i)].acc = buf.data() + static_cast<int64_t>(i) * hd;
         part[static_cast<size_t>(i)].acc = buf.data() + static_cast<int64_t>(per_tile + i) * hd;
       }
-      float* scores = buf.data() + 2 * per_tile * hd;
       for (int64_t ti = begin; ti < end; ++ti) {
         const Tile& t = tiles[static_cast<size_t>(ti)];
         const int32_t n = t.count * group;
         for (int32_t i = 0; i < n; ++i) reset(total[static_cast<size_t>(i)], hd);
         for (int32_t c = 0; c < t.chunks; ++c) {
-          chunk_states(t, c, part, scores);
+          chunk_states(t, c, part, ws);
           for (int32_t i = 0; i < n; ++i) {
             const float* qv;
             float* o;
@@ -431,7 +523,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
   const int64_t slot = static_cast<int64_t>(per_tile) * (hd + 3);  // per task: per query acc, m, l, bad
   std::vector<float> partials(static_cast<size_t>(n_tasks * slot));
   pool.parallel_for(n_tasks, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(per_tile * (key_block + 1)));
+    Workspace ws = workspace();
     std::vector<State> states(static_cast<size_t>(per_tile));
     for (int64_t task = begin; task < end; ++task) {
       const auto ti = static_cast<size_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
@@ -439,7 +531,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
       const auto c = static_cast<int32_t>(task - first_task[ti]);
       float* base = partials.data() + task * slot;
       for (int32_t i = 0; i < per_tile; ++i) states[static_cast<size_t>(i)].acc = base + static_cast<int64_t>(i) * hd;
-      chunk_states(tiles[ti], c, states, scores.data());
+      chunk_states(tiles[ti], c, states, ws);
       float* tail = base + static_cast<int64_t>(per_tile) * hd;
       for (int32_t i = 0; i < per_tile; ++i) {
         tail[3 * i] = states[static_cast<size_t>(i)].m;
@@ -479,15 +571,20 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
 }  // namespace
 
 void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, const LayerAttention& layer,
-                     float* out, ThreadPool& pool) {
+                     float* out, ThreadPool& pool, Isa isa) {
+#if defined(__x86_64__)
+  const bool blocked = isa == Isa::avx512_vnni;
+#else
+  const bool blocked = false;
+#endif
   if (layer.sliding_window < 0 || !(layer.softcap >= 0.0f && std::isfinite(layer.softcap))) {
     throw std::invalid_argument("attention: sliding window " + std::to_string(layer.sliding_window) + ", softcap " +
                                 std::to_string(layer.softcap));
   }
   if (cache.k16 != nullptr) {
-    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, layer, out, pool);
+    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, layer, out, pool, blocked);
   } else {
-    attend<float>(q, cache, cache.k, cache.v, plan, layer, out, pool);
+    attend<float>(q, cache, cache.k, cache.v, plan, layer, out, pool, blocked);
   }
 }
 

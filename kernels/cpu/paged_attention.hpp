@@ -17,12 +17,15 @@
 // prefix cached or computed in the same pass.
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/quantized_matmul.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace actorlm::cpu {
 
 // Throws std::out_of_range when the plan names a KV row outside the pool.
+// `isa` avx512_vnni takes the register-blocked kernels (attention_block.hpp),
+// any other the per-query ones: the same bits either way.
 void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, const LayerAttention& layer,
-                     float* out, ThreadPool& pool);
+                     float* out, ThreadPool& pool, Isa isa = best_isa());
 
 }  // namespace actorlm::cpu
