@@ -8,13 +8,20 @@ these workloads; llama-cpp-python's own server runs one request at a time and
 would flatter us. Writes every result as JSON, a markdown table and a plot
 (PNG) into --out-dir.
 
-usage: serving_compare.py --llama-server PATH [--model GGUF] [--threads N]
+With --rounds N (default 3) every workload runs N times per server, the two
+servers taking turns (actorlm first in odd rounds, llama-server first in even
+ones), so minute-to-minute drift on a shared machine falls on both; the
+table gives each figure's median over the rounds and the ratio of medians,
+and the JSON keeps every round.
+
+usage: serving_compare.py --llama-server PATH [--model GGUF] [--threads N] [--rounds N]
                           [--actorlm build/apps/actorlm] [--out-dir docs/bench]
 """
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -86,26 +93,71 @@ def main():
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--actorlm", default=os.path.join(HERE, "..", "build", "apps", "actorlm"))
-    ap.add_argument("--llama-server", required=True, help="llama.cpp's llama-server binary")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary (required unless --report-only)")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "..", "docs", "bench"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--report-only", action="store_true",
+                    help="redo the table and plot from --out-dir's serving_results.json")
     args = ap.parse_args()
+    if not 1 <= args.rounds <= 20:
+        raise SystemExit("--rounds must be 1-20")
     os.makedirs(args.out_dir, exist_ok=True)
-    results = {"actorlm": {}, "llama.cpp": {}}
+    if args.report_only:
+        with open(os.path.join(args.out_dir, "serving_results.json")) as f:
+            report(json.load(f)["results"], args)
+        return
+    if not args.llama_server:
+        raise SystemExit("--llama-server is required")
+    # rounds[server][workload]: one summary per round.
+    rounds = {"actorlm": {name: [] for name, _ in RUNS}, "llama.cpp": {name: [] for name, _ in RUNS}}
     servers = [
         ("actorlm", lambda: start_actorlm(args.actorlm, args.model, args.threads), {"ignore_eos": True}),
         ("llama.cpp", lambda: start_llama_server(args.llama_server, args.model, args.threads), {"ignore_eos": True}),
     ]
-    for server, start, extra in servers:
-        proc, port = start()
-        try:
-            for name, run_args in RUNS:
-                out = os.path.join(args.out_dir, f"serving_{server.replace('.', '')}_{name.replace(' ', '_')}.json")
-                results[server][name] = bench(port, args.model, name, extra, run_args, out)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+    for r in range(args.rounds):
+        for server, start, extra in (servers if r % 2 == 0 else servers[::-1]):
+            proc, port = start()
+            try:
+                for name, run_args in RUNS:
+                    out = os.path.join(args.out_dir,
+                                       f"serving_{server.replace('.', '')}_{name.replace(' ', '_')}_r{r + 1}.json")
+                    # A fresh seed per round: no round finds another's prompts cached.
+                    seeded = [str(int(v) + 100 * r) if prev == "--seed" else v
+                              for prev, v in zip([""] + run_args, run_args)]
+                    rounds[server][name].append(bench(port, args.model, name, extra, seeded, out))
+                    print(f"round {r + 1} {server} {name}: "
+                          f"{rounds[server][name][-1]['output_tokens_per_s']:.1f} output tok/s", flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
     with open(os.path.join(args.out_dir, "serving_results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump({"rounds": args.rounds, "results": rounds}, f, indent=1)
+    report(rounds, args)
+
+
+def report(rounds, args):
+    """The table (medians over rounds, ratios, every round's output tok/s)
+    and the plot, from each round's serving_bench summaries."""
+
+    def med(server, name, *path):
+        values = []
+        for summary in rounds[server][name]:
+            for key in path:
+                summary = summary[key]
+            values.append(summary)
+        return statistics.median(values)
+
+    results = {server: {name: {
+        "request_throughput": med(server, name, "request_throughput"),
+        "output_tokens_per_s": med(server, name, "output_tokens_per_s"),
+        "input_tokens_per_s": med(server, name, "input_tokens_per_s"),
+        "ttft_ms": {p: med(server, name, "ttft_ms", p) for p in ("p50", "p99")},
+        "itl_ms": {p: med(server, name, "itl_ms", p) for p in ("p50", "p99")},
+        "e2e_ms": {p: med(server, name, "e2e_ms", p) for p in ("p50", "p99")},
+        "cache_hit_rate": (None if rounds[server][name][0]["cache_hit_rate"] is None
+                           else med(server, name, "cache_hit_rate")),
+        "output_tokens_per_s_rounds": [s["output_tokens_per_s"] for s in rounds[server][name]],
+    } for name, _ in RUNS} for server in rounds}
 
     rows = ["| workload | server | req/s | output tok/s | input tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
             "E2E p50 / p99 ms | cache hit |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -122,6 +174,13 @@ def main():
                     f"{a['output_tokens_per_s'] / b['output_tokens_per_s']:.2f}× | | "
                     f"{a['ttft_ms']['p50'] / b['ttft_ms']['p50']:.2f}× | {a['itl_ms']['p50'] / b['itl_ms']['p50']:.2f}× | "
                     f"{a['e2e_ms']['p50'] / b['e2e_ms']['p50']:.2f}× | |")
+    rows.append("")
+    rows.append("| workload | actorlm output tok/s per round | llama.cpp output tok/s per round |")
+    rows.append("|---|---|---|")
+    for name, _ in RUNS:
+        rows.append(f"| {name} | " + " / ".join(f"{v:.1f}" for v in results["actorlm"][name]["output_tokens_per_s_rounds"])
+                    + " | " + " / ".join(f"{v:.1f}" for v in results["llama.cpp"][name]["output_tokens_per_s_rounds"])
+                    + " |")
     table = "\n".join(rows)
     with open(os.path.join(args.out_dir, "serving_table.md"), "w") as f:
         f.write(table + "\n")
