@@ -434,6 +434,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
         }
         continue;
       }
+#if defined(__x86_64__)  // attention_block_avx512.cpp exists only there (blocked is false elsewhere)
       // Every query's scores against the block's K, transposed once;
       // then the values of up to 4 queries per V row loaded, over the keys
       // they all see, each finishing its own keys alone.
@@ -476,6 +477,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
         }
         i = e;
       }
+#endif
     }
   };
 
@@ -575,6 +577,7 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
 #if defined(__x86_64__)
   const bool blocked = isa == Isa::avx512_vnni;
 #else
+  static_cast<void>(isa);
   const bool blocked = false;
 #endif
   if (layer.sliding_window < 0 || !(layer.softcap >= 0.0f && std::isfinite(layer.softcap))) {
