@@ -440,12 +440,14 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
       // they all see, each finishing its own keys alone.
       namespace ab = attention_block;
       ab::transpose_keys(kr, n_block, hd, ws.kt.data());
-      const float* vf[key_block];
+      // The block's V rows as floats: the pool's own, or f16 ones widened once.
+      const float* widened[key_block];
+      const float* const* vf = widened;
       if constexpr (std::is_same_v<T, float>) {
-        std::copy(vr, vr + n_block, vf);
+        vf = vr;
       } else {
         ab::widen_rows(vr, n_block, hd, ws.v.data());
-        for (int32_t j = 0; j < n_block; ++j) vf[j] = ws.v.data() + static_cast<int64_t>(j) * hd;
+        for (int32_t j = 0; j < n_block; ++j) widened[j] = ws.v.data() + static_cast<int64_t>(j) * hd;
       }
       ab::scores(ws.q.data(), n, ws.kt.data(), keys_end, hd, ws.scores.data());
       for (int32_t i = 0; i < n; ++i) {
