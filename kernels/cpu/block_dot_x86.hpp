@@ -2,17 +2,19 @@
 // The integer kernels of quantized_matmul.hpp for x86, over matrices packed
 // by packed_matrix.hpp (8 rows per tile, one row per 32-bit lane), written
 // once over a `Dot` policy (the instructions that differ between AVX2 and
-// AVX-512 VNNI) and included only by the two ISA translation units, each
-// compiled for its ISA. Everything here has internal linkage, so the two
-// copies never meet at link time.
+// AVX-512 VNNI) and a lane policy (how many rows one vector holds), and
+// included only by the two ISA translation units, each compiled for its ISA.
+// Everything here has internal linkage, so the two copies never meet at
+// link time.
 //
 // For one activation row and one 32-value chunk, eight dot instructions
 // (dword k of the weights, lane r = row r, against dword k of the
 // activation block broadcast to every lane) leave the chunk's exact integer
 // sum for 8 rows in 8 lanes; the scales are then applied once per block (or
 // K-quant super-block) with the same float operations in the same order for
-// every element, whatever the number of activation rows and whatever rows a
-// thread gets, so results are batch invariant. Integer sums are exact:
+// every element, whatever the number of activation rows, whatever rows a
+// thread gets and whatever the vector width, so results are batch invariant
+// and the same on every x86 path. Integer sums are exact:
 //   Q4_0, Q5_0, Q8_0:  y += (d_w d_x) * (Σ u q - offset Σ q)
 //   Q4_1, Q5_1:        y += (d_w d_x) * Σ u q  +  m_w * s_x
 //   Q4_K, Q5_K:        y += (d d_x) * Σ_j sc_j Σ u q  -  (dmin d_x) * Σ_j mn_j Σ_j q
@@ -49,59 +51,139 @@ ACTORLM_HOT void unroll(F&& f) {
 }
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m128i load8(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
 
-inline __m256i broadcast4(const int8_t* p) {
+inline int32_t dword(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
-  return _mm256_set1_epi32(v);
+  return v;
 }
 
-// Eight f16 values (one per row of a tile) widened.
-inline __m256 halves8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+// ------------------------------------------------------------ lanes
+
+// Y8: one tile per 256-bit vector. Loads take the tile's bytes at p; `next`
+// (the distance to the following tile's same bytes) is unused.
+struct Y8 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int rows = 8;
+  static I load(const uint8_t* p, size_t) { return load32(p); }
+  // 8 bytes (one per row) widened to int32: unsigned.
+  static I u8_i32(const uint8_t* p, size_t) { return _mm256_cvtepu8_epi32(load8(p)); }
+  // 16 bytes (a pair per row) widened to int16 pairs: unsigned or signed.
+  static I u8_i16(const uint8_t* p, size_t) { return _mm256_cvtepu8_epi16(load16(p)); }
+  static I s8_i16(const uint8_t* p, size_t) { return _mm256_cvtepi8_epi16(load16(p)); }
+  // 8 f16 values (one per row) widened.
+  static F halves(const uint8_t* p, size_t) { return _mm256_cvtph_ps(load16(p)); }
+  static I zero() { return _mm256_setzero_si256(); }
+  static I set32(int32_t v) { return _mm256_set1_epi32(v); }
+  static I set8(char v) { return _mm256_set1_epi8(v); }
+  static F zerof() { return _mm256_setzero_ps(); }
+  static F setf(float v) { return _mm256_set1_ps(v); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+};
+
+inline __m256i and_(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
+inline __m256i or_(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
+inline __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+inline __m256i sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
+inline __m256i mul32(__m256i a, __m256i b) { return _mm256_mullo_epi32(a, b); }
+inline __m256i madd16(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+template <int S> inline __m256i shl16(__m256i a) { return _mm256_slli_epi16(a, S); }
+template <int S> inline __m256i shr16(__m256i a) { return _mm256_srli_epi16(a, S); }
+template <int S> inline __m256i shl32(__m256i a) { return _mm256_slli_epi32(a, S); }
+template <int S> inline __m256i sar32(__m256i a) { return _mm256_srai_epi32(a, S); }
+inline __m256 to_float(__m256i a) { return _mm256_cvtepi32_ps(a); }
+inline __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+inline __m256 addf(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+inline __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+inline __m256 fnma(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// Z16: two adjacent tiles side by side in 512-bit vectors, tile t in lanes
+// 0-7 and tile t + 1 in lanes 8-15. Every load takes the same bytes of both
+// tiles, `next` bytes apart, so one packed layout serves both widths and the
+// two halves compute exactly what Y8 computes for each tile. On the cores
+// this runs on, a 512-bit vpdpbusd issues as often as a 256-bit one, so the
+// dot products go twice as fast, and every broadcast of an activation dword
+// and every scale operation serves 16 rows instead of 8.
+struct Z16 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int rows = 16;
+  static constexpr __mmask16 all = 0xFFFF;  // GCC 12 warns on the unmasked widening forms
+  static I pair(__m256i lo, __m256i hi) { return _mm512_maskz_inserti64x4(0xFF, _mm512_castsi256_si512(lo), hi, 1); }
+  static I load(const uint8_t* p, size_t next) { return pair(load32(p), load32(p + next)); }
+  static I u8_i32(const uint8_t* p, size_t next) {
+    return _mm512_maskz_cvtepu8_epi32(all, _mm_unpacklo_epi64(load8(p), load8(p + next)));
+  }
+  static I u8_i16(const uint8_t* p, size_t next) {
+    return _mm512_maskz_cvtepu8_epi16(~__mmask32{0}, _mm256_set_m128i(load16(p + next), load16(p)));
+  }
+  static I s8_i16(const uint8_t* p, size_t next) {
+    return _mm512_maskz_cvtepi8_epi16(~__mmask32{0}, _mm256_set_m128i(load16(p + next), load16(p)));
+  }
+  static F halves(const uint8_t* p, size_t next) {
+    return _mm512_maskz_cvtph_ps(all, _mm256_set_m128i(load16(p + next), load16(p)));
+  }
+  static I zero() { return _mm512_setzero_si512(); }
+  static I set32(int32_t v) { return _mm512_set1_epi32(v); }
+  static I set8(char v) { return _mm512_set1_epi8(v); }
+  static F zerof() { return _mm512_setzero_ps(); }
+  static F setf(float v) { return _mm512_set1_ps(v); }
+  static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+};
+
+inline __m512i and_(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
+inline __m512i or_(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
+inline __m512i add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+inline __m512i sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
+inline __m512i mul32(__m512i a, __m512i b) { return _mm512_mullo_epi32(a, b); }
+inline __m512i madd16(__m512i a, __m512i b) { return _mm512_madd_epi16(a, b); }
+template <int S> inline __m512i shl16(__m512i a) { return _mm512_slli_epi16(a, S); }
+template <int S> inline __m512i shr16(__m512i a) { return _mm512_srli_epi16(a, S); }
+template <int S> inline __m512i shl32(__m512i a) { return _mm512_maskz_slli_epi32(Z16::all, a, S); }
+template <int S> inline __m512i sar32(__m512i a) { return _mm512_maskz_srai_epi32(Z16::all, a, S); }
+inline __m512 to_float(__m512i a) { return _mm512_maskz_cvtepi32_ps(Z16::all, a); }
+inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+inline __m512 addf(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512 fnma(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
+#endif
 
 // Bits 0-3 of dword K of a chunk, from its four nibble vectors.
-template <int K>
-inline __m256i low4(const uint8_t* nibbles) {
-  const __m256i n = load32(nibbles + 32 * (K % 4));
-  if constexpr (K < 4) return _mm256_and_si256(n, _mm256_set1_epi8(15));
-  return _mm256_and_si256(_mm256_srli_epi16(n, 4), _mm256_set1_epi8(15));
+template <class L, int K>
+inline typename L::I low4(const uint8_t* nibbles, size_t next) {
+  const auto n = L::load(nibbles + 32 * (K % 4), next);
+  if constexpr (K < 4) return and_(n, L::set8(15));
+  return and_(shr16<4>(n), L::set8(15));
 }
 
 // Bit 4 of dword K, from a 5th-bit vector (bit K of each byte). The 16-bit
 // shifts never move a bit across a byte into the kept position.
-template <int K>
-inline __m256i bit4(const uint8_t* bits) {
-  const __m256i b = load32(bits);
-  const __m256i s = K < 4 ? _mm256_slli_epi16(b, 4 - K) : _mm256_srli_epi16(b, K - 4);
-  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+template <class L, int K>
+inline typename L::I bit4(const uint8_t* bits, size_t next) {
+  const auto b = L::load(bits, next);
+  if constexpr (K < 4) return and_(shl16<4 - K>(b), L::set8(0x10));
+  return and_(shr16<K - 4>(b), L::set8(0x10));
 }
 
 // Bits 4-5 of dword K, from Q6_K's two 2-bit vectors (bits 2(K % 4) and up).
-template <int K>
-inline __m256i bits45(const uint8_t* high) {
-  const __m256i h = load32(high + 32 * (K / 4));
+template <class L, int K>
+inline typename L::I bits45(const uint8_t* high, size_t next) {
+  const auto h = L::load(high + 32 * (K / 4), next);
   constexpr int at = 2 * (K % 4);
-  const __m256i s = at < 4 ? _mm256_slli_epi16(h, 4 - at) : _mm256_srli_epi16(h, at - 4);
-  return _mm256_and_si256(s, _mm256_set1_epi8(0x30));
-}
-
-// 16 bytes, a pair per lane, widened to int16 pairs: unsigned (Q4_K/Q5_K
-// mins) or signed (Q6_K scales).
-inline __m256i mins16(const uint8_t* p) {
-  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline __m256i scales16(const uint8_t* p) {
-  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if constexpr (at < 4) return and_(shl16<4 - at>(h), L::set8(0x30));
+  return and_(shr16<at - 4>(h), L::set8(0x30));
 }
 
 // Sub-block scale 2p (Odd = false) or 2p + 1 of each lane, from a vector of
 // int16 pairs, sign-extended to int32.
-template <bool Odd>
-inline __m256i pair_half(__m256i v) {
-  if constexpr (Odd) return _mm256_srai_epi32(v, 16);
-  return _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16);
+template <bool Odd, class I>
+inline I pair_half(I v) {
+  if constexpr (Odd) return sar32<16>(v);
+  return sar32<16>(shl32<16>(v));
 }
 
 // One quantized activation row (quantized_matmul.hpp's Activations).
@@ -118,24 +200,24 @@ struct XRow {
 // With fewer than 4 rows, odd dwords go to a second accumulator (added at
 // the end: integer sums, so the result is the same) for two independent
 // dependency chains.
-template <class Dot, bool Wide, int N, int K0, int K1, class W>
-ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, __m256i* dot) {
+template <class L, class Dot, bool Wide, int N, int K0, int K1, class W>
+ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I* dot) {
   constexpr bool split = N < 4;
-  __m256i odd[N];
+  typename L::I odd[N];
   if constexpr (split) {
-    for (int n = 0; n < N; ++n) odd[n] = _mm256_setzero_si256();
+    for (int n = 0; n < N; ++n) odd[n] = L::zero();
   }
   unroll<K1 - K0>([&](auto i) __attribute__((always_inline)) {
     constexpr int k = K0 + decltype(i)::value;
-    const __m256i w = weight(std::integral_constant<int, k>{});
+    const auto w = weight(std::integral_constant<int, k>{});
     for (int n = 0; n < N; ++n) {
-      const __m256i q = broadcast4(x[n].q + at + 4 * k);
-      __m256i& a = (split && k % 2 == 1) ? odd[n] : dot[n];
+      const auto q = L::set32(dword(x[n].q + at + 4 * k));
+      auto& a = (split && k % 2 == 1) ? odd[n] : dot[n];
       a = Wide ? Dot::dot_wide(a, w, q) : Dot::dot(a, w, q);
     }
   });
   if constexpr (split) {
-    for (int n = 0; n < N; ++n) dot[n] = _mm256_add_epi32(dot[n], odd[n]);
+    for (int n = 0; n < N; ++n) dot[n] = add32(dot[n], odd[n]);
   }
 }
 
@@ -156,53 +238,56 @@ struct Block32 {
   // activation row; the others one.
   static constexpr int accumulators = Min ? 9 : 1;
 
-  static __m256 finish(const __m256* a) {
+  template <class F>
+  static F finish(const F* a) {
     if constexpr (!Min) {
       return a[0];
     } else {
-      const __m256 even = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
-      const __m256 odd = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
-      return _mm256_add_ps(_mm256_add_ps(even, odd), a[8]);
+      const F even = addf(addf(a[0], a[4]), addf(a[2], a[6]));
+      const F odd = addf(addf(a[1], a[5]), addf(a[3], a[7]));
+      return addf(addf(even, odd), a[8]);
     }
   }
 
-  template <class Dot, int N>
-  ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
-    const __m256 d = halves8(p);
+  template <class L, class Dot, int N>
+  ACTORLM_HOT static void unit(const uint8_t* p, size_t next, const XRow* x, int64_t j, typename L::F* acc) {
+    using I = typename L::I;
+    using F = typename L::F;
+    const F d = L::halves(p, next);
     const uint8_t* body = p + (Min ? 32 : 16);
-    auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
+    auto weight = [&](auto k) __attribute__((always_inline)) -> I {
       constexpr int K = decltype(k)::value;
       if constexpr (Bits == 8) {
-        return load32(body + 32 * K);
+        return L::load(body + 32 * K, next);
       } else if constexpr (Bits == 5) {
-        return _mm256_or_si256(low4<K>(body), bit4<K>(body + 128));
+        return or_(low4<L, K>(body, next), bit4<L, K>(body + 128, next));
       } else {
-        return low4<K>(body);
+        return low4<L, K>(body, next);
       }
     };
     if constexpr (Min) {
-      const __m256 m = halves8(p + 16);
-      __m256 dd[N];
-      for (int n = 0; n < N; ++n) dd[n] = _mm256_mul_ps(d, _mm256_set1_ps(x[n].d[j]));
+      const F m = L::halves(p + 16, next);
+      F dd[N];
+      for (int n = 0; n < N; ++n) dd[n] = mul(d, L::setf(x[n].d[j]));
       unroll<8>([&](auto k) __attribute__((always_inline)) {
         constexpr int K = decltype(k)::value;
-        const __m256i w = weight(k);
+        const I w = weight(k);
         for (int n = 0; n < N; ++n) {
-          const __m256i part = Dot::dot(_mm256_setzero_si256(), w, broadcast4(x[n].q + 32 * j + 4 * K));
-          acc[9 * n + K] = _mm256_fmadd_ps(dd[n], _mm256_cvtepi32_ps(part), acc[9 * n + K]);
+          const I part = Dot::dot(L::zero(), w, L::set32(dword(x[n].q + 32 * j + 4 * K)));
+          acc[9 * n + K] = fma(dd[n], to_float(part), acc[9 * n + K]);
         }
       });
-      for (int n = 0; n < N; ++n) acc[9 * n + 8] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[n].s[j]), acc[9 * n + 8]);
+      for (int n = 0; n < N; ++n) acc[9 * n + 8] = fma(m, L::setf(x[n].s[j]), acc[9 * n + 8]);
     } else {
-      __m256i dot[N];
-      for (int n = 0; n < N; ++n) dot[n] = _mm256_setzero_si256();
-      chunk_dots<Dot, wide, N, 0, 8>(weight, x, 32 * j, dot);
+      I dot[N];
+      for (int n = 0; n < N; ++n) dot[n] = L::zero();
+      chunk_dots<L, Dot, wide, N, 0, 8>(weight, x, 32 * j, dot);
       // AVX2's wide dot multiplies the signed values and has no offset to remove.
       constexpr int offset = (wide && !Dot::wide_includes_offset) ? 0 : Offset;
       for (int n = 0; n < N; ++n) {
-        __m256i sum = dot[n];
-        if constexpr (offset != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(offset * x[n].sum32[j]));
-        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(x[n].d[j])), acc[n]);
+        I sum = dot[n];
+        if constexpr (offset != 0) sum = sub32(sum, L::set32(offset * x[n].sum32[j]));
+        acc[n] = fma(to_float(sum), mul(d, L::setf(x[n].d[j])), acc[n]);
       }
     }
   }
@@ -219,27 +304,32 @@ using Q8_0 = Block32<8, 128, false>;
 template <int Bits>
 struct KQuant {
   static constexpr int accumulators = 1;
-  static __m256 finish(const __m256* a) { return a[0]; }
+  template <class F>
+  static F finish(const F* a) {
+    return a[0];
+  }
 
-  template <class Dot, int N>
-  ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
+  template <class L, class Dot, int N>
+  ACTORLM_HOT static void unit(const uint8_t* p, size_t next, const XRow* x, int64_t j, typename L::F* acc) {
+    using I = typename L::I;
+    using F = typename L::F;
     const uint8_t* scales = p + 32;  // per chunk: 8 rows' scales
     const uint8_t* mins = scales + 64;  // per chunk pair: 8 rows' two mins
     const uint8_t* body = mins + 64;
     const uint8_t* high = body + 8 * 128;
-    __m256i sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
+    I sum[N];
+    for (int n = 0; n < N; ++n) sum[n] = L::zero();
     auto chunk = [&](int c) __attribute__((always_inline)) {
-      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * c)));
-      auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
+      const I sc = L::u8_i32(scales + 8 * c, next);
+      auto weight = [&](auto k) __attribute__((always_inline)) -> I {
         constexpr int K = decltype(k)::value;
-        if constexpr (Bits == 5) return _mm256_or_si256(low4<K>(body + 128 * c), bit4<K>(high + 32 * c));
-        return low4<K>(body + 128 * c);
+        if constexpr (Bits == 5) return or_(low4<L, K>(body + 128 * c, next), bit4<L, K>(high + 32 * c, next));
+        return low4<L, K>(body + 128 * c, next);
       };
-      __m256i dot[N];
-      for (int n = 0; n < N; ++n) dot[n] = _mm256_setzero_si256();
-      chunk_dots<Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * c, dot);
-      for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], _mm256_mullo_epi32(dot[n], sc));
+      I dot[N];
+      for (int n = 0; n < N; ++n) dot[n] = L::zero();
+      chunk_dots<L, Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * c, dot);
+      for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], mul32(dot[n], sc));
     };
     // With many rows, a rolled loop over the chunks: fully unrolled, the
     // compiler reassociated the 8 chunks' integer sums into a tree and
@@ -251,16 +341,14 @@ struct KQuant {
 #pragma GCC unroll 1
       for (int c = 0; c < 8; ++c) chunk(c);
     }
-    const __m256 d = halves8(p), dmin = halves8(p + 16);
+    const F d = L::halves(p, next), dmin = L::halves(p + 16, next);
     for (int n = 0; n < N; ++n) {
       const int32_t* pairs = x[n].pairs + 12 * j;  // Σ q per 32 values, as int16 pairs
-      __m256i m = _mm256_madd_epi16(mins16(mins), _mm256_set1_epi32(pairs[0]));
-      for (int v = 1; v < 4; ++v) {
-        m = _mm256_add_epi32(m, _mm256_madd_epi16(mins16(mins + 16 * v), _mm256_set1_epi32(pairs[v])));
-      }
-      const __m256 dx = _mm256_set1_ps(x[n].d[8 * j]);
-      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[n]), _mm256_mul_ps(d, dx), acc[n]);
-      acc[n] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, dx), acc[n]);
+      I m = madd16(L::u8_i16(mins, next), L::set32(pairs[0]));
+      for (int v = 1; v < 4; ++v) m = add32(m, madd16(L::u8_i16(mins + 16 * v, next), L::set32(pairs[v])));
+      const F dx = L::setf(x[n].d[8 * j]);
+      acc[n] = fma(to_float(sum[n]), mul(d, dx), acc[n]);
+      acc[n] = fnma(to_float(m), mul(dmin, dx), acc[n]);
     }
   }
 };
@@ -272,30 +360,32 @@ using Q5_K = KQuant<5>;
 // chunks of nibble vectors, 8 pairs of 2-bit vectors.
 struct Q6_K {
   static constexpr int accumulators = 1;
-  static __m256 finish(const __m256* a) { return a[0]; }
+  template <class F>
+  static F finish(const F* a) {
+    return a[0];
+  }
 
-  template <class Dot, int N>
-  ACTORLM_HOT static void unit(const uint8_t* p, const XRow* x, int64_t j, __m256* acc) {
+  template <class L, class Dot, int N>
+  ACTORLM_HOT static void unit(const uint8_t* p, size_t next, const XRow* x, int64_t j, typename L::F* acc) {
+    using I = typename L::I;
+    using F = typename L::F;
     const uint8_t* scales = p + 16;  // per chunk: 8 rows' two int8 scales
     const uint8_t* body = scales + 128;
     const uint8_t* high = body + 8 * 128;
-    __m256i sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
+    I sum[N];
+    for (int n = 0; n < N; ++n) sum[n] = L::zero();
     auto chunk = [&](int c) __attribute__((always_inline)) {
-      auto weight = [&](auto k) __attribute__((always_inline)) -> __m256i {
+      auto weight = [&](auto k) __attribute__((always_inline)) -> I {
         constexpr int K = decltype(k)::value;
-        return _mm256_or_si256(low4<K>(body + 128 * c), bits45<K>(high + 64 * c));
+        return or_(low4<L, K>(body + 128 * c, next), bits45<L, K>(high + 64 * c, next));
       };
-      __m256i first[N], second[N];  // the chunk's two 16-value sub-blocks
-      for (int n = 0; n < N; ++n) first[n] = second[n] = _mm256_setzero_si256();
-      chunk_dots<Dot, false, N, 0, 4>(weight, x, 256 * j + 32 * c, first);
-      chunk_dots<Dot, false, N, 4, 8>(weight, x, 256 * j + 32 * c, second);
-      const __m256i v = scales16(scales + 16 * c);
-      const __m256i sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
-      for (int n = 0; n < N; ++n) {
-        sum[n] = _mm256_add_epi32(sum[n], _mm256_add_epi32(_mm256_mullo_epi32(first[n], sc0),
-                                                           _mm256_mullo_epi32(second[n], sc1)));
-      }
+      I first[N], second[N];  // the chunk's two 16-value sub-blocks
+      for (int n = 0; n < N; ++n) first[n] = second[n] = L::zero();
+      chunk_dots<L, Dot, false, N, 0, 4>(weight, x, 256 * j + 32 * c, first);
+      chunk_dots<L, Dot, false, N, 4, 8>(weight, x, 256 * j + 32 * c, second);
+      const I v = L::s8_i16(scales + 16 * c, next);
+      const I sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
+      for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], add32(mul32(first[n], sc0), mul32(second[n], sc1)));
     };
     if constexpr (N <= 2) {  // as in KQuant
       unroll<8>([&](auto c) __attribute__((always_inline)) { chunk(decltype(c)::value); });
@@ -303,36 +393,39 @@ struct Q6_K {
 #pragma GCC unroll 1
       for (int c = 0; c < 8; ++c) chunk(c);
     }
-    const __m256 d = halves8(p);
+    const F d = L::halves(p, next);
     for (int n = 0; n < N; ++n) {
       const int32_t* pairs = x[n].pairs + 12 * j + 4;  // Σ q per 16 values, as int16 pairs
-      __m256i o = _mm256_madd_epi16(scales16(scales), _mm256_set1_epi32(pairs[0]));
-      for (int v = 1; v < 8; ++v) {
-        o = _mm256_add_epi32(o, _mm256_madd_epi16(scales16(scales + 16 * v), _mm256_set1_epi32(pairs[v])));
-      }
-      const __m256i s = _mm256_sub_epi32(sum[n], _mm256_slli_epi32(o, 5));  // the offset 32
-      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(x[n].d[8 * j])), acc[n]);
+      I o = madd16(L::s8_i16(scales, next), L::set32(pairs[0]));
+      for (int v = 1; v < 8; ++v) o = add32(o, madd16(L::s8_i16(scales + 16 * v, next), L::set32(pairs[v])));
+      const I s = sub32(sum[n], shl32<5>(o));  // the offset 32
+      acc[n] = fma(to_float(s), mul(d, L::setf(x[n].d[8 * j])), acc[n]);
     }
   }
 };
 
 // ------------------------------------------------------------ loop
 
-// y[n] = the tile's 8 rows times x[n], n < N.
-template <class T, class Dot, int N>
-void tile_product(const uint8_t* tile, size_t unit_bytes, int64_t units, const XRow* x, __m256* y) {
+// y[n] = the tile's rows (L::rows: one tile, or two adjacent ones) times
+// x[n], n < N.
+template <class T, class L, class Dot, int N>
+void tile_product(const uint8_t* tile, size_t next, size_t unit_bytes, int64_t units, const XRow* x,
+                  typename L::F* y) {
   constexpr int A = T::accumulators;
-  __m256 acc[N * A];
-  for (int i = 0; i < N * A; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < units; ++j) T::template unit<Dot, N>(tile + static_cast<size_t>(j) * unit_bytes, x, j, acc);
+  typename L::F acc[N * A];
+  for (int i = 0; i < N * A; ++i) acc[i] = L::zerof();
+  for (int64_t j = 0; j < units; ++j) {
+    T::template unit<L, Dot, N>(tile + static_cast<size_t>(j) * unit_bytes, next, x, j, acc);
+  }
   for (int n = 0; n < N; ++n) y[n] = T::finish(acc + A * n);
 }
 
-// Tiles covering weight rows [begin, end) against every x row, Dot::group x
-// rows at a time (each tile is read once per group, from L1 after the first).
-// Only rows in [begin, end) are written.
-template <class T, class Dot>
-void tile_loop(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate) {
+// Tiles [t, t + L::rows / 8) against every x row, Dot::group x rows at a time
+// (each tile is read once per group, from L1 after the first). Only rows in
+// [begin, end) are written.
+template <class T, class L, class Dot>
+void tiles_times_x(const PackedMatrix& w, const Activations& x, float* out, int64_t t, int64_t begin, int64_t end,
+                   bool accumulate) {
   // Fewer rows at a time for the types with 9 accumulators per row, so that
   // they stay in registers (measured on Q4_1: 2 rows at a time beat 3, 4 and
   // 8 by 1-15%).
@@ -340,42 +433,54 @@ void tile_loop(const PackedMatrix& w, const Activations& x, float* out, int64_t 
   static_assert(group >= 1 && group <= 8);
   const size_t unit_bytes = packed_layout(w.type)->unit_bytes;
   const int64_t x_blocks = x.cols / 32;
+  const int64_t first = t * tile_rows;
+  const int64_t r0 = std::max(begin, first), r1 = std::min(end, first + L::rows);
   XRow rows[8];  // 8: the largest case below, whatever the group
-  __m256 acc[8];
-  alignas(32) float y[tile_rows];
-  for (int64_t t = begin / tile_rows; t * tile_rows < end; ++t) {
-    const int64_t r0 = std::max(begin, t * tile_rows), r1 = std::min(end, (t + 1) * tile_rows);
-    for (int64_t t0 = 0; t0 < x.rows; t0 += group) {
-      const int count = static_cast<int>(std::min<int64_t>(group, x.rows - t0));
-      for (int n = 0; n < count; ++n) {
-        const int64_t i = t0 + n;
-        rows[n] = {x.q.data() + i * x.cols, x.d.data() + i * x_blocks, x.s.data() + i * x_blocks,
-                   x.sum32.data() + i * x_blocks, x.pairs.data() + i * (x.cols / 256) * 12};
-      }
-      const uint8_t* tile = w.tile(t);
-      switch (count) {
+  typename L::F acc[8];
+  alignas(64) float y[L::rows];
+  for (int64_t t0 = 0; t0 < x.rows; t0 += group) {
+    const int count = static_cast<int>(std::min<int64_t>(group, x.rows - t0));
+    for (int n = 0; n < count; ++n) {
+      const int64_t i = t0 + n;
+      rows[n] = {x.q.data() + i * x.cols, x.d.data() + i * x_blocks, x.s.data() + i * x_blocks,
+                 x.sum32.data() + i * x_blocks, x.pairs.data() + i * (x.cols / 256) * 12};
+    }
+    const uint8_t* tile = w.tile(t);
+    switch (count) {
 #define ACTORLM_GROUP_CASE(n) \
-  case n: tile_product<T, Dot, n>(tile, unit_bytes, w.units, rows, acc); break;
-        ACTORLM_GROUP_CASE(1)
-        ACTORLM_GROUP_CASE(2)
-        ACTORLM_GROUP_CASE(3)
-        ACTORLM_GROUP_CASE(4)
-        ACTORLM_GROUP_CASE(5)
-        ACTORLM_GROUP_CASE(6)
-        ACTORLM_GROUP_CASE(7)
-        default: tile_product<T, Dot, 8>(tile, unit_bytes, w.units, rows, acc); break;
+  case n: tile_product<T, L, Dot, n>(tile, w.tile_bytes, unit_bytes, w.units, rows, acc); break;
+      ACTORLM_GROUP_CASE(1)
+      ACTORLM_GROUP_CASE(2)
+      ACTORLM_GROUP_CASE(3)
+      ACTORLM_GROUP_CASE(4)
+      ACTORLM_GROUP_CASE(5)
+      ACTORLM_GROUP_CASE(6)
+      ACTORLM_GROUP_CASE(7)
+      default: tile_product<T, L, Dot, 8>(tile, w.tile_bytes, unit_bytes, w.units, rows, acc); break;
 #undef ACTORLM_GROUP_CASE
-      }
-      for (int n = 0; n < count; ++n) {
-        _mm256_store_ps(y, acc[n]);
-        float* o = out + (t0 + n) * w.rows;
-        for (int64_t r = r0; r < r1; ++r) {
-          const float v = y[r - t * tile_rows];
-          o[r] = accumulate ? o[r] + v : v;
-        }
+    }
+    for (int n = 0; n < count; ++n) {
+      L::store(y, acc[n]);
+      float* o = out + (t0 + n) * w.rows;
+      for (int64_t r = r0; r < r1; ++r) {
+        const float v = y[r - first];
+        o[r] = accumulate ? o[r] + v : v;
       }
     }
   }
+}
+
+// The tiles covering weight rows [begin, end): two at a time where the Dot
+// policy has 512-bit vectors and a next tile exists, else one.
+template <class T, class Dot>
+void tile_loop(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate) {
+  int64_t t = begin / tile_rows;
+  if constexpr (Dot::pairs) {
+    for (; (t + 1) * tile_rows < end && t + 1 < w.tiles(); t += 2) {
+      tiles_times_x<T, typename Dot::Pair, Dot>(w, x, out, t, begin, end, accumulate);
+    }
+  }
+  for (; t * tile_rows < end; ++t) tiles_times_x<T, Y8, Dot>(w, x, out, t, begin, end, accumulate);
 }
 
 // Returns false for a type without an integer kernel.

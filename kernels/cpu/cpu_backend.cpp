@@ -114,11 +114,11 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
   if (activations_.scheme != ActivationScheme::none) {
     pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, activations_); });
   }
-  // Split by whole tiles of the packed layout (a thread never computes a
-  // tile another one writes).
-  const int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
-  pool_.parallel_for(tiles, [&](int64_t begin, int64_t end) {
-    matmul_rows(w, activations_, out, begin * tile_rows, std::min(w.rows, end * tile_rows), accumulate);
+  // Split by whole pairs of tiles of the packed layout (a thread never
+  // computes a tile another one writes, and the 512-bit kernels get pairs).
+  const int64_t pieces = (w.rows + split_rows - 1) / split_rows;
+  pool_.parallel_for(pieces, [&](int64_t begin, int64_t end) {
+    matmul_rows(w, activations_, out, begin * split_rows, std::min(w.rows, end * split_rows), accumulate);
   });
 }
 
@@ -146,14 +146,15 @@ void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const Matri
     prepare_activations(x, rows, m.cols, m.type, shared_[s]);
     pool_.parallel_for(rows, [&](int64_t begin, int64_t end) { quantize_rows(begin, end, shared_[s]); });
   }
-  // Tiles of every matrix, numbered one after another.
-  std::vector<int64_t> first_tile(w.size() + 1, 0);
-  for (size_t i = 0; i < w.size(); ++i) first_tile[i + 1] = first_tile[i] + (w[i].rows + tile_rows - 1) / tile_rows;
-  pool_.parallel_for(first_tile.back(), [&](int64_t begin, int64_t end) {
+  // Pairs of tiles of every matrix, numbered one after another.
+  std::vector<int64_t> first_piece(w.size() + 1, 0);
+  for (size_t i = 0; i < w.size(); ++i) first_piece[i + 1] = first_piece[i] + (w[i].rows + split_rows - 1) / split_rows;
+  pool_.parallel_for(first_piece.back(), [&](int64_t begin, int64_t end) {
     for (size_t i = 0; i < w.size(); ++i) {
-      const int64_t b = std::max(begin, first_tile[i]) - first_tile[i], e = std::min(end, first_tile[i + 1]) - first_tile[i];
+      const int64_t b = std::max(begin, first_piece[i]) - first_piece[i];
+      const int64_t e = std::min(end, first_piece[i + 1]) - first_piece[i];
       if (b >= e) continue;
-      matmul_rows(w[i], shared_[slot(w[i].type)], out[i], b * tile_rows, std::min(w[i].rows, e * tile_rows), false);
+      matmul_rows(w[i], shared_[slot(w[i].type)], out[i], b * split_rows, std::min(w[i].rows, e * split_rows), false);
     }
   });
 }

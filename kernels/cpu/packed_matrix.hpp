@@ -41,6 +41,9 @@
 namespace actorlm::cpu {
 
 inline constexpr int64_t tile_rows = 8;
+// The unit in which the backend shares a product's rows among threads: two
+// tiles, which the 512-bit kernels take together (block_dot_x86.hpp's Z16).
+inline constexpr int64_t split_rows = 2 * tile_rows;
 
 struct PackedLayout {
   int64_t values = 0;      // per unit: 32 or 256

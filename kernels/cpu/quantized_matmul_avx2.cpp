@@ -12,6 +12,7 @@ namespace {
 
 struct Avx2Dot {
   static constexpr int group = 4;  // 16 vector registers
+  static constexpr bool pairs = false;  // 256-bit vectors only
   static constexpr bool wide_includes_offset = false;
   static __m256i dot(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));

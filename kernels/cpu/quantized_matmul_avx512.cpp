@@ -1,9 +1,11 @@
 // The integer kernels for AVX-512 VNNI (compiled with -mavx512f -mavx512bw
 // -mavx512vl -mavx512vnni; chosen at run time): four byte products summed
-// into an int32 lane is one vpdpbusd on 256-bit vectors, which on the cores
-// we run (Zen 4, Ice Lake and later) issues as fast as the 512-bit form
-// without its clock penalty. 32 vector registers hold 8 activation rows'
-// accumulators.
+// into an int32 lane is one vpdpbusd. Tiles go two at a time in 512-bit
+// vectors (block_dot_x86.hpp's Z16): on this project's Sapphire Rapids VM a
+// 512-bit vpdpbusd issues at the 256-bit rate (2 per cycle, measured with
+// 12 independent chains), so 16 rows cost what 8 did. An odd last tile goes
+// alone in 256-bit vectors, with the same results per row. 32 vector
+// registers hold 8 activation rows' accumulators.
 #if defined(__x86_64__)
 #include "kernels/cpu/block_dot_x86.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
@@ -13,11 +15,15 @@ namespace {
 
 struct VnniDot {
   static constexpr int group = 8;
+  static constexpr bool pairs = true;
+  using Pair = Z16;
   // vpdpbusd takes unsigned bytes up to 255, so Q8_0's stored w + 128 goes
   // in as it is and its offset is removed afterwards.
   static constexpr bool wide_includes_offset = true;
   static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
   static __m256i dot_wide(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+  static __m512i dot(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static __m512i dot_wide(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
 };
 
 }  // namespace
