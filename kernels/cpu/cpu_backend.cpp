@@ -69,16 +69,29 @@ void CpuBackend::embed(MatrixView table, std::span<const int32_t> tokens, float*
   }
 }
 
+void CpuBackend::elementwise(int64_t rows, int64_t row_size, const std::function<void(int64_t, int64_t)>& fn) {
+  // Below this many elements a parallel loop's hand-off costs more than it
+  // saves (one decode token's rows); each row's result is the same either way.
+  constexpr int64_t parallel_elements = 16384;
+  if (rows * row_size < parallel_elements || rows < 2) {
+    fn(0, rows);
+  } else {
+    pool_.parallel_for(rows, fn);
+  }
+}
+
 void CpuBackend::rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,
                           float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    double ss = 0.0;
-    for (int64_t i = 0; i < cols; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
-    float* o = out + r * cols;
-    for (int64_t i = 0; i < cols; ++i) o[i] = xr[i] * scale * weight[i];
-  }
+  elementwise(rows, cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + r * cols;
+      double ss = 0.0;
+      for (int64_t i = 0; i < cols; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
+      float* o = out + r * cols;
+      for (int64_t i = 0; i < cols; ++i) o[i] = xr[i] * scale * weight[i];
+    }
+  });
 }
 
 void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) {
@@ -231,21 +244,27 @@ void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPla
   paged_attention(q, cache, plan, layer, out, pool_);
 }
 
+// The activations run over 1024-element pieces: a batch's gate is one flat
+// array here, and exp makes these the costliest element-wise loops.
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  elementwise((n + 1023) / 1024, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * 1024; i < std::min(n, end * 1024); ++i) {
+      float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
 }
 
 // The tanh form, as llama.cpp's and PyTorch's gelu(approximate="tanh"):
 // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
 void CpuBackend::geglu(const float* gate, const float* up, float* out, int64_t n) {
   constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(k * g * (1.0f + 0.044715f * g * g))) * up[i];
-  }
+  elementwise((n + 1023) / 1024, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * 1024; i < std::min(n, end * 1024); ++i) {
+      const float g = gate[i];
+      out[i] = 0.5f * g * (1.0f + std::tanh(k * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+  });
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {

@@ -7,6 +7,7 @@
 // same time, so the cores are not oversubscribed. Not thread-safe: one
 // caller at a time.
 
+#include <functional>
 #include <memory>
 
 #include "kernels/backend.hpp"
@@ -52,6 +53,10 @@ class CpuBackend final : public Backend {
   int threads() const { return pool_.size(); }
 
  private:
+  // fn(begin, end) over [0, rows) of row_size elements each: on the pool
+  // when there is enough work to share, else on this thread.
+  void elementwise(int64_t rows, int64_t row_size, const std::function<void(int64_t, int64_t)>& fn);
+
   ThreadPool pool_;
   Activations activations_;  // matmul's scratch, kept to reuse its storage
   Activations shared_[3];     // matmul_many's, one per integer scheme (q8_0, q8_1, q8_K)
