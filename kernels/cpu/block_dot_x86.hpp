@@ -27,6 +27,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
@@ -191,8 +192,8 @@ struct XRow {
   const int8_t* q;
   const float* d;
   const float* s;
-  const int32_t* sum32;
   const int32_t* pairs;
+  const int32_t* start;  // per block: -offset * Σ q (the offset types' dots start there)
 };
 
 // dot[n] += dwords [K0, K1) of the chunk at value `at` (weights from
@@ -237,6 +238,10 @@ struct Block32 {
   // two types carry 8 partial accumulators and one for the mins per
   // activation row; the others one.
   static constexpr int accumulators = Min ? 9 : 1;
+  // What the integer sum takes away (offset * Σ q). AVX2's wide dot
+  // multiplies the signed values and has no offset to remove.
+  template <class Dot>
+  static constexpr int offset = (wide && !Dot::wide_includes_offset) ? 0 : Offset;
 
   template <class F>
   static F finish(const F* a) {
@@ -279,16 +284,13 @@ struct Block32 {
       });
       for (int n = 0; n < N; ++n) acc[9 * n + 8] = fma(m, L::setf(x[n].s[j]), acc[9 * n + 8]);
     } else {
+      // The dots start from -offset * Σ q, precomputed per block: a
+      // broadcast from memory, where subtracting it afterwards cost three
+      // vector operations per block and activation row.
       I dot[N];
-      for (int n = 0; n < N; ++n) dot[n] = L::zero();
+      for (int n = 0; n < N; ++n) dot[n] = offset<Dot> != 0 ? L::set32(x[n].start[j]) : L::zero();
       chunk_dots<L, Dot, wide, N, 0, 8>(weight, x, 32 * j, dot);
-      // AVX2's wide dot multiplies the signed values and has no offset to remove.
-      constexpr int offset = (wide && !Dot::wide_includes_offset) ? 0 : Offset;
-      for (int n = 0; n < N; ++n) {
-        I sum = dot[n];
-        if constexpr (offset != 0) sum = sub32(sum, L::set32(offset * x[n].sum32[j]));
-        acc[n] = fma(to_float(sum), mul(d, L::setf(x[n].d[j])), acc[n]);
-      }
+      for (int n = 0; n < N; ++n) acc[n] = fma(to_float(dot[n]), mul(d, L::setf(x[n].d[j])), acc[n]);
     }
   }
 };
@@ -304,6 +306,8 @@ using Q8_0 = Block32<8, 128, false>;
 template <int Bits>
 struct KQuant {
   static constexpr int accumulators = 1;
+  template <class Dot>
+  static constexpr int offset = 0;  // the mins go through the q8_K pair sums
   template <class F>
   static F finish(const F* a) {
     return a[0];
@@ -360,6 +364,8 @@ using Q5_K = KQuant<5>;
 // chunks of nibble vectors, 8 pairs of 2-bit vectors.
 struct Q6_K {
   static constexpr int accumulators = 1;
+  template <class Dot>
+  static constexpr int offset = 0;  // its 32 goes through the q8_K pair sums
   template <class F>
   static F finish(const F* a) {
     return a[0];
@@ -424,8 +430,8 @@ void tile_product(const uint8_t* tile, size_t next, size_t unit_bytes, int64_t u
 // (each tile is read once per group, from L1 after the first). Only rows in
 // [begin, end) are written.
 template <class T, class L, class Dot>
-void tiles_times_x(const PackedMatrix& w, const Activations& x, float* out, int64_t t, int64_t begin, int64_t end,
-                   bool accumulate) {
+void tiles_times_x(const PackedMatrix& w, const Activations& x, const int32_t* start, float* out, int64_t t,
+                   int64_t begin, int64_t end, bool accumulate) {
   // Fewer rows at a time for the types with 9 accumulators per row, so that
   // they stay in registers (measured on Q4_1: 2 rows at a time beat 3, 4 and
   // 8 by 1-15%).
@@ -443,7 +449,7 @@ void tiles_times_x(const PackedMatrix& w, const Activations& x, float* out, int6
     for (int n = 0; n < count; ++n) {
       const int64_t i = t0 + n;
       rows[n] = {x.q.data() + i * x.cols, x.d.data() + i * x_blocks, x.s.data() + i * x_blocks,
-                 x.sum32.data() + i * x_blocks, x.pairs.data() + i * (x.cols / 256) * 12};
+                 x.pairs.data() + i * (x.cols / 256) * 12, start + i * x_blocks};
     }
     const uint8_t* tile = w.tile(t);
     switch (count) {
@@ -474,13 +480,21 @@ void tiles_times_x(const PackedMatrix& w, const Activations& x, float* out, int6
 // policy has 512-bit vectors and a next tile exists, else one.
 template <class T, class Dot>
 void tile_loop(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate) {
+  // -offset * Σ q per x block, for the types with an offset (a few hundred
+  // integers against the product's x rows * weight rows * blocks).
+  thread_local std::vector<int32_t> start;
+  constexpr int offset = T::template offset<Dot>;
+  if constexpr (offset != 0) {
+    start.resize(x.sum32.size());
+    std::transform(x.sum32.begin(), x.sum32.end(), start.begin(), [](int32_t s) { return -offset * s; });
+  }
   int64_t t = begin / tile_rows;
   if constexpr (Dot::pairs) {
     for (; (t + 1) * tile_rows < end && t + 1 < w.tiles(); t += 2) {
-      tiles_times_x<T, typename Dot::Pair, Dot>(w, x, out, t, begin, end, accumulate);
+      tiles_times_x<T, typename Dot::Pair, Dot>(w, x, start.data(), out, t, begin, end, accumulate);
     }
   }
-  for (; t * tile_rows < end; ++t) tiles_times_x<T, Y8, Dot>(w, x, out, t, begin, end, accumulate);
+  for (; t * tile_rows < end; ++t) tiles_times_x<T, Y8, Dot>(w, x, start.data(), out, t, begin, end, accumulate);
 }
 
 // Returns false for a type without an integer kernel.
