@@ -25,8 +25,12 @@ MadeExecutor make_executor(LlamaWeights weights, const ExecutorChoice& c, int64_
     if (c.kv_cache_dtype == "bf16") throw std::invalid_argument("the CPU backend keeps its KV cache in float32 or f16, not bf16");
     made.kv_tokens = kv_tokens > 0 ? kv_tokens : 16384;
     const bool f16 = c.kv_cache_dtype == "f16";
+    const std::shared_ptr<const MappedFile> file = weights.file;
     made.executor =
         std::make_unique<HostExecutor>(std::move(weights), std::make_unique<cpu::CpuBackend>(c.threads), f16);
+    // The backend has its packed copies now; what it still reads from the
+    // file (embedding rows, unpacked formats) faults back in as used.
+    if (file) file->drop_resident();
     made.description = f16 ? "cpu, f16 KV cache" : "cpu";
   } else if (c.device == "cuda") {
     if (c.kv_cache_dtype == "f16") throw std::invalid_argument("the CUDA backend keeps its KV cache in float32 or bf16, not f16");

@@ -196,7 +196,7 @@ GgufFile GgufFile::open(const std::string& path) {
   return parse(std::move(impl), base, size);
 }
 
-std::shared_ptr<const void> GgufFile::mapping() const { return impl_->file; }
+std::shared_ptr<const MappedFile> GgufFile::mapping() const { return impl_->file; }
 
 GgufFile GgufFile::from_memory(std::span<const uint8_t> bytes, const std::string& name) {
   auto impl = std::make_unique<Impl>();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/ggml_type.hpp"
+#include "model/mapped_file.hpp"
 
 namespace actorlm {
 
@@ -57,7 +58,7 @@ class GgufFile {
   uint32_t version() const;
   // Owns the mapping tensor data points into, so that weights can keep
   // reading it after the GgufFile is gone; null for from_memory images.
-  std::shared_ptr<const void> mapping() const;
+  std::shared_ptr<const MappedFile> mapping() const;
 
   bool has_key(std::string_view key) const;
   // Whether the key holds an array (some keys are a scalar or a list).

@@ -107,6 +107,7 @@ class GgufLoader {
 
   LlamaWeights load() {
     LlamaWeights w;
+    w.file = file_.mapping();
     w.config = config_from_gguf(file_);
     const auto& c = w.config;
     for (const char* extra : {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"}) {

@@ -39,6 +39,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/ggml_type.hpp"
+#include "model/mapped_file.hpp"
 #include "model/model_config.hpp"
 
 namespace actorlm {
@@ -94,6 +95,8 @@ struct LlamaWeights {
   WeightMatrix lm_head;                   // [vocab][hidden]; empty when tied
   std::vector<LayerWeights> layers;
   std::vector<float> rope_freq_factors;   // optional per-pair divisors (Llama 3 GGUF)
+  // The GGUF map the matrices point into (null for a safetensors folder).
+  std::shared_ptr<const MappedFile> file;
 
   const WeightMatrix& output() const { return lm_head.empty() ? token_embedding : lm_head; }
 };

@@ -46,6 +46,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+void MappedFile::drop_resident() const {
+  if (map_ != nullptr) madvise(map_, size_, MADV_DONTNEED);  // advice: nothing to do on failure
+}
+
 MappedFile::~MappedFile() {
   if (map_) munmap(map_, size_);
 }

@@ -22,6 +22,14 @@ class MappedFile {
   const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
   size_t size() const { return size_; }
 
+  // Lets go of the pages of the map this process holds: once a backend has
+  // copied the weights it reads into its own layout, the file's copy would
+  // otherwise stay resident beside them (whatever the packing could not
+  // release page by page, and the metadata). Nothing is lost: the map is
+  // read-only and private, so a page read later (an embedding row) comes
+  // back from the file.
+  void drop_resident() const;
+
  private:
   void* map_ = nullptr;
   size_t size_ = 0;

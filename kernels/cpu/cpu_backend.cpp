@@ -38,15 +38,18 @@ bool packs(const MatrixView& w) {
 // to the packed one. MADV_PAGEOUT keeps the contents (a file-backed page is
 // read back on its next use; an anonymous one, as in tests, is swapped or
 // kept), unlike MADV_DONTNEED, which would zero anonymous memory.
-void release_pages(const void* p, size_t n) {
+// With `partial`, also the pages [p, p + n) only partly covers.
+void release_pages(const void* p, size_t n, bool partial = false) {
 #ifdef MADV_PAGEOUT
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const auto end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto begin = (partial ? at : at + page - 1) / page * page;
+  const auto end = (partial ? at + n + page - 1 : at + n) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // advice only
 #else
   (void)p;
   (void)n;
+  (void)partial;
 #endif
 }
 
@@ -178,7 +181,13 @@ PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {
   // let go as they are read, so that peak memory is the packed copy plus a
   // megabyte or so per thread, not plus the largest matrix.
   std::shared_ptr<PackedMatrix> packed = allocate_packed(w);
-  pool_.parallel_for(packed->tiles(), [&](int64_t begin, int64_t end) { pack_tiles(w, *packed, begin, end, release_pages); });
+  pool_.parallel_for(packed->tiles(), [&](int64_t begin, int64_t end) {
+    pack_tiles(w, *packed, begin, end, [](const void* p, size_t n) { release_pages(p, n); });
+  });
+  // Each thread let go of the whole pages of its own rows only; the pages
+  // two threads' rows (or two matrices) share were still resident: about
+  // 30 KB per matrix, 7 MB over the default model's 211.
+  release_pages(w.data, ggml_row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows), true);
   w.packed = packed.get();
   return {w, std::move(packed)};
 }

@@ -3,9 +3,11 @@
 // into an int32 lane is one vpdpbusd. Tiles go two at a time in 512-bit
 // vectors (block_dot_x86.hpp's Z16): on this project's Sapphire Rapids VM a
 // 512-bit vpdpbusd issues at the 256-bit rate (2 per cycle, measured with
-// 12 independent chains), so 16 rows cost what 8 did. An odd last tile goes
-// alone in 256-bit vectors, with the same results per row. 32 vector
-// registers hold 8 activation rows' accumulators.
+// 12 independent chains), so 16 rows cost what 8 did. (Zen 4 splits a
+// 512-bit operation in two: there the dot products cost what they did and
+// only the per-block scale work halves.) An odd last tile goes alone in
+// 256-bit vectors, with the same results per row. 32 vector registers hold
+// 8 activation rows' accumulators.
 #if defined(__x86_64__)
 #include "kernels/cpu/block_dot_x86.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
@@ -18,7 +20,7 @@ struct VnniDot {
   static constexpr bool pairs = true;
   using Pair = Z16;
   // vpdpbusd takes unsigned bytes up to 255, so Q8_0's stored w + 128 goes
-  // in as it is and its offset is removed afterwards.
+  // in as it is and its offset is taken away by the dots' starting value.
   static constexpr bool wide_includes_offset = true;
   static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
   static __m256i dot_wide(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
