@@ -17,6 +17,7 @@ ratio (above 1: actorlm faster).
   python3 bench/llamacpp_compare.py --llamacpp /path/to/llama.cpp/build/bin \\
       [--types Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K] [--threads 2] [--rounds 3] \\
       [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32] [--model FILE.gguf] [--rss]
+      [--kv-cache-dtype auto|f16]
 
 --rss instead measures peak RSS (GNU time) of the same small job in both:
 `actorlm run` with a 32-token prompt and 64 new tokens, and llama-bench -p 32
@@ -52,12 +53,12 @@ def quantized(bin_dir, source, qtype):
     return out
 
 
-def actorlm(model, threads, what):
+def actorlm(model, threads, what, kv_cache_dtype="auto"):
     kind, shape = what
     # Only the one figure asked for (an empty list measures nothing).
     cmd = [os.path.join(ROOT, "build/bench/cpu_decode_bench"), "--threads", str(threads), "--model", model,
            "--repeats", "3", "--prefill", str(shape) if kind == "prefill" else "",
-           "--decode", shape if kind == "decode" else ""]
+           "--decode", shape if kind == "decode" else "", "--kv-cache-dtype", kv_cache_dtype]
     out = run(cmd)
     m = re.search(rf"^{kind} {shape} t/s ([0-9.]+)$", out, re.M)
     if not m:
@@ -116,6 +117,8 @@ def main():
     ap.add_argument("--prefill", default="128,512,2048")
     ap.add_argument("--decode", default="128x1,2048x1,128x8,128x32")
     ap.add_argument("--rss", action="store_true", help="peak RSS of one small generation instead of speed")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "f16"],
+                    help="actorlm's KV cache: auto (float32, its default) or f16 (llama.cpp's default)")
     # A CUDA-enabled binary maps cuBLAS at start (~140 MB resident before any
     # model); CPU users build without CUDA, so that is the one to measure.
     ap.add_argument("--actorlm", default=os.path.join(ROOT, "build-cpu/apps/actorlm"),
@@ -136,7 +139,7 @@ def main():
         for what in cells:
             ours, theirs = [], []
             for _ in range(args.rounds):
-                ours.append(actorlm(model, args.threads, what))
+                ours.append(actorlm(model, args.threads, what, args.kv_cache_dtype))
                 theirs.append(llamacpp(args.llamacpp, model, args.threads, what))
             a, b = statistics.median(ours), statistics.median(theirs)
             label = f"prefill {what[1]}" if what[0] == "prefill" else f"decode {what[1]} (context x sequences)"
