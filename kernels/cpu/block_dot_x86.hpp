@@ -449,7 +449,7 @@ void tiles_times_x(const PackedMatrix& w, const Activations& x, const int32_t* s
     for (int n = 0; n < count; ++n) {
       const int64_t i = t0 + n;
       rows[n] = {x.q.data() + i * x.cols, x.d.data() + i * x_blocks, x.s.data() + i * x_blocks,
-                 x.pairs.data() + i * (x.cols / 256) * 12, start + i * x_blocks};
+                 x.pairs.data() + i * (x.cols / 256) * 12, start != nullptr ? start + i * x_blocks : nullptr};
     }
     const uint8_t* tile = w.tile(t);
     switch (count) {
@@ -482,19 +482,21 @@ template <class T, class Dot>
 void tile_loop(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end, bool accumulate) {
   // -offset * Σ q per x block, for the types with an offset (a few hundred
   // integers against the product's x rows * weight rows * blocks).
-  thread_local std::vector<int32_t> start;
+  thread_local std::vector<int32_t> starts;
   constexpr int offset = T::template offset<Dot>;
+  const int32_t* start = nullptr;  // read only by the types with an offset
   if constexpr (offset != 0) {
-    start.resize(x.sum32.size());
-    std::transform(x.sum32.begin(), x.sum32.end(), start.begin(), [](int32_t s) { return -offset * s; });
+    starts.resize(x.sum32.size());
+    std::transform(x.sum32.begin(), x.sum32.end(), starts.begin(), [](int32_t s) { return -offset * s; });
+    start = starts.data();
   }
   int64_t t = begin / tile_rows;
   if constexpr (Dot::pairs) {
     for (; (t + 1) * tile_rows < end && t + 1 < w.tiles(); t += 2) {
-      tiles_times_x<T, typename Dot::Pair, Dot>(w, x, start.data(), out, t, begin, end, accumulate);
+      tiles_times_x<T, typename Dot::Pair, Dot>(w, x, start, out, t, begin, end, accumulate);
     }
   }
-  for (; t * tile_rows < end; ++t) tiles_times_x<T, Y8, Dot>(w, x, start.data(), out, t, begin, end, accumulate);
+  for (; t * tile_rows < end; ++t) tiles_times_x<T, Y8, Dot>(w, x, start, out, t, begin, end, accumulate);
 }
 
 // Returns false for a type without an integer kernel.
