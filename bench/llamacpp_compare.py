@@ -17,7 +17,7 @@ ratio (above 1: actorlm faster).
   python3 bench/llamacpp_compare.py --llamacpp /path/to/llama.cpp/build/bin \\
       [--types Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K] [--threads 2] [--rounds 3] \\
       [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32] [--model FILE.gguf] [--rss]
-      [--kv-cache-dtype auto|f16]
+      [--kv-cache-dtype auto|f16] [--llamacpp-kv-type f16|f32]
 
 --rss instead measures peak RSS (GNU time) of the same small job in both:
 `actorlm run` with a 32-token prompt and 64 new tokens, and llama-bench -p 32
@@ -66,20 +66,21 @@ def actorlm(model, threads, what, kv_cache_dtype="auto"):
     return float(m.group(1))
 
 
-def llamacpp(bin_dir, model, threads, what):
+def llamacpp(bin_dir, model, threads, what, kv_type="f16"):
     kind, shape = what
+    kv = ["-ctk", kv_type, "-ctv", kv_type]
     if kind == "prefill":
         out = run([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-p", str(shape), "-n", "0",
-                   "-r", "3", "-o", "json"])
+                   "-r", "3", "-o", "json"] + kv)
         return json.loads(out)[0]["avg_ts"]
     context, batch = (int(v) for v in shape.split("x"))
     if batch == 1:
         out = run([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-p", "0", "-n", "32",
-                   "-d", str(context), "-r", "3", "-o", "json"])
+                   "-d", str(context), "-r", "3", "-o", "json"] + kv)
         return json.loads(out)[0]["avg_ts"]
     out = run([os.path.join(bin_dir, "llama-batched-bench"), "-m", model, "-t", str(threads), "-tb", str(threads),
                "-c", str((context + 64) * batch), "-b", "2048", "-ub", "512", "-npp", str(context), "-ntg", "32",
-               "-npl", str(batch)])
+               "-npl", str(batch)] + kv)
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -119,6 +120,8 @@ def main():
     ap.add_argument("--rss", action="store_true", help="peak RSS of one small generation instead of speed")
     ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "f16"],
                     help="actorlm's KV cache: auto (float32, its default) or f16 (llama.cpp's default)")
+    ap.add_argument("--llamacpp-kv-type", default="f16", choices=["f16", "f32"],
+                    help="llama.cpp's KV cache (-ctk/-ctv): f16 (its default) or f32 (actorlm's default)")
     # A CUDA-enabled binary maps cuBLAS at start (~140 MB resident before any
     # model); CPU users build without CUDA, so that is the one to measure.
     ap.add_argument("--actorlm", default=os.path.join(ROOT, "build-cpu/apps/actorlm"),
@@ -140,7 +143,7 @@ def main():
             ours, theirs = [], []
             for _ in range(args.rounds):
                 ours.append(actorlm(model, args.threads, what, args.kv_cache_dtype))
-                theirs.append(llamacpp(args.llamacpp, model, args.threads, what))
+                theirs.append(llamacpp(args.llamacpp, model, args.threads, what, args.llamacpp_kv_type))
             a, b = statistics.median(ours), statistics.median(theirs)
             label = f"prefill {what[1]}" if what[0] == "prefill" else f"decode {what[1]} (context x sequences)"
             print(f"| {qtype} | {label} | {a:.1f} | {b:.1f} | {a / b:.2f} |", flush=True)

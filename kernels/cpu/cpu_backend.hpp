@@ -53,9 +53,10 @@ class CpuBackend final : public Backend {
   int threads() const { return pool_.size(); }
 
  private:
-  // fn(begin, end) over [0, rows) of row_size elements each: on the pool
-  // when there is enough work to share, else on this thread.
-  void elementwise(int64_t rows, int64_t row_size, const std::function<void(int64_t, int64_t)>& fn);
+  // fn(begin, end) over [0, rows) of row_size elements each, costing about
+  // `cost` multiply-adds apiece: on the pool when there is enough work to
+  // share, else on this thread.
+  void elementwise(int64_t rows, int64_t row_size, int64_t cost, const std::function<void(int64_t, int64_t)>& fn);
 
   ThreadPool pool_;
   Activations activations_;  // matmul's scratch, kept to reuse its storage

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -123,6 +124,48 @@ TEST_CASE("SwiGLU is silu(gate) * up", "[kernels]") {
   for (size_t i = 0; i < g.size(); ++i) want[i] = float(g[i] / (1 + std::exp(-double(g[i]))) * u[i]);
   backend().swiglu(g.data(), u.data(), out.data(), 1000);
   require_close(out, want, 1e-5);
+}
+
+// The vector exp inside SwiGLU is meant to be libm's expf (logits track
+// llama.cpp's only as long as it is): silu in float from libm's expf must be
+// matched bit for bit but for values a hair from a rounding midpoint, and a
+// value's result must not depend on where in the array it sits (batches and
+// single sequences give the same bits).
+TEST_CASE("SwiGLU's exp is libm's expf and a value's result does not depend on its position", "[kernels]") {
+  std::mt19937 rng(11);
+  const size_t n = 200003;  // past the pool's threshold, and not a multiple of any vector width
+  V g = random_vec(n, rng, 6.0f), u(n, 1.0f), out(n);
+  g[0] = 0.0f;
+  g[1] = -0.0f;
+  g[2] = 88.0f;  // exp(-g) near the smallest normal float
+  g[3] = -88.0f;  // exp(-g) near the largest
+  g[4] = 200.0f;
+  g[5] = -200.0f;  // exp(-g) overflows: silu is -0
+  g[6] = INFINITY;
+  g[7] = NAN;
+  backend().swiglu(g.data(), u.data(), out.data(), static_cast<int64_t>(n));
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want = g[i] / (1.0f + std::exp(-g[i]));
+    INFO("gate " << g[i] << " silu " << out[i] << " libm " << want);
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(out[i]));
+    } else if (out[i] != want) {
+      ++differ;
+      // One ulp of exp moves the quotient by at most a few of its own.
+      REQUIRE(std::abs(out[i] - want) <= 4 * (std::nextafter(std::abs(want), INFINITY) - std::abs(want)));
+    }
+  }
+  INFO(differ << " of " << n << " differ");
+  CHECK(differ <= n / 1000);  // 46 here; a float polynomial of 1 ulp gave some 10%
+  // The same values from other offsets and in shorter arrays.
+  for (size_t offset : {1, 3, 7, 13}) {
+    V part(n - offset);
+    backend().swiglu(g.data() + offset, u.data(), part.data(), static_cast<int64_t>(part.size()));
+    REQUIRE(std::memcmp(part.data(), out.data() + offset, part.size() * sizeof(float)) == 0);
+    backend().swiglu(g.data() + offset, u.data(), part.data(), 5);
+    REQUIRE(std::memcmp(part.data(), out.data() + offset, 5 * sizeof(float)) == 0);
+  }
 }
 
 // Paged attention over scattered pool rows equals dense causal attention over
