@@ -5,10 +5,10 @@
 //
 // Decode issues a few hundred short loops per token (a one-row matvec is
 // 10-200 us), so two things matter more than in a batch-sized loop:
-//   - Chunks are claimed, not assigned: [0, n) is cut into up to 4 chunks per
-//     thread and every thread, the caller included, takes the next free one.
-//     A worker the OS has not scheduled yet (the machine is shared) delays
-//     nothing: the caller runs what is left.
+//   - Chunks are claimed, not assigned: every thread, the caller included,
+//     takes the next piece of what is left, large pieces first and single
+//     indices last. A worker the OS has not scheduled yet (the machine is
+//     shared) delays nothing: the caller runs what is left.
 //   - Between loops a worker spins for ~100 us before it sleeps on a
 //     condition variable, so back-to-back loops do not pay a futex wake-up.
 
@@ -49,9 +49,9 @@ class ThreadPool {
   // knows no thread still touches fn.
   std::atomic<uint64_t> state_{0};
   std::atomic<int> active_{0};       // workers inside the current loop
-  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int64_t> next_{0};  // the first index not yet claimed
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0, chunks_ = 0;
+  int64_t job_n_ = 0;
 
   uint64_t generation_ = 0;  // the caller's count of loops
   std::mutex mutex_;         // for wake_cv_ only
