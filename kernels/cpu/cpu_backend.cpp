@@ -302,9 +302,9 @@ void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPla
   paged_attention(q, cache, plan, layer, out, pool_);
 }
 
-// The activations run over 256-element pieces: a batch's gate is one flat
-// array here, and exp (or tanh) makes these the costliest element-wise loops,
-// worth splitting even for one token's 1536 values.
+// The activations run over 256-element pieces, so that a batch's gate (one
+// flat array here) splits evenly between threads; GeGLU's libm tanh per value
+// makes even one token's worth splitting.
 constexpr int64_t piece = 256;
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {

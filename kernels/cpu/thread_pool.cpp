@@ -70,9 +70,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 void ThreadPool::run_chunks() {
   // Each claim takes 1 / (2 * threads) of what is left: large chunks first
   // (few claims), single indices at the end, so the threads finish within
-  // about one index of each other. Fixed chunks of n / (4 * threads) left a
-  // thread idle for half a chunk on average at every loop's end, 10-13% of a
-  // two-thread decode step.
+  // about one index of each other. With fixed chunks of n / (4 * threads)
+  // the pool's idle samples were 8.5% of a two-thread, 8-sequence decode
+  // step; 5.5% with these.
   const int64_t parts = 2 * int64_t(size());
   int64_t begin = next_.load(std::memory_order_relaxed);
   for (;;) {
