@@ -85,6 +85,7 @@ int chat_command(int argc, char** argv, int first) {
   std::optional<std::string> system_prompt = args.str("--system");
 
   caf::actor_system_config cfg;
+  configure_engine_system(cfg);
   if (cluster.remote()) configure_remote(cfg, cluster.security);
   caf::actor_system actors{cfg};
   std::unique_ptr<Engine> made = make_engine(actors, config, cluster);

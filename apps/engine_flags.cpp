@@ -1,5 +1,7 @@
 #include "apps/engine_flags.hpp"
 
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
 #include <fstream>
 #include <iterator>
 
@@ -65,5 +67,7 @@ std::string chat_template_from_flags(const cli::Args& args) {
   }
   return source;
 }
+
+void configure_engine_system(caf::actor_system_config& cfg) { cfg.set("scheduler.policy", caf::atom("sharing")); }
 
 }  // namespace actorlm

@@ -63,6 +63,7 @@ int node_command(int argc, char** argv, int first) {
   if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);
 
   caf::actor_system_config cfg;
+  configure_engine_system(cfg);
   configure_remote(cfg, nc.security);
   caf::actor_system system{cfg};
   std::signal(SIGINT, on_signal);

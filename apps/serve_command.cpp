@@ -128,6 +128,7 @@ int serve_command(int argc, char** argv, int first) {
   raise_fd_limit();
 
   caf::actor_system_config cfg;
+  configure_engine_system(cfg);
   if (cluster.remote()) configure_remote(cfg, cluster.security);
   caf::actor_system system{cfg};
   std::unique_ptr<Engine> made = make_engine(system, ec, cluster);
