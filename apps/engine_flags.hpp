@@ -31,8 +31,8 @@ EngineConfig engine_from_flags(const cli::Args& args);
 // instead of its default work stealing, whose idle threads poll again every
 // 50 us for some 25 ms after each message. With a token every few ms those
 // polls never stop; on a 2-core machine they took ~13% of the CPU time the
-// model's threads needed (serve: ITL 10 -> 8.7 ms for one stream, 210 -> 240
-// output tokens/s at 32 clients).
+// model's threads needed (serve, alternated: one stream's ITL 13-17 -> 8-12.5
+// ms, 210 -> 240 output tokens/s at 32 clients).
 void configure_engine_system(caf::actor_system_config& cfg);
 
 }  // namespace actorlm
