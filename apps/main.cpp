@@ -3,8 +3,8 @@
 #include <cstring>
 #include <string>
 
-#include "actorlm/config.hpp"
 #include "actorlm/version.hpp"
+#include "actors/executor_factory.hpp"
 #include "apps/chat_command.hpp"
 #include "apps/cli_args.hpp"
 #include "apps/kv_demo.hpp"
@@ -13,26 +13,23 @@
 #include "apps/run_command.hpp"
 #include "apps/serve_command.hpp"
 #include "model/gguf_file.hpp"
-#if ACTORLM_HAVE_CUDA
-#include "kernels/cuda/device.cuh"
-#endif
 
 namespace {
 
 int print_version() {
   std::printf("actorlm %s\n", actorlm::version_string);
-#if ACTORLM_HAVE_CUDA
-  auto report = actorlm::cuda::probe_devices();
-  if (report.device_count > 0) {
+  // Loads the CUDA module in a build that has one: `version` is the one
+  // command that maps the CUDA libraries without --device cuda.
+  const auto report = actorlm::probe_cuda_backend();
+  if (!report.built) {
+    std::printf("CUDA backend: not built\n");
+  } else if (report.device_count > 0) {
     std::printf("CUDA backend: built (sm_90); device 0: %s (sm_%d%d, %.1f GiB)\n",
                 report.first_device_name.c_str(), report.compute_major, report.compute_minor,
                 report.total_memory_bytes / double(1 << 30));
   } else {
     std::printf("CUDA backend: built (sm_90); no usable device (%s)\n", report.error.c_str());
   }
-#else
-  std::printf("CUDA backend: not built\n");
-#endif
   return 0;
 }
 

@@ -23,3 +23,11 @@ if(NOT ACTORLM_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "actorlm: CUDA backend ${ACTORLM_HAVE_CUDA}")
+
+# Where the CUDA backend module (libactorlm_cuda.so, kernels/cuda) lives,
+# relative to the build folder and to the install prefix alike, and the
+# way there from the binary's folder, which the loader in
+# actors/executor_factory.cpp tries first.
+include(GNUInstallDirs)
+set(ACTORLM_CUDA_MODULE_DIR ${CMAKE_INSTALL_LIBDIR}/actorlm)
+file(RELATIVE_PATH ACTORLM_CUDA_MODULE_FROM_BIN "/p/${CMAKE_INSTALL_BINDIR}" "/p/${ACTORLM_CUDA_MODULE_DIR}")

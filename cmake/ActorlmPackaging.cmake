@@ -22,11 +22,11 @@ install(FILES ${PROJECT_SOURCE_DIR}/docs/DEPLOY.md ${PROJECT_SOURCE_DIR}/docs/EM
 # actors/engine.hpp and actors/wire.hpp; the rest come because they
 # include them), a CMake package and a pkg-config file. Installed in the
 # package carries them too.
+# A CUDA build's engine links no CUDA code: it dlopens the module
+# (<libdir>/actorlm/libactorlm_cuda.so, installed by kernels/cuda) for
+# --device cuda, so an application needs neither cudart nor cuBLAS to link.
 set(ACTORLM_ENGINE_LIBS actorlm_actors actorlm_scheduler actorlm_grammar xgrammar actorlm_tokenizer actorlm_jinja
     actorlm_model actorlm_kernels_cpu actorlm_kernels actorlm_kvstore actorlm_messages)
-if(ACTORLM_HAVE_CUDA)
-  list(INSERT ACTORLM_ENGINE_LIBS 1 actorlm_cuda)
-endif()
 install(TARGETS ${ACTORLM_ENGINE_LIBS} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}/actorlm COMPONENT dev)
 # Installed archives carry no debug information (most of their size:
 # 56 MB of a .deb against ~10); their symbols stay. The build folder keeps
@@ -53,9 +53,9 @@ include(CMakePackageConfigHelpers)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/actorlmConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/actorlmConfig.cmake ${PROJECT_BINARY_DIR}/actorlmConfigVersion.cmake
         DESTINATION ${_cfgdir} COMPONENT dev)
-set(ACTORLM_PC_CUDA "")
+set(ACTORLM_PC_DL "")
 if(ACTORLM_HAVE_CUDA)
-  set(ACTORLM_PC_CUDA "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcublasLt -lcudart")
+  set(ACTORLM_PC_DL "-ldl")  # the module loader
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/actorlm.pc.in ${PROJECT_BINARY_DIR}/actorlm.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/actorlm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
