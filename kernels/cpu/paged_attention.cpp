@@ -330,7 +330,7 @@ struct Tile {
 // The whole of paged_attention for K/V rows of type T (float or f16).
 template <class T>
 void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v_all, const AttentionPlan& plan,
-            const LayerAttention& layer, float* out, ThreadPool& pool, bool blocked) {
+            const LayerAttention& layer, float* out, ThreadPool& pool, const attention_block::Kernels* blocked) {
   const int32_t window = layer.sliding_window;
   // The first key position a query that sees `visible` positions attends to.
   auto first_key = [window](int32_t visible) { return window > 0 ? std::max(0, visible - window) : 0; };
@@ -419,7 +419,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
       }
       auto lo = [&](int32_t i) { return ws.lo[static_cast<size_t>(i)]; };
       auto hi = [&](int32_t i) { return ws.hi[static_cast<size_t>(i)]; };
-      if (!blocked) {
+      if (blocked == nullptr) {
         // Scores, then values, one query at a time.
         for (int32_t i = 0; i < n; ++i) {
           if (hi(i) <= lo(i) || !score_block(ws.q[static_cast<size_t>(i)], kr + lo(i), hi(i) - lo(i), hd, plan.scale,
@@ -434,22 +434,25 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
         }
         continue;
       }
-#if defined(__x86_64__)  // attention_block_avx512.cpp exists only there (blocked is false elsewhere)
       // Every query's scores against the block's K, transposed once;
       // then the values of up to 4 queries per V row loaded, over the keys
       // they all see, each finishing its own keys alone.
-      namespace ab = attention_block;
-      ab::transpose_keys(kr, n_block, hd, ws.kt.data());
+      const attention_block::Kernels& ab = *blocked;
+      if constexpr (std::is_same_v<T, float>) {
+        ab.transpose_keys(kr, n_block, hd, ws.kt.data());
+      } else {
+        ab.transpose_keys_f16(kr, n_block, hd, ws.kt.data());
+      }
       // The block's V rows as floats: the pool's own, or f16 ones widened once.
       const float* widened[key_block];
       const float* const* vf = widened;
       if constexpr (std::is_same_v<T, float>) {
         vf = vr;
       } else {
-        ab::widen_rows(vr, n_block, hd, ws.v.data());
+        ab.widen_rows(vr, n_block, hd, ws.v.data());
         for (int32_t j = 0; j < n_block; ++j) widened[j] = ws.v.data() + static_cast<int64_t>(j) * hd;
       }
-      ab::scores(ws.q.data(), n, ws.kt.data(), keys_end, hd, ws.scores.data());
+      ab.scores(ws.q.data(), n, ws.kt.data(), keys_end, hd, ws.scores.data());
       for (int32_t i = 0; i < n; ++i) {
         const float* s = ws.scores.data() + static_cast<int64_t>(i) * key_block;
         std::copy(s + lo(i), s + std::max(lo(i), hi(i)), p_row(i));
@@ -472,14 +475,13 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
           ps[m] = p_row(i + m);
           accs[m] = states[static_cast<size_t>(i + m)].acc;
         }
-        ab::accumulate(vf, lo(i), common_end, hd, ps, lo(i), alpha + i, accs, e - i);
+        ab.accumulate(vf, lo(i), common_end, hd, ps, lo(i), alpha + i, accs, e - i);
         const float one = 1.0f;  // the old sums are already scaled
         for (int32_t m = 0; m < e - i; ++m) {
-          if (hi(i + m) > common_end) ab::accumulate(vf, common_end, hi(i + m), hd, ps + m, lo(i), &one, accs + m, 1);
+          if (hi(i + m) > common_end) ab.accumulate(vf, common_end, hi(i + m), hd, ps + m, lo(i), &one, accs + m, 1);
         }
         i = e;
       }
-#endif
     }
   };
 
@@ -576,11 +578,14 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
 
 void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, const LayerAttention& layer,
                      float* out, ThreadPool& pool, Isa isa) {
+  // The register-blocked kernels where the CPU has AVX2 (they exist only on
+  // x86-64), the per-query ones otherwise: the same bits either way.
+  const attention_block::Kernels* blocked = nullptr;
 #if defined(__x86_64__)
-  const bool blocked = isa == Isa::avx512_vnni;
+  if (isa == Isa::avx512_vnni) blocked = &attention_block::avx512;
+  if (isa == Isa::avx2 || isa == Isa::avx_vnni) blocked = &attention_block::avx2;
 #else
   static_cast<void>(isa);
-  const bool blocked = false;
 #endif
   if (layer.sliding_window < 0 || !(layer.softcap >= 0.0f && std::isfinite(layer.softcap))) {
     throw std::invalid_argument("attention: sliding window " + std::to_string(layer.sliding_window) + ", softcap " +

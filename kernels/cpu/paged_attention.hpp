@@ -23,8 +23,9 @@
 namespace actorlm::cpu {
 
 // Throws std::out_of_range when the plan names a KV row outside the pool.
-// `isa` avx512_vnni takes the register-blocked kernels (attention_block.hpp),
-// any other the per-query ones: the same bits either way.
+// `isa` avx2, avx_vnni or avx512_vnni takes the register-blocked kernels
+// (attention_block.hpp; 256-bit vectors for the first two, 512-bit for the
+// last), portable the per-query ones: the same bits every way.
 void paged_attention(const float* q, const KvLayerView& cache, const AttentionPlan& plan, const LayerAttention& layer,
                      float* out, ThreadPool& pool, Isa isa = best_isa());
 

@@ -1,5 +1,5 @@
-// The register-blocked attention kernels (AVX-512) give the per-query
-// kernels' results bit for bit: same scores, same softmax, same value sums,
+// The register-blocked attention kernels (AVX2 and AVX-512, each where the
+// CPU has it) give the per-query kernels' results bit for bit: same scores, same softmax, same value sums,
 // for any head size (whole 16s, a remainder, under 16), group size, cache
 // type, sliding window and softcap, in prefill, extend and decode batches.
 // (Closeness to a dense double-free reference: cpu_backend_test.)
@@ -17,8 +17,9 @@
 using namespace actorlm;
 
 TEST_CASE("Blocked attention equals per-query attention bit for bit", "[kernels][attention]") {
-  if (!cpu::isa_available(cpu::Isa::avx512_vnni)) {
-    WARN("no AVX-512 VNNI on this CPU: the blocked kernels are not used here");
+  const cpu::Isa isa = GENERATE(cpu::Isa::avx2, cpu::Isa::avx512_vnni);
+  if (!cpu::isa_available(isa)) {
+    WARN("no " << cpu::isa_name(isa) << " on this CPU: its blocked kernels are not used here");
     return;
   }
   struct Shape {
@@ -28,7 +29,7 @@ TEST_CASE("Blocked attention equals per-query attention bit for bit", "[kernels]
                                Shape{5, 1, 16});
   const bool f16 = GENERATE(false, true);
   const LayerAttention layer = GENERATE(LayerAttention{}, LayerAttention{100, 0.0f}, LayerAttention{600, 5.0f});
-  INFO("heads " << shape.heads << "/" << shape.kv_heads << ", head_dim " << shape.hd << (f16 ? ", f16" : ", float32")
+  INFO(cpu::isa_name(isa) << ", heads " << shape.heads << "/" << shape.kv_heads << ", head_dim " << shape.hd << (f16 ? ", f16" : ", float32")
                 << ", window " << layer.sliding_window << ", softcap " << layer.softcap);
   std::mt19937 rng(11 + static_cast<unsigned>(shape.heads * 7 + shape.hd));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -74,7 +75,7 @@ TEST_CASE("Blocked attention equals per-query attention bit for bit", "[kernels]
 
   cpu::ThreadPool pool(2);
   std::vector<float> blocked(q.size()), per_query(q.size());
-  cpu::paged_attention(q.data(), cache, plan, layer, blocked.data(), pool, cpu::Isa::avx512_vnni);
+  cpu::paged_attention(q.data(), cache, plan, layer, blocked.data(), pool, isa);
   cpu::paged_attention(q.data(), cache, plan, layer, per_query.data(), pool, cpu::Isa::portable);
   REQUIRE(std::all_of(blocked.begin(), blocked.end(), [](float x) { return std::isfinite(x); }));
   // memcmp, not ==: the same bits, signed zeros included.
@@ -91,7 +92,7 @@ TEST_CASE("Blocked attention equals per-query attention bit for bit", "[kernels]
   std::vector<float> q_one(q.begin() + static_cast<ptrdiff_t>(plan.q_start[5] * row),
                            q.begin() + static_cast<ptrdiff_t>((plan.q_start[5] + 1) * row));
   std::vector<float> a(row), b(row);
-  cpu::paged_attention(q_one.data(), cache, one, layer, a.data(), pool, cpu::Isa::avx512_vnni);
+  cpu::paged_attention(q_one.data(), cache, one, layer, a.data(), pool, isa);
   cpu::paged_attention(q_one.data(), cache, one, layer, b.data(), pool, cpu::Isa::portable);
   CHECK(std::memcmp(a.data(), b.data(), row * sizeof(float)) == 0);
   CHECK(std::memcmp(a.data(), blocked.data() + plan.q_start[5] * row, row * sizeof(float)) == 0);
