@@ -87,6 +87,7 @@ struct Y8 {
 
 inline __m256i and_(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
 inline __m256i or_(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
+inline __m256i add16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b); }
 inline __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
 inline __m256i sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
 inline __m256i mul32(__m256i a, __m256i b) { return _mm256_mullo_epi32(a, b); }
@@ -138,6 +139,7 @@ struct Z16 {
 
 inline __m512i and_(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
 inline __m512i or_(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
+inline __m512i add16(__m512i a, __m512i b) { return _mm512_add_epi16(a, b); }
 inline __m512i add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
 inline __m512i sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
 inline __m512i mul32(__m512i a, __m512i b) { return _mm512_mullo_epi32(a, b); }
@@ -197,12 +199,32 @@ struct XRow {
 };
 
 // dot[n] += dwords [K0, K1) of the chunk at value `at` (weights from
-// weight(k)) against x[n]. Wide: stored values up to 255 (Q8_0).
-// With fewer than 4 rows, odd dwords go to a second accumulator (added at
-// the end: integer sums, so the result is the same) for two independent
-// dependency chains.
-template <class L, class Dot, bool Wide, int N, int K0, int K1, class W>
+// weight(k), stored values at most MaxW) against x[n]. Wide: stored values
+// up to 255 (Q8_0).
+// Where the Dot policy multiplies bytes into int16 pairs first (AVX2's
+// vpmaddubsw), Dot::terms16(MaxW) of those pair sums are added in int16
+// before one widening to int32 (they cannot overflow: |pair| <= 2 * MaxW *
+// 127), which takes a third of the multiply-port work away for 4-bit
+// weights. Otherwise, with fewer than 4 rows, odd dwords go to a second
+// accumulator (added at the end) for two independent dependency chains.
+// Integer sums either way: every grouping gives the same result.
+template <class L, class Dot, bool Wide, int N, int K0, int K1, int MaxW, class W>
 ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I* dot) {
+  constexpr int terms = Wide ? 1 : Dot::terms16(MaxW);
+  if constexpr (terms > 1) {
+    typename L::I part[N];
+    unroll<K1 - K0>([&](auto i) __attribute__((always_inline)) {
+      constexpr int k = K0 + decltype(i)::value;
+      constexpr int pos = decltype(i)::value % terms;
+      const auto w = weight(std::integral_constant<int, k>{});
+      for (int n = 0; n < N; ++n) {
+        const auto prod = Dot::products16(w, L::set32(dword(x[n].q + at + 4 * k)));
+        part[n] = pos == 0 ? prod : add16(part[n], prod);
+        if (pos == terms - 1 || k == K1 - 1) dot[n] = add32(dot[n], Dot::widen16(part[n]));
+      }
+    });
+    return;
+  }
   constexpr bool split = N < 4;
   typename L::I odd[N];
   if constexpr (split) {
@@ -289,7 +311,7 @@ struct Block32 {
       // vector operations per block and activation row.
       I dot[N];
       for (int n = 0; n < N; ++n) dot[n] = offset<Dot> != 0 ? L::set32(x[n].start[j]) : L::zero();
-      chunk_dots<L, Dot, wide, N, 0, 8>(weight, x, 32 * j, dot);
+      chunk_dots<L, Dot, wide, N, 0, 8, (1 << Bits) - 1>(weight, x, 32 * j, dot);
       for (int n = 0; n < N; ++n) acc[n] = fma(to_float(dot[n]), mul(d, L::setf(x[n].d[j])), acc[n]);
     }
   }
@@ -332,7 +354,7 @@ struct KQuant {
       };
       I dot[N];
       for (int n = 0; n < N; ++n) dot[n] = L::zero();
-      chunk_dots<L, Dot, false, N, 0, 8>(weight, x, 256 * j + 32 * c, dot);
+      chunk_dots<L, Dot, false, N, 0, 8, (1 << Bits) - 1>(weight, x, 256 * j + 32 * c, dot);
       for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], mul32(dot[n], sc));
     };
     // With many rows, a rolled loop over the chunks: fully unrolled, the
@@ -387,8 +409,8 @@ struct Q6_K {
       };
       I first[N], second[N];  // the chunk's two 16-value sub-blocks
       for (int n = 0; n < N; ++n) first[n] = second[n] = L::zero();
-      chunk_dots<L, Dot, false, N, 0, 4>(weight, x, 256 * j + 32 * c, first);
-      chunk_dots<L, Dot, false, N, 4, 8>(weight, x, 256 * j + 32 * c, second);
+      chunk_dots<L, Dot, false, N, 0, 4, 63>(weight, x, 256 * j + 32 * c, first);
+      chunk_dots<L, Dot, false, N, 4, 8, 63>(weight, x, 256 * j + 32 * c, second);
       const I v = L::s8_i16(scales + 16 * c, next);
       const I sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
       for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], add32(mul32(first[n], sc0), mul32(second[n], sc1)));

@@ -22,6 +22,7 @@ bool cpu_has(Isa isa) {
     case Isa::portable: return true;
     case Isa::avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::avx_vnni: return cpu_has(Isa::avx2) && __builtin_cpu_supports("avxvnni");
     case Isa::avx512_vnni:
       return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
@@ -33,16 +34,16 @@ bool cpu_has(Isa isa) {
 }
 
 // The widest available ISA, or a narrower one named by ACTORLM_CPU_ISA
-// (portable, avx2, avx512_vnni) for comparisons; a name that is unknown or
-// not available here is ignored.
+// (portable, avx2, avx_vnni, avx512_vnni) for comparisons; a name that is
+// unknown or not available here is ignored.
 Isa detect() {
   Isa best = Isa::portable;
-  for (Isa isa : {Isa::avx2, Isa::avx512_vnni}) {
+  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni}) {
     if (cpu_has(isa)) best = isa;
   }
   if (const char* env = std::getenv("ACTORLM_CPU_ISA")) {
-    for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512_vnni}) {
-      if (std::string_view(env) == isa_name(isa) && cpu_has(isa) && isa <= best) return isa;
+    for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni}) {
+      if (std::string_view(env) == isa_name(isa) && cpu_has(isa)) return isa;
     }
   }
   return best;
@@ -246,6 +247,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::portable: return "portable";
     case Isa::avx2: return "avx2";
+    case Isa::avx_vnni: return "avx_vnni";
     case Isa::avx512_vnni: return "avx512_vnni";
   }
   return "?";
@@ -327,6 +329,7 @@ void matmul_rows(const MatrixView& w, const Activations& x, float* out, int64_t 
   if (w.packed != nullptr && x.scheme != ActivationScheme::none) {
     const auto& packed = *static_cast<const PackedMatrix*>(w.packed);
     if (isa == Isa::avx512_vnni && integer_matmul_avx512_vnni(packed, x, out, begin, end, accumulate)) return;
+    if (isa == Isa::avx_vnni && integer_matmul_avx_vnni(packed, x, out, begin, end, accumulate)) return;
     if (isa == Isa::avx2 && integer_matmul_avx2(packed, x, out, begin, end, accumulate)) return;
   }
 #endif

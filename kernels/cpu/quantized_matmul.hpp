@@ -18,7 +18,8 @@
 // rounded per block (|x~_j - x_j| <= about d / 2).
 //
 // Which code runs is chosen at run time from CPUID: AVX-512 VNNI (vpdpbusd
-// on 256-bit vectors) or AVX2 (vpmaddubsw + vpmaddwd) over the matrix packed
+// on 512-bit vectors), AVX-VNNI (the same instruction VEX-encoded, on 256-bit
+// vectors) or AVX2 (vpmaddubsw + vpmaddwd) over the matrix packed
 // into 8-row tiles (packed_matrix.hpp, MatrixView::packed), or portable C++
 // that dequantizes a row and multiplies in float. Every output element is
 // computed by the same operations whatever the number of x rows and whatever
@@ -35,7 +36,9 @@ namespace actorlm::cpu {
 
 inline constexpr int64_t block_values = 32;
 
-enum class Isa { portable, avx2, avx512_vnni };
+// From narrowest to widest. AVX-VNNI and AVX-512 VNNI are separate
+// extensions (Zen 4 has the second only, Alder Lake the first only).
+enum class Isa { portable, avx2, avx_vnni, avx512_vnni };
 const char* isa_name(Isa isa);
 // The widest ISA this CPU runs and this build compiled.
 Isa best_isa();

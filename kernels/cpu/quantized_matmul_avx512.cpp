@@ -22,6 +22,7 @@ struct VnniDot {
   // vpdpbusd takes unsigned bytes up to 255, so Q8_0's stored w + 128 goes
   // in as it is and its offset is taken away by the dots' starting value.
   static constexpr bool wide_includes_offset = true;
+  static constexpr int terms16(int) { return 1; }  // one instruction per dword already
   static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
   static __m256i dot_wide(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
   static __m512i dot(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }

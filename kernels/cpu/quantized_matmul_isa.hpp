@@ -11,6 +11,8 @@ namespace actorlm::cpu {
 
 bool integer_matmul_avx2(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                          bool accumulate);
+bool integer_matmul_avx_vnni(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
+                             bool accumulate);
 bool integer_matmul_avx512_vnni(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                                 bool accumulate);
 

@@ -39,7 +39,7 @@ constexpr GgmlType all_types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0
 
 std::vector<cpu::Isa> available_isas() {
   std::vector<cpu::Isa> out;
-  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512_vnni}) {
+  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx_vnni, cpu::Isa::avx512_vnni}) {
     if (cpu::isa_available(isa)) out.push_back(isa);
   }
   return out;
@@ -326,10 +326,11 @@ TEST_CASE("A token's product is bit for bit the same alone, in a batch, under an
   }
 }
 
-TEST_CASE("The AVX2 and AVX-512 kernels give the same bits, in tile pairs and single tiles",
+TEST_CASE("The AVX2, AVX-VNNI and AVX-512 kernels give the same bits, in tile pairs and single tiles",
           "[kernels][quantized]") {
-  if (!cpu::isa_available(cpu::Isa::avx512_vnni)) {
-    WARN("this CPU has no AVX-512 VNNI: nothing to compare");
+  const cpu::Isa isa = GENERATE(cpu::Isa::avx_vnni, cpu::Isa::avx512_vnni);
+  if (!cpu::isa_available(isa)) {
+    WARN("this CPU has no " << cpu::isa_name(isa) << ": nothing to compare with AVX2");
     return;
   }
   std::mt19937 rng(15);
@@ -339,13 +340,14 @@ TEST_CASE("The AVX2 and AVX-512 kernels give the same bits, in tile pairs and si
     // start on an odd tile, then a last tile with one row.
     for (auto [rows, begin] : {std::pair<int64_t, int64_t>{37, 0}, {577, 8}}) {
       for (int64_t tokens : {1, 3, 11}) {
-        INFO(ggml_type_name(t) << " " << rows << " rows from " << begin << ", " << tokens << " x rows");
+        INFO(cpu::isa_name(isa) << ": " << ggml_type_name(t) << " " << rows << " rows from " << begin << ", " << tokens
+                                << " x rows");
         Matrix m = random_matrix(t, rows, 512, rng);
         V x = random_x(tokens * 512, rng);
         cpu::Activations a = prepare(x, tokens, 512, t);
         V narrow(static_cast<size_t>(tokens * rows), 0.5f), wide = narrow;
         cpu::matmul_rows(m.view(), a, narrow.data(), begin, rows, true, cpu::Isa::avx2);
-        cpu::matmul_rows(m.view(), a, wide.data(), begin, rows, true, cpu::Isa::avx512_vnni);
+        cpu::matmul_rows(m.view(), a, wide.data(), begin, rows, true, isa);
         REQUIRE(std::memcmp(narrow.data(), wide.data(), narrow.size() * sizeof(float)) == 0);
         // And the rows before `begin` were left alone.
         REQUIRE(std::all_of(wide.begin(), wide.begin() + begin, [](float v) { return v == 0.5f; }));
