@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-CUDA_LIB = re.compile(r"/(libcuda|libcudart|libcublas|libcublasLt|libnvrtc|libnvJitLink|libactorlm_cuda)[^/]*\.so")
+CUDA_LIB = re.compile(r"\S*/(libcuda|libcudart|libcublas|libcublasLt|libnvrtc|libnvJitLink|libactorlm_cuda)[^/\s]*\.so[^/\s]*")
 PROMPT = ["run", "--raw", "--max-tokens", "8", "-p", "The capital of France is"]
 
 
