@@ -16,9 +16,9 @@
 #include <chrono>
 #include <utility>
 
+#include "actors/actor_worker.hpp"
 #include "actors/wire.hpp"
 #include "scheduler/kv_service.hpp"
-#include "scheduler/worker.hpp"
 
 namespace actorlm {
 
@@ -52,28 +52,6 @@ class ActorKvService final : public KvService {
   int64_t round_trips_ = 0;
   bool record_evictions_ = false;
   std::vector<RadixCache::EvictedPath> evicted_;
-};
-
-// Worker over the worker actor: one ForwardBatch message per call.
-class ActorWorker final : public Worker {
- public:
-  ActorWorker(caf::blocking_actor* self, caf::actor worker,
-              std::chrono::milliseconds timeout = std::chrono::seconds(120));
-  std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override;
-  std::vector<uint8_t> read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) override;
-  void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
-                std::span<const uint8_t> data) override;
-
- private:
-  // One KvRowsRequest to the worker actor (kv_read_atom or kv_write_atom).
-  template <class Atom>
-  std::vector<uint8_t> copy_rows(Atom atom, std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
-                                 std::span<const uint8_t> data);
-
-  caf::blocking_actor* self_;
-  caf::actor worker_;
-  std::chrono::milliseconds timeout_;
-  uint64_t next_batch_ = 1;
 };
 
 }  // namespace actorlm

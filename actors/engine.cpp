@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "actors/actor_kv_service.hpp"
 #include "actors/detokenizer_actor.hpp"
 #include "actors/engine_core.hpp"
 #include "actors/stream_messages.hpp"
@@ -28,6 +29,8 @@ struct Engine::Impl {
   bool counts_nodes = false;
   ToolFormat tool_format = ToolFormat::generic;
   std::function<void()> stop;
+  std::shared_ptr<StatsBoard> board;  // see EngineParts::board
+  caf::actor pool, radix;
   explicit Impl(caf::actor_system& s) : system(s) {}
 };
 
@@ -45,6 +48,9 @@ EngineParts local_parts(caf::actor_system& system, const EngineConfig& config) {
   p.kv_tokens = core.kv_tokens;
   p.max_context = core.max_context;
   p.constraints = core.constraints;
+  p.board = core.board;
+  p.pool = core.pool;
+  p.radix = core.radix;
   p.stop = [core] { stop_engine_core(core); };
   return p;
 }
@@ -65,6 +71,9 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.max_context = parts.max_context;
   m.counts_nodes = parts.counts_nodes;
   m.stop = std::move(parts.stop);
+  m.board = std::move(parts.board);
+  m.pool = std::move(parts.pool);
+  m.radix = std::move(parts.radix);
   caf::anon_send(m.detokenizer, m.scheduler);
   m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content,
                                 config.chat_template, std::move(parts.constraints));
@@ -239,9 +248,32 @@ std::pair<int, int> Engine::nodes_joined() {
   return out;
 }
 
+std::string Engine::worker_lost() const { return impl_->board ? impl_->board->read().worker_lost : std::string(); }
+bool Engine::counts_nodes() const { return impl_->counts_nodes; }
+
 EngineStatsSnapshot Engine::stats(bool self_check) {
   caf::scoped_actor self{impl_->system};
   EngineStatsSnapshot out;
+  if (impl_->board && impl_->pool && impl_->radix && !self_check) {
+    const SchedulerFigures f = impl_->board->read();
+    out.running = f.running;
+    out.waiting = f.waiting;
+    out.scheduler = f.stats;
+    out.host = f.host;
+    out.storage = f.storage;
+    out.worker_lost = f.worker_lost;
+    out.seconds_per_prefill_token = f.seconds_per_prefill_token;
+    out.seconds_per_decode_row = f.seconds_per_decode_row;
+    // The managers answer between the scheduler's messages: milliseconds,
+    // whatever the worker computes.
+    try {
+      ActorKvService kv(self.ptr(), impl_->pool, impl_->radix, std::chrono::seconds(1));
+      out.kv = kv.usage();
+    } catch (const std::exception& e) {
+      out.invariant_error = std::string("stats unavailable: ") + e.what();
+    }
+    return out;
+  }
   fb::StatsRequestT q;
   q.self_check = self_check;
   self->request(impl_->scheduler, std::chrono::seconds(30), stats_atom::value, WireMessage{msg::pack(q)})

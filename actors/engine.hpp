@@ -13,6 +13,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "kernels/sampling_params.hpp"
 #include "model/llama_weights.hpp"
 #include "scheduler/scheduler.hpp"
+#include "scheduler/stats_board.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/tool_calls.hpp"
@@ -59,6 +61,10 @@ struct EngineConfig {
   HiCacheWritePolicy hicache_write_policy = HiCacheWritePolicy::write_through;
   std::string hicache_storage_dir;
   int64_t hicache_storage_bytes = 16ll << 30;
+  // How long the worker may go without a heartbeat or a result before it is
+  // lost and its requests fail (--worker-timeout). Never how long a step
+  // takes: the worker beats every quarter of this while it computes.
+  std::chrono::milliseconds worker_silence_timeout{30'000};
 };
 
 struct GenerateOptions {
@@ -140,6 +146,11 @@ struct EngineStatsSnapshot {
   std::vector<NodeStatsSnapshot> nodes;  // a cluster head's nodes (summed above)
   KvHostStats host;                      // the host tier's (all zero without one)
   KvDiskStats storage;                   // the disk tier's (all zero without one)
+  // Why the worker is gone for good; empty while it serves (and for engines
+  // whose scheduler is not in this process).
+  std::string worker_lost;
+  // The step time budget's estimates (--max-step-ms); 0 until measured.
+  double seconds_per_prefill_token = 0, seconds_per_decode_row = 0;
 };
 
 // What an Engine puts its tokenizer and detokenizer in front of when it does
@@ -160,6 +171,10 @@ struct EngineParts {
   // (grammars are then compiled before requests reach it); may be null.
   std::shared_ptr<ConstraintCompiler> constraints;
   std::function<void()> stop;  // stops what the parts own; called once, by ~Engine
+  // A scheduler of this process: its published figures and its KV managers,
+  // so that stats() never waits for a step. Null: stats() asks `scheduler`.
+  std::shared_ptr<StatsBoard> board;
+  caf::actor pool, radix;
 };
 
 class Engine {
@@ -201,7 +216,16 @@ class Engine {
   // scheduler does not know (yet) is ignored.
   void abort(uint64_t request_id);
   // self_check: also verify the KV pool invariant (meaningful when idle).
+  // Without self_check a local engine answers from the figures its
+  // scheduler published after its last step and from the KV managers,
+  // within a second whatever the worker is computing; with it (and for a
+  // cluster head) the scheduler answers between steps.
   EngineStatsSnapshot stats(bool self_check = false);
+  // Why the worker is gone for good ("" while it serves, or when this
+  // process does not run the scheduler). Never waits.
+  std::string worker_lost() const;
+  // Whether this engine counts cluster nodes (nodes_joined() asks a router).
+  bool counts_nodes() const;
   // A head over engine nodes: how many nodes are joined now, of how many.
   // Asks the head's router only (no node is asked, so a hung node cannot
   // slow it down). {0, 0} unless the parts count nodes.

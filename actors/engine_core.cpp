@@ -53,8 +53,9 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
 }
 
 EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, SchedulerConfig sc, caf::actor worker,
-                          caf::actor sink) {
+                          caf::actor sink, WorkerLiveness liveness) {
   EngineCore core;
+  core.board = std::make_shared<StatsBoard>();
   sc.max_context = kv.max_context_len;
   core.max_context = kv.max_context_len;
   core.kv_tokens = kv.capacity_tokens;
@@ -62,7 +63,7 @@ EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, Sc
   core.pool = spawn_pool_manager(system, kv);
   core.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache);
   core.worker = std::move(worker);
-  core.scheduler = spawn_scheduler(system, sc, core.pool, core.radix, core.worker, std::move(sink));
+  core.scheduler = spawn_scheduler(system, sc, core.pool, core.radix, core.worker, std::move(sink), liveness, core.board);
   return core;
 }
 
@@ -114,7 +115,9 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
       throw;
     }
   }
-  EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink));
+  // This process's own worker actor: it beats while it computes.
+  const WorkerLiveness liveness{.heartbeats = true, .silence = config.worker_silence_timeout};
+  EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink), liveness);
   core.model = w.model;
   core.device = w.device;
   core.kv_dtype = w.kv_dtype;

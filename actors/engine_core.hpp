@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/actor_worker.hpp"
 #include "actors/engine.hpp"
 #include "grammar/token_bytes.hpp"
 #include "kvstore/kv_store.hpp"
@@ -30,6 +31,8 @@ struct EngineCore {
   // (what a KV transfer moves, cluster/kv_transfer.hpp).
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
+  // The scheduler's figures after each step (scheduler/stats_board.hpp).
+  std::shared_ptr<StatsBoard> board;
 };
 
 // A worker alone: the weights and KV tensors, sized as `kv` says (a worker
@@ -67,9 +70,12 @@ inline constexpr int32_t kDiskBlockTokens = 64;
 WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok);
 
 // The managers and the scheduler over an existing worker (local or remote)
-// whose KV pool `kv` describes.
+// whose KV pool `kv` describes. `liveness`: how the scheduler tells a slow
+// step from a lost worker; the default suits a link to a worker node,
+// which sends no heartbeats and fails forwards itself when the node goes.
 EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, SchedulerConfig sc, caf::actor worker,
-                          caf::actor sink);
+                          caf::actor sink,
+                          WorkerLiveness liveness = {.heartbeats = false, .silence = std::chrono::milliseconds(0)});
 
 // Stops the four actors (the scheduler finishes its current step first).
 void stop_engine_core(const EngineCore& core);

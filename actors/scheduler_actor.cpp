@@ -41,9 +41,9 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
 }
 
 void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor pool, caf::actor radix,
-                     caf::actor worker, caf::actor sink) {
+                     caf::actor worker, caf::actor sink, WorkerLiveness liveness, std::shared_ptr<StatsBoard> board) {
   ActorKvService kv(self, pool, radix);
-  ActorWorker w(self, worker);
+  ActorWorker w(self, worker, liveness);
   Scheduler sched(cfg, kv, w);
   bool running = true;
   std::vector<TokenEvent> rejected;
@@ -159,27 +159,52 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     if (auto id = handoff_id(in)) sched.release(*id);
   };
   auto on_shutdown = [&](shutdown_atom) { running = false; };
+  // Between steps: the worker's down message (it is lost: the next step
+  // fails at once), and what belongs to a step already given up on.
+  auto on_down = [&](caf::down_msg& d) { w.on_down(d); };
+  auto on_late_done = [](step_done_atom, uint64_t, WireMessage&) {};
+  auto on_late_failure = [](step_failed_atom, uint64_t, caf::error&) {};
+  auto on_late_beat = [](heartbeat_atom, uint64_t) {};
+  auto publish = [&] {
+    if (board) board->publish(figures_of(sched, cfg, w.lost()));
+  };
+  publish();
   while (running) {
     if (sched.idle() && rejected.empty()) {
       self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate, on_cancel,
-                    on_release);
+                    on_release, on_down, on_late_done, on_late_failure, on_late_beat);
     }
     for (bool more = true; more && running;) {
       self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate,
-                    on_cancel, on_release, caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+                    on_cancel, on_release, on_down, on_late_done, on_late_failure, on_late_beat,
+                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
     }
     if (!running) break;
     std::vector<TokenEvent> events = std::move(rejected);
     rejected.clear();
+    auto fail_all = [&](const std::string& why, ErrorKind kind) {
+      auto failed = sched.fail_all("engine failure: " + why, kind);
+      events.insert(events.end(), failed.begin(), failed.end());
+    };
     try {
-      auto stepped = sched.step();
-      events.insert(events.end(), stepped.begin(), stepped.end());
+      if (!w.lost().empty()) {
+        // Nothing can run: every request is answered now, not after a wait.
+        fail_all("worker lost: " + w.lost(), ErrorKind::unavailable);
+      } else {
+        auto stepped = sched.step();
+        events.insert(events.end(), stepped.begin(), stepped.end());
+      }
+    } catch (const WorkerLost& e) {
+      std::fprintf(stderr, "actorlm scheduler: %s; every request fails from now on\n", e.what());
+      fail_all(e.what(), ErrorKind::unavailable);
     } catch (const std::exception& e) {
       // Nothing may hang: every request in flight ends with the error.
       std::fprintf(stderr, "actorlm scheduler: step failed: %s\n", e.what());
-      auto failed = sched.fail_all(std::string("engine failure: ") + e.what());
-      events.insert(events.end(), failed.begin(), failed.end());
+      fail_all(e.what(), ErrorKind::internal);
     }
+    // Published before the events go out, so a client that has its answer
+    // reads figures that include it.
+    publish();
     if (!events.empty()) self->send(sink, stream_atom::value, WireMessage{token_stream(events)});
   }
 }
@@ -187,9 +212,10 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
 }  // namespace
 
 caf::actor spawn_scheduler(caf::actor_system& system, SchedulerConfig config, caf::actor pool, caf::actor radix,
-                           caf::actor worker, caf::actor sink) {
+                           caf::actor worker, caf::actor sink, WorkerLiveness liveness,
+                           std::shared_ptr<StatsBoard> board) {
   return system.spawn<caf::detached>(scheduler_actor, config, std::move(pool), std::move(radix), std::move(worker),
-                                     std::move(sink));
+                                     std::move(sink), liveness, std::move(board));
 }
 
 }  // namespace actorlm

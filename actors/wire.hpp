@@ -22,6 +22,14 @@ typename Inspector::result_type inspect(Inspector& f, WireMessage& x) {
 }
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+// Liveness of a step (actors/actor_worker.hpp, ActorWorker): the worker
+// sends (heartbeat_atom, batch id) while it computes a batch whose sender
+// asked for beats; the scheduler's relay hands it a step's outcome as
+// (step_done_atom, batch id, WireMessage{BatchResult}) or (step_failed_atom,
+// batch id, caf::error).
+using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
+using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
+using step_failed_atom = caf::atom_constant<caf::atom("stepfail")>;
 // Requests to the radix-cache and memory-pool managers; the message kind in
 // the envelope says which operation.
 using kv_atom = caf::atom_constant<caf::atom("kv")>;

@@ -1,17 +1,51 @@
 #include "actors/worker_actor.hpp"
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 #include "actors/forward_codec.hpp"
+#include "actors/heartbeat.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 
 namespace actorlm {
 namespace {
 
+// ACTORLM_TEST_ONLY_WORKER_FAULT (see the header).
+struct TestFault {
+  enum class Kind { none, hang, exit } kind = Kind::none;
+  int64_t at_forward = 0;
+};
+
+TestFault test_fault_from_env() {
+  const char* v = std::getenv("ACTORLM_TEST_ONLY_WORKER_FAULT");
+  if (!v) return {};
+  const std::string s(v);
+  const auto at = s.find('@');
+  TestFault f;
+  if (at != std::string::npos) f.at_forward = std::strtoll(s.c_str() + at + 1, nullptr, 10);
+  const std::string kind = s.substr(0, at);
+  f.kind = kind == "hang" ? TestFault::Kind::hang : kind == "exit" ? TestFault::Kind::exit : TestFault::Kind::none;
+  if (f.kind == TestFault::Kind::none || f.at_forward < 1) {
+    std::fprintf(stderr, "actorlm worker: ignoring ACTORLM_TEST_ONLY_WORKER_FAULT=%s (want hang@N or exit@N)\n", v);
+    return {};
+  }
+  std::fprintf(stderr, "actorlm worker: TEST FAULT armed: %s\n", v);
+  return f;
+}
+
 struct WorkerState {
   std::shared_ptr<ModelRunner> runner;
+  // Declared after the runner: destroyed (joined) first, so no beat
+  // outlives what it reports on.
+  std::unique_ptr<Heartbeat> heartbeat;
+  TestFault fault;
+  int64_t forwards = 0;
   static inline const char* name = "actorlm.worker";
 };
 
@@ -56,8 +90,30 @@ WireMessage copy_kv(ModelRunner& runner, const WireMessage& in, bool write) {
 
 caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<ModelRunner> runner) {
   self->state.runner = std::move(runner);
+  self->state.fault = test_fault_from_env();
   return {
       [self](forward_atom, const WireMessage& in) -> WireMessage { return run_batch(*self->state.runner, in); },
+      [self](forward_atom, uint64_t id, const WireMessage& in, const caf::actor& reply_to, int32_t interval_ms) {
+        auto& st = self->state;
+        ++st.forwards;
+        if (st.fault.kind != TestFault::Kind::none && st.forwards == st.fault.at_forward) {
+          if (st.fault.kind == TestFault::Kind::exit) {
+            std::fprintf(stderr, "actorlm worker: TEST FAULT: exiting at forward %lld\n",
+                         static_cast<long long>(st.forwards));
+            return self->quit(caf::exit_reason::user_shutdown);
+          }
+          std::fprintf(stderr, "actorlm worker: TEST FAULT: silent from forward %lld\n",
+                       static_cast<long long>(st.forwards));
+          std::this_thread::sleep_for(std::chrono::hours(1));
+        }
+        if (!st.heartbeat) st.heartbeat = std::make_unique<Heartbeat>();
+        Heartbeat& hb = *st.heartbeat;
+        const auto interval = std::chrono::milliseconds(std::max(interval_ms, 1));
+        hb.begin(interval, [reply_to, id] { caf::anon_send(reply_to, heartbeat_atom::value, id); });
+        WireMessage out = run_batch(*st.runner, in);
+        hb.end();
+        self->send(reply_to, step_done_atom::value, id, std::move(out));
+      },
       [self](kv_read_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, false); },
       [self](kv_write_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, true); },
   };

@@ -15,7 +15,7 @@ const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
                        "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
                        "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
-                       "--hicache-storage-gb"});
+                       "--hicache-storage-gb", "--max-step-ms", "--worker-timeout"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -31,6 +31,14 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   ec.scheduler.max_prefill_tokens = static_cast<int32_t>(args.integer("--max-prefill-tokens", 4096, 16, 1 << 20));
   ec.scheduler.chunked_prefill_size = static_cast<int32_t>(args.integer("--chunked-prefill-size", 512, 0, 1 << 20));
   ec.scheduler.max_context = static_cast<int32_t>(args.integer("--context-length", 0, 0, 1 << 22));
+  // The time one step should take: prefill is cut to what the measured cost
+  // per token fits (0: token limits only). Two seconds keeps a slow model
+  // from holding running streams for minutes in one step, and is long
+  // enough that a step's fixed costs stay small beside its work.
+  ec.scheduler.max_step_seconds = double(args.integer("--max-step-ms", 2000, 0, 3'600'000)) / 1000.0;
+  // Silence (no heartbeat, no result) after which the worker is lost.
+  ec.worker_silence_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(args.number("--worker-timeout", 30.0, 0.05, 86400) * 1000));
   std::string policy = args.str("--schedule-policy").value_or("lpm");
   if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
   ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;

@@ -2,7 +2,10 @@
 // The engine flags that serve and node share (named as SGLang names them):
 // --model, --threads, --kv-tokens, --page-size, --max-running-requests,
 // --max-prefill-tokens, --chunked-prefill-size, --schedule-policy,
-// --context-length, --disable-radix-cache, and the device flags.
+// --context-length, --disable-radix-cache, and the device flags; and
+// --max-step-ms (a step's time budget, default 2000, 0: none) and
+// --worker-timeout (seconds without a heartbeat before the worker is lost,
+// default 30).
 
 #include <set>
 #include <string>

@@ -28,6 +28,8 @@ constexpr const char* usage =
     "lpm|fcfs]\n"
     "                     [--context-length N] [--disable-radix-cache] "
     "[--special-tokens-in-content]\n"
+    "                     [--max-step-ms 2000]  (a step's time budget: prefill is cut to fit it; 0: none)\n"
+    "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
     "auto|f16|bf16]\n"
     "                     [--hicache-size GB] [--hicache-dtype same|f16|q8_0]  (KV the pool lets go kept in RAM)\n"
@@ -64,6 +66,10 @@ void raise_fd_limit() {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
 }
+
+// After the drain deadline: the drain's own close of lingering connections
+// (5 s) and the engine's teardown.
+constexpr std::chrono::seconds kTeardownMargin{10};
 
 int signal_pipe[2] = {-1, -1};
 void on_signal(int sig) {
@@ -149,6 +155,17 @@ int serve_command(int argc, char** argv, int first) {
         "actorlm serve: signal %d, draining (up to %.1f s); a second signal exits at once\n", sig,
         std::chrono::duration<double>(timeout).count());
     server.shutdown();
+    // The backstop: whatever the engine is doing (a step that will not end,
+    // a worker that hangs), the process is gone shortly after the drain's
+    // deadline. Streams were ended with `abort` at the deadline; the margin
+    // lets the ordinary teardown (which waits for the current step, itself
+    // bounded by --max-step-ms) finish first.
+    std::thread([timeout] {
+      std::this_thread::sleep_for(timeout + kTeardownMargin);
+      std::fprintf(stderr, "actorlm serve: the engine did not stop within %.1f s of the drain deadline; exiting\n",
+                   std::chrono::duration<double>(kTeardownMargin).count());
+      std::_Exit(0);
+    }).detach();
     if (read(signal_pipe[0], &sig, 1) == 1) {
       std::fprintf(stderr, "actorlm serve: second signal, exiting now\n");
       std::_Exit(0);

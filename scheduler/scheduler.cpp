@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -19,8 +20,13 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker)
-    : config_(config), kv_(kv), worker_(worker) {
+    : config_(config), kv_(kv), worker_(worker), budget_(StepBudgetConfig{.target_seconds = config.max_step_seconds}) {
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) kv_.record_evictions(true);
+}
+
+double Scheduler::now() const {
+  if (config_.clock) return config_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool Scheduler::extend(std::span<RequestKv* const> kvs, std::span<const std::vector<int32_t>> tokens) {
@@ -256,6 +262,11 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
       std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; })) {
     budget = std::min<int64_t>(budget, config_.chunked_prefill_size);
   }
+  // The time budget: no more prompt tokens than fit beside the decode rows
+  // in --max-step-ms at the measured cost. Chunks are cut smaller, never
+  // differently computed, so outputs stay what they would be.
+  const auto decoding = std::count_if(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
+  if (auto fits = budget_.prefill_tokens(decoding)) budget = std::min(budget, *fits);
   auto chunk_of = [&](size_t remaining) {
     size_t n = remaining;
     if (config_.chunked_prefill_size > 0) n = std::min(n, static_cast<size_t>(config_.chunked_prefill_size));
@@ -430,7 +441,7 @@ void Scheduler::add_decodes(std::vector<Planned>& plan) {
   plan.insert(plan.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
 }
 
-std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
+std::vector<TokenEvent> Scheduler::fail_all(const std::string& error, ErrorKind kind) {
   std::vector<TokenEvent> events;
   for (auto& r : held_) running_.push_back(std::move(r));
   for (auto& r : reserved_) running_.push_back(std::move(r));
@@ -447,14 +458,14 @@ std::vector<TokenEvent> Scheduler::fail_all(const std::string& error) {
     TokenEvent e = event_for(r.req);
     e.finish = FinishReason::error;
     e.error = error;
-    e.error_kind = ErrorKind::internal;
+    e.error_kind = kind;
     events.push_back(std::move(e));
   }
   for (const auto& w : waiting_) {
     TokenEvent e = event_for(w);
     e.finish = FinishReason::error;
     e.error = error;
-    e.error_kind = ErrorKind::internal;
+    e.error_kind = kind;
     events.push_back(std::move(e));
   }
   stats_.aborted += static_cast<int64_t>(events.size());
@@ -540,7 +551,11 @@ std::vector<TokenEvent> Scheduler::step() {
       sampling.back().allowed = mask;
     }
   }
+  int64_t prefill_tokens = 0, decode_rows = 0;
+  for (const auto& p : plan) (p.run->decoding ? decode_rows : prefill_tokens) += static_cast<int64_t>(p.tokens.size());
+  const double started = now();
   std::vector<SampleResult> results = worker_.run(batch, sampling);
+  budget_.observe(prefill_tokens, decode_rows, now() - started);
 
   std::vector<RequestKv*> to_cache;
   std::vector<uint64_t> done, hold;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "scheduler/kv_service.hpp"
 #include "scheduler/kv_tiers.hpp"
 #include "scheduler/request.hpp"
+#include "scheduler/step_budget.hpp"
 #include "scheduler/worker.hpp"
 
 namespace actorlm {
@@ -49,6 +51,14 @@ struct SchedulerConfig {
   // prompt loads what they have beyond its cached prefix instead of
   // computing it; they are fed as the tiers' write policy says.
   std::shared_ptr<KvTiers> tiers;
+  // The time one step should take (--max-step-ms), in seconds; 0: no time
+  // budget. A prefill step then carries no more prompt tokens than the
+  // measured cost per token says fit (scheduler/step_budget.hpp), so that a
+  // slow model never holds the running streams for minutes in one step.
+  double max_step_seconds = 0;
+  // Seconds on a monotonic clock, for timing steps; null: steady_clock.
+  // Tests pass a clock their fake worker advances.
+  std::function<double()> clock;
 };
 
 // What happened to a request in one step.
@@ -122,12 +132,15 @@ class Scheduler {
   size_t reserved_count() const { return reserved_.size(); }
   // Ends every request with an error (after a step failed): each gets a final
   // event, and what they hold is released as far as the KV service still
-  // answers.
-  std::vector<TokenEvent> fail_all(const std::string& error);
+  // answers. `kind`: internal for a failed step, unavailable for a worker
+  // lost for good (the client may retry elsewhere).
+  std::vector<TokenEvent> fail_all(const std::string& error, ErrorKind kind = ErrorKind::internal);
   bool idle() const { return waiting_.empty() && running_.empty() && pending_.empty(); }
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }
+  // What the step time budget has measured (empty estimates without one).
+  const StepBudget& step_budget() const { return budget_; }
   // The KV of every running request, i.e. of every request holding a slot
   // and locks between steps (held and reserved ones included): what the KV
   // self-check ties the locks to.
@@ -171,9 +184,12 @@ class Scheduler {
   // complete structured output ends it whatever ignore_eos says.
   FinishReason stop_reason(const Request& q, bool constraint_done) const;
 
+  double now() const;
+
   SchedulerConfig config_;
   KvService& kv_;
   Worker& worker_;
+  StepBudget budget_;
   std::deque<Request> waiting_;
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step
   std::deque<Running> held_, reserved_;  // disaggregation: KV kept for a transfer, or awaiting one

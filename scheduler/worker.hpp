@@ -13,6 +13,14 @@
 
 namespace actorlm {
 
+// Thrown by Worker::run when the worker is gone for good (its actor ended,
+// or it fell silent past the liveness deadline), as opposed to a step that
+// failed: no later step can run either.
+class WorkerLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Worker {
  public:
   virtual ~Worker() = default;

@@ -72,7 +72,9 @@ struct HttpServer::Impl final : http::RequestHandler {
   asio::io_context ioc;
   asio::ip::tcp::acceptor acceptor{ioc};
   asio::steady_timer drain_timer{ioc}, poll_timer{ioc};
-  asio::thread_pool blocking{2};  // /metrics and /nodes ask the engine and wait
+  // /metrics and /nodes ask the engine (a local engine answers from its
+  // published figures; a cluster head asks its nodes and may wait).
+  asio::thread_pool blocking{2};
   std::atomic<int> port{0};
   std::atomic<bool> draining{false};
   std::atomic<int64_t> connections_dropped{0};
@@ -141,6 +143,15 @@ struct HttpServer::Impl final : http::RequestHandler {
             {200, "application/javascript; charset=utf-8", chat_page_js, page_headers});
       case RouteId::health:
         if (draining) return c->respond(http::Response::json(503, R"({"status":"shutting down"})"));
+        // A worker lost for good fails every request: a supervisor should
+        // restart this process.
+        if (auto lost = engine.worker_lost(); !lost.empty()) {
+          return c->respond(http::Response::json(503, json{{"status", "worker lost: " + lost}}.dump()));
+        }
+        // Answered here, never behind anything that waits for the engine
+        // (/metrics on the blocking pool): a probe must not time out because
+        // a long prompt is being prefilled.
+        if (!engine.counts_nodes()) return c->respond(http::Response::json(200, R"({"status":"ok"})"));
         // A cluster head with no node joined cannot serve anything: a load
         // balancer in front should see that.
         return asio::post(blocking, [this, c] {

@@ -26,6 +26,16 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          "KV rows held by running requests through the cache.", double(st.kv.protected_));
   metric("actorlm_request_slots_free", "gauge", "Request slots (req_to_token rows) free.",
          st.kv.free_slots);
+  metric("actorlm_prefill_steps_total", "counter", "Steps that prefilled (decode rows may ride along).",
+         double(st.scheduler.prefill_steps));
+  metric("actorlm_decode_steps_total", "counter", "Steps that only decoded.", double(st.scheduler.decode_steps));
+  metric("actorlm_worker_up", "gauge", "1 while the worker serves; 0 once it is lost for good (every request fails).",
+         st.worker_lost.empty() ? 1 : 0);
+  metric("actorlm_prefill_token_seconds", "gauge",
+         "Measured seconds per prefill token, which sizes steps under --max-step-ms (0: not measured).",
+         st.seconds_per_prefill_token);
+  metric("actorlm_decode_row_seconds", "gauge",
+         "Measured seconds per decoded row of a step (0: not measured).", st.seconds_per_decode_row);
   if (st.host.capacity_bytes > 0) {
     metric("actorlm_hicache_host_hit_tokens_total", "counter",
            "Prompt tokens loaded from the host tier of the KV cache instead of computed.",

@@ -89,10 +89,10 @@ std::shared_ptr<ModelRunner> make_runner(bool cuda, int64_t tokens, int32_t page
   return std::make_shared<ModelRunner>(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2), rc);
 }
 
-// How long the scheduler waits for a manager or worker reply. The actors'
-// default, 120 s, is far beyond a step here, but ThreadSanitizer makes the
-// real model's forward pass 10-20x slower: scripts/tsan.sh raises it with
-// ACTORLM_TEST_REPLY_TIMEOUT_S.
+// How long the scheduler waits for a manager reply, and for a word from the
+// worker (a beat or a result). 120 s is far beyond a step here, but
+// ThreadSanitizer makes everything 10-20x slower: scripts/tsan.sh raises it
+// with ACTORLM_TEST_REPLY_TIMEOUT_S.
 std::chrono::milliseconds reply_timeout() {
   const char* s = std::getenv("ACTORLM_TEST_REPLY_TIMEOUT_S");
   const long v = s ? std::strtol(s, nullptr, 10) : 0;
@@ -115,7 +115,7 @@ struct ActorEngine {
         radix(spawn_radix_manager(system, page, false)),
         worker(spawn_worker(system, make_runner(cuda, tokens, page))),
         kv_service(self.ptr(), pool, radix, reply_timeout()),
-        worker_service(self.ptr(), worker, reply_timeout()),
+        worker_service(self.ptr(), worker, {.heartbeats = true, .silence = reply_timeout(), .copy_timeout = reply_timeout()}),
         scheduler(sched_config(), kv_service, worker_service) {}
 };
 

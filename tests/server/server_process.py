@@ -8,14 +8,15 @@ import urllib.request
 
 
 class ServerProcess:
-    def __init__(self, binary, extra_args=()):
-        self.args = [binary, "serve", "--port", "0", "--threads", "2", *extra_args]
+    def __init__(self, binary, extra_args=(), threads=2, env=None):
+        self.args = [binary, "serve", "--port", "0", "--threads", str(threads), *extra_args]
+        self.env = env  # None: this process's environment
         self.proc = None
         self.port = None
         self.lines = []  # (arrival time, line) of everything it logs
 
     def __enter__(self):
-        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True, env=self.env)
         deadline = time.time() + 120
         while time.time() < deadline and self.port is None:
             line = self.proc.stderr.readline()

@@ -1,0 +1,144 @@
+#include "actors/actor_worker.hpp"
+
+#include <caf/all.hpp>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+
+#include "actors/forward_codec.hpp"
+#include "actors/wire.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+namespace {
+
+// For a worker that sends no beats (a head's link to a worker node, which
+// speaks request/response only): holds one step's request and reports its
+// outcome to `reply_to` as (step_done_atom | step_failed_atom, id, ...). No
+// timeout on the request: the link answers every forward with an error once
+// the node's connection is gone, and the scheduler monitors the link.
+caf::behavior step_relay(caf::event_based_actor* self) {
+  return {
+      [self](forward_atom, uint64_t id, const WireMessage& batch, const caf::actor& worker, const caf::actor& reply_to) {
+        self->request(worker, caf::infinite, forward_atom::value, batch)
+            .then([self, id, reply_to](WireMessage& m) { self->send(reply_to, step_done_atom::value, id, std::move(m)); },
+                  [self, id, reply_to](caf::error& e) { self->send(reply_to, step_failed_atom::value, id, e); });
+      },
+  };
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", double(d.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+ActorWorker::ActorWorker(caf::blocking_actor* self, caf::actor worker, WorkerLiveness liveness)
+    : self_(self), worker_(std::move(worker)), liveness_(liveness) {
+  if (!liveness_.heartbeats || liveness_.silence.count() == 0) relay_ = self_->system().spawn(step_relay);
+  self_->monitor(worker_);
+}
+
+ActorWorker::~ActorWorker() {
+  if (relay_) caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
+}
+
+void ActorWorker::lose(std::string why) {
+  if (!lost_.empty()) return;
+  lost_ = std::move(why);
+  // A worker of this process that is only stuck stops once its step
+  // returns, instead of computing steps nobody waits for any more.
+  if (worker_.node() == self_->node()) caf::anon_send_exit(worker_, caf::exit_reason::user_shutdown);
+}
+
+bool ActorWorker::on_down(const caf::down_msg& down) {
+  if (down.source != worker_.address()) return false;
+  lose("the worker stopped (" + self_->system().render(down.reason) + ")");
+  return true;
+}
+
+std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) {
+  if (!lost_.empty()) throw WorkerLost("worker lost: " + lost_);
+  std::vector<uint64_t> ids(batch.reqs.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const uint64_t id = next_batch_++;
+  std::vector<SampleRequest> s(sampling.begin(), sampling.end());
+  const bool beats = liveness_.heartbeats && liveness_.silence.count() > 0;
+  // Four beats per deadline: one late beat is no loss.
+  const auto interval = static_cast<int32_t>(std::max<int64_t>(liveness_.silence.count() / 4, 1));
+  const auto me = caf::actor_cast<caf::actor>(self_);
+  WireMessage bytes{encode_forward(id, batch, ids, s)};
+  if (beats) {
+    // Straight to the worker, which answers with a message of its own:
+    // the same two hops per step as a request.
+    self_->send(worker_, forward_atom::value, id, std::move(bytes), me, interval);
+  } else {
+    self_->send(relay_, forward_atom::value, id, std::move(bytes), worker_, me);
+  }
+  // caf::after needs a finite wait: without beats, a day at a time.
+  const caf::duration wait = beats ? caf::duration(liveness_.silence) : caf::duration(std::chrono::minutes(24 * 60));
+  std::optional<WireMessage> out;
+  std::optional<caf::error> failure;
+  while (!out && !failure && lost_.empty()) {
+    bool silent = false;
+    self_->receive(
+        [&](step_done_atom, uint64_t got, WireMessage& m) {
+          if (got == id) out = std::move(m);  // else a step given up on earlier: dropped
+        },
+        [&](step_failed_atom, uint64_t got, caf::error& why) {
+          if (got == id) failure = std::move(why);
+        },
+        [&](heartbeat_atom, uint64_t) {},  // alive: wait on
+        [&](caf::down_msg& down) { on_down(down); },
+        caf::after(wait) >> [&] { silent = beats; });
+    if (silent) lose("no heartbeat or result from the worker for " + seconds_text(liveness_.silence));
+  }
+  // The worker's actor gone with the request in its mailbox: as lost as a
+  // down message says (which may come after this).
+  if (failure && failure->category() == caf::atom("system") &&
+      failure->code() == static_cast<uint8_t>(caf::sec::request_receiver_down)) {
+    lose("the worker stopped (" + self_->system().render(*failure) + ")");
+  }
+  if (!lost_.empty()) throw WorkerLost("worker lost: " + lost_);
+  if (failure) throw std::runtime_error("worker unreachable: " + self_->system().render(*failure));
+  std::string error;
+  auto r = decode_result(out->bytes, &error);
+  if (!r) throw std::runtime_error("worker sent an unreadable reply: " + error);
+  if (!r->error.empty()) throw std::runtime_error("worker: " + r->error);
+  if (r->batch_id != id || r->results.size() != batch.reqs.size()) throw std::runtime_error("worker answered another batch");
+  return std::move(r->results);
+}
+
+template <class Atom>
+std::vector<uint8_t> ActorWorker::copy_rows(Atom atom, std::span<const int32_t> rows, int32_t first_layer,
+                                            int32_t last_layer, std::span<const uint8_t> data) {
+  if (!lost_.empty()) throw WorkerLost("worker lost: " + lost_);
+  fb::KvRowsRequestT req;
+  req.rows.assign(rows.begin(), rows.end());
+  req.first_layer = first_layer;
+  req.last_layer = last_layer;
+  req.data.assign(data.begin(), data.end());
+  std::vector<uint8_t> out;
+  std::string failure;
+  self_->request(worker_, liveness_.copy_timeout, atom, WireMessage{msg::pack(req)})
+      .receive([&](WireMessage& reply) { out = std::move(reply.bytes); },
+               [&](caf::error& err) { failure = self_->system().render(err); });
+  if (!failure.empty()) throw std::runtime_error("worker unreachable: " + failure);
+  auto r = msg::unpack<fb::KvRowsReply>(out, &failure);
+  if (!r) throw std::runtime_error("worker sent an unreadable reply: " + failure);
+  if (!r->error.empty()) throw std::runtime_error("worker: " + r->error);
+  return std::move(r->data);
+}
+
+std::vector<uint8_t> ActorWorker::read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) {
+  return copy_rows(kv_read_atom::value, rows, first_layer, last_layer, {});
+}
+
+void ActorWorker::write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                           std::span<const uint8_t> data) {
+  copy_rows(kv_write_atom::value, rows, first_layer, last_layer, data);
+}
+
+}  // namespace actorlm

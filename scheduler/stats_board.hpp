@@ -1,0 +1,55 @@
+#pragma once
+// The scheduler's figures, published after every step for readers on other
+// threads (the HTTP server's /metrics and /health, Engine::stats). Readers
+// never wait for a step: a forward pass may take seconds, a probe must
+// answer at once (issue 32: /metrics and /health went 30 s without an
+// answer while one prompt prefilled). The KV pool's figures are not here:
+// its managers answer between the scheduler's messages, so a reader asks
+// them directly.
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "kvstore/kv_disk_store.hpp"
+#include "kvstore/kv_host_store.hpp"
+#include "scheduler/scheduler.hpp"
+
+namespace actorlm {
+
+struct SchedulerFigures {
+  int32_t running = 0, waiting = 0;
+  SchedulerStats stats;
+  KvHostStats host;     // the host tier's (all zero without one)
+  KvDiskStats storage;  // the disk tier's (all zero without one)
+  // Why the worker is gone for good (every request now fails); empty while
+  // it serves.
+  std::string worker_lost;
+  // The step time budget's estimates (scheduler/step_budget.hpp); 0 until
+  // measured.
+  double seconds_per_prefill_token = 0, seconds_per_decode_row = 0;
+  int64_t publications = 0;  // 0: nothing published yet
+};
+
+// One writer (the scheduler's thread), any number of readers.
+class StatsBoard {
+ public:
+  void publish(SchedulerFigures figures) {
+    std::lock_guard<std::mutex> lock(mu_);
+    figures.publications = figures_.publications + 1;
+    figures_ = std::move(figures);
+  }
+  SchedulerFigures read() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return figures_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  SchedulerFigures figures_;
+};
+
+// The figures of `s` now (tier statistics from its config's tiers).
+SchedulerFigures figures_of(const Scheduler& s, const SchedulerConfig& config, const std::string& worker_lost);
+
+}  // namespace actorlm

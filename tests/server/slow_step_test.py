@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""A slow step is not a dead worker (issue 32), against a real `actorlm serve`
+on the default model:
+- slow steps: one thread, 8 concurrent ~1,500-token prompts, steps of a
+  second or more against a 0.25 s worker deadline (the worker beats every
+  62 ms): every request answers 200; --max-step-ms cuts the prefill into
+  several steps where one step would otherwise hold all of it;
+- probes: /health and /metrics each answer within 1 s, again and again,
+  while one step prefills ~6,000 tokens (--max-step-ms 0: no budget);
+- a dead worker (the test-only hook ACTORLM_TEST_ONLY_WORKER_FAULT): one
+  that goes silent fails its request with 503 a deadline later, /health
+  says so, new requests get 503 at once, and SIGTERM still ends the
+  process although the worker never returns; one whose actor ends fails
+  its request with 503 at once.
+
+Usage: python3 tests/server/slow_step_test.py path/to/actorlm
+"""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
+
+
+def long_prompt(k, words):
+    # Distinct from the first word on, so no request reuses another's prefix.
+    return f"Request {k}. " + " ".join(f"ledger{k}x{i} entry{(i * 7 + k) % 97}" for i in range(words))
+
+
+def complete(port, prompt, max_tokens, timeout=600):
+    """(status, parsed body) of a non-streamed completion."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def get(port, path, timeout=10):
+    """(status, body text, seconds taken)."""
+    t0 = time.time()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode(), time.time() - t0
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), time.time() - t0
+
+
+def concurrently(fn, args_list):
+    results = [None] * len(args_list)
+
+    def run(i):
+        results[i] = fn(*args_list[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args_list))]
+    for t in threads:
+        t.start()
+    return threads, results
+
+
+def slow_steps(binary):
+    args = ["--worker-timeout", "0.25", "--max-step-ms", "1500", "--chunked-prefill-size", "4096",
+            "--max-prefill-tokens", "16384"]
+    with ServerProcess(binary, args, threads=1) as server:
+        t0 = time.time()
+        threads, results = concurrently(complete, [(server.port, long_prompt(k, 300), 8) for k in range(8)])
+        for t in threads:
+            t.join()
+        took = time.time() - t0
+        for k, (status, body) in enumerate(results):
+            check(status == 200, f"request {k}: {status} {body}")
+            check(body["usage"]["completion_tokens"] == 8, f"request {k}: {body['usage']}")
+        m = server.metrics()
+        prompt_tokens = m["actorlm_prompt_tokens_total"]
+        check(prompt_tokens > 8 * 1000, f"prompts shorter than meant: {prompt_tokens} tokens")
+        # Without the budget all of it fits one step (16,384 tokens); with it,
+        # the measured cost per token cuts it into steps of ~1.5 s.
+        check(m["actorlm_prefill_steps_total"] >= 3, f"prefill in {m['actorlm_prefill_steps_total']} steps")
+        check(m["actorlm_prefill_token_seconds"] > 0, "no cost per prefill token measured")
+        check(m["actorlm_worker_up"] == 1, "the worker was declared lost")
+        print(f"  8 x {prompt_tokens / 8:.0f}-token prompts on one thread, 0.25 s worker deadline: all 200 in "
+              f"{took:.1f} s, prefill in {m['actorlm_prefill_steps_total']:.0f} steps at "
+              f"{m['actorlm_prefill_token_seconds'] * 1e3:.2f} ms a token")
+
+
+def probes_during_long_prefill(binary):
+    args = ["--max-step-ms", "0", "--chunked-prefill-size", "8192", "--max-prefill-tokens", "16384"]
+    with ServerProcess(binary, args, threads=1) as server:
+        threads, results = concurrently(complete, [(server.port, long_prompt(k, 1000), 2) for k in range(3)])
+        worst = {"/health": 0.0, "/metrics": 0.0}
+        rounds = 0
+        while any(t.is_alive() for t in threads):
+            for path in worst:
+                status, _, took = get(server.port, path)
+                check(status == 200, f"{path} answered {status}")
+                worst[path] = max(worst[path], took)
+            rounds += 1
+            time.sleep(0.2)
+        for t in threads:
+            t.join()
+        for k, (status, body) in enumerate(results):
+            check(status == 200, f"request {k}: {status} {body}")
+        m = server.metrics()
+        # The scenario really had one long step (else this proves nothing).
+        check(m["actorlm_prefill_steps_total"] <= 2, f"prefill took {m['actorlm_prefill_steps_total']} steps")
+        check(rounds >= 5, f"only {rounds} probe rounds while the prefill ran: the step was too short to test")
+        for path, took in worst.items():
+            check(took < 1.0, f"{path} took {took:.2f} s during the prefill")
+        print(f"  {m['actorlm_prompt_tokens_total']:.0f} prompt tokens in one step: {rounds} probe rounds, slowest "
+              f"/health {worst['/health'] * 1e3:.0f} ms, /metrics {worst['/metrics'] * 1e3:.0f} ms")
+
+
+def dead_worker(binary, fault, deadline_s):
+    env = dict(os.environ, ACTORLM_TEST_ONLY_WORKER_FAULT=fault)
+    args = ["--worker-timeout", str(deadline_s), "--shutdown-timeout", "1"]
+    server = ServerProcess(binary, args, threads=1, env=env)
+    with server:
+        t0 = time.time()
+        status, body = complete(server.port, "Count to fifty.", 30, timeout=120)
+        took = time.time() - t0
+        check(status == 503, f"{fault}: the request got {status} {body}")
+        check("worker lost" in json.dumps(body), f"{fault}: {body}")
+        # Silence is noticed a deadline later; an ended actor at once (its
+        # deadline here is far longer than the bound).
+        limit = (deadline_s if fault.startswith("hang") else 0) + 10
+        check(took < limit, f"{fault}: the failure took {took:.1f} s")
+        status, text, _ = get(server.port, "/health")
+        check(status == 503 and "worker lost" in text, f"{fault}: /health {status} {text}")
+        check(server.metrics()["actorlm_worker_up"] == 0, f"{fault}: /metrics says the worker is up")
+        t1 = time.time()
+        status, body = complete(server.port, "Hello again.", 4, timeout=60)
+        check(status == 503, f"{fault}: a later request got {status} {body}")
+        check(time.time() - t1 < 5, f"{fault}: a later request took {time.time() - t1:.1f} s to fail")
+        # The hung worker never returns; SIGTERM must end the process anyway.
+        t2 = time.time()
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=60)
+        stopped = time.time() - t2
+        check(server.proc.returncode == 0, f"{fault}: exit status {server.proc.returncode}")
+        check(stopped < 1 + 10 + 10, f"{fault}: SIGTERM took {stopped:.1f} s")
+        print(f"  worker fault {fault}: 503 after {took:.1f} s, /health 503, next request 503, "
+              f"SIGTERM exit after {stopped:.1f} s")
+
+
+def main():
+    binary = sys.argv[1]
+    slow_steps(binary)
+    probes_during_long_prefill(binary)
+    dead_worker(binary, "hang@3", 1.0)
+    dead_worker(binary, "exit@3", 30.0)
+    print("slow_step_test: all passed")
+
+
+if __name__ == "__main__":
+    main()
