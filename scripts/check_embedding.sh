@@ -17,6 +17,11 @@ cmake -S "$root/tests/examples/out_of_tree" -B "$scratch/app" -G Ninja -DCMAKE_B
   -DCMAKE_PREFIX_PATH="$scratch/prefix" -DEXAMPLES_DIR="$root/examples" >/dev/null
 cmake --build "$scratch/app" >/dev/null
 for example in embedded_facade embedded_actors; do
+  # Even from a CUDA build the engine links no CUDA library: it dlopens its
+  # CUDA module only for device "cuda" (issue 32).
+  if ldd "$scratch/app/$example" | grep -Eq 'libcu(da|dart|blas)'; then
+    fail "$example links CUDA libraries: $(ldd "$scratch/app/$example" | grep -E 'libcu')"
+  fi
   out=$("$scratch/app/$example") || fail "$example (find_package) exited with $?"
   grep -q Paris <<<"$out" || fail "$example (find_package) did not answer: $out"
 done
