@@ -14,36 +14,38 @@ Heartbeat::~Heartbeat() {
 }
 
 void Heartbeat::begin(std::chrono::milliseconds interval, std::function<void()> beat) {
+  interval = std::max(interval, std::chrono::milliseconds(1));
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     beat_ = std::move(beat);
-    interval_ = std::max(interval, std::chrono::milliseconds(1));
     active_ = true;
-    ++generation_;
+    since_ = std::chrono::steady_clock::now();
+    wake = interval != interval_;  // the thread must take up the new period
+    interval_ = interval;
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void Heartbeat::end() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    active_ = false;
-    ++generation_;
-  }
-  cv_.notify_all();
+  // No wake-up: the thread sees it at its next tick. begin() and end() run
+  // once per step on the worker's thread, and waking another thread twice
+  // a step would cost a context switch on cores busy with the model.
+  std::lock_guard<std::mutex> lock(mu_);
+  active_ = false;
 }
 
 void Heartbeat::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (!active_) {
-      cv_.wait(lock, [&] { return stop_ || active_; });
-      continue;
-    }
-    const uint64_t seen = generation_;
-    // Woken early by begin(), end() or the destructor: start over.
-    if (cv_.wait_for(lock, interval_, [&] { return stop_ || generation_ != seen; })) continue;
+    // Ticks at half the interval: a beat at most 1.5 intervals after the
+    // last one (or the start of the work).
+    cv_.wait_for(lock, interval_ / 2 + std::chrono::microseconds(500));
+    if (stop_) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (!active_ || now - since_ < interval_) continue;
+    since_ = now;
     std::function<void()> beat = beat_;
     lock.unlock();
     beat();

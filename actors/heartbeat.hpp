@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -23,10 +22,10 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // Beats every `interval` from now until end() or the next begin(). `beat`
-  // runs on the heartbeat thread, never under the lock, and may run once
-  // more just after end() returns (a receiver drops beats it no longer
-  // waits for).
+  // Beats from `interval` after now until end(), between 1 and 1.5
+  // intervals apart. `beat` runs on the heartbeat thread, never under the
+  // lock, and may run once more just after end() returns (a receiver drops
+  // beats it no longer waits for).
   void begin(std::chrono::milliseconds interval, std::function<void()> beat);
   void end();
 
@@ -38,7 +37,7 @@ class Heartbeat {
   std::thread thread_;
   std::function<void()> beat_;
   std::chrono::milliseconds interval_{1000};
-  uint64_t generation_ = 0;  // changes at every begin() and end(): restarts the wait
+  std::chrono::steady_clock::time_point since_;  // the last beat, or begin()
   bool active_ = false, stop_ = false;
 };
 

@@ -20,6 +20,7 @@ constexpr const char* usage =
     "                    [--role engine|worker] [--disaggregation-mode prefill|decode] [--allow-plain-remote] [--max-message-bytes N] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
+    "                    [--max-step-ms 2000] [--worker-timeout 30]  (docs/API.md: slow steps)\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"

@@ -111,11 +111,13 @@ struct FakeTimedWorker final : Worker {
     for (const auto& r : batch.reqs) cost += r.extend_len == 1 ? 0.002 : 0.001 * r.extend_len;
     now += cost;
     steps.push_back(cost);
+    tokens += static_cast<int64_t>(batch.token_ids.size());
     return out;
   }
   Worker& inner;
   double now = 0;
   std::vector<double> steps;  // each step's fake seconds
+  int64_t tokens = 0;         // tokens computed so far
 };
 
 struct Run {
@@ -184,4 +186,38 @@ TEST_CASE("The scheduler keeps steps near the time budget and outputs unchanged"
   INFO("longest budgeted step " << longest << " s over " << budgeted.steps.size() << " steps");
   CHECK(longest <= 0.040 + 8 * 0.002 + 1e-9);
   CHECK(budgeted.steps.size() > free.steps.size());
+}
+
+TEST_CASE("An aborted prompt's remaining prefill is never computed", "[scheduler][step_budget]") {
+  SchedulerConfig c;
+  c.max_prefill_tokens = 4096;
+  c.chunked_prefill_size = 512;
+  c.max_context = 512;
+  c.eos_id = tokenizer().eos_id();
+  c.max_step_seconds = 0.040;  // ~40 tokens a step at the fake 1 ms a token
+  LocalKvService kv({4096, 1, 8, c.max_context, false});
+  ModelRunner runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
+                     {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = 8, .max_context = c.max_context});
+  LocalWorker local(runner);
+  FakeTimedWorker timed(local);
+  c.clock = [&timed] { return timed.now; };
+  Scheduler s(c, kv, timed);
+  Request r;
+  r.id = 7;
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "The harbour log lists ship " + std::to_string(i) + ". ";
+  r.prompt = tokenizer().encode(text, true, false);
+  REQUIRE(r.prompt.size() > 300);
+  r.stop.max_new_tokens = 4;
+  REQUIRE_FALSE(s.submit(std::move(r)));
+  for (int i = 0; i < 3; ++i) CHECK(s.step().empty());  // mid-prefill: no token yet
+  const int64_t computed = timed.tokens;
+  CHECK(computed < 300);
+  s.abort(7);
+  auto events = s.step();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].finish == FinishReason::abort);
+  CHECK(s.idle());
+  CHECK(timed.tokens == computed);  // nothing of it ran after the abort
+  CHECK(kv.check_idle().empty());
 }
