@@ -14,10 +14,17 @@ the Q4_1 file; the weights are for speed, not quality) into
 actorlm, llama.cpp, actorlm, ...; the table shows both medians and their
 ratio (above 1: actorlm faster).
 
-  python3 bench/llamacpp_compare.py --llamacpp /path/to/llama.cpp/build/bin \\
+  python3 bench/llamacpp_compare.py --llamacpp /path/to/llama.cpp/build-native/bin \\
+      [--llamacpp-avx2 /path/to/llama.cpp/build-avx2/bin] [--isa native,avx2] \\
       [--types Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K] [--threads 2] [--rounds 3] \\
       [--prefill 128,512,2048] [--decode 128x1,2048x1,128x8,128x32] [--model FILE.gguf] [--rss]
       [--kv-cache-dtype auto|f16] [--llamacpp-kv-type f16|f32]
+
+Every claim is measured on two ISAs: with --llamacpp-avx2 (a llama.cpp
+build with -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+-DGGML_F16C=ON and no AVX-512 or AVX-VNNI) a second table compares it with
+actorlm forced to AVX2 (ACTORLM_CPU_ISA=avx2). Each table names the CPU and
+the ISA actorlm ran; on a CPU without AVX-512 the native table is AVX2 too.
 
 --rss instead measures peak RSS (GNU time) of the same small job in both:
 `actorlm run` with a 32-token prompt and 64 new tokens, and llama-bench -p 32
@@ -53,13 +60,28 @@ def quantized(bin_dir, source, qtype):
     return out
 
 
-def actorlm(model, threads, what, kv_cache_dtype="auto"):
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
+    return m.group(1).strip() if m else "unknown CPU"
+
+
+def isa_env(isa):
+    """actorlm's environment for one table: native picks the widest ISA."""
+    env = dict(os.environ)
+    env.pop("ACTORLM_CPU_ISA", None)
+    if isa != "native":
+        env["ACTORLM_CPU_ISA"] = isa
+    return env
+
+
+def actorlm(model, threads, what, kv_cache_dtype="auto", isa="native"):
     kind, shape = what
     # Only the one figure asked for (an empty list measures nothing).
     cmd = [os.path.join(ROOT, "build/bench/cpu_decode_bench"), "--threads", str(threads), "--model", model,
            "--repeats", "3", "--prefill", str(shape) if kind == "prefill" else "",
            "--decode", shape if kind == "decode" else "", "--kv-cache-dtype", kv_cache_dtype]
-    out = run(cmd)
+    out = run(cmd, env=isa_env(isa))
     m = re.search(rf"^{kind} {shape} t/s ([0-9.]+)$", out, re.M)
     if not m:
         sys.exit(f"no {kind} {shape} in:\n{out}")
@@ -110,7 +132,11 @@ def rss_row(actorlm_bin, bin_dir, model, threads, qtype):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llamacpp", required=True, help="folder with llama-bench, llama-batched-bench, llama-quantize")
+    ap.add_argument("--llamacpp", required=True, help="folder with llama-bench, llama-batched-bench, llama-quantize "
+                    "(a native build)")
+    ap.add_argument("--llamacpp-avx2", help="the same tools built for AVX2 only: adds the AVX2 table")
+    ap.add_argument("--isa", default=None,
+                    help="tables to measure, of native,avx2 (default: both when --llamacpp-avx2 is given)")
     ap.add_argument("--model", default=DEFAULT, help="source GGUF (default: the default model)")
     ap.add_argument("--types", default="Q4_0,Q4_1,Q8_0,Q4_K_M,Q6_K")
     ap.add_argument("--threads", type=int, default=2)
@@ -135,18 +161,30 @@ def main():
         return
     cells = [("prefill", int(n)) for n in args.prefill.split(",") if n] + \
             [("decode", s) for s in args.decode.split(",") if s]
-    print(f"| GGUF type | measurement | actorlm t/s | llama.cpp t/s | actorlm / llama.cpp |")
-    print(f"|---|---|---:|---:|---:|")
+    isas = (args.isa or ("native,avx2" if args.llamacpp_avx2 else "native")).split(",")
+    if "avx2" in isas and not args.llamacpp_avx2:
+        sys.exit("--isa avx2 needs --llamacpp-avx2 (llama.cpp built for AVX2 only)")
+    peers = {"native": args.llamacpp, "avx2": args.llamacpp_avx2}
+    tables = {isa: [] for isa in isas}
     for qtype in args.types.split(","):
         model = quantized(args.llamacpp, args.model, qtype)
         for what in cells:
-            ours, theirs = [], []
-            for _ in range(args.rounds):
-                ours.append(actorlm(model, args.threads, what, args.kv_cache_dtype))
-                theirs.append(llamacpp(args.llamacpp, model, args.threads, what, args.llamacpp_kv_type))
-            a, b = statistics.median(ours), statistics.median(theirs)
-            label = f"prefill {what[1]}" if what[0] == "prefill" else f"decode {what[1]} (context x sequences)"
-            print(f"| {qtype} | {label} | {a:.1f} | {b:.1f} | {a / b:.2f} |", flush=True)
+            for isa in isas:
+                ours, theirs = [], []
+                for _ in range(args.rounds):
+                    ours.append(actorlm(model, args.threads, what, args.kv_cache_dtype, isa))
+                    theirs.append(llamacpp(peers[isa], model, args.threads, what, args.llamacpp_kv_type))
+                a, b = statistics.median(ours), statistics.median(theirs)
+                label = f"prefill {what[1]}" if what[0] == "prefill" else f"decode {what[1]} (context x sequences)"
+                row = f"| {qtype} | {label} | {a:.1f} | {b:.1f} | {a / b:.2f} |"
+                tables[isa].append(row)
+                print(f"[{isa}] {row}", file=sys.stderr, flush=True)
+    for isa in isas:
+        ours = "widest available" if isa == "native" else f"ACTORLM_CPU_ISA={isa}"
+        print(f"\n{isa} on {cpu_model()}, {args.threads} threads (actorlm: {ours}; llama.cpp: {peers[isa]})\n")
+        print("| GGUF type | measurement | actorlm t/s | llama.cpp t/s | actorlm / llama.cpp |")
+        print("|---|---|---:|---:|---:|")
+        print("\n".join(tables[isa]), flush=True)
 
 
 if __name__ == "__main__":
