@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/cpu/activation_math.hpp"
 #include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
@@ -51,51 +52,6 @@ void release_pages(const void* p, size_t n, bool partial = false) {
   (void)n;
   (void)partial;
 #endif
-}
-
-// 8 floats, and 8 doubles, as GCC's generic vectors: AVX-512 or AVX registers
-// where the build has them, narrower ones otherwise, the same arithmetic in
-// each.
-using v8f = float __attribute__((vector_size(32)));
-using v8d = double __attribute__((vector_size(64)));
-using v8l = int64_t __attribute__((vector_size(64)));
-
-// expf of 8 values, evaluated in double and rounded once to float, so that
-// it is the correctly rounded exp(x) libm's expf also returns: on a sweep of
-// every second float in [-87, 88.7] the two differ by an ulp on 0.008% of
-// inputs (those inspected sat a hair from a rounding midpoint). (A float polynomial of 1 ulp moved
-// 10% of values by an ulp, and that alone moved teacher-forced agreement with
-// llama.cpp from 98.08% to 97.63%.) x = n ln2 + r with |r| <= ln2 / 2;
-// exp(r) by its Taylor series to r^11 (relative error under 1e-14); 2^n
-// written into the exponent bits. x is clamped to [-104, 89], beyond which
-// the float result is 0 or inf anyway; NaN compares false and stays NaN.
-// libm's expf, one value per call, was the largest serial cost of SwiGLU.
-inline v8f expf8(v8f xf) {
-  v8d x = __builtin_convertvector(xf, v8d);
-  x = x < -104.0 ? v8d{} - 104.0 : x;
-  x = x > 89.0 ? v8d{} + 89.0 : x;
-  constexpr double round_magic = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
-  const v8d n = (x * 1.4426950408889634 + round_magic) - round_magic;
-  // ln 2 in two parts, the first short enough that n times it is exact.
-  const v8d r = (x - n * 0.6931471803691238) - n * 1.9082149292705877e-10;
-  v8d p = r * (1.0 / 39916800) + 1.0 / 3628800;
-  for (double c : {1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0}) {
-    p = p * r + c;
-  }
-  const v8l bits = (__builtin_convertvector(n, v8l) + 1023) << 52;  // n in [-151, 129]
-  v8d scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return __builtin_convertvector(p * scale, v8f);
-}
-
-// out[i] = silu(gate[i]) * up[i] for 8 values, in float as the scalar
-// gate / (1 + expf(-gate)) * up.
-inline void swiglu8(const float* gate, const float* up, float* out) {
-  v8f g, u;
-  std::memcpy(&g, gate, sizeof g);
-  std::memcpy(&u, up, sizeof u);
-  const v8f o = g / (1.0f + expf8(-g)) * u;
-  std::memcpy(out, &o, sizeof o);
 }
 
 }  // namespace
@@ -308,20 +264,10 @@ void CpuBackend::attention(const float* q, KvLayerView cache, const AttentionPla
 constexpr int64_t piece = 256;
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  const auto& math = activation_math::for_isa(best_isa());
   elementwise((n + piece - 1) / piece, piece, /*cost=*/2, [&](int64_t begin, int64_t end) {
-    const int64_t last = std::min(n, end * piece);
-    int64_t i = begin * piece;
-    for (; i + 8 <= last; i += 8) swiglu8(gate + i, up + i, out + i);
-    if (i < last) {
-      // The array's last few values through the same arithmetic, so a
-      // value's result never depends on where in the batch it sits.
-      float g[8] = {}, u[8] = {}, o[8];
-      const auto rest = static_cast<size_t>(last - i);
-      std::copy_n(gate + i, rest, g);
-      std::copy_n(up + i, rest, u);
-      swiglu8(g, u, o);
-      std::copy_n(o, rest, out + i);
-    }
+    const int64_t first = begin * piece;
+    math.swiglu(gate + first, up + first, out + first, std::min(n, end * piece) - first);
   });
 }
 

@@ -1,6 +1,8 @@
 #include "kernels/cpu/paged_attention.hpp"
 
+#include "kernels/cpu/activation_math.hpp"
 #include "kernels/cpu/attention_block.hpp"
+#include "kernels/cpu/exp_nonpositive.hpp"
 #include "kernels/half.hpp"
 
 #if defined(__AVX__)
@@ -23,28 +25,6 @@ namespace {
 constexpr int32_t key_block = 64;     // keys per online-softmax step
 constexpr int32_t chunk_keys = 512;   // keys per partial (a multiple of key_block)
 constexpr int32_t tile_positions = 8; // query positions per task
-
-// exp(x) for finite x <= 0 (a score minus the running max): x = n ln2 + r
-// with n = round(x / ln2) and r = x - n ln2 in two steps (ln2 split in a
-// high part whose product with n is exact and a low part), then 2^n into the
-// exponent bits times e^r, |r| <= 0.35, by a degree-7 Taylor polynomial:
-// within 1e-7 relative of exp (measured 7.5e-8 over [-87, 0]). A cruder
-// version (2^(x log2 e) with the product rounded first, 1.2e-6) cost 0.6% of
-// teacher-forced agreement with llama.cpp. Inputs below -87 give ~1e-38,
-// which changes nothing it is added to. Written so that loops over it
-// vectorize (std::exp does not).
-inline float exp_nonpositive(float x) {
-  x = x > -87.0f ? x : -87.0f;
-  // Round to nearest by the 1.5 * 2^23 trick (|x / ln2| < 2^22 here).
-  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  float r = std::fma(n, -0.693145752f, x);
-  r = std::fma(n, -1.42860677e-6f, r);
-  const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                                                   r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  // n in [-126, 0]: adding n to the exponent field (in unsigned arithmetic,
-  // so a negative n wraps instead of shifting a negative value).
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(p) + (static_cast<uint32_t>(static_cast<int32_t>(n)) << 23));
-}
 
 // Eight floats at any alignment (GCC vector extension: the same code builds
 // for any x86 level, or none).
@@ -203,7 +183,8 @@ void dots8(const float* q, const T* const* k, int32_t hd, float* out) {
 // the n scores q · k_j, leaves p_j = exp(score_j - max) in their place and
 // the factor for the old sums in *alpha; false when a score is not finite
 // (the state is then marked bad).
-bool softmax_step(float* scores, int32_t n, float scale, float softcap, State& s, float* alpha_out) {
+bool softmax_step(float* scores, int32_t n, float scale, float softcap, State& s, float* alpha_out,
+                  const activation_math::Kernels& math) {
   int32_t j;
   if (softcap > 0.0f) {
     for (j = 0; j < n; ++j) scores[j] = softcap * std::tanh(scores[j] * scale / softcap);
@@ -236,12 +217,7 @@ bool softmax_step(float* scores, int32_t n, float scale, float softcap, State& s
   }
   const float m = std::max(s.m, block_max);
   const float alpha = exp_nonpositive(s.m - m);
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (j = 0; j < n; ++j) {
-    scores[j] = exp_nonpositive(scores[j] - m);
-    sum += scores[j];
-  }
+  const float sum = math.exp_sum(scores, n, m);
   s.l = s.l * alpha + sum;
   s.m = m;
   *alpha_out = alpha;
@@ -250,12 +226,12 @@ bool softmax_step(float* scores, int32_t n, float scale, float softcap, State& s
 
 template <class T>
 bool score_block(const float* qv, const T* const* k, int32_t n, int32_t hd, float scale, float softcap, State& s,
-                 float* scores, float* alpha_out) {
+                 float* scores, float* alpha_out, const activation_math::Kernels& math) {
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) dots8(qv, k + j, hd, scores + j);
   for (; j + 4 <= n; j += 4) dots<4>(qv, k + j, hd, scores + j);
   for (; j < n; ++j) dots<1>(qv, k + j, hd, scores + j);
-  return softmax_step(scores, n, scale, softcap, s, alpha_out);
+  return softmax_step(scores, n, scale, softcap, s, alpha_out, math);
 }
 
 template <class T>
@@ -330,7 +306,8 @@ struct Tile {
 // The whole of paged_attention for K/V rows of type T (float or f16).
 template <class T>
 void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v_all, const AttentionPlan& plan,
-            const LayerAttention& layer, float* out, ThreadPool& pool, const attention_block::Kernels* blocked) {
+            const LayerAttention& layer, float* out, ThreadPool& pool, const attention_block::Kernels* blocked,
+            const activation_math::Kernels& math) {
   const int32_t window = layer.sliding_window;
   // The first key position a query that sees `visible` positions attends to.
   auto first_key = [window](int32_t visible) { return window > 0 ? std::max(0, visible - window) : 0; };
@@ -423,7 +400,8 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
         // Scores, then values, one query at a time.
         for (int32_t i = 0; i < n; ++i) {
           if (hi(i) <= lo(i) || !score_block(ws.q[static_cast<size_t>(i)], kr + lo(i), hi(i) - lo(i), hd, plan.scale,
-                                             layer.softcap, states[static_cast<size_t>(i)], p_row(i), &alpha[i])) {
+                                             layer.softcap, states[static_cast<size_t>(i)], p_row(i), &alpha[i],
+                                             math)) {
             alpha[i] = NAN;  // nothing to add
           }
         }
@@ -458,7 +436,7 @@ void attend(const float* q, const KvLayerView& cache, const T* k_all, const T* v
         std::copy(s + lo(i), s + std::max(lo(i), hi(i)), p_row(i));
         if (hi(i) <= lo(i) ||
             !softmax_step(p_row(i), hi(i) - lo(i), plan.scale, layer.softcap, states[static_cast<size_t>(i)],
-                          &alpha[i])) {
+                          &alpha[i], math)) {
           alpha[i] = NAN;
         }
       }
@@ -591,10 +569,11 @@ void paged_attention(const float* q, const KvLayerView& cache, const AttentionPl
     throw std::invalid_argument("attention: sliding window " + std::to_string(layer.sliding_window) + ", softcap " +
                                 std::to_string(layer.softcap));
   }
+  const activation_math::Kernels& math = activation_math::for_isa(isa);
   if (cache.k16 != nullptr) {
-    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, layer, out, pool, blocked);
+    attend<uint16_t>(q, cache, cache.k16, cache.v16, plan, layer, out, pool, blocked, math);
   } else {
-    attend<float>(q, cache, cache.k, cache.v, plan, layer, out, pool, blocked);
+    attend<float>(q, cache, cache.k, cache.v, plan, layer, out, pool, blocked, math);
   }
 }
 

@@ -7,6 +7,7 @@
 // sign(q, w) instead.
 #if defined(__x86_64__)
 #include "kernels/cpu/block_dot_x86.hpp"
+#include "kernels/cpu/quantize_block.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
 
 namespace actorlm::cpu {
@@ -38,6 +39,10 @@ struct Avx2Dot {
 bool integer_matmul_avx2(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                          bool accumulate) {
   return integer_matmul<Avx2Dot>(w, x, out, begin, end, accumulate);
+}
+
+int32_t quantize_block_32_avx2(const float* x, bool f16_sum, int8_t* q, float* d, float* s) {
+  return quantize_block_32(x, f16_sum, q, d, s);
 }
 
 }  // namespace actorlm::cpu

@@ -10,6 +10,7 @@
 // 8 activation rows' accumulators.
 #if defined(__x86_64__)
 #include "kernels/cpu/block_dot_x86.hpp"
+#include "kernels/cpu/quantize_block.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
 
 namespace actorlm::cpu {
@@ -34,6 +35,10 @@ struct VnniDot {
 bool integer_matmul_avx512_vnni(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                                 bool accumulate) {
   return integer_matmul<VnniDot>(w, x, out, begin, end, accumulate);
+}
+
+int32_t quantize_block_32_avx512(const float* x, bool f16_sum, int8_t* q, float* d, float* s) {
+  return quantize_block_32(x, f16_sum, q, d, s);
 }
 
 }  // namespace actorlm::cpu

@@ -16,4 +16,9 @@ bool integer_matmul_avx_vnni(const PackedMatrix& w, const Activations& x, float*
 bool integer_matmul_avx512_vnni(const PackedMatrix& w, const Activations& x, float* out, int64_t begin, int64_t end,
                                 bool accumulate);
 
+// quantize_block.hpp's block quantization compiled for AVX2 + F16C and for
+// AVX-512 (the same bytes as the portable copy).
+int32_t quantize_block_32_avx2(const float* x, bool f16_sum, int8_t* q, float* d, float* s);
+int32_t quantize_block_32_avx512(const float* x, bool f16_sum, int8_t* q, float* d, float* s);
+
 }  // namespace actorlm::cpu

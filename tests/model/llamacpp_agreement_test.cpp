@@ -9,7 +9,7 @@
 //     where they differ; there llama.cpp's own top-1/top-2 gap must be below
 //     near_tie (a real disagreement on a clear winner fails);
 //   - teacher forcing over prompt + llama.cpp's continuation: our argmax
-//     equals llama.cpp's at >= 98% of all positions, and every disagreement is
+//     equals llama.cpp's at >= 97.5% of all positions, and every disagreement is
 //     a near tie.
 
 #include <catch2/catch.hpp>
@@ -85,8 +85,15 @@ double agreement(ModelRunner& r, const char* label) {
   return rate;
 }
 
+// The rate moves by whole positions with any change of float rounding that
+// is equally right: the same source built without -march=native gave 97.63%
+// against the native build's 98.08% (2026-11-27, the same Xeon), and summing
+// the softmax's exponentials in one fixed order gave 97.99%, every
+// disagreement inside the near-tie band each time. So the floor sits below
+// that band of rounding choices; what a real bug does (a clear winner
+// flipped) the near-tie checks above catch at the first position.
 TEST_CASE("Greedy decoding and teacher-forced top-1 agree with llama.cpp", "[model][llamacpp]") {
-  CHECK(agreement(test::default_runner(), "float32 KV") >= 0.98);
+  CHECK(agreement(test::default_runner(), "float32 KV") >= 0.975);
 }
 
 // llama.cpp's own cache is f16 by default, but it also rounds the queries
