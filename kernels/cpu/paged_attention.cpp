@@ -52,22 +52,21 @@ inline float widen(uint16_t v) { return f16_to_f32(v); }
 
 inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
 
-// a * b + c, fused where the build has FMA (then in every use alike).
+// a * b + c, fused in every build: the blocked kernels (attention_block.hpp,
+// always FMA) give these loops' bits, whatever flags this unit has. Without
+// FMA instructions in the unit that is libm's fmaf per lane (correct, slow:
+// only the portable path, for CPUs without AVX2, runs it).
 inline f8 madd(f8 a, f8 b, f8 c) {
 #if defined(__FMA__)
   return f8(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c)));
 #else
-  return a * b + c;
+  f8 out;
+  for (int i = 0; i < 8; ++i) out[i] = std::fma(a[i], b[i], c[i]);
+  return out;
 #endif
 }
 
-inline float madd1(float a, float b, float c) {
-#if defined(__FMA__)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+inline float madd1(float a, float b, float c) { return std::fma(a, b, c); }
 
 // q · k_j for up to 4 keys at once (independent chains for the FPU), in
 // one fixed order: lane p of 16 sums the dimensions d = p (mod 16) in order
