@@ -32,4 +32,15 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   # The Debian package comes from this configuration (docs/DEPLOY.md): build
   # it and check its dependencies, files, binary and service unit.
   bash "$root/scripts/check_package.sh" "$cpu_build"
+  # A binary for any x86-64 (-DACTORLM_NATIVE=OFF): it once stopped compiling
+  # under -Werror with nobody noticing, so it is built here and answers one
+  # prompt on the CPU path this machine picks (its outputs agree with a
+  # native build's to rounding only, so its speed and bits are measured in
+  # docs/BENCHMARKS.md, not tested).
+  portable_build="$root/build-portable"
+  ACTORLM_BUILD_DIR="$portable_build" \
+    ACTORLM_CMAKE_ARGS="-DACTORLM_CUDA=OFF -DACTORLM_NATIVE=OFF -DACTORLM_BUILD_TESTS=OFF -DACTORLM_BUILD_BENCH=OFF" \
+    bash "$root/scripts/build.sh" --target actorlm
+  "$portable_build/apps/actorlm" run --threads 2 --max-tokens 8 -p "Say hello." >/dev/null
+  echo "actorlm: the -DACTORLM_NATIVE=OFF build runs"
 fi
