@@ -9,37 +9,16 @@
 #include <cstring>
 
 #include "kernels/cpu/activation_math.hpp"
+#include "kernels/cpu/exp_nonpositive.hpp"
 
 namespace actorlm::cpu::activation_math {
 namespace {
-
-using f8 = float __attribute__((vector_size(32)));
-using i8 = int32_t __attribute__((vector_size(32)));
-
-// exp_nonpositive (exp_nonpositive.hpp) on 8 lanes in GCC's generic vectors,
-// written out so that it is vectorized in every build (the compiler left the
-// scalar loop scalar when compiled for AVX2 alone). The same operations per
-// lane; a * b + c is fused where the unit has FMA, as std::fma is.
-inline f8 exp_nonpositive8(f8 x) {
-  x = x > -87.0f ? x : f8{} - 87.0f;
-  const f8 n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  f8 r = n * -0.693145752f + x;
-  r = n * -1.42860677e-6f + r;
-  const f8 p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                                                  r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  const i8 e = __builtin_convertvector(n, i8) << 23;
-  i8 bits;
-  std::memcpy(&bits, &p, sizeof bits);
-  bits += e;
-  f8 out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
 
 // The sum in one fixed order, whatever the vector width: 8 running lanes
 // over the whole groups of 8, added pairwise, then the rest in order (padded
 // to 8 lanes, so each value's exp is the same wherever it sits).
 float exp_sum(float* x, int32_t n, float m) {
+  using f8 = exp_f8;
   f8 lanes{};
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) {
