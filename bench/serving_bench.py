@@ -32,6 +32,7 @@ import statistics
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -42,21 +43,50 @@ WORDS = ("time person year way day thing man world life hand part child eye woma
 
 
 class Tokenizer:
-    def __init__(self, gguf):
-        import llama_cpp  # vocab only: no weights are loaded
-        self.llm = llama_cpp.Llama(model_path=gguf, vocab_only=True, verbose=False)
+    """Counts and cuts prompts in the model's tokens: with llama-cpp-python
+    where it is installed (vocabulary only, no weights), else through the
+    server's own /tokenize and /detokenize (actorlm's and llama-server's
+    request shapes both work)."""
+
+    def __init__(self, gguf, base_url, api_key=None):
+        try:
+            import llama_cpp
+            self.llm = llama_cpp.Llama(model_path=gguf, vocab_only=True, verbose=False)
+        except ImportError:
+            self.llm, self.base_url, self.api_key = None, base_url, api_key
+
+    def _post(self, path, body):
+        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.load(r)
+
+    def ids(self, text):
+        if self.llm:
+            return self.llm.tokenize(text.encode(), add_bos=False, special=False)
+        try:
+            return self._post("/tokenize", {"text": text, "add_special_tokens": False})["tokens"]
+        except urllib.error.HTTPError:  # llama-server's shape
+            return self._post("/tokenize", {"content": text, "add_special": False})["tokens"]
+
+    def text(self, ids):
+        if self.llm:
+            return self.llm.detokenize(ids).decode("utf-8", "ignore")
+        out = self._post("/detokenize", {"tokens": ids})
+        return out["text"] if "text" in out else out["content"]
 
     def count(self, text):
-        return len(self.llm.tokenize(text.encode(), add_bos=False, special=False))
+        return len(self.ids(text))
 
     def text_of(self, rng, n):
         """Random words cut to exactly n tokens (as this tokenizer counts them)."""
         words = []
         while True:
             words += [rng.choice(WORDS) for _ in range(max(8, n))]
-            ids = self.llm.tokenize((" " + " ".join(words)).encode(), add_bos=False, special=False)
+            ids = self.ids(" " + " ".join(words))
             if len(ids) >= n:
-                return self.llm.detokenize(ids[:n]).decode("utf-8", "ignore")
+                return self.text(ids[:n])
 
 
 def build_requests(args, tok):
@@ -163,7 +193,8 @@ def summarize(records, wall, prompt_lens, cache):
              "request_throughput": len(ok) / wall, "input_tokens_per_s": in_tokens / wall,
              "output_tokens_per_s": out_tokens / wall, "total_input_tokens": in_tokens, "total_output_tokens": out_tokens}
     for name, vals in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", e2e)):
-        stats[name] = {"mean": statistics.fmean(vals) if vals else float("nan"), "p50": pct(vals, 50), "p99": pct(vals, 99)}
+        stats[name] = {"mean": statistics.fmean(vals) if vals else float("nan"), "p50": pct(vals, 50), "p99": pct(vals, 99),
+                       "max": max(vals) if vals else float("nan")}
     # Requests that ended before their max_tokens (a server that stops early
     # or cancels requests would otherwise look fast).
     stats["short_outputs"] = sum(1 for r in ok if r["max_tokens"] and r["output_tokens"] < r["max_tokens"])
@@ -198,7 +229,7 @@ def main():
     if not 0 <= args.range_ratio < 1:
         ap.error("--range-ratio must be in [0, 1)")
 
-    tok = Tokenizer(args.tokenizer)
+    tok = Tokenizer(args.tokenizer, args.base_url, args.api_key)
     reqs = build_requests(args, tok)
     prompt_lens = [tok.count(b.get("prompt") or " ".join(m["content"] for m in b["messages"])) for _, b in reqs]
     before = cache_counters(args.base_url, args.api_key)
@@ -259,7 +290,8 @@ def main():
     print(f"{args.label or args.workload}: {stats['completed']} ok, {stats['failed']} failed in {wall:.1f} s | "
           f"{stats['request_throughput']:.2f} req/s, in {stats['input_tokens_per_s']:.0f} tok/s, "
           f"out {stats['output_tokens_per_s']:.1f} tok/s | TTFT p50 {stats['ttft_ms']['p50']:.0f} ms "
-          f"p99 {stats['ttft_ms']['p99']:.0f} ms | ITL p50 {stats['itl_ms']['p50']:.0f} ms | "
+          f"p99 {stats['ttft_ms']['p99']:.0f} ms | ITL p50 {stats['itl_ms']['p50']:.0f} ms "
+          f"max {stats['itl_ms']['max']:.0f} ms | "
           f"E2E p50 {stats['e2e_ms']['p50']:.0f} ms" +
           (f" | {stats['short_outputs']} SHORT outputs" if stats["short_outputs"] else "") +
           (f" | cache hit {cache:.2f}" if cache is not None else ""))

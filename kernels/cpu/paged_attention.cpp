@@ -184,33 +184,12 @@ void dots8(const float* q, const T* const* k, int32_t hd, float* out) {
 // (the state is then marked bad).
 bool softmax_step(float* scores, int32_t n, float scale, float softcap, State& s, float* alpha_out,
                   const activation_math::Kernels& math) {
-  int32_t j;
   if (softcap > 0.0f) {
-    for (j = 0; j < n; ++j) scores[j] = softcap * std::tanh(scores[j] * scale / softcap);
-  } else {
-#pragma omp simd
-    for (j = 0; j < n; ++j) scores[j] *= scale;
+    for (int32_t j = 0; j < n; ++j) scores[j] = softcap * std::tanh(scores[j] * scale / softcap);
+    scale = 1.0f;  // scale_max's multiply is then exact
   }
-  // The max is exact in any order, so 8 lanes keep their own; `probe`
-  // becomes NaN if any score is inf or NaN (x * 0 is then NaN) and stays a
-  // zero otherwise. (A scalar loop with a per-score isfinite test was half
-  // of this step's time: one dependent compare per score.)
-  f8 max8 = f8{} - INFINITY, probe8 = f8{};
-  for (j = 0; j + 8 <= n; j += 8) {
-    const f8 x = load8(scores + j);
-    max8 = x > max8 ? x : max8;
-    probe8 += x * 0.0f;
-  }
-  float block_max = -INFINITY, probe = 0.0f;
-  for (int p = 0; p < 8; ++p) {
-    block_max = std::max(block_max, max8[p]);
-    probe += probe8[p];
-  }
-  for (; j < n; ++j) {
-    block_max = std::max(block_max, scores[j]);
-    probe += scores[j] * 0.0f;
-  }
-  if (probe != 0.0f) {
+  const float block_max = math.scale_max(scores, n, scale);
+  if (std::isnan(block_max)) {
     s.bad = true;
     return false;
   }
