@@ -54,13 +54,30 @@ Isa detect() {
 // = round(x / d) (at most 127). d is repeated for each 32 of them.
 void quantize_256(const float* x, int8_t* q, float* d, float* s) {
   constexpr int64_t n = 256;
-  float amax = 0.0f, max = 0.0f;
-  bool finite = true;
-  for (int64_t j = 0; j < n; ++j) {
-    finite &= std::isfinite(x[j]);
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
+  // The largest magnitude, in 8 lanes (exact in any order), and a probe
+  // that x * 0 turns NaN if any value is inf or NaN; then the first value
+  // of that magnitude, whose sign d takes. (One pass with a branch per
+  // value, which does not vectorize, was 5% of a K-quant model's prefill.)
+  using f8 = float __attribute__((vector_size(32)));
+  f8 amax8{}, probe8{};
+  for (int64_t j = 0; j < n; j += 8) {
+    f8 v;
+    std::memcpy(&v, x + j, sizeof v);
+    const f8 a = v < 0.0f ? -v : v;
+    amax8 = a > amax8 ? a : amax8;
+    probe8 += v * 0.0f;
+  }
+  float amax = 0.0f, probe = 0.0f;
+  for (int l = 0; l < 8; ++l) {
+    amax = std::max(amax, amax8[l]);
+    probe += probe8[l];
+  }
+  const bool finite = probe == 0.0f;
+  float max = 0.0f;
+  for (int64_t j = 0; finite && j < n; ++j) {
+    if (std::fabs(x[j]) == amax) {
       max = x[j];
+      break;
     }
   }
   float scale = 0.0f;

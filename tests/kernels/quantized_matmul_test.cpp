@@ -233,6 +233,17 @@ TEST_CASE("Activations quantize to int8 as llama.cpp does for each weight type",
       }
     }
   }
+  SECTION("q8_K: of two values of the largest magnitude, the first gives d its sign") {
+    for (float first : {-3.0f, 3.0f}) {
+      V tie(256, 0.25f);
+      tie[5] = first;
+      tie[200] = -first;
+      cpu::Activations a = prepare(tie, 1, 256, GgmlType::Q4_K);
+      CHECK(a.q[5] == -127);
+      CHECK(a.q[200] == 127);
+      CHECK(a.d[0] == 1.0f / (-127.0f / first));
+    }
+  }
   SECTION("rows quantized in pieces (as threads do) give the same bytes") {
     for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q6_K}) {
       cpu::Activations whole = prepare(x, rows, cols, t), pieces;
