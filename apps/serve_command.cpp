@@ -15,6 +15,7 @@
 #include "apps/cli_args.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/engine_flags.hpp"
+#include "server/http_routes.hpp"
 #include "server/http_server.hpp"
 
 namespace actorlm {
@@ -50,7 +51,8 @@ constexpr const char* usage =
     "                     [--allow-plain-remote] [--connect-timeout S]\n"
     "  --special-tokens-in-content: chat messages may hold control tokens such as <|im_start|>\n"
     "  (by default they are plain text, so a client cannot forge system or assistant turns).\n"
-    "  --chat-template-file FILE: a Jinja chat template used instead of the model's own.\n";
+    "  --chat-template-file FILE: a Jinja chat template used instead of the model's own.\n"
+    "  --list-routes: print each route as METHOD PATH open|key and exit (what tests/server/auth_matrix_test.py checks).\n";
 
 std::chrono::milliseconds seconds_flag(const cli::Args& args, const char* name, double fallback) {
   return std::chrono::milliseconds(
@@ -89,10 +91,18 @@ int serve_command(int argc, char** argv, int first) {
                                     "--write-timeout", "--shutdown-timeout", "--allowed-host",
                                     chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
-      {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help"},
+      {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
       {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
+    return 0;
+  }
+  if (args.has("--list-routes")) {
+    for (const http::Route& r : http::routes()) {
+      const auto method = boost::beast::http::to_string(r.method);
+      std::printf("%.*s %.*s %s\n", static_cast<int>(method.size()), method.data(), static_cast<int>(r.path.size()),
+                  r.path.data(), r.open ? "open" : "key");
+    }
     return 0;
   }
   EngineConfig ec = engine_from_flags(args);

@@ -5,19 +5,22 @@ Each mutant below is one source edit that a correct test suite must reject.
 The script copies the working tree (tracked and untracked, not ignored files)
 into a scratch folder, configures one CPU-only build there, then for each
 mutant: applies the edit, rebuilds only the targets its tests need, runs those
-tests, and restores the file. A mutant is
+tests in order until one fails, and restores the file. A test command that
+fails under a mutant is then run once unmutated (its baseline, kept for the
+other mutants): only a command that passes there kills the mutant. A mutant is
 
-  killed    its tests failed (or timed out): the suite guards that line;
+  killed    a test command failed (or timed out) that passes unmutated: the
+            suite guards that line;
   survived  its tests passed: no test notices the bug;
-  error     its pattern was not found exactly once, it did not compile, or the
-            unmutated tests already fail, so the run says nothing about it;
-  skipped   an optional mutant whose code is absent from this tree (the file
-            is being rewritten elsewhere); reported, never counted as killed.
+  error     its pattern was not found exactly once (the code changed: update
+            the mutant), it did not compile, or every command that failed
+            under it fails unmutated too, so the run says nothing about it.
 
-Exit status: 0 only when every mutant that ran was killed (skips allowed);
-1 when one survived or errored. The user's tree and ./build are never touched.
+Exit status: 0 only when every mutant was killed; 1 otherwise. The user's
+tree and ./build are never touched.
 
-Usage: scripts/mutants.py [--list] [--workdir DIR] [-j N] [NAME ...]
+Usage: scripts/mutants.py [--list] [--ci] [--workdir DIR] [-j N] [NAME ...]
+  --ci: the mutants CI runs (scripts/test.sh), those whose tests take seconds.
 """
 
 from __future__ import annotations
@@ -49,16 +52,26 @@ SERVER_TESTS = sorted(f"server_{p.stem}" for p in (ROOT / "tests" / "server").gl
 # The process tests one CTest command each, so one that already fails
 # unmutated leaves the others to judge the mutant. --no-tests=error: a script
 # that CMake does not register counts as failing, not as passing.
-SERVER_PROCESS = [["ctest", "--test-dir", "{build}", "--output-on-failure", "--no-tests=error",
-                   "-R", f"^server:{p.stem.removesuffix('_test')}$", "--timeout", "900"]
-                  for p in sorted((ROOT / "tests" / "server").glob("*_test.py"))]
+def ctest_run(name: str) -> list[str]:
+    return ["ctest", "--test-dir", "{build}", "--output-on-failure", "--no-tests=error",
+            "-R", f"^{name}$", "--timeout", "900"]
 
 
-def catch_runs(targets: list[str]) -> list[list[str]]:
+# The auth matrix first: it is the test meant to catch an auth mutant, and a
+# mutant's run stops at its first failing command.
+SERVER_PROCESS = [ctest_run(f"server:{stem}") for stem in
+                  sorted((p.stem.removesuffix("_test") for p in (ROOT / "tests" / "server").glob("*_test.py")),
+                         key=lambda stem: stem != "auth_matrix")]
+CLUSTER_PD_TESTS = ["cluster_kv_receiver_test", "cluster_kv_transfer_test"]
+HOST_TIER_TESTS = ["kvstore_kv_host_store_test", "kvstore_kv_disk_store_test", "scheduler_kv_tiers_test"]
+GRAMMAR_TESTS = ["grammar_constraint_test"]
+
+
+def catch_runs(targets: list[str], spec: str = "~[gpu]") -> list[list[str]]:
     runs = []
     for t in targets:
         folder = t.split("_", 1)[0]
-        runs.append([f"{{build}}/tests/{folder}/{t}", "~[gpu]"])
+        runs.append([f"{{build}}/tests/{folder}/{t}", spec])
     return runs
 
 
@@ -71,19 +84,16 @@ class Mutant:
     new: str
     targets: list[str]
     runs: list[list[str]]
-    # Optional mutants are skipped (not an error) when `old` is absent, for
-    # code another branch is rewriting; `anchor` must still be present, so a
-    # renamed file or function is an error rather than a quiet skip.
-    optional: bool = False
-    anchor: str = ""
+    # CI runs these (scripts/test.sh): their killing tests take seconds.
+    ci: bool = True
 
 
 MUTANTS = [
     Mutant("evict-pages-not-tokens",
            "KvStore evicts short_pages tokens instead of short_pages * page_size",
            "kvstore/kv_store.cpp",
-           "    evict(short_pages * allocator_.page_size());\n",
-           "    evict(short_pages);\n",
+           "    free_rows(radix_.evict(short_pages * allocator_.page_size(), ",
+           "    free_rows(radix_.evict(short_pages, ",
            KV_TESTS, catch_runs(KV_TESTS)),
     Mutant("lpm-inverted",
            "the scheduler's lpm order puts the shortest cached prefix first",
@@ -95,12 +105,11 @@ MUTANTS = [
            "the API key is checked only on /v1/chat/completions",
            "server/http_server.cpp",
            "    } else if (!(route && route->open)) {\n",
-           "    } else if (route && route->id == RouteId::chat) {\n",
+           "    } else if (route && route->id == http::RouteId::chat) {\n",
            ["actorlm", *SERVER_TESTS],
            # Every server test, C++ and process (server:*): whichever sends a
-           # keyless request to another route (auth_matrix on main) kills it.
-           catch_runs(SERVER_TESTS) + SERVER_PROCESS,
-           optional=True, anchor="bearer_matches"),
+           # keyless request to another route kills it; auth_matrix runs first.
+           catch_runs(SERVER_TESTS) + SERVER_PROCESS),
     Mutant("release-keeps-lock",
            "RadixCache::release_req does not drop the request's lock reference",
            "kvstore/radix_cache_requests.cpp",
@@ -119,6 +128,48 @@ MUTANTS = [
            "    pages += pages_for(seq_lens[i], page_size_) - pages_for(prefix_lens[i], page_size_);\n",
            "    pages += pages_for(seq_lens[i] - prefix_lens[i], page_size_);\n",
            KV_TESTS, catch_runs(KV_TESTS)),
+    # Prefill/decode disaggregation: what a decode node checks before a
+    # request's KV counts as arrived.
+    Mutant("pd-commit-incomplete",
+           "a PD ticket's commit is accepted with layer-token rows still missing",
+           "cluster/kv_receiver.cpp",
+           "  if (!it->second.assembly.complete()) {\n",
+           "  if (false) {\n",
+           CLUSTER_PD_TESTS, catch_runs(CLUSTER_PD_TESTS[:1])),
+    Mutant("pd-repeat-accepted",
+           "a PD transfer takes a chunk whose range it already has",
+           "cluster/kv_transfer.cpp",
+           "      if (have_[at(l, t)]) return \"KV chunk repeats layer \"",
+           "      if (false) return \"KV chunk repeats layer \"",
+           CLUSTER_PD_TESTS, catch_runs(CLUSTER_PD_TESTS[:1])),
+    Mutant("chunk-crc-unchecked",
+           "a KV chunk's data CRC is not checked (the envelope's CRC still is)",
+           "cluster/kv_transfer.cpp",
+           "  if (crc_of(out.data) != c.data_crc32()) return fail(",
+           "  if (false) return fail(",
+           CLUSTER_PD_TESTS,
+           catch_runs(CLUSTER_PD_TESTS[1:], "Damaged, foreign, misfitting and repeated KV chunks are refused")),
+    # HiCache: the host and disk tiers' byte accounting against capacity.
+    Mutant("host-tier-overfills",
+           "the host tier makes room only once it is already over its capacity",
+           "kvstore/kv_host_store.cpp",
+           "  while (stats_.bytes + e.bytes > stats_.capacity_bytes) {\n",
+           "  while (stats_.bytes > stats_.capacity_bytes) {\n",
+           HOST_TIER_TESTS, catch_runs(HOST_TIER_TESTS)),
+    Mutant("disk-tier-overfills",
+           "the disk tier makes room only once it is already over its capacity",
+           "kvstore/kv_disk_store.cpp",
+           "  while (!index_.empty() && stats_.bytes + bytes > stats_.capacity_bytes) {\n",
+           "  while (!index_.empty() && stats_.bytes > stats_.capacity_bytes) {\n",
+           HOST_TIER_TESTS, catch_runs(HOST_TIER_TESTS)),
+    # Structured output: a schema without "additionalProperties" still
+    # admits only the keys it names (xgrammar's strict mode).
+    Mutant("schema-not-strict",
+           "json_schema masks let a model add keys the schema does not name",
+           "grammar/constraint.cpp",
+           "                                            /*strict_mode=*/true);\n",
+           "                                            /*strict_mode=*/false);\n",
+           GRAMMAR_TESTS, catch_runs(GRAMMAR_TESTS)),
 ]
 
 
@@ -165,6 +216,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="mutants to run (default: all)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--ci", action="store_true", help="only the mutants CI runs")
     # Default under the repository root (ignored by /build*/): ccache's
     # base_dir then sees the same relative paths as a ./build-cpu build.
     ap.add_argument("--workdir", type=Path, default=ROOT / "build-mutants",
@@ -175,12 +227,12 @@ def main() -> int:
 
     if args.list:
         for m in MUTANTS:
-            print(f"{m.name:24} {m.path}: {m.what}")
+            print(f"{m.name:24} {'ci ' if m.ci else '   '}{m.path}: {m.what}")
         return 0
     unknown = set(args.names) - {m.name for m in MUTANTS}
     if unknown:
         ap.error(f"unknown mutants: {', '.join(sorted(unknown))} (see --list)")
-    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    chosen = [m for m in MUTANTS if (not args.names or m.name in args.names) and (m.ci or not args.ci)]
 
     src = args.workdir.resolve() / "src"
     build = src / "build-cpu"  # <src>/build-cpu: same relative layout as <root>/build-cpu
@@ -199,6 +251,10 @@ def main() -> int:
     # ccache shares objects with other builds at the same relative layout
     # only when the build directory is left out of the hash.
     os.environ.setdefault("CCACHE_NOHASHDIR", "1")
+    # ...and with paths under the checkout hashed relative to it: then
+    # <src>/build-cpu shares objects with <root>/build and a fresh clone's
+    # builds (scripts/build.sh sets the same).
+    os.environ.setdefault("CCACHE_BASEDIR", str(ROOT))
 
     log(f"copying {ROOT} into {src}")
     copy_tree(ROOT, src)
@@ -220,79 +276,74 @@ def main() -> int:
         return run([c.replace("{build}", str(build)) for c in cmd], src, logfile,
                    timeout=args.test_timeout) == 0
 
-    # Each test command runs once unmutated, so a mutant's failure is its own.
-    # Kept per command, not per mutant: the scheduler test (minutes) is shared.
+    # A test command's unmutated outcome, run only when it fails under some
+    # mutant and kept for the others (the scheduler test takes minutes).
     baseline: dict[tuple, tuple[str, Path]] = {}  # command -> (outcome, log)
 
-    def baseline_of(m: Mutant) -> tuple[list[list[str]], list[str], str]:
-        """(commands that pass unmutated, the failing ones' descriptions, log).
+    def describe(cmd: list[str]) -> str:
+        return " ".join(cmd[-3:] if cmd[0] == "ctest" else [Path(cmd[0]).name])
 
-        A command that fails unmutated cannot tell a kill from its own
-        failure, so the mutant is judged on the others and the report names
-        what was left out."""
-        todo = [cmd for cmd in m.runs if tuple(cmd) not in baseline]
-        if todo:
-            log(f"{m.name}: baseline (unmutated) build and {len(todo)} test command(s)")
+    def passes_unmutated(m: Mutant, cmd: list[str], path: Path, original: str) -> bool:
+        """Restores the file and tells whether cmd passes there (cached)."""
+        if tuple(cmd) not in baseline:
+            log(f"{m.name}: {describe(cmd)} failed; running it unmutated")
             logfile = logs / f"{m.name}.baseline.log"
+            path.write_text(original)
             built = build_targets(m, logfile)
-            for cmd in todo:
-                ok = built and run_test(cmd, logfile)
-                baseline[tuple(cmd)] = ("pass" if ok else "fail" if built else "build-error", logfile)
-        usable = [cmd for cmd in m.runs if baseline[tuple(cmd)][0] == "pass"]
-        dropped = [f"{' '.join(cmd[-3:] if cmd[0] == 'ctest' else cmd[:1])}: {baseline[tuple(cmd)][0]}"
-                   for cmd in m.runs if baseline[tuple(cmd)][0] != "pass"]
-        logfile = next((str(baseline[tuple(cmd)][1]) for cmd in m.runs if baseline[tuple(cmd)][0] != "pass"), "")
-        return usable, dropped, logfile
+            ok = built and run_test(cmd, logfile)
+            baseline[tuple(cmd)] = ("pass" if ok else "fail" if built else "build-error", logfile)
+        return baseline[tuple(cmd)][0] == "pass"
 
-    def mutant_outcome(m: Mutant, runs: list[list[str]]) -> str:
-        """'fail' at the first failing test command, else 'pass'; or 'build-error'."""
+    def judge(m: Mutant, path: Path, original: str) -> tuple[str, str]:
+        """(status, detail): runs m's commands in order until one fails that passes unmutated."""
         logfile = logs / f"{m.name}.mutant.log"
+        mutated = original.replace(m.old, m.new)
+        path.write_text(mutated)
         if not build_targets(m, logfile):
-            return "build-error"
-        return "pass" if all(run_test(cmd, logfile) for cmd in runs) else "fail"
+            return "error", f"mutant did not compile (log: {logfile})"
+        dropped = []
+        for cmd in m.runs:
+            if run_test(cmd, logfile):
+                continue
+            if passes_unmutated(m, cmd, path, original):
+                return "killed", f"by {describe(cmd)} (log: {logfile})"
+            dropped.append(f"{describe(cmd)} ({baseline[tuple(cmd)][0]} unmutated, log: {baseline[tuple(cmd)][1]})")
+            path.write_text(mutated)  # back to the mutant for the next command
+            if not build_targets(m, logfile):
+                return "error", f"mutant did not compile (log: {logfile})"
+        note = f"; left out, failing unmutated: {', '.join(dropped)}" if dropped else ""
+        if dropped and len(dropped) == len(m.runs):
+            return "error", f"every test command fails unmutated{note}"
+        return "survived", f"all its tests passed (log: {logfile}){note}"
 
+    # Every pattern first: a mutant whose line changed fails the run at once,
+    # before minutes of building.
     results: list[tuple[Mutant, str, str]] = []
+    runnable = []
     for m in chosen:
         path = src / m.path
-        if not path.is_file():
-            results.append((m, "error", f"{m.path} does not exist"))
-            continue
-        original = path.read_text()
-        count = original.count(m.old)
+        count = path.read_text().count(m.old) if path.is_file() else -1
         if count != 1:
-            if m.optional and count == 0 and m.anchor and m.anchor in original:
-                results.append((m, "skipped", f"pattern not in {m.path} (rewritten?); mutant not applied"))
-                log(f"{m.name}: SKIPPED, pattern not found in {m.path}")
-                continue
-            results.append((m, "error", f"pattern found {count} times in {m.path}, expected once"))
-            log(f"{m.name}: ERROR, pattern found {count} times")
-            continue
-
-        usable, dropped, base_log = baseline_of(m)
-        note = f"; left out, failing unmutated: {', '.join(dropped)} (log: {base_log})" if dropped else ""
-        if not usable:
-            results.append((m, "error", f"no test command passes unmutated{note}"))
-            log(f"{m.name}: ERROR, every test command fails unmutated")
-            continue
-        if dropped:
-            log(f"{m.name}: judged without {len(dropped)} test command(s) that fail unmutated")
-
+            why = f"{m.path} does not exist" if count < 0 else f"pattern found {count} times in {m.path}, expected once"
+            results.append((m, "error", why + " (the code changed: update the mutant)"))
+            log(f"{m.name}: ERROR, {why}")
+        else:
+            runnable.append(m)
+    for m in runnable:
+        path = src / m.path
+        original = path.read_text()
         log(f"{m.name}: applying to {m.path}")
-        path.write_text(original.replace(m.old, m.new))
         try:
-            outcome = mutant_outcome(m, usable)
+            status, detail = judge(m, path, original)
         finally:
             path.write_text(original)
-        status = {"fail": "killed", "pass": "survived", "build-error": "error"}[outcome]
-        detail = {"killed": "tests failed", "survived": "all its tests passed",
-                  "error": "mutant did not compile"}[status]
-        results.append((m, status, f"{detail} (log: {logs}/{m.name}.mutant.log){note}"))
-        log(f"{m.name}: {status.upper()}")
+        results.append((m, status, detail))
+        log(f"{m.name}: {status.upper()} {detail}")
 
     print("\nmutant                   result    detail")
     for m, status, detail in results:
         print(f"{m.name:24} {status:9} {m.what}\n{'':34} {detail}")
-    counts = {s: sum(1 for _, r, _ in results if r == s) for s in ("killed", "survived", "error", "skipped")}
+    counts = {s: sum(1 for _, r, _ in results if r == s) for s in ("killed", "survived", "error")}
     print("\n" + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["survived"] or counts["error"] else 0
 

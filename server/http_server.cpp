@@ -16,6 +16,7 @@
 #include "server/completions.hpp"
 #include "server/http_connection.hpp"
 #include "server/http_guard.hpp"
+#include "server/http_routes.hpp"
 #include "server/metrics_text.hpp"
 #include "server/openai_api.hpp"
 
@@ -26,36 +27,6 @@ namespace bhttp = boost::beast::http;
 using nlohmann::json;
 
 namespace {
-
-enum class RouteId { page, script, health, models, metrics, nodes, chat, completion, native, tokenize, detokenize };
-
-struct Route {
-  std::string_view path;
-  bhttp::verb method;
-  RouteId id;
-  bool open;  // served without the API key
-};
-
-constexpr Route routes[] = {
-    {"/", bhttp::verb::get, RouteId::page, true},
-    {"/chat.js", bhttp::verb::get, RouteId::script, true},
-    {"/health", bhttp::verb::get, RouteId::health, true},
-    {"/v1/models", bhttp::verb::get, RouteId::models, false},
-    {"/metrics", bhttp::verb::get, RouteId::metrics, false},
-    {"/nodes", bhttp::verb::get, RouteId::nodes, false},
-    {"/v1/chat/completions", bhttp::verb::post, RouteId::chat, false},
-    {"/v1/completions", bhttp::verb::post, RouteId::completion, false},
-    {"/generate", bhttp::verb::post, RouteId::native, false},
-    {"/tokenize", bhttp::verb::post, RouteId::tokenize, false},
-    {"/detokenize", bhttp::verb::post, RouteId::detokenize, false},
-};
-
-const Route* find_route(std::string_view path) {
-  for (const auto& r : routes) {
-    if (r.path == path) return &r;
-  }
-  return nullptr;
-}
 
 http::Response error(int status, const std::string& message,
                      const char* type = "invalid_request_error") {
@@ -98,7 +69,7 @@ struct HttpServer::Impl final : http::RequestHandler {
   std::optional<http::Response> screen(const http::RequestHeader& h) override {
     auto path = http::route_path(std::string_view(h.target().data(), h.target().size()));
     if (!path) return error(400, "malformed request target");
-    const Route* route = find_route(*path);
+    const http::Route* route = http::find_route(*path);
     if (config.api_key.empty()) {
       auto host = h[bhttp::field::host];
       if (host.empty() && h.version() >= 11) return error(400, "the Host header is missing");
@@ -130,18 +101,18 @@ struct HttpServer::Impl final : http::RequestHandler {
   void handle(const std::shared_ptr<http::Connection>& c, http::Request request) override {
     auto path =
         http::route_path(std::string_view(request.target().data(), request.target().size()));
-    const Route* route = path ? find_route(*path) : nullptr;
+    const http::Route* route = path ? http::find_route(*path) : nullptr;
     if (!route)
       return c->respond(error(404, "no such route"));  // screened already; kept for safety
     const std::vector<std::pair<std::string, std::string>> page_headers = {
         {"Content-Security-Policy", chat_page_csp}, {"X-Content-Type-Options", "nosniff"}};
     switch (route->id) {
-      case RouteId::page:
+      case http::RouteId::page:
         return c->respond({200, "text/html; charset=utf-8", chat_page_html, page_headers});
-      case RouteId::script:
+      case http::RouteId::script:
         return c->respond(
             {200, "application/javascript; charset=utf-8", chat_page_js, page_headers});
-      case RouteId::health:
+      case http::RouteId::health:
         if (draining) return c->respond(http::Response::json(503, R"({"status":"shutting down"})"));
         // A worker lost for good fails every request: a supervisor should
         // restart this process.
@@ -163,7 +134,7 @@ struct HttpServer::Impl final : http::RequestHandler {
             c->respond(http::Response::json(200, R"({"status":"ok"})"));
           }
         });
-      case RouteId::models: {
+      case http::RouteId::models: {
         json models = {{"object", "list"},
                        {"data", json::array({{{"id", config.model_id},
                                               {"object", "model"},
@@ -173,17 +144,17 @@ struct HttpServer::Impl final : http::RequestHandler {
                                               {"max_model_len", engine.max_context()}}})}};
         return c->respond(http::Response::json(200, models.dump()));
       }
-      case RouteId::metrics:
+      case http::RouteId::metrics:
         return asio::post(blocking, [this, c] {
           std::string text =
               metrics_text(engine.stats()) + completions.exposition() + connection_metrics();
           c->respond({200, "text/plain; version=0.0.4", std::move(text), {}});
         });
-      case RouteId::nodes:
+      case http::RouteId::nodes:
         return asio::post(blocking, [this, c] {
           c->respond(http::Response::json(200, nodes_json(engine.stats()).dump()));
         });
-      case RouteId::tokenize:
+      case http::RouteId::tokenize:
         // Off the I/O threads: a body of megabytes takes a while to tokenize.
         return asio::post(blocking, [this, c, body = std::move(request.body())] {
           auto parsed = api::parse_tokenize_request(body);
@@ -195,7 +166,7 @@ struct HttpServer::Impl final : http::RequestHandler {
           json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.max_context()}};
           c->respond(http::Response::json(200, out.dump()));
         });
-      case RouteId::detokenize:
+      case http::RouteId::detokenize:
         return asio::post(blocking, [this, c, body = std::move(request.body())] {
           auto parsed = api::parse_detokenize_request(body);
           if (auto* e = std::get_if<api::ApiError>(&parsed)) {
@@ -205,13 +176,13 @@ struct HttpServer::Impl final : http::RequestHandler {
           if (!text) return c->respond(error(400, "'tokens' holds an id outside the vocabulary"));
           c->respond(http::Response::json(200, api::dump(json{{"text", *text}})));
         });
-      case RouteId::chat:
-      case RouteId::completion:
-      case RouteId::native:
+      case http::RouteId::chat:
+      case http::RouteId::completion:
+      case http::RouteId::native:
         if (draining) return c->respond(error(503, "the server is shutting down", "server_error"));
         return completions.start(c,
-                                 route->id == RouteId::chat         ? Completions::Route::chat
-                                 : route->id == RouteId::completion ? Completions::Route::completion
+                                 route->id == http::RouteId::chat         ? Completions::Route::chat
+                                 : route->id == http::RouteId::completion ? Completions::Route::completion
                                                                     : Completions::Route::native,
                                  std::move(request.body()));
     }

@@ -107,6 +107,19 @@ TEST_CASE("a JSON schema admits exactly the documents it describes", "[grammar]"
   CHECK(feed(*bad, wrong) < tokenizer().encode(wrong, false, false).size());
 }
 
+TEST_CASE("a JSON schema that does not mention additionalProperties still admits only its own keys", "[grammar]") {
+  // Strict mode: a model constrained to {"city"} cannot append keys of its
+  // own, so a client's parser never meets fields it did not ask for.
+  const std::string schema = R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})";
+  auto s = compiler().start({ConstraintKind::json_schema, schema});
+  const std::string extra = R"({"city": "Paris", "country": "FR"})";
+  const size_t taken = feed(*s, extra);
+  CHECK(taken < tokenizer().encode(extra, false, false).size());
+  auto ok = compiler().start({ConstraintKind::json_schema, schema});
+  const std::string doc = R"({"city": "Paris"})";
+  CHECK(feed(*ok, doc) == tokenizer().encode(doc, false, false).size());
+}
+
 TEST_CASE("a token the mask forbids is refused and leaves the state as it was", "[grammar]") {
   auto s = compiler().start({ConstraintKind::regex, "[0-9]{3}"});
   const int32_t letter = tokenizer().encode("a", false, false).front();

@@ -4,11 +4,13 @@ key almost right (issue 14): each protected route answers 401 with no key, a
 wrong key, the key followed by a NUL and more, a prefix of the key, a
 longer key and a lower-case scheme, and 401 comes before the body is looked
 at (an unparseable body still gets 401). The open routes (/health, the chat
-page) answer without a key, and the right key opens every route.
+page) answer without a key, and the right key opens every route. The routes
+are the server's own table (`actorlm serve --list-routes`), not a copy.
 
 Usage: python3 tests/server/auth_matrix_test.py path/to/actorlm
 """
 import json
+import subprocess
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -17,15 +19,33 @@ from server_process import ServerProcess  # noqa: E402
 
 KEY = "matrix-key-0123456789"
 
-PROTECTED = [
-    ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
-    ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
-    ("POST", "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 2}}),
-    ("GET", "/v1/models", None),
-    ("GET", "/metrics", None),
-    ("GET", "/nodes", None),
-]
-OPEN = ["/health", "/", "/chat.js"]
+# The routes come from the server itself (`actorlm serve --list-routes`, the
+# table in server/http_routes.cpp), so a route added there is checked here
+# without anyone remembering to. What this file adds: a request that the
+# right key must turn into 200 for each POST route, and which routes may be
+# open at all.
+BODIES = {
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    "/v1/completions": {"prompt": "Hi", "max_tokens": 2},
+    "/generate": {"text": "Hi", "sampling_params": {"max_new_tokens": 2}},
+    "/tokenize": {"prompt": "Hi"},
+    "/detokenize": {"tokens": [1, 2]},
+}
+# Opening a route to keyless clients is a security decision, made here too.
+MAY_BE_OPEN = {"/health", "/", "/chat.js"}
+
+
+def declared_routes(binary):
+    """(method, path, open) for every route the server declares."""
+    out = subprocess.run([binary, "serve", "--list-routes"], check=True, capture_output=True, text=True).stdout
+    routes = []
+    for line in out.splitlines():
+        method, path, access = line.split()
+        check(access in ("open", "key"), f"--list-routes printed {line!r}")
+        routes.append((method, path, access == "open"))
+    check(len(routes) >= 10, f"--list-routes printed only {len(routes)} routes:\n{out}")
+    return routes
+
 
 BAD_KEYS = {
     "no key": None,
@@ -51,9 +71,19 @@ def raw_request(method, path, body, authorization):
 
 
 def main():
+    routes = declared_routes(sys.argv[1])
+    failures = []
+    for method, path, is_open in routes:
+        if is_open and path not in MAY_BE_OPEN:
+            failures.append(f"{method} {path} is declared open (no API key); only {sorted(MAY_BE_OPEN)} may be")
+        if method == "POST" and not is_open and path not in BODIES:
+            failures.append(f"POST {path} has no request in BODIES: add one that the right key turns into 200")
+    check(not failures, "\n".join(failures))
+    PROTECTED = [(m, p, BODIES.get(p)) for m, p, o in routes if not o]
+    OPEN = [(m, p) for m, p, o in routes if o]
     with ServerProcess(sys.argv[1], ["--api-key", KEY, "--kv-tokens", "4096"]) as server:
         port = server.port
-        failures, cases = [], 0
+        cases = 0
         for method, path, body in PROTECTED:
             for name, auth in BAD_KEYS.items():
                 # NUL in a header value is itself malformed: 400 or 401, never served.
@@ -67,9 +97,9 @@ def main():
             cases += 1
             if status != 200:
                 failures.append(f"{method} {path} with the key: {status} {reply[:200]}")
-        for path in OPEN:
+        for method, path in OPEN:
             for name, auth in (("no key", None), ("wrong key", "Bearer nope")):
-                status, _, _ = request(port, raw_request("GET", path, None, auth))
+                status, _, _ = request(port, raw_request(method, path, None, auth))
                 cases += 1
                 if status != 200:
                     failures.append(f"open route {path} with {name}: {status}")

@@ -394,6 +394,17 @@ TEST_CASE("On the GPU every architecture file runs the shared layer loop and tra
   Ids seq;
   for (int i = 0; i < 24; ++i) seq.push_back(static_cast<int32_t>((i * 37 + 11) % V));
   const std::vector<float> ours = all_logits(*gpu, seq), host = all_logits(*cpu, seq);
+  // Bound on a logit's distance from the CPU's, relative to the row's
+  // largest logit: bf16 against float32 (measured 0.010-0.022 on an H200).
+  constexpr double kTolerance = 0.05;
+  // Two tokens whose CPU logits lie within the tolerance are a near tie:
+  // bf16 rounding may pick either, so a top-1 or greedy difference there is
+  // allowed, and nowhere else.
+  auto near_tie = [&](const float* cpu_row, int32_t a, int32_t b) {
+    double scale = 1e-3;
+    for (int32_t i = 0; i < V; ++i) scale = std::max(scale, std::abs(static_cast<double>(cpu_row[i])));
+    return std::abs(static_cast<double>(cpu_row[a]) - cpu_row[b]) / scale < kTolerance;
+  };
   double worst = 0;
   int same_top = 0;
   for (size_t r = 0; r < seq.size(); ++r) {
@@ -405,32 +416,47 @@ TEST_CASE("On the GPU every architecture file runs the shared layer loop and tra
       scale = std::max(scale, std::abs(static_cast<double>(b[i])));
     }
     worst = std::max(worst, err / scale);
-    same_top += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    const auto top_gpu = static_cast<int32_t>(std::max_element(a, a + V) - a);
+    const auto top_cpu = static_cast<int32_t>(std::max_element(b, b + V) - b);
+    same_top += top_gpu == top_cpu;
+    INFO("row " << r << ": GPU top-1 " << top_gpu << ", CPU top-1 " << top_cpu);
+    CHECK((top_gpu == top_cpu || near_tie(b, top_gpu, top_cpu)));
   }
-  // The same pass over the cached first half (a prefix hit) and as decode steps.
+  // The same pass over the cached first half (a prefix hit): the same bf16
+  // KV and the same kernels whatever the batch, so bit for bit.
   Ids rows(seq.size());
   std::iota(rows.begin(), rows.end(), 1);
   ForwardOutput whole = test::run_request(*gpu, 0, rows, 0, seq, true);
   Ids rows2 = rows;
   for (size_t i = 12; i < rows2.size(); ++i) rows2[i] = static_cast<int32_t>(200 + i);
   ForwardOutput extended = test::run_request(*gpu, 1, rows2, 12, Ids(seq.begin() + 12, seq.end()), true);
-  double reuse = 0, reuse_scale = 1e-3;
+  double reuse = 0;
   for (size_t r = 0; r < 12; ++r) {
     for (int32_t i = 0; i < V; ++i) {
       reuse = std::max(reuse, static_cast<double>(std::abs(extended.row(r)[i] - whole.row(r + 12)[i])));
-      reuse_scale = std::max(reuse_scale, static_cast<double>(std::abs(whole.row(r + 12)[i])));
     }
   }
-  reuse /= reuse_scale;
-  const Ids gpu_greedy = greedy_sampled(*gpu, Ids(seq.begin(), seq.begin() + 8), 16);
-  const Ids cpu_greedy = test::greedy(*cpu, Ids(seq.begin(), seq.begin() + 8), 16);
+  // Greedy decoding from 8 tokens: identical to the CPU's until a near tie,
+  // if one comes.
+  const Ids prompt(seq.begin(), seq.begin() + 8);
+  const Ids gpu_greedy = greedy_sampled(*gpu, prompt, 16);
+  const Ids cpu_greedy = test::greedy(*cpu, prompt, 16);
   size_t agree = 0;
   while (agree < gpu_greedy.size() && gpu_greedy[agree] == cpu_greedy[agree]) ++agree;
+  std::string parted = "";
+  if (agree < gpu_greedy.size()) {
+    Ids upto = prompt;
+    upto.insert(upto.end(), cpu_greedy.begin(), cpu_greedy.begin() + static_cast<std::ptrdiff_t>(agree));
+    const std::vector<float> at = all_logits(*cpu, upto);
+    const float* row = at.data() + (upto.size() - 1) * static_cast<size_t>(V);
+    const bool tie = near_tie(row, gpu_greedy[agree], cpu_greedy[agree]);
+    parted = tie ? ", then a near tie" : ", then NOT a near tie";
+    CHECK(tie);
+  }
   std::printf("%s on the GPU: logits within %.4f of each row's largest (CPU backend), top-1 %d/24, "
-              "prefix reuse within %.4g, greedy %zu/16 identical\n",
-              arch.c_str(), worst, same_top, reuse, agree);
-  CHECK(worst < 0.05);
-  CHECK(same_top >= 20);
-  CHECK(reuse < 0.02);
-  CHECK(agree >= 4);
+              "prefix hit %s one pass (largest difference %.4g), greedy %zu/16 identical%s\n",
+              arch.c_str(), worst, same_top, reuse == 0 ? "bit-identical to" : "DIFFERS from", reuse, agree,
+              parted.c_str());
+  CHECK(worst < kTolerance);
+  CHECK(reuse == 0);
 }
