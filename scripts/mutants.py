@@ -68,10 +68,13 @@ GRAMMAR_TESTS = ["grammar_constraint_test"]
 
 
 def catch_runs(targets: list[str], spec: str = "~[gpu]") -> list[list[str]]:
+    """Runs of Catch2 binaries. -w NoTests: a spec that matches no test case
+    fails (unmutated too, so the mutant is an error), never passes having run
+    nothing. Commas in a test name are escaped: Catch2 splits specs at them."""
     runs = []
     for t in targets:
         folder = t.split("_", 1)[0]
-        runs.append([f"{{build}}/tests/{folder}/{t}", spec])
+        runs.append([f"{{build}}/tests/{folder}/{t}", "-w", "NoTests", spec.replace(",", "\\,")])
     return runs
 
 
@@ -157,10 +160,10 @@ MUTANTS = [
            "  while (stats_.bytes > stats_.capacity_bytes) {\n",
            HOST_TIER_TESTS, catch_runs(HOST_TIER_TESTS)),
     Mutant("disk-tier-overfills",
-           "the disk tier makes room only once it is already over its capacity",
+           "the disk tier makes room for half a block only",
            "kvstore/kv_disk_store.cpp",
            "  while (!index_.empty() && stats_.bytes + bytes > stats_.capacity_bytes) {\n",
-           "  while (!index_.empty() && stats_.bytes > stats_.capacity_bytes) {\n",
+           "  while (!index_.empty() && stats_.bytes + bytes / 2 > stats_.capacity_bytes) {\n",
            HOST_TIER_TESTS, catch_runs(HOST_TIER_TESTS)),
     # Structured output: a schema without "additionalProperties" still
     # admits only the keys it names (xgrammar's strict mode).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything and runs the whole test suite,
-# then builds the CPU-only configuration into ./build-cpu and runs its unit
-# tests (see below). GPU tests ([gpu]) run only where nvidia-smi sees a GPU;
+# then the CPU-only build (ASan+UBSan with ACTORLM_CI_SANITIZERS=1, and
+# TSan), the portable build and its package, and the mutants (see below). GPU tests ([gpu]) run only where nvidia-smi sees a GPU;
 # elsewhere they are skipped with a message. Arguments go to both ctest runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,34 +13,54 @@ build="${ACTORLM_BUILD_DIR:-$root/build}"
 # (find_package and pkg-config) and run: the install rules cannot rot.
 bash "$root/scripts/check_embedding.sh" "$build"
 
-# The CPU-only configuration (-DACTORLM_CUDA=OFF), which is what a machine
-# without nvcc gets: the build above takes the CUDA branch of every
-# `#if ACTORLM_HAVE_CUDA` wherever nvcc exists, so only this build proves the
-# other branch compiles under -Werror. It builds every target but the
-# benchmarks (bench/ has nothing CPU-only to check beyond what the tests
-# compile, and would add minutes) and runs only the Catch2 unit tests
-# (label catch2): the Python process tests drive `actorlm` over HTTP and
-# sockets on the CPU backend, which the build above already runs, so a second
-# pass would double CI time to test the same code paths. Objects whose flags
-# do not depend on the CUDA target come from ccache (see build.sh).
-# ACTORLM_SKIP_CPU_BUILD=1 leaves it out (e.g. while iterating locally).
+# Unless ACTORLM_SKIP_CPU_BUILD=1 (e.g. while iterating locally), the checks
+# that keep the suite's guarantees from rotting (docs/TESTING.md, "CI"):
 if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
-  cpu_build="${ACTORLM_CPU_BUILD_DIR:-$root/build-cpu}"
-  ACTORLM_BUILD_DIR="$cpu_build" ACTORLM_CMAKE_ARGS="-DACTORLM_CUDA=OFF -DACTORLM_BUILD_BENCH=OFF" \
-    bash "$root/scripts/build.sh"
-  (cd "$cpu_build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 -L catch2 "$@")
-  # The Debian package comes from this configuration (docs/DEPLOY.md): build
-  # it and check its dependencies, files, binary and service unit.
-  bash "$root/scripts/check_package.sh" "$cpu_build"
+  step() { echo "test.sh: $1 took $(( $(date +%s) - $2 )) s"; }
+  # The CPU-only configuration (-DACTORLM_CUDA=OFF), which is what a machine
+  # without nvcc gets: the build above takes the CUDA branch of every
+  # `#if ACTORLM_HAVE_CUDA` wherever nvcc exists, so only this build proves the
+  # other branch compiles under -Werror. Its Catch2 tests run; the Python
+  # process tests drive `actorlm` on the CPU backend, which the build above
+  # already runs, so they are not repeated.
+  #
+  # With ACTORLM_CI_SANITIZERS=1 this build is made with ASan and UBSan
+  # instead, and also runs the process tests that feed the parsers hostile
+  # input (label "parsers"); then ThreadSanitizer runs the actor, cluster and
+  # scheduler tests. Not yet the default: docs/TESTING.md ("CI") says why and
+  # what it costs.
+  t=$(date +%s)
+  if [[ "${ACTORLM_CI_SANITIZERS:-0}" == 1 ]]; then
+    bash "$root/scripts/sanitize.sh" --ci "$@"
+    step "the ASan+UBSan CPU-only build and its tests" "$t"
+    t=$(date +%s)
+    bash "$root/scripts/tsan.sh" --ci
+    step "the TSan build and its tests" "$t"
+  else
+    cpu_build="${ACTORLM_CPU_BUILD_DIR:-$root/build-cpu}"
+    ACTORLM_BUILD_DIR="$cpu_build" ACTORLM_CMAKE_ARGS="-DACTORLM_CUDA=OFF -DACTORLM_BUILD_BENCH=OFF" \
+      bash "$root/scripts/build.sh"
+    (cd "$cpu_build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 -L catch2 "$@")
+    step "the CPU-only build and its unit tests" "$t"
+  fi
   # A binary for any x86-64 (-DACTORLM_NATIVE=OFF): it once stopped compiling
   # under -Werror with nobody noticing, so it is built here and answers one
   # prompt on the CPU path this machine picks (its outputs agree with a
   # native build's to rounding only, so its speed and bits are measured in
-  # docs/BENCHMARKS.md, not tested).
+  # docs/BENCHMARKS.md, not tested). The Debian package comes from this
+  # build (docs/DEPLOY.md): neither sanitized nor tied to this machine's CPU.
+  t=$(date +%s)
   portable_build="$root/build-portable"
   ACTORLM_BUILD_DIR="$portable_build" \
     ACTORLM_CMAKE_ARGS="-DACTORLM_CUDA=OFF -DACTORLM_NATIVE=OFF -DACTORLM_BUILD_TESTS=OFF -DACTORLM_BUILD_BENCH=OFF" \
-    bash "$root/scripts/build.sh" --target actorlm
+    bash "$root/scripts/build.sh"
   "$portable_build/apps/actorlm" run --threads 2 --max-tokens 8 -p "Say hello." >/dev/null
   echo "actorlm: the -DACTORLM_NATIVE=OFF build runs"
+  bash "$root/scripts/check_package.sh" "$portable_build"
+  step "the portable build and the package" "$t"
+  # Mutants: known-important lines broken one at a time; each must fail a
+  # test, and a mutant whose line changed fails the run.
+  t=$(date +%s)
+  python3 "$root/scripts/mutants.py" --ci
+  step "the mutants" "$t"
 fi
