@@ -51,7 +51,10 @@ def run(cmd, **kw):
 
 
 def quantized(bin_dir, source, qtype):
-    if qtype == "Q4_1" and source == DEFAULT:
+    # The default model is Q4_1 already; a file named *.TYPE.gguf is taken
+    # as that type as it is (e.g. the 1B and 3B files made by
+    # make_random_llama.py and quantized once by hand).
+    if (qtype == "Q4_1" and source == DEFAULT) or source.endswith(f".{qtype}.gguf"):
         return source
     out = os.path.join(CACHE, "bench", os.path.basename(source).replace(".gguf", "") + f".{qtype}.gguf")
     if not os.path.exists(out):
@@ -75,10 +78,13 @@ def isa_env(isa):
     return env
 
 
+BENCH = os.path.join(ROOT, "build/bench/cpu_decode_bench")  # --bench
+
+
 def actorlm(model, threads, what, kv_cache_dtype="auto", isa="native"):
     kind, shape = what
     # Only the one figure asked for (an empty list measures nothing).
-    cmd = [os.path.join(ROOT, "build/bench/cpu_decode_bench"), "--threads", str(threads), "--model", model,
+    cmd = [BENCH, "--threads", str(threads), "--model", model,
            "--repeats", "3", "--prefill", str(shape) if kind == "prefill" else "",
            "--decode", shape if kind == "decode" else "", "--kv-cache-dtype", kv_cache_dtype]
     out = run(cmd, env=isa_env(isa))
@@ -131,6 +137,7 @@ def rss_row(actorlm_bin, bin_dir, model, threads, qtype):
 
 
 def main():
+    global BENCH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llamacpp", required=True, help="folder with llama-bench, llama-batched-bench, llama-quantize "
                     "(a native build)")
@@ -150,9 +157,11 @@ def main():
                     help="llama.cpp's KV cache (-ctk/-ctv): f16 (its default) or f32 (actorlm's default)")
     # A CUDA-enabled binary maps cuBLAS at start (~140 MB resident before any
     # model); CPU users build without CUDA, so that is the one to measure.
+    ap.add_argument("--bench", default=BENCH, help="actorlm's cpu_decode_bench (a copy, to keep building meanwhile)")
     ap.add_argument("--actorlm", default=os.path.join(ROOT, "build-cpu/apps/actorlm"),
                     help="the actorlm binary for --rss (default: the CPU-only build of scripts/test.sh)")
     args = ap.parse_args()
+    BENCH = args.bench
     if args.rss:
         print("| GGUF type | file | actorlm run | llama-bench | ratio |")
         print("|---|---:|---:|---:|---:|")

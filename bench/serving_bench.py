@@ -147,6 +147,8 @@ def run_one(base, path, body, api_key):
                 rec["prompt_tokens"] = chunk["usage"].get("prompt_tokens")
                 rec["output_tokens"] = chunk["usage"].get("completion_tokens")
             for c in chunk.get("choices") or []:
+                if c.get("finish_reason"):
+                    rec["finish_reason"] = c["finish_reason"]
                 piece = c.get("text")
                 if piece is None:
                     piece = (c.get("delta") or {}).get("content")
@@ -197,7 +199,10 @@ def summarize(records, wall, prompt_lens, cache):
                        "max": max(vals) if vals else float("nan")}
     # Requests that ended before their max_tokens (a server that stops early
     # or cancels requests would otherwise look fast).
-    stats["short_outputs"] = sum(1 for r in ok if r["max_tokens"] and r["output_tokens"] < r["max_tokens"])
+    short = [r for r in ok if r["max_tokens"] and r["output_tokens"] < r["max_tokens"]]
+    stats["short_outputs"] = len(short)
+    stats["short_examples"] = [{k: r.get(k) for k in ("output_tokens", "prompt_tokens", "finish_reason")} | {"chunks": len(r["chunks"])}
+                               for r in short[:5]]
     stats["cache_hit_rate"] = cache
     stats["errors"] = [r["error"] for r in records if r["error"]][:5]
     return stats

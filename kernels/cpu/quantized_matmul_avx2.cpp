@@ -15,6 +15,7 @@ namespace {
 
 struct Avx2Dot {
   static constexpr int group = 4;  // 16 vector registers
+  static constexpr bool pin_sums = true;  // block_dot_x86.hpp's pin
   static constexpr bool pairs = false;  // 256-bit vectors only
   static constexpr bool wide_includes_offset = false;
   static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_add_epi32(acc, widen16(products16(u, s))); }

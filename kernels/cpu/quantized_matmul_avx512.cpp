@@ -18,6 +18,7 @@ namespace {
 
 struct VnniDot {
   static constexpr int group = 8;
+  static constexpr bool pin_sums = false;  // block_dot_x86.hpp's pin
   static constexpr bool pairs = true;
   using Pair = Z16;
   // vpdpbusd takes unsigned bytes up to 255, so Q8_0's stored w + 128 goes

@@ -12,6 +12,7 @@ namespace {
 
 struct AvxVnniDot {
   static constexpr int group = 4;  // 16 vector registers
+  static constexpr bool pin_sums = false;  // block_dot_x86.hpp's pin
   static constexpr bool pairs = false;
   // vpdpbusd takes unsigned bytes up to 255: Q8_0's stored w + 128 goes in
   // as it is and its offset is taken away by the dots' starting value.
