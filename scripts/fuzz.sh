@@ -26,7 +26,8 @@ for arg in "$@"; do
     *) seconds="$arg" ;;
   esac
 done
-all_targets=(openai_request_fuzz envelope_fuzz gguf_file_fuzz tokenizer_fuzz chat_template_fuzz)
+all_targets=(openai_request_fuzz envelope_fuzz gguf_file_fuzz tokenizer_fuzz chat_template_fuzz http_request_fuzz
+             kv_chunk_fuzz kv_disk_file_fuzz node_gate_fuzz)
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
 if [[ ! -f "$build/build.ninja" ]]; then

@@ -177,3 +177,90 @@ for i, conv in enumerate(convs):
     body = b"\0".join(f.encode() for m in conv for f in m)
     write("chat_template_fuzz", f"conv-{i}", bytes([i * 3 % 8]) + body)
 write("chat_template_fuzz", "template", b"\x06{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are SmolLM<|im_end|>\n{% endif %}")
+
+# ------------------------------------------------------------ openai_request: the other routes
+write("openai_request_fuzz", "generate-0", "2" + json.dumps({"text": "Hi", "sampling_params": {"max_new_tokens": 4}}))
+write("openai_request_fuzz", "generate-1", "2" + json.dumps({"input_ids": [1, 2, 3], "stream": True,
+                                                             "sampling_params": {"temperature": 0, "stop": ["x"]}}))
+write("openai_request_fuzz", "tokenize-0", "4" + json.dumps({"text": "Hello", "add_special_tokens": False}))
+write("openai_request_fuzz", "tokenize-1", "4" + json.dumps({"prompt": "Hello"}))
+write("openai_request_fuzz", "detokenize-0", "6" + json.dumps({"tokens": [1, 9906, 49151]}))
+
+# ------------------------------------------------------------ http_request
+http_requests = [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost:30000\r\nAuthorization: Bearer fuzz-key-0123\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /v1/models?x=1 HTTP/1.1\r\nHost: [::1]:8\r\n"
+    b"Authorization: bearer fuzz-key-0123\r\nConnection: close\r\n\r\n",
+    b"POST /generate HTTP/1.1\r\nHost: example.test\r\nContent-Type: application/json; charset=utf-8\r\n"
+    b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n4\r\n{\"a\"\r\n2\r\n:1\r\n0\r\n\r\n",
+    b"GET /a/../metrics HTTP/1.0\r\n\r\n",
+    b"GET http://evil/ HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+    b"GET /%2e%2e/nodes HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+]
+for i, r in enumerate(http_requests):
+    write("http_request_fuzz", f"request-{i}", bytes([(i * 17) % 64]) + r)
+
+
+# ------------------------------------------------------------ kv_chunk
+def kv_chunk_payload(request_id, digest, dtype, token_bytes, n_layers, n_tokens, rng, data, crc=None):
+    """A FlatBuffers KvChunk (messages/kv_transfer.fbs, identifier KVCH), laid out by hand: root offset and
+    identifier, the vtable, an 8-aligned table, then the two strings and the data vector."""
+    crc = zlib.crc32(data) if crc is None else crc
+    vtable_at, table_at = 8, 40
+    # Field offsets within the table, in schema order.
+    fields = [8, 52, 56, 16, 24, 28, 32, 36, 40, 44, 60, 48]
+    vtable = struct.pack("<HH", 4 + 2 * len(fields), 64) + struct.pack(f"<{len(fields)}H", *fields)
+    tail = bytearray()
+    refs = []
+    for blob, nul in ((digest.encode(), True), (dtype.encode(), True), (data, False)):
+        while (table_at + 64 + len(tail)) % 4:
+            tail += b"\0"
+        refs.append(table_at + 64 + len(tail))
+        tail += struct.pack("<I", len(blob)) + blob + (b"\0" if nul else b"")
+    table = bytearray(64)
+    struct.pack_into("<i", table, 0, table_at - vtable_at)
+    struct.pack_into("<Qq", table, 8, request_id, token_bytes)
+    struct.pack_into("<6iI", table, 24, n_layers, n_tokens, *rng, crc)
+    for field_at, target in zip((52, 56, 60), refs):
+        struct.pack_into("<I", table, field_at, target - (table_at + field_at))
+    head = struct.pack("<I", table_at) + b"KVCH" + vtable
+    return head + b"\0" * (table_at - len(head)) + bytes(table) + bytes(tail)
+
+
+# Mode 0: a payload the target seals as a KvChunk (layout "fuzz model", f32, 3 layers, 4 bytes a token).
+write("kv_chunk_fuzz", "chunk-whole", b"\x00" + kv_chunk_payload(7, "fuzz model", "f32", 4, 3, 4, (0, 3, 0, 4), bytes(48)))
+write("kv_chunk_fuzz", "chunk-part", b"\x00" + kv_chunk_payload(7, "fuzz model", "f32", 4, 3, 8, (1, 2, 2, 5), bytes(range(12))))
+write("kv_chunk_fuzz", "chunk-bad-crc", b"\x00" + kv_chunk_payload(7, "fuzz model", "f32", 4, 3, 4, (0, 1, 0, 1), bytes(4), 5))
+write("kv_chunk_fuzz", "chunk-foreign", b"\x00" + kv_chunk_payload(7, "other", "f16", 2, 3, 4, (0, 1, 0, 1), bytes(2)))
+# Mode 1: a 4-token transfer: layers 0-1 whole, a repeat, layer 2 in two halves, then the commit.
+write("kv_chunk_fuzz", "transfer-complete", b"\x01\x03" + bytes([0, 2, 0, 4, 0, 1, 0, 2, 0, 4, 0, 2,
+                                                                2, 3, 0, 2, 0, 3, 2, 3, 2, 4, 8, 4]))
+write("kv_chunk_fuzz", "transfer-early-commit", b"\x01\x07" + bytes([0, 1, 0, 8, 8, 9]))
+write("kv_chunk_fuzz", "transfer-refused", b"\x01\x03" + bytes([0, 3, 0, 4, 1, 0, 0, 3, 0, 4, 2, 0, 0, 3, 0, 4, 4, 0,
+                                                                0, 4, 0, 4, 0, 0, 3, 1, 0, 4, 8, 0]))
+
+# ------------------------------------------------------------ kv_disk_file
+write("kv_disk_file_fuzz", "untouched-restart", b"\x00")
+write("kv_disk_file_fuzz", "untouched-loaded", b"\x03")
+write("kv_disk_file_fuzz", "magic-byte", b"\x00" + bytes([1, 0, ord("X")]))
+write("kv_disk_file_fuzz", "header-byte", b"\x02" + bytes([40, 0, 0xff]))
+write("kv_disk_file_fuzz", "data-byte", b"\x01" + bytes([0xf0, 0, 0x5a]))
+write("kv_disk_file_fuzz", "truncated", b"\x0a" + bytes([100, 0, 0]))
+write("kv_disk_file_fuzz", "replaced", b"\x04AKVB\x01\x00\x00\x00\x10\x00\x00\x00" + bytes(16))
+
+# ------------------------------------------------------------ node_gate
+nonce = bytes(range(32))
+write("node_gate_fuzz", "hello-only", b"\x00ALMGATE1" + nonce)
+write("node_gate_fuzz", "hello-wrong-proof", b"\x00ALMGATE1" + nonce + bytes(32))
+write("node_gate_fuzz", "wrong-magic", b"\x00ALMGATE2" + nonce)
+write("node_gate_fuzz", "basp-like", b"\x00" + bytes(32))
+
+
+def basp(payload_len, payload=b""):
+    return struct.pack(">BBBBIQQQ", 1, 0, 0, 0, payload_len, 0, 1, 2) + payload
+
+
+write("node_gate_fuzz", "frames", b"\x01" + basp(5, b"hello") + basp(0) + basp(3, b"abc"))
+write("node_gate_fuzz", "oversized-frame", b"\x01" + basp(4, b"okay") + basp(1 << 20) + bytes(64))
+write("node_gate_fuzz", "split-header", b"\x01" + basp(4096, bytes(4096)) + basp(4097)[:20])
