@@ -30,6 +30,9 @@ all_targets=(openai_request_fuzz envelope_fuzz gguf_file_fuzz tokenizer_fuzz cha
              kv_chunk_fuzz kv_disk_file_fuzz node_gate_fuzz)
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
+# ccache shares objects between clones of the tree (see build.sh).
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DACTORLM_FUZZ=ON
