@@ -50,54 +50,6 @@ Isa detect() {
   return best;
 }
 
-// q8_K: 256 values, d = -max / 127 for the value of largest magnitude max, q
-// = round(x / d) (at most 127). d is repeated for each 32 of them.
-void quantize_256(const float* x, int8_t* q, float* d, float* s) {
-  constexpr int64_t n = 256;
-  // The largest magnitude, in 8 lanes (exact in any order), and a probe
-  // that x * 0 turns NaN if any value is inf or NaN; then the first value
-  // of that magnitude, whose sign d takes. (One pass with a branch per
-  // value, which does not vectorize, was 5% of a K-quant model's prefill.)
-  using f8 = float __attribute__((vector_size(32)));
-  f8 amax8{}, probe8{};
-  for (int64_t j = 0; j < n; j += 8) {
-    f8 v;
-    std::memcpy(&v, x + j, sizeof v);
-    const f8 a = v < 0.0f ? -v : v;
-    amax8 = a > amax8 ? a : amax8;
-    probe8 += v * 0.0f;
-  }
-  float amax = 0.0f, probe = 0.0f;
-  for (int l = 0; l < 8; ++l) {
-    amax = std::max(amax, amax8[l]);
-    probe += probe8[l];
-  }
-  const bool finite = probe == 0.0f;
-  float max = 0.0f;
-  for (int64_t j = 0; finite && j < n; ++j) {
-    if (std::fabs(x[j]) == amax) {
-      max = x[j];
-      break;
-    }
-  }
-  float scale = 0.0f;
-  if (degenerate_block(n, amax, finite, q, &scale)) {
-    std::fill(d, d + n / block_values, scale);
-    std::fill(s, s + n / block_values, scale);
-    return;
-  }
-  const float inv = -127.0f / max;
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::min(127, round_even(inv * x[j])));
-  scale = 1.0f / inv;
-  for (int64_t b = 0; b < n / block_values; ++b) {
-    int32_t sum = 0;
-    for (int64_t j = 0; j < block_values; ++j) sum += q[b * block_values + j];
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
-  }
-}
-
 // Any type ggml_type.hpp dequantizes: a weight row is widened once and
 // multiplied in float with every x row (its int8 copy for the integer types,
 // so every ISA computes the same W x~).
@@ -204,11 +156,18 @@ void quantize_rows(int64_t begin, int64_t end, Activations& out) {
   // The same bytes on every path; the x86 copies are compiled for their ISA
   // whatever the build's flags.
   auto* quantize_32 = &quantize_block_32;
+  auto* quantize_k = &quantize_block_256;
 #if defined(__x86_64__)
   switch (best_isa()) {
-    case Isa::avx512_vnni: quantize_32 = &quantize_block_32_avx512; break;
+    case Isa::avx512_vnni:
+      quantize_32 = &quantize_block_32_avx512;
+      quantize_k = &quantize_block_256_avx512;
+      break;
     case Isa::avx2:
-    case Isa::avx_vnni: quantize_32 = &quantize_block_32_avx2; break;
+    case Isa::avx_vnni:
+      quantize_32 = &quantize_block_32_avx2;
+      quantize_k = &quantize_block_256_avx2;
+      break;
     case Isa::portable: break;
   }
 #endif
@@ -219,22 +178,7 @@ void quantize_rows(int64_t begin, int64_t end, Activations& out) {
       out.sum32[b] = quantize_32(out.x + at, out.scheme == ActivationScheme::q8_1, out.q.data() + at, &out.d[b], &out.s[b]);
       continue;
     }
-    quantize_256(out.x + at, out.q.data() + at, &out.d[b], &out.s[b]);
-    int32_t sum16[16];
-    for (int64_t h = 0; h < step / 16; ++h) {
-      int32_t sum = 0;
-      for (int64_t j = 0; j < 16; ++j) sum += out.q[static_cast<size_t>(at + 16 * h + j)];
-      sum16[h] = sum;
-    }
-    for (int64_t c = 0; c < step / block_values; ++c) out.sum32[b + static_cast<size_t>(c)] = sum16[2 * c] + sum16[2 * c + 1];
-    // |sum| <= 32 * 127 fits an int16.
-    auto pair = [](int32_t lo, int32_t hi) {
-      return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
-                                  (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
-    };
-    int32_t* p = out.pairs.data() + at / 256 * 12;
-    for (int64_t v = 0; v < 4; ++v) p[v] = pair(out.sum32[b + 2 * v], out.sum32[b + 2 * v + 1]);
-    for (int64_t v = 0; v < 8; ++v) p[4 + v] = pair(sum16[2 * v], sum16[2 * v + 1]);
+    quantize_k(out.x + at, out.q.data() + at, &out.d[b], &out.s[b], &out.sum32[b], out.pairs.data() + at / 256 * 12);
   }
 }
 

@@ -46,6 +46,10 @@ int32_t quantize_block_32_avx2(const float* x, bool f16_sum, int8_t* q, float* d
   return quantize_block_32(x, f16_sum, q, d, s);
 }
 
+void quantize_block_256_avx2(const float* x, int8_t* q, float* d, float* s, int32_t* sum32, int32_t* pairs) {
+  quantize_block_256(x, q, d, s, sum32, pairs);
+}
+
 }  // namespace actorlm::cpu
 
 #endif  // __x86_64__

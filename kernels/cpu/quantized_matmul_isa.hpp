@@ -20,5 +20,7 @@ bool integer_matmul_avx512_vnni(const PackedMatrix& w, const Activations& x, flo
 // AVX-512 (the same bytes as the portable copy).
 int32_t quantize_block_32_avx2(const float* x, bool f16_sum, int8_t* q, float* d, float* s);
 int32_t quantize_block_32_avx512(const float* x, bool f16_sum, int8_t* q, float* d, float* s);
+void quantize_block_256_avx2(const float* x, int8_t* q, float* d, float* s, int32_t* sum32, int32_t* pairs);
+void quantize_block_256_avx512(const float* x, int8_t* q, float* d, float* s, int32_t* sum32, int32_t* pairs);
 
 }  // namespace actorlm::cpu
