@@ -162,6 +162,8 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   TextDeltaEvent last;
   last.request_id = g.request_id;
   bool done = false;
+  // Steps the scheduler has published (see the wait below).
+  int64_t steps_seen = impl_->board ? impl_->board->read().publications : -1;
   while (!done) {
     self->receive(
         [&](const WireMessage& in) {
@@ -212,10 +214,25 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
           }
         },
         caf::after(std::chrono::minutes(10)) >> [&] {
+          // Waiting is not failing: a request may queue behind others for
+          // longer than this while the engine works (issue 32: 4 of 32 long
+          // prompts on a 3B model were cut off here after 10 minutes in the
+          // queue). It fails only if the scheduler published no step at all
+          // in the whole wait. (A lost worker fails requests by itself.)
+          if (impl_->board) {
+            const int64_t steps = impl_->board->read().publications;
+            if (steps != steps_seen) {
+              steps_seen = steps;
+              return;
+            }
+          }
           abort(g.request_id);
           last.finish = FinishReason::error;
-          last.error = "no progress for 10 minutes";
+          last.error = "the engine made no progress for 10 minutes";
           last.error_kind = ErrorKind::internal;
+          // Streamed like any other failure (a stream otherwise ended with
+          // [DONE] and no sign of the error).
+          if (on_delta) on_delta(last);
           done = true;
         });
   }
