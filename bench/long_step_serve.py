@@ -23,28 +23,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def start_server(binary, model, threads, extra):
-    cmd = [binary, "serve", "--model", model, "--port", "0", "--threads", str(threads), *extra]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    port = None
-    while port is None:
-        line = proc.stderr.readline()
-        if not line:
-            raise SystemExit("actorlm serve exited early")
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if m and int(m.group(1)) > 0:
-            port = int(m.group(1))
-    # Keep draining stderr so the server never blocks on a full pipe.
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            return proc, port
-        except Exception:  # noqa: BLE001 - not up yet
-            time.sleep(0.2)
-    raise SystemExit("actorlm serve did not come up")
+sys.path.insert(0, HERE)
+from serving_compare import start_actorlm  # noqa: E402
 
 
 class Prober(threading.Thread):
@@ -105,7 +85,7 @@ def main():
         if not m or int(m.group(2)) > int(m.group(3)) or int(m.group(1)) < 1:
             raise SystemExit(f"bad run {spec!r}: want CxA-B, e.g. 8x600-2000")
         runs.append(tuple(int(g) for g in m.groups()))
-    proc, port = start_server(args.actorlm, args.model, args.threads, serve_extra)
+    proc, port = start_actorlm(args.actorlm, args.model, args.threads, serve_extra)
     results = []
     failed = False
     try:

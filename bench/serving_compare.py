@@ -24,6 +24,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -54,9 +55,10 @@ def wait_ready(url, proc, what):
     raise SystemExit(f"{what} did not come up")
 
 
-def start_actorlm(binary, model, threads):
-    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--threads", str(threads),
-                             "--kv-tokens", "32768", "--max-running-requests", "64"], stderr=subprocess.PIPE, text=True)
+def start_actorlm(binary, model, threads, args=("--kv-tokens", "32768", "--max-running-requests", "64")):
+    """`actorlm serve` on a free port, once /health answers: (process, port)."""
+    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--threads", str(threads), *args],
+                            stderr=subprocess.PIPE, text=True)
     port = None
     while port is None:
         line = proc.stderr.readline()
@@ -65,6 +67,8 @@ def start_actorlm(binary, model, threads):
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if m and int(m.group(1)) > 0:
             port = int(m.group(1))
+    # Keep draining stderr, so that a long run never blocks the server on a full pipe.
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     wait_ready(f"http://127.0.0.1:{port}/health", proc, "actorlm serve")
     return proc, port
 
