@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/packed_matrix.hpp"
+#include "kernels/cpu/quantized_matmul_isa.hpp"
 #include "kernels/ggml_type.hpp"
 #include "kernels/half.hpp"
 
@@ -477,4 +478,52 @@ TEST_CASE("matmul_many gives each matrix exactly what matmul gives it", "[kernel
       CHECK(together[i] == alone[i]);
     }
   }
+}
+
+// quantize_rows takes the copy of the widest ISA (which the tests above check
+// against references), so the AVX2 copies of the block quantizers are
+// checked here against the AVX-512 ones where the CPU has both: the same
+// bytes for ordinary, tied, all-zero and non-finite blocks.
+TEST_CASE("Every ISA's copy of the activation block quantizers gives the same bytes", "[kernels][quantized]") {
+#if defined(__x86_64__)
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<V> blocks;
+  for (int i = 0; i < 20; ++i) {
+    V x(256);
+    for (float& v : x) v = dist(rng);
+    blocks.push_back(x);
+  }
+  V tie(256, 0.5f);
+  tie[9] = -4.0f;
+  tie[100] = 4.0f;
+  blocks.push_back(tie);
+  blocks.push_back(V(256, 0.0f));
+  V bad = blocks[0];
+  bad[77] = NAN;
+  blocks.push_back(bad);
+  struct Out {
+    std::vector<int8_t> q = std::vector<int8_t>(256);
+    float d[8] = {}, s[8] = {};
+    int32_t sum32[8] = {}, pairs[12] = {};
+    bool operator==(const Out& o) const {
+      return q == o.q && std::memcmp(d, o.d, sizeof d) == 0 && std::memcmp(s, o.s, sizeof s) == 0 &&
+             std::memcmp(sum32, o.sum32, sizeof sum32) == 0 && std::memcmp(pairs, o.pairs, sizeof pairs) == 0;
+    }
+  };
+  if (!cpu::isa_available(cpu::Isa::avx2) || !cpu::isa_available(cpu::Isa::avx512_vnni)) return;
+  for (const V& x : blocks) {
+    Out want, got;
+    cpu::quantize_block_256_avx512(x.data(), want.q.data(), want.d, want.s, want.sum32, want.pairs);
+    cpu::quantize_block_256_avx2(x.data(), got.q.data(), got.d, got.s, got.sum32, got.pairs);
+    CHECK(got == want);
+    for (bool f16_sum : {false, true}) {
+      Out a, c;
+      const int32_t sa = cpu::quantize_block_32_avx512(x.data(), f16_sum, a.q.data(), a.d, a.s);
+      const int32_t sc = cpu::quantize_block_32_avx2(x.data(), f16_sum, c.q.data(), c.d, c.s);
+      CHECK(sa == sc);
+      CHECK(c == a);
+    }
+  }
+#endif
 }
