@@ -31,6 +31,7 @@ struct Engine::Impl {
   std::function<void()> stop;
   std::shared_ptr<StatsBoard> board;  // see EngineParts::board
   caf::actor pool, radix;
+  std::chrono::milliseconds stall_timeout{600'000};  // EngineConfig::stall_timeout
   explicit Impl(caf::actor_system& s) : system(s) {}
 };
 
@@ -74,6 +75,7 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.board = std::move(parts.board);
   m.pool = std::move(parts.pool);
   m.radix = std::move(parts.radix);
+  m.stall_timeout = config.stall_timeout;
   caf::anon_send(m.detokenizer, m.scheduler);
   m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content,
                                 config.chat_template, std::move(parts.constraints));
@@ -213,12 +215,12 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
             done = true;
           }
         },
-        caf::after(std::chrono::minutes(10)) >> [&] {
+        caf::after(impl_->stall_timeout) >> [&] {
           // Waiting is not failing: a request may queue behind others for
           // longer than this while the engine works (issue 32: 4 of 32 long
-          // prompts on a 3B model were cut off here after 10 minutes in the
-          // queue). It fails only if the scheduler published no step at all
-          // in the whole wait. (A lost worker fails requests by itself.)
+          // prompts on a 3B model were cut off here after a fixed 10 minutes
+          // in the queue). It fails only if the scheduler published no step
+          // at all in the whole wait. (A lost worker fails requests by itself.)
           if (impl_->board) {
             const int64_t steps = impl_->board->read().publications;
             if (steps != steps_seen) {
@@ -228,8 +230,12 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
           }
           abort(g.request_id);
           last.finish = FinishReason::error;
-          last.error = "the engine made no progress for 10 minutes";
-          last.error_kind = ErrorKind::internal;
+          char why[96];
+          std::snprintf(why, sizeof why, "the engine made no progress for %g s (--stall-timeout)",
+                        double(impl_->stall_timeout.count()) / 1000.0);
+          last.error = why;
+          // 503: the server cannot serve now; another may (a client retries).
+          last.error_kind = ErrorKind::unavailable;
           // Streamed like any other failure (a stream otherwise ended with
           // [DONE] and no sign of the error).
           if (on_delta) on_delta(last);

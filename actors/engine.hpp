@@ -65,6 +65,11 @@ struct EngineConfig {
   // lost and its requests fail (--worker-timeout). Never how long a step
   // takes: the worker beats every quarter of this while it computes.
   std::chrono::milliseconds worker_silence_timeout{30'000};
+  // How long a request waits while the scheduler publishes no step at all
+  // before it fails (--stall-timeout). Queueing behind other work is not a
+  // stall: any step published in the wait starts it again. Catches an
+  // engine that is alive but stuck (a worker that beats but never returns).
+  std::chrono::milliseconds stall_timeout{600'000};
 };
 
 struct GenerateOptions {

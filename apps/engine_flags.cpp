@@ -15,7 +15,7 @@ const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
                        "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
                        "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
-                       "--hicache-storage-gb", "--max-step-ms", "--worker-timeout"});
+                       "--hicache-storage-gb", "--max-step-ms", "--worker-timeout", "--stall-timeout"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -39,6 +39,9 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   // Silence (no heartbeat, no result) after which the worker is lost.
   ec.worker_silence_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(args.number("--worker-timeout", 30.0, 0.05, 86400) * 1000));
+  // Seconds a request waits while the engine publishes no step at all.
+  ec.stall_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(args.number("--stall-timeout", 600.0, 0.05, 86400) * 1000));
   std::string policy = args.str("--schedule-policy").value_or("lpm");
   if (policy != "lpm" && policy != "fcfs") throw cli::UsageError("--schedule-policy must be lpm or fcfs");
   ec.scheduler.policy = policy == "lpm" ? SchedulePolicy::lpm : SchedulePolicy::fcfs;

@@ -173,6 +173,13 @@ MUTANTS = [
            "                                            /*strict_mode=*/true);\n",
            "                                            /*strict_mode=*/false);\n",
            GRAMMAR_TESTS, catch_runs(GRAMMAR_TESTS)),
+    # Issue 32: a request queued behind long steps is not stalled.
+    Mutant("stall-ignores-steps",
+           "Engine::generate fails a request after --stall-timeout even while steps complete",
+           "actors/engine.cpp",
+           "            if (steps != steps_seen) {\n",
+           "            if (false) {\n",
+           ["actorlm"], [ctest_run("server:slow_step")], ci=False),
 ]
 
 

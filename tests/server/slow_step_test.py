@@ -11,7 +11,12 @@ on the default model:
   that goes silent fails its request with 503 a deadline later, /health
   says so, new requests get 503 at once, and SIGTERM still ends the
   process although the worker never returns; one whose actor ends fails
-  its request with 503 at once.
+  its request with 503 at once;
+- queueing is not stalling: with --stall-timeout far below the time the
+  last prompts wait in the queue, every request still answers (a fixed
+  wait failed queued requests on a 3B model); an engine whose worker hangs
+  while its deadline is far off fails the request with 503 a stall timeout
+  or two later.
 
 Usage: python3 tests/server/slow_step_test.py path/to/actorlm
 """
@@ -69,8 +74,11 @@ def concurrently(fn, args_list):
 
 
 def slow_steps(binary):
+    # The stall timeout sits above any step's length but far below the time
+    # the last prompt waits in the queue (the whole run).
+    stall_s = 5
     args = ["--worker-timeout", "0.25", "--max-step-ms", "1500", "--chunked-prefill-size", "4096",
-            "--max-prefill-tokens", "16384"]
+            "--max-prefill-tokens", "16384", "--stall-timeout", str(stall_s)]
     with ServerProcess(binary, args, threads=1) as server:
         t0 = time.time()
         threads, results = concurrently(complete, [(server.port, long_prompt(k, 100), 8) for k in range(8)])
@@ -88,6 +96,7 @@ def slow_steps(binary):
         check(m["actorlm_prefill_steps_total"] >= 3, f"prefill in {m['actorlm_prefill_steps_total']} steps")
         check(m["actorlm_prefill_token_seconds"] > 0, "no cost per prefill token measured")
         check(m["actorlm_worker_up"] == 1, "the worker was declared lost")
+        check(took > 2 * stall_s, f"the run took {took:.1f} s: too short to show queueing is not a stall")
         print(f"  8 x {prompt_tokens / 8:.0f}-token prompts on one thread, 0.25 s worker deadline: all 200 in "
               f"{took:.1f} s, prefill in {m['actorlm_prefill_steps_total']:.0f} steps at "
               f"{m['actorlm_prefill_token_seconds'] * 1e3:.2f} ms a token")
@@ -152,12 +161,32 @@ def dead_worker(binary, fault, deadline_s):
               f"SIGTERM exit after {stopped:.1f} s")
 
 
+def stalled_engine(binary):
+    # The worker goes silent at its 3rd forward but is declared lost only
+    # after 120 s: until then only the stall timeout can end the request.
+    env = dict(os.environ, ACTORLM_TEST_ONLY_WORKER_FAULT="hang@3")
+    args = ["--worker-timeout", "120", "--stall-timeout", "2", "--shutdown-timeout", "1"]
+    with ServerProcess(binary, args, threads=1, env=env) as server:
+        t0 = time.time()
+        status, body = complete(server.port, "Count to fifty.", 30, timeout=120)
+        took = time.time() - t0
+        check(status == 503, f"the request got {status} {body}")
+        check("no progress for 2 s" in json.dumps(body), f"{body}")
+        # The first wait may see the steps before the hang; the second cannot.
+        check(took < 2 * 2 + 5, f"the stall was noticed after {took:.1f} s")
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=60)
+        check(server.proc.returncode == 0, f"exit status {server.proc.returncode}")
+        print(f"  a hung worker with its deadline 120 s away: 503 after {took:.1f} s (--stall-timeout 2)")
+
+
 def main():
     binary = sys.argv[1]
     slow_steps(binary)
     probes_during_long_prefill(binary)
     dead_worker(binary, "hang@3", 1.0)
     dead_worker(binary, "exit@3", 30.0)
+    stalled_engine(binary)
     print("slow_step_test: all passed")
 
 
