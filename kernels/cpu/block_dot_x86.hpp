@@ -83,6 +83,9 @@ struct Y8 {
   static F zerof() { return _mm256_setzero_ps(); }
   static F setf(float v) { return _mm256_set1_ps(v); }
   static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  // Each lane's low (high) int16 in both halves of the lane.
+  static I dup_low16(I v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
+  static I dup_high16(I v) { return _mm256_blend_epi16(_mm256_srli_epi32(v, 16), v, 0xAA); }
 };
 
 inline __m256i and_(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
@@ -220,8 +223,11 @@ ACTORLM_HOT void pin(V& v) {
 // weights. Otherwise, with fewer than 4 rows, odd dwords go to a second
 // accumulator (added at the end) for two independent dependency chains.
 // Integer sums either way: every grouping gives the same result.
-template <class L, class Dot, bool Wide, int N, int K0, int K1, int MaxW, class W>
-ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I* dot) {
+// `widen(part, k)` turns an int16 pair sum ending at dword k into int32
+// lanes; nullptr: Dot::widen16 (a vpmaddwd by ones). The K-quants pass
+// their sub-block scales instead (see scaled16): multiplied in for free.
+template <class L, class Dot, bool Wide, int N, int K0, int K1, int MaxW, class W, class Widen>
+ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I* dot, Widen&& widen) {
   constexpr int terms = Wide ? 1 : Dot::terms16(MaxW);
   if constexpr (terms > 1) {
     typename L::I part[N];
@@ -229,15 +235,20 @@ ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I
       constexpr int k = K0 + decltype(i)::value;
       constexpr int pos = decltype(i)::value % terms;
       const auto w = weight(std::integral_constant<int, k>{});
-      for (int n = 0; n < N; ++n) {
+      unroll<N>([&](auto m) __attribute__((always_inline)) {
+        constexpr int n = decltype(m)::value;
         const auto prod = Dot::products16(w, L::set32(dword(x[n].q + at + 4 * k)));
         part[n] = pos == 0 ? prod : add16(part[n], prod);
         pin<Dot>(part[n]);
         if (pos == terms - 1 || k == K1 - 1) {
-          dot[n] = add32(dot[n], Dot::widen16(part[n]));
+          if constexpr (std::is_same_v<std::decay_t<Widen>, std::nullptr_t>) {
+            dot[n] = add32(dot[n], Dot::widen16(part[n]));
+          } else {
+            dot[n] = add32(dot[n], widen(part[n], std::integral_constant<int, k>{}));
+          }
           pin<Dot>(dot[n]);
         }
-      }
+      });
     });
     return;
   }
@@ -258,6 +269,34 @@ ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I
   });
   if constexpr (split) {
     for (int n = 0; n < N; ++n) dot[n] = add32(dot[n], odd[n]);
+  }
+}
+
+template <class L, class Dot, bool Wide, int N, int K0, int K1, int MaxW, class W>
+ACTORLM_HOT void chunk_dots(W&& weight, const XRow* x, int64_t at, typename L::I* dot) {
+  chunk_dots<L, Dot, Wide, N, K0, K1, MaxW>(weight, x, at, dot, nullptr);
+}
+
+// Where the Dot policy sums int16 pairs before widening (AVX2), a K-quant
+// sub-block's scale goes into that widening: a vpmaddwd of the pair sums
+// against the scale in both int16 halves of each lane gives scale * sum in
+// one instruction, where widening by ones and then a vpmulld (two uops,
+// latency 10) per chunk and activation row cost three. The pair sums and
+// the scales (|sc| <= 128) keep every product inside int32, so the sums
+// are the same integers.
+template <class Dot, int MaxW>
+constexpr bool scaled16 = Dot::terms16(MaxW) > 1;
+
+// f(n) for each activation row n < N: with n a compile-time constant where
+// Unrolled (the scaled16 kernels, so that GCC keeps their per-row sums in
+// registers: it only does so for arrays indexed by constants; with a loop
+// they spilled, 260 stack accesses in the Q4_K function), else a plain loop.
+template <int N, bool Unrolled, class F>
+ACTORLM_HOT void each_row(F&& f) {
+  if constexpr (Unrolled) {
+    unroll<N>(f);
+  } else {
+    for (int n = 0; n < N; ++n) f(n);
   }
 }
 
@@ -360,8 +399,9 @@ struct KQuant {
     const uint8_t* mins = scales + 64;  // per chunk pair: 8 rows' two mins
     const uint8_t* body = mins + 64;
     const uint8_t* high = body + 8 * 128;
+    constexpr int max_w = (1 << Bits) - 1;
     I sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = L::zero();
+    each_row<N, scaled16<Dot, max_w>>([&](auto n) __attribute__((always_inline)) { sum[n] = L::zero(); });
     auto chunk = [&](int c) __attribute__((always_inline)) {
       const I sc = L::u8_i32(scales + 8 * c, next);
       auto weight = [&](auto k) __attribute__((always_inline)) -> I {
@@ -369,10 +409,18 @@ struct KQuant {
         if constexpr (Bits == 5) return or_(low4<L, K>(body + 128 * c, next), bit4<L, K>(high + 32 * c, next));
         return low4<L, K>(body + 128 * c, next);
       };
-      I dot[N];
-      for (int n = 0; n < N; ++n) dot[n] = L::zero();
-      chunk_dots<L, Dot, false, N, 0, 8, (1 << Bits) - 1>(weight, x, 256 * j + 32 * c, dot);
-      for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], mul32(dot[n], sc));
+      if constexpr (scaled16<Dot, max_w>) {
+        const I sc16 = L::dup_low16(sc);
+        chunk_dots<L, Dot, false, N, 0, 8, max_w>(weight, x, 256 * j + 32 * c, sum,
+                                                  [&](I part, auto) __attribute__((always_inline)) {
+                                                    return madd16(part, sc16);
+                                                  });
+      } else {
+        I dot[N];
+        for (int n = 0; n < N; ++n) dot[n] = L::zero();
+        chunk_dots<L, Dot, false, N, 0, 8, max_w>(weight, x, 256 * j + 32 * c, dot);
+        for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], mul32(dot[n], sc));
+      }
     };
     // With many rows, a rolled loop over the chunks: fully unrolled, the
     // compiler reassociated the 8 chunks' integer sums into a tree and
@@ -385,14 +433,14 @@ struct KQuant {
       for (int c = 0; c < 8; ++c) chunk(c);
     }
     const F d = L::halves(p, next), dmin = L::halves(p + 16, next);
-    for (int n = 0; n < N; ++n) {
+    each_row<N, scaled16<Dot, max_w>>([&](auto n) __attribute__((always_inline)) {
       const int32_t* pairs = x[n].pairs + 12 * j;  // Σ q per 32 values, as int16 pairs
       I m = madd16(L::u8_i16(mins, next), L::set32(pairs[0]));
       for (int v = 1; v < 4; ++v) m = add32(m, madd16(L::u8_i16(mins + 16 * v, next), L::set32(pairs[v])));
       const F dx = L::setf(x[n].d[8 * j]);
       acc[n] = fma(to_float(sum[n]), mul(d, dx), acc[n]);
       acc[n] = fnma(to_float(m), mul(dmin, dx), acc[n]);
-    }
+    });
   }
 };
 
@@ -418,19 +466,28 @@ struct Q6_K {
     const uint8_t* body = scales + 128;
     const uint8_t* high = body + 8 * 128;
     I sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = L::zero();
+    each_row<N, scaled16<Dot, 63>>([&](auto n) __attribute__((always_inline)) { sum[n] = L::zero(); });
     auto chunk = [&](int c) __attribute__((always_inline)) {
       auto weight = [&](auto k) __attribute__((always_inline)) -> I {
         constexpr int K = decltype(k)::value;
         return or_(low4<L, K>(body + 128 * c, next), bits45<L, K>(high + 64 * c, next));
       };
-      I first[N], second[N];  // the chunk's two 16-value sub-blocks
-      for (int n = 0; n < N; ++n) first[n] = second[n] = L::zero();
-      chunk_dots<L, Dot, false, N, 0, 4, 63>(weight, x, 256 * j + 32 * c, first);
-      chunk_dots<L, Dot, false, N, 4, 8, 63>(weight, x, 256 * j + 32 * c, second);
-      const I v = L::s8_i16(scales + 16 * c, next);
-      const I sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
-      for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], add32(mul32(first[n], sc0), mul32(second[n], sc1)));
+      if constexpr (scaled16<Dot, 63>) {
+        const I v = L::s8_i16(scales + 16 * c, next);  // int16 pairs: the chunk's two scales
+        const I sc0_16 = L::dup_low16(v), sc1_16 = L::dup_high16(v);
+        chunk_dots<L, Dot, false, N, 0, 8, 63>(weight, x, 256 * j + 32 * c, sum,
+                                               [&](I part, auto k) __attribute__((always_inline)) {
+                                                 return madd16(part, decltype(k)::value < 4 ? sc0_16 : sc1_16);
+                                               });
+      } else {
+        I first[N], second[N];  // the chunk's two 16-value sub-blocks
+        for (int n = 0; n < N; ++n) first[n] = second[n] = L::zero();
+        chunk_dots<L, Dot, false, N, 0, 4, 63>(weight, x, 256 * j + 32 * c, first);
+        chunk_dots<L, Dot, false, N, 4, 8, 63>(weight, x, 256 * j + 32 * c, second);
+        const I v = L::s8_i16(scales + 16 * c, next);
+        const I sc0 = pair_half<false>(v), sc1 = pair_half<true>(v);
+        for (int n = 0; n < N; ++n) sum[n] = add32(sum[n], add32(mul32(first[n], sc0), mul32(second[n], sc1)));
+      }
     };
     if constexpr (N <= 2) {  // as in KQuant
       unroll<8>([&](auto c) __attribute__((always_inline)) { chunk(decltype(c)::value); });
@@ -439,13 +496,13 @@ struct Q6_K {
       for (int c = 0; c < 8; ++c) chunk(c);
     }
     const F d = L::halves(p, next);
-    for (int n = 0; n < N; ++n) {
+    each_row<N, scaled16<Dot, 63>>([&](auto n) __attribute__((always_inline)) {
       const int32_t* pairs = x[n].pairs + 12 * j + 4;  // Σ q per 16 values, as int16 pairs
       I o = madd16(L::s8_i16(scales, next), L::set32(pairs[0]));
       for (int v = 1; v < 8; ++v) o = add32(o, madd16(L::s8_i16(scales + 16 * v, next), L::set32(pairs[v])));
       const I s = sub32(sum[n], shl32<5>(o));  // the offset 32
       acc[n] = fma(to_float(s), mul(d, L::setf(x[n].d[8 * j])), acc[n]);
-    }
+    });
   }
 };
 
