@@ -54,6 +54,7 @@ class Tokenizer:
             self.llm = llama_cpp.Llama(model_path=gguf, vocab_only=True, verbose=False)
         except ImportError:
             self.llm, self.base_url, self.api_key = None, base_url, api_key
+        self.shape = None  # the server's /tokenize body, found on first use
 
     def _post(self, path, body):
         req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
@@ -65,10 +66,23 @@ class Tokenizer:
     def ids(self, text):
         if self.llm:
             return self.llm.tokenize(text.encode(), add_bos=False, special=False)
-        try:
-            return self._post("/tokenize", {"text": text, "add_special_tokens": False})["tokens"]
-        except urllib.error.HTTPError:  # llama-server's shape
-            return self._post("/tokenize", {"content": text, "add_special": False})["tokens"]
+        if self.shape is None:
+            # actorlm's body ({"text"}) or llama-server's ({"content"}): the
+            # first that tokenizes a word to something. llama-server answers
+            # {"text"} with no tokens rather than an error, and prompts cut
+            # to length by an empty tokenizer would grow forever.
+            for key, extra in (("text", {"add_special_tokens": False}), ("content", {"add_special": False})):
+                try:
+                    if self._post("/tokenize", {key: "hello", **extra}).get("tokens"):
+                        self.shape = (key, extra)
+                        break
+                except urllib.error.HTTPError:
+                    continue
+            else:
+                raise SystemExit('the server\'s /tokenize reads neither {"text"} nor {"content"}: '
+                                 "install llama-cpp-python for the tokenizer")
+        key, extra = self.shape
+        return self._post("/tokenize", {key: text, **extra})["tokens"]
 
     def text(self, ids):
         if self.llm:

@@ -190,7 +190,11 @@ def report(rounds, args):
         f.write(table + "\n")
     print(table)
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the JSON and the table are written; the plot is extra
+        print("no plot: matplotlib is not installed (pip install matplotlib)")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     conc = [1, 8, 32]

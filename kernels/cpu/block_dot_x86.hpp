@@ -289,8 +289,10 @@ constexpr bool scaled16 = Dot::terms16(MaxW) > 1;
 
 // f(n) for each activation row n < N: with n a compile-time constant where
 // Unrolled (the scaled16 kernels, so that GCC keeps their per-row sums in
-// registers: it only does so for arrays indexed by constants; with a loop
-// they spilled, 260 stack accesses in the Q4_K function), else a plain loop.
+// registers: it only does so for arrays indexed by constants; with a loop,
+// Q4_K's chunk loop loaded and stored its four sums and the scales on the
+// stack every chunk, now it touches the stack not at all), else a plain
+// loop (the VNNI kernels' code stays as it was).
 template <int N, bool Unrolled, class F>
 ACTORLM_HOT void each_row(F&& f) {
   if constexpr (Unrolled) {
