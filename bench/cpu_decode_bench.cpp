@@ -38,10 +38,10 @@ std::vector<int> int_list(const char* s) {
   for (const char* p = s; *p;) {
     char* end = nullptr;
     long v = std::strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 65536) return {};
+    if (end == p || v < 1 || v > 65536) return {0};  // refused by the caller's check
     out.push_back(static_cast<int>(v));
     p = *end == ',' || *end == 'x' ? end + 1 : end;
-    if (*end && *end != ',' && *end != 'x') return {};
+    if (*end && *end != ',' && *end != 'x') return {0};
   }
   return out;
 }
@@ -92,6 +92,12 @@ int main(int argc, char** argv) {
     }
   }
   if (threads < 1 || threads > 256 || repeats < 1 || repeats > 100 || decode.size() % 2) usage();
+  // A shape int_list could not read, or nothing to measure (--prefill 0
+  // died on the model runner's own check instead).
+  if (std::count(prefill.begin(), prefill.end(), 0) || std::count(decode.begin(), decode.end(), 0) ||
+      (prefill.empty() && decode.empty())) {
+    usage();
+  }
 
   int32_t ctx = 0, max_batch = 1;
   for (int n : prefill) ctx = std::max(ctx, n);
