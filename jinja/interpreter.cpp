@@ -127,6 +127,25 @@ Interpreter::Interpreter(const Dict& variables, const Limits& limits, const Cloc
   frames_.push_back(std::make_shared<Frame>());
 }
 
+Interpreter::~Interpreter() {
+  // The contents are moved out first and destroyed last, so that what their
+  // destruction frees never runs inside a container being emptied.
+  std::vector<Frame> frames;
+  std::vector<std::vector<std::pair<Value, Value>>> attributes;
+  for (const auto& weak : captured_frames_) {
+    if (auto f = weak.lock()) {
+      frames.push_back(std::move(*f));
+      f->clear();
+    }
+  }
+  for (const auto& weak : written_namespaces_) {
+    if (auto d = weak.lock()) {
+      attributes.push_back(std::move(d->items));
+      d->items.clear();
+    }
+  }
+}
+
 void Interpreter::charge(uint64_t units, int line) {
   // work_ <= max_work always, so this cannot wrap however large units is.
   if (units > limits_.max_work - work_) {
@@ -305,6 +324,7 @@ void Interpreter::exec_set(const Node& n, Value v) {
       throw Error(Error::Kind::type, "can only set attributes of a namespace() object ('" + n.targets[0] + "')", n.line);
     }
     ns.mutable_dict().set(n.attr, std::move(v));
+    written_namespaces_.push_back(ns.shared_dict());
     return;
   }
   if (n.targets.size() == 1) {
@@ -321,6 +341,7 @@ void Interpreter::define_macro(const Node& n) {
   fn->name = n.text;
   // The macro sees the frames around its definition as they are when called.
   std::vector<std::shared_ptr<Frame>> scope = frames_;
+  captured_frames_.insert(captured_frames_.end(), scope.begin(), scope.end());
   const Node* node = &n;
   fn->call = [node, scope](Interpreter& in, const CallArgs& args) {
     if (++in.call_depth_ > in.limits_.max_call_depth) {

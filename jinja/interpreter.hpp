@@ -17,6 +17,9 @@ namespace actorlm::jinja {
 class Interpreter {
  public:
   Interpreter(const Dict& variables, const Limits& limits, const Clock& clock);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   Text run(const Body& body);
 
@@ -53,6 +56,13 @@ class Interpreter {
   uint64_t work_ = 0;
   int call_depth_ = 0;
   std::vector<std::shared_ptr<Frame>> frames_;
+  // The only ways a render closes a loop of shared pointers: a macro keeps
+  // the frames around its definition, and is itself stored in one of them;
+  // a namespace is given an attribute that holds it (or a macro that sees
+  // it). Those frames and namespaces are emptied when the render ends, or
+  // every template with a macro would leak its frames on every request.
+  std::vector<std::weak_ptr<Frame>> captured_frames_;
+  std::vector<std::weak_ptr<Dict>> written_namespaces_;
 };
 
 }  // namespace actorlm::jinja

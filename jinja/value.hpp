@@ -115,6 +115,7 @@ class Value {
   const List& list() const { return *std::get<std::shared_ptr<const List>>(v_); }
   const Dict& dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
   Dict& mutable_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
+  std::shared_ptr<Dict> shared_dict() const { return std::get<std::shared_ptr<Dict>>(v_); }
   const Callable& callable() const { return *std::get<std::shared_ptr<const Callable>>(v_); }
   const List& generated() const { return std::get<std::shared_ptr<const Generator>>(v_)->items; }
   const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }

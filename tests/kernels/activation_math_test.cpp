@@ -26,7 +26,9 @@ std::vector<float> random_scores(size_t n, uint32_t seed) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp wants real pointers even for no bytes, and an empty vector's
+  // data() may be null (UBSan's nonnull-attribute check).
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 std::vector<const cpu::activation_math::Kernels*> copies() {
