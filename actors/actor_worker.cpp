@@ -17,9 +17,13 @@ namespace {
 // outcome to `reply_to` as (step_done_atom | step_failed_atom, id, ...). No
 // timeout on the request: the link answers every forward with an error once
 // the node's connection is gone, and the scheduler monitors the link.
-caf::behavior step_relay(caf::event_based_actor* self) {
+//
+// The worker is the relay's spawn argument rather than a message field: CAF
+// 0.17 spawns an actor function without arguments by dereferencing a null
+// pointer to its empty argument tuple (UBSan's report in the sanitizer build).
+caf::behavior step_relay(caf::event_based_actor* self, caf::actor worker) {
   return {
-      [self](forward_atom, uint64_t id, const WireMessage& batch, const caf::actor& worker, const caf::actor& reply_to) {
+      [self, worker](forward_atom, uint64_t id, const WireMessage& batch, const caf::actor& reply_to) {
         self->request(worker, caf::infinite, forward_atom::value, batch)
             .then([self, id, reply_to](WireMessage& m) { self->send(reply_to, step_done_atom::value, id, std::move(m)); },
                   [self, id, reply_to](caf::error& e) { self->send(reply_to, step_failed_atom::value, id, e); });
@@ -37,7 +41,7 @@ std::string seconds_text(std::chrono::milliseconds d) {
 
 ActorWorker::ActorWorker(caf::blocking_actor* self, caf::actor worker, WorkerLiveness liveness)
     : self_(self), worker_(std::move(worker)), liveness_(liveness) {
-  if (!liveness_.heartbeats || liveness_.silence.count() == 0) relay_ = self_->system().spawn(step_relay);
+  if (!liveness_.heartbeats || liveness_.silence.count() == 0) relay_ = self_->system().spawn(step_relay, worker_);
   self_->monitor(worker_);
 }
 
@@ -75,7 +79,7 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
     // the same two hops per step as a request.
     self_->send(worker_, forward_atom::value, id, std::move(bytes), me, interval);
   } else {
-    self_->send(relay_, forward_atom::value, id, std::move(bytes), worker_, me);
+    self_->send(relay_, forward_atom::value, id, std::move(bytes), me);
   }
   // caf::after needs a finite wait: without beats, a day at a time.
   const caf::duration wait = beats ? caf::duration(liveness_.silence) : caf::duration(std::chrono::minutes(24 * 60));

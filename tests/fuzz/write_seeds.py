@@ -264,3 +264,19 @@ def basp(payload_len, payload=b""):
 write("node_gate_fuzz", "frames", b"\x01" + basp(5, b"hello") + basp(0) + basp(3, b"abc"))
 write("node_gate_fuzz", "oversized-frame", b"\x01" + basp(4, b"okay") + basp(1 << 20) + bytes(64))
 write("node_gate_fuzz", "split-header", b"\x01" + basp(4096, bytes(4096)) + basp(4097)[:20])
+
+# ------------------------------------------------------------ constraint
+schemas = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+     "required": ["name", "age"], "additionalProperties": False},
+    {"type": "array", "items": {"enum": ["a", 1, None, True]}, "minItems": 1, "maxItems": 3},
+    {"anyOf": [{"type": "number"}, {"type": "string", "pattern": "^[a-c]{2,4}$"}]},
+    {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"},
+]
+for i, schema in enumerate(schemas):
+    write("constraint_fuzz", f"schema-{i}", bytes([0, i * 7]) + json.dumps(schema).encode())
+for i, regex in enumerate([r"[0-9]{3}-[a-z]+", r"(true|false)", r"\w+@\w+\.com", r"a*b?c{1,}"]):
+    write("constraint_fuzz", f"regex-{i}", bytes([1, i * 5]) + regex.encode())
+for i, ebnf in enumerate(['root ::= "yes" | "no"', 'root ::= item ("," item)*\nitem ::= [0-9]+',
+                          'root ::= "{" ws "}"\nws ::= [ \\t]*']):
+    write("constraint_fuzz", f"ebnf-{i}", bytes([2, i * 3]) + ebnf.encode())
