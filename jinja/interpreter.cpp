@@ -324,7 +324,9 @@ void Interpreter::exec_set(const Node& n, Value v) {
       throw Error(Error::Kind::type, "can only set attributes of a namespace() object ('" + n.targets[0] + "')", n.line);
     }
     ns.mutable_dict().set(n.attr, std::move(v));
-    written_namespaces_.push_back(ns.shared_dict());
+    // A loop usually writes the same namespace every iteration: one entry.
+    std::shared_ptr<Dict> d = ns.shared_dict();
+    if (written_namespaces_.empty() || written_namespaces_.back().lock() != d) written_namespaces_.push_back(d);
     return;
   }
   if (n.targets.size() == 1) {
