@@ -7,7 +7,8 @@ slowest answer of /health and /metrics while the engine works (probed every
 half second from a thread of their own).
 
   python3 bench/long_step_serve.py --model ~/.cache/actorlm/bench/random-llama-3b.Q4_K_M.gguf \\
-      [--threads 2] [--runs 8x600-2000,32x600-1000] [--output-len 32] [--json out.json] [-- serve args...]
+      [--threads 2] [--runs 8x600-2000,32x600-1000] [--output-len 32] [--timeout 600] [--json out.json]
+      [-- serve args...]
 
 A run "CxA-B" sends C prompts of A to B tokens, all at once (concurrency C).
 Arguments after "--" go to `actorlm serve` (e.g. --max-step-ms 1000).
@@ -78,6 +79,9 @@ def main():
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--actorlm", default=os.path.join(HERE, "..", "build", "apps", "actorlm"))
     ap.add_argument("--json", help="write every run's summary here")
+    ap.add_argument("--timeout", type=float, default=600,
+                    help="seconds a client waits for its next byte; an 8B model on 2 threads queues the last of "
+                         "8 long prompts for longer than the default")
     args = ap.parse_args(argv)
     runs = []
     for spec in args.runs.split(","):
@@ -97,7 +101,8 @@ def main():
                    "--tokenizer", args.model, "--workload", "random", "--num-prompts", str(count),
                    "--concurrency", str(count), "--input-len", str(hi), "--range-ratio", str(1 - lo / hi),
                    "--output-len", str(args.output_len), "--seed", str(11 + i),
-                   "--extra-body", json.dumps({"ignore_eos": True}), "--json", out, "--label", f"{count}x{lo}-{hi}"]
+                   "--extra-body", json.dumps({"ignore_eos": True}), "--json", out, "--label", f"{count}x{lo}-{hi}",
+                   "--timeout", str(args.timeout)]
             subprocess.run(cmd, check=False)
             prober.stop.set()
             prober.join()

@@ -9,6 +9,13 @@ timing, meaningless as text. Quantize it with llama.cpp's llama-quantize
 
   python3 bench/make_random_llama.py [--out ~/.cache/actorlm/bench/random-llama-1b.F16.gguf]
       [--layers 16] [--hidden 2048] [--ffn 8192] [--heads 32] [--kv-heads 8]
+      [--distinct-layers N]
+
+The writer holds every tensor in memory until it writes the file, so an 8B
+shape (--layers 32 --hidden 4096 --ffn 14336: 14 GB of f16) needs
+--distinct-layers (e.g. 4): the layers then cycle through N sets of random
+matrices, which costs a forward pass exactly the same and needs N/layers of
+the memory.
 
 Needs the gguf package (pip install gguf) and the default model (for its
 tokenizer fields: llama.cpp refuses a GGUF without a vocabulary).
@@ -50,6 +57,8 @@ def main():
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--distinct-layers", type=int, default=0,
+                    help="cycle the layers through this many weight sets (0: every layer its own)")
     args = ap.parse_args()
 
     reader = gguf.GGUFReader(VOCAB_SOURCE)
@@ -73,8 +82,14 @@ def main():
 
     rng = np.random.default_rng(args.seed)
 
-    def matrix(name, rows, cols):
-        w.add_tensor(name, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16))
+    made = {}
+
+    def matrix(name, rows, cols, layer=None):
+        # The writer keeps a reference, not a copy: a reused set costs nothing.
+        key = (name.split(".", 2)[-1], layer % args.distinct_layers) if args.distinct_layers and layer is not None else name
+        if key not in made:
+            made[key] = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+        w.add_tensor(name, made[key])
 
     def norm(name, n):
         w.add_tensor(name, np.ones(n, dtype=np.float32))
@@ -84,14 +99,14 @@ def main():
     for i in range(args.layers):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight", H)
-        matrix(p + "attn_q.weight", H, H)
-        matrix(p + "attn_k.weight", KV, H)
-        matrix(p + "attn_v.weight", KV, H)
-        matrix(p + "attn_output.weight", H, H)
+        matrix(p + "attn_q.weight", H, H, i)
+        matrix(p + "attn_k.weight", KV, H, i)
+        matrix(p + "attn_v.weight", KV, H, i)
+        matrix(p + "attn_output.weight", H, H, i)
         norm(p + "ffn_norm.weight", H)
-        matrix(p + "ffn_gate.weight", F, H)
-        matrix(p + "ffn_up.weight", F, H)
-        matrix(p + "ffn_down.weight", H, F)
+        matrix(p + "ffn_gate.weight", F, H, i)
+        matrix(p + "ffn_up.weight", F, H, i)
+        matrix(p + "ffn_down.weight", H, F, i)
     norm("output_norm.weight", H)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -128,10 +128,12 @@ def build_requests(args, tok):
     return reqs
 
 
-def run_one(base, path, body, api_key):
-    """Streams one request. Returns a record of its timings and token counts."""
+def run_one(base, path, body, api_key, timeout=600):
+    """Streams one request. Returns a record of its timings and token counts.
+    timeout: seconds the client waits for any byte (a queued request's first
+    token included) before it gives up."""
     url = urllib.parse.urlparse(base)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -239,6 +241,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--extra-body", default="{}", help="JSON merged into every request (e.g. ignore_eos)")
     ap.add_argument("--api-key", default="")
+    ap.add_argument("--timeout", type=float, default=600,
+                    help="seconds a client waits for the next byte, the first token included")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
@@ -257,7 +261,7 @@ def main():
     lock = threading.Lock()
 
     def record(i):
-        records[i] = run_one(args.base_url, reqs[i][0], reqs[i][1], args.api_key)
+        records[i] = run_one(args.base_url, reqs[i][0], reqs[i][1], args.api_key, args.timeout)
         with lock:
             done[0] += 1
             sys.stderr.write(f"\r[{args.label or args.workload}] {done[0]}/{len(reqs)} requests")
