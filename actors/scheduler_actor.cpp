@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "actors/actor_kv_service.hpp"
@@ -13,6 +14,17 @@
 namespace actorlm {
 namespace {
 
+// Mixed into the seed of requests that bring none, so that they differ
+// between processes too (a server restarted would otherwise replay the same
+// draws for its first request).
+uint64_t unseeded_salt() {
+  static const uint64_t salt = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) | rd();
+  }();
+  return salt;
+}
+
 // A scheduler Request from the tokenizer's message; an error when a field is
 // out of range.
 Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& err) {
@@ -20,7 +32,14 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.id = m.request_id();
   if (m.input_ids()) r.prompt.assign(m.input_ids()->begin(), m.input_ids()->end());
   r.sampling = msg::from_fb(m.sampling());
-  if (!r.sampling.has_seed) r.sampling.seed = r.id * 0x9e3779b97f4a7c15ull;
+  if (!r.sampling.has_seed) {
+    // A request without a seed gets one of its own, kept with the request (a
+    // retracted request resumes the same draws). The samplers read the seed
+    // only when has_seed is set, so without the flag every unseeded request,
+    // and each of a request's n choices, drew the same numbers.
+    r.sampling.seed = (r.id ^ unseeded_salt()) * 0x9e3779b97f4a7c15ull;
+    r.sampling.has_seed = true;
+  }
   if (m.stop()) {
     r.stop.max_new_tokens = m.stop()->max_new_tokens();
     if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
