@@ -392,8 +392,12 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
     // An echoed prompt's first token: nothing predicts it.
     const bool unscored = std::isnan(t.logprob);
     lps.push_back(unscored ? json(nullptr) : json(t.logprob));
+    // The token itself is always among its alternatives, as OpenAI documents
+    // for this legacy field (and vLLM does): `logprobs: N` gives N or N + 1
+    // entries, and `logprobs: 0` the token alone.
     json top = json::object();
     for (const auto& alt : t.top) top[alt.piece] = alt.logprob;
+    if (!top.contains(t.piece)) top[t.piece] = t.logprob;
     tops.push_back(unscored ? json(nullptr) : top);
     offsets.push_back(offset);
     offset += t.piece.size();

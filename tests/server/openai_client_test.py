@@ -181,7 +181,8 @@ def main():
                                        logprobs=2)
         lp = c2.choices[0].logprobs
         check("".join(lp.tokens) == c2.choices[0].text and len(lp.token_logprobs) == 4, '"".join(lp.tokens) == c2.choices[0].text and len(lp.token_logprobs) == 4')
-        check(all(1 <= len(alts) <= 2 for alts in lp.top_logprobs) and lp.text_offset[0] == 0, 'all(1 <= len(alts) <= 2 for alts in lp.top_logprobs) and lp.text_offset[0] == 0')
+        check(all(1 <= len(alts) <= 3 and tok in alts for alts, tok in zip(lp.top_logprobs, lp.tokens)) and lp.text_offset[0] == 0,
+              (lp.top_logprobs, lp.tokens, lp.text_offset))
         expect(openai.BadRequestError, model=model, messages=q, top_logprobs=3)  # without logprobs
         expect(openai.BadRequestError, model=model, messages=q, logprobs=True, top_logprobs=21)
         checks += 1

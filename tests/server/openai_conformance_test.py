@@ -110,7 +110,9 @@ def main():
             for j in range(1, len(lp.tokens)):
                 check(lp.token_logprobs[j] is not None and lp.token_logprobs[j] <= 0, f"token {j}: {lp.token_logprobs[j]}")
                 top = lp.top_logprobs[j]
-                check(1 <= len(top) <= 2 and max(top.values()) >= lp.token_logprobs[j] - 1e-5, f"token {j}: {top}")
+                check(1 <= len(top) <= 3 and max(top.values()) >= lp.token_logprobs[j] - 1e-5, f"token {j}: {top}")
+                # The token itself is always listed (OpenAI: up to logprobs + 1 entries).
+                check(abs(top.get(lp.tokens[j], 1.0) - lp.token_logprobs[j]) < 1e-5, f"token {j} not in {top}")
             check(lp.text_offset == [sum(len(t) for t in lp.tokens[:j]) for j in range(len(lp.tokens))], lp.text_offset)
             # Each prompt position needs its logits: no cached prefix is used.
             again = client.completions.create(model="default", prompt=prompt, max_tokens=3, temperature=0, echo=True,
@@ -151,7 +153,15 @@ def main():
             r = client.completions.create(model="default", prompt="Hi", max_tokens=3, temperature=0, logprobs=0)
             lp = r.choices[0].logprobs
             check(len(lp.token_logprobs) == 3 and all(x <= 0 for x in lp.token_logprobs), lp)
-            check(all(t == {} for t in lp.top_logprobs), lp.top_logprobs)
+            # The sampled token alone, with its logprob (OpenAI's and vLLM's reading).
+            check(all(top == {tok: x} for top, tok, x in zip(lp.top_logprobs, lp.tokens, lp.token_logprobs)),
+                  lp.top_logprobs)
+            # Echoed prompt tokens the same way; nothing predicts the first.
+            e = client.completions.create(model="default", prompt="Hi there", max_tokens=1, temperature=0, echo=True,
+                                          logprobs=0).choices[0].logprobs
+            check(e.top_logprobs[0] is None and len(e.tokens) >= 3, e)
+            check(all(top == {tok: x} for top, tok, x in zip(e.top_logprobs[1:], e.tokens[1:], e.token_logprobs[1:])),
+                  e.top_logprobs)
             c = client.chat.completions.create(model="default", messages=chat, max_tokens=3, temperature=0,
                                                logprobs=True, top_logprobs=0)
             content = c.choices[0].logprobs.content
@@ -170,6 +180,19 @@ def main():
             r = client.chat.completions.create(model="default", messages=chat, max_tokens=12, n=4, seed=3)
             texts = [c.message.content for c in r.choices]
             check(len(set(texts)) > 1, f"all {len(texts)} choices identical: {texts[0]!r}")
+
+        @case
+        def without_a_seed_each_choice_and_each_request_is_its_own_sample():
+            # The engine picks a seed per request: n choices differ, and so do
+            # two identical requests. (At temperature 1, 32 such samples of 16
+            # tokens were 32 different texts: a repeat by chance is rare.)
+            story = [{"role": "user", "content": "Tell me a one-line story."}]
+            r = client.chat.completions.create(model="default", messages=story, max_tokens=16, n=3, temperature=1.0)
+            texts = [c.message.content for c in r.choices]
+            check(len(set(texts)) == 3, f"choices without a seed repeat: {texts}")
+            again = [client.chat.completions.create(model="default", messages=story, max_tokens=16,
+                                                    temperature=1.0).choices[0].message.content for _ in range(2)]
+            check(again[0] != again[1], f"two requests without a seed gave the same sample: {again[0]!r}")
 
         @case
         def first_stream_chunk_is_the_role_and_usage_counts_cached_tokens():
