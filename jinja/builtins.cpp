@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include "jinja/error.hpp"
 #include "jinja/interpreter.hpp"
@@ -759,265 +760,346 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, const 
   throw Error(Error::Kind::unsupported, "no test named '" + name + "'", a.line);
 }
 
-Value apply_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
-  const int line = a.line;
-  auto text_of = [&]() -> Text { return v.to_text(); };
-  if (name == "default" || name == "d") {
-    const bool boolean = bool_arg(a, 1, "boolean", false);
-    if (v.is_undefined() || (boolean && !v.truthy())) {
-      const Value* d = arg(a, 0, "default_value");
-      return d ? *d : Value::markup("");
-    }
-    return v;
+namespace {
+
+// ---- filters: one function each, found by name in filter_table() ---------
+// Each takes the name it was called by, so aliases and pairs (upper/lower,
+// first/last, min/max, select/reject...) share one body.
+
+using FilterFn = Value (*)(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a);
+
+Value filter_default(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  const bool boolean = bool_arg(a, 1, "boolean", false);
+  if (v.is_undefined() || (boolean && !v.truthy())) {
+    const Value* d = arg(a, 0, "default_value");
+    return d ? *d : Value::markup("");
   }
-  if (v.is_undefined() && name != "length" && name != "count" && name != "string" && name != "list" &&
-      name != "trim" && name != "safe" && name != "join" && name != "upper" && name != "lower" && name != "e" &&
-      name != "escape" && name != "items" && name != "first" && name != "last" && name != "int" &&
-      name != "float") {
+  return v;
+}
+
+Value filter_length(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  return Value(length(v, a.line));
+}
+
+Value filter_string(Interpreter&, const std::string&, const Value& v, const CallArgs&) { return Value(v.to_text()); }
+
+Value filter_safe(Interpreter&, const std::string&, const Value& v, const CallArgs&) {
+  Text t = v.to_text();
+  t.set_safe(true);
+  return Value(std::move(t));
+}
+
+Value filter_trim(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  return Value(strip(v.to_text(), arg(a, 0, "chars"), 3));
+}
+
+Value filter_case(Interpreter&, const std::string& name, const Value& v, const CallArgs&) {
+  Text t = v.to_text();
+  return Value(t.derived(map_case(t.str(), name == "upper")));
+}
+
+Value filter_capitalize(Interpreter&, const std::string&, const Value& v, const CallArgs&) {
+  Text t = v.to_text();
+  return Value(t.derived(capitalize(t.str())));
+}
+
+Value filter_title(Interpreter&, const std::string&, const Value& v, const CallArgs&) {
+  Text t = v.to_text();
+  return Value(t.derived(title(t.str())));
+}
+
+Value filter_escape(Interpreter&, const std::string&, const Value& v, const CallArgs&) {
+  Text t = v.to_text();
+  if (t.safe()) return Value(std::move(t));
+  Text r = html_escape(t);
+  r.set_safe(true);
+  return Value(std::move(r));
+}
+
+Value filter_replace(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  const Value* from = arg(a, 0, "old");
+  const Value* to = arg(a, 1, "new");
+  if (!from || !to) type_error("replace needs old and new", a.line);
+  return replaced(in, v.to_text(), from->to_text().str(), to->to_text(), int_arg(a, 2, "count", -1), a.line);
+}
+
+Value filter_tojson(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  int indent_width = -1;
+  if (const Value* i = arg(a, 0, "indent"); i && !i->is_none()) {
+    if (!i->is_number()) type_error("tojson indent must be an integer", a.line);
+    indent_width = static_cast<int>(std::clamp<int64_t>(i->as_int(), 0, 64));
+  }
+  bool ascii = false;
+  for (const auto& [k, kv] : a.keyword) {
+    if (k == "ensure_ascii") {
+      ascii = kv.truthy();
+    } else if (k != "indent" && (k != "sort_keys" || kv.truthy())) {
+      throw Error(Error::Kind::unsupported, "tojson argument '" + k + "'", a.line);
+    }
+  }
+  std::string j = v.to_json(indent_width, ascii);
+  in.charge(j.size(), a.line);
+  bool client = false;
+  std::function<void(const Value&)> scan = [&](const Value& x) {
+    if (x.is_string()) client |= x.text().has_client();
+    if (x.is_list()) for (const Value& e : x.list()) scan(e);
+    if (x.is_dict()) for (const auto& [k, e] : x.dict().items) scan(e);
+  };
+  scan(v);
+  return Value(client ? Text::client(std::move(j)) : Text(std::move(j)));
+}
+
+Value filter_list(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  return Value(in.iterate(v, a.line));
+}
+
+Value filter_first_last(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  if (name == "last" && v.is_generator()) type_error("'generator' object is not reversible", a.line);
+  List items = in.iterate(v, a.line);
+  if (items.empty()) return Value(Undefined{"first"});
+  return name == "first" ? items.front() : items.back();
+}
+
+Value filter_reverse(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  if (v.is_string()) {
+    std::vector<size_t> at = code_points(v.str());
+    Text out;
+    for (size_t i = at.size() - 1; i > 0; --i) out.append(v.text().substr(at[i - 1], at[i]));
+    return Value(std::move(out));
+  }
+  List items = in.iterate(v, a.line);
+  std::reverse(items.begin(), items.end());
+  return Value(std::move(items));
+}
+
+Value filter_join(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  const Value* sep = arg(a, 0, "d");
+  const Value* attr = arg(a, 1, "attribute");
+  Text out;
+  const Text sep_text = sep ? sep->to_text() : Text();
+  bool firstp = true;
+  for (const Value& e : in.iterate(v, a.line)) {
+    if (!firstp) out.append(sep_text);
+    firstp = false;
+    out.append((attr ? attribute_path(e, attr->to_text().str()) : e).to_text());
+    in.charge(1, a.line);
+  }
+  in.charge(out.size(), a.line);
+  return Value(std::move(out));
+}
+
+Value filter_items(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) return Value(Generator{});
+  if (!v.is_dict()) type_error("items filter needs a mapping, got " + v.type_name(), a.line);
+  List out;
+  for (const auto& [k, e] : v.dict().items) out.push_back(Value(List{k, e}));
+  return Value(Generator{std::move(out)});
+}
+
+Value filter_dictsort(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  if (!v.is_dict()) type_error("dictsort needs a mapping", a.line);
+  const bool cs = bool_arg(a, 0, "case_sensitive", false);
+  const Value* by = arg(a, 1, "by");
+  const bool by_value = by && by->is_string() && by->str() == "value";
+  const bool rev = bool_arg(a, 2, "reverse", false);
+  List pairs;
+  for (const auto& [k, e] : v.dict().items) pairs.push_back(Value(List{k, e}));
+  return Value(sorted(in, std::move(pairs), rev, cs, by_value ? "1" : "0", a.line));
+}
+
+Value filter_sort(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  const Value* attr = arg(a, 2, "attribute");
+  return Value(sorted(in, in.iterate(v, a.line), bool_arg(a, 0, "reverse", false),
+                      bool_arg(a, 1, "case_sensitive", false), attr ? attr->to_text().str() : "", a.line));
+}
+
+Value filter_unique(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  const bool cs = bool_arg(a, 0, "case_sensitive", false);
+  const Value* attr = arg(a, 1, "attribute");
+  List out, keys;
+  for (const Value& e : in.iterate(v, a.line)) {
+    Value k = sort_key(attr ? attribute_path(e, attr->to_text().str()) : e, cs);
+    bool seen = false;
+    for (const Value& s : keys) seen |= equals(s, k);
+    in.charge(keys.size(), a.line);
+    if (!seen) {
+      keys.push_back(k);
+      out.push_back(e);
+    }
+  }
+  return Value(Generator{std::move(out)});
+}
+
+Value filter_map(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  List out;
+  if (!v.truthy()) return Value(Generator{});  // Jinja maps nothing over a false value
+  const Value* attr = nullptr;
+  for (const auto& [k, kv] : a.keyword) {
+    if (k == "attribute") attr = &kv;
+  }
+  for (const Value& e : in.iterate(v, a.line)) {
+    if (attr) {
+      Value r = attribute_path(e, attr->to_text().str());
+      if (r.is_undefined()) {
+        for (const auto& [k, kv] : a.keyword) {
+          if (k == "default") r = kv;
+        }
+      }
+      out.push_back(r);
+    } else {
+      if (a.positional.empty() || !a.positional[0].is_string()) type_error("map needs a filter name or attribute=", a.line);
+      out.push_back(apply_filter(in, a.positional[0].str(), e, shifted(a, 1)));
+    }
+  }
+  return Value(Generator{std::move(out)});
+}
+
+// select, reject, selectattr, rejectattr.
+Value filter_select(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  const bool attr_form = name == "selectattr" || name == "rejectattr";
+  const bool keep_when = name == "select" || name == "selectattr";
+  size_t at = 0;
+  std::string attr;
+  if (attr_form) {
+    if (a.positional.empty() || !a.positional[0].is_string()) type_error(name + " needs an attribute name", a.line);
+    attr = a.positional[0].str();
+    at = 1;
+  }
+  const bool has_test = a.positional.size() > at;
+  if (has_test && !a.positional[at].is_string()) type_error(name + " needs a test name", a.line);
+  const std::string test = has_test ? a.positional[at].str() : "";
+  CallArgs test_args = shifted(a, at + 1);
+  List out;
+  if (!v.truthy()) return Value(Generator{});  // as Jinja: a false value selects nothing
+  for (const Value& e : in.iterate(v, a.line)) {
+    Value subject = attr_form ? attribute_path(e, attr) : e;
+    const bool pass = has_test ? apply_test(in, test, subject, test_args) : subject.truthy();
+    if (pass == keep_when) out.push_back(e);
+  }
+  return Value(Generator{std::move(out)});
+}
+
+Value filter_int(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  const Value* d = arg(a, 0, "default");
+  return Value(to_int(v, d ? to_int(*d, 0) : 0));
+}
+
+Value filter_float(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  const Value* d = arg(a, 0, "default");
+  return Value(to_float(v, d ? to_float(*d, 0.0) : 0.0));
+}
+
+Value filter_abs(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  if (!v.is_number()) type_error("bad operand type for abs()", a.line);
+  return v.is_float() ? Value(std::fabs(v.as_double())) : Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+}
+
+Value filter_round(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  if (!v.is_number()) type_error("round needs a number", a.line);
+  const int64_t precision = int_arg(a, 0, "precision", 0);
+  const Value* method = arg(a, 1, "method");
+  const std::string m = method && method->is_string() ? method->str() : "common";
+  const double scale = std::pow(10.0, static_cast<double>(precision));
+  const double x = v.as_double() * scale;
+  const double r = m == "ceil" ? std::ceil(x) : m == "floor" ? std::floor(x) : std::round(x);
+  return Value(r / scale);
+}
+
+Value filter_sum(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  const Value* attr = arg(a, 0, "attribute");
+  const Value* start = arg(a, 1, "start");
+  Value acc = start ? *start : Value(int64_t{0});
+  for (const Value& e : in.iterate(v, a.line)) {
+    Value x = attr ? attribute_path(e, attr->to_text().str()) : e;
+    if (!x.is_number() || !acc.is_number()) type_error("sum needs numbers", a.line);
+    acc = acc.is_float() || x.is_float() ? Value(acc.as_double() + x.as_double()) : Value(acc.as_int() + x.as_int());
+  }
+  return acc;
+}
+
+Value filter_min_max(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  List items = in.iterate(v, a.line);
+  if (items.empty()) return Value(Undefined{name});
+  const bool cs = bool_arg(a, 0, "case_sensitive", false);
+  const Value* attr = arg(a, 1, "attribute");
+  size_t best = 0;
+  auto key = [&](size_t i) { return sort_key(attr ? attribute_path(items[i], attr->to_text().str()) : items[i], cs); };
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (name == "min" ? less(key(i), key(best)) : less(key(best), key(i))) best = i;
+  }
+  return items[best];
+}
+
+Value filter_indent(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  return Value(indent(in, v.to_text(), arg(a, 0, "width"), bool_arg(a, 1, "first", false), bool_arg(a, 2, "blank", false),
+                      a.line));
+}
+
+Value filter_format(Interpreter&, const std::string&, const Value& v, const CallArgs& a) {
+  return Value(printf_format(v.to_text(), a));
+}
+
+Value filter_wordcount(Interpreter&, const std::string&, const Value& v, const CallArgs&) {
+  return Value(static_cast<int64_t>(split(v.to_text(), nullptr, -1, false).size()));
+}
+
+Value filter_center(Interpreter& in, const std::string&, const Value& v, const CallArgs& a) {
+  Text t = v.to_text();
+  const int64_t width = int_arg(a, 0, "width", 80);
+  const int64_t n = length(Value(t), a.line);
+  if (n >= width) return Value(t);
+  const int64_t total = width - n, left = total / 2 + (total & width & 1);
+  in.charge(static_cast<uint64_t>(width), a.line);
+  return Value(t.derived(std::string(static_cast<size_t>(left), ' ') + t.str() +
+                         std::string(static_cast<size_t>(total - left), ' ')));
+}
+
+struct Filter {
+  FilterFn fn;
+  // Whether an undefined value may pass through it (Jinja's lenient
+  // Undefined: these print or count it as empty); the others fail with
+  // Error::Kind::undefined naming the variable.
+  bool takes_undefined;
+};
+
+const std::unordered_map<std::string, Filter>& filter_table() {
+  static const std::unordered_map<std::string, Filter> table = {
+      {"default", {filter_default, true}},   {"d", {filter_default, true}},
+      {"length", {filter_length, true}},     {"count", {filter_length, true}},
+      {"string", {filter_string, true}},     {"safe", {filter_safe, true}},
+      {"trim", {filter_trim, true}},         {"upper", {filter_case, true}},
+      {"lower", {filter_case, true}},        {"capitalize", {filter_capitalize, false}},
+      {"title", {filter_title, false}},      {"escape", {filter_escape, true}},
+      {"e", {filter_escape, true}},          {"replace", {filter_replace, false}},
+      {"tojson", {filter_tojson, false}},    {"list", {filter_list, true}},
+      {"first", {filter_first_last, true}},  {"last", {filter_first_last, true}},
+      {"reverse", {filter_reverse, false}},  {"join", {filter_join, true}},
+      {"items", {filter_items, true}},       {"dictsort", {filter_dictsort, false}},
+      {"sort", {filter_sort, false}},        {"unique", {filter_unique, false}},
+      {"map", {filter_map, false}},          {"select", {filter_select, false}},
+      {"reject", {filter_select, false}},    {"selectattr", {filter_select, false}},
+      {"rejectattr", {filter_select, false}}, {"int", {filter_int, true}},
+      {"float", {filter_float, true}},       {"abs", {filter_abs, false}},
+      {"round", {filter_round, false}},      {"sum", {filter_sum, false}},
+      {"min", {filter_min_max, false}},      {"max", {filter_min_max, false}},
+      {"indent", {filter_indent, false}},    {"format", {filter_format, false}},
+      {"wordcount", {filter_wordcount, false}}, {"center", {filter_center, false}},
+  };
+  return table;
+}
+
+}  // namespace
+
+Value apply_filter(Interpreter& in, const std::string& name, const Value& v, const CallArgs& a) {
+  const auto it = filter_table().find(name);
+  if (it == filter_table().end()) throw Error(Error::Kind::unsupported, "no filter named '" + name + "'", a.line);
+  if (v.is_undefined() && !it->second.takes_undefined) {
     throw Error(Error::Kind::undefined,
                 (v.undefined_name().empty() ? std::string("an undefined value") : "'" + v.undefined_name() + "'") +
                     " passed to filter '" + name + "'",
-                line);
+                a.line);
   }
-  if (name == "length" || name == "count") return Value(length(v, line));
-  if (name == "string") return Value(text_of());
-  if (name == "safe") {
-    Text t = text_of();
-    t.set_safe(true);
-    return Value(std::move(t));
-  }
-  if (name == "trim") return Value(strip(text_of(), arg(a, 0, "chars"), 3));
-  if (name == "upper" || name == "lower") {
-    Text t = text_of();
-    return Value(t.derived(map_case(t.str(), name == "upper")));
-  }
-  if (name == "capitalize") {
-    Text t = text_of();
-    return Value(t.derived(capitalize(t.str())));
-  }
-  if (name == "title") {
-    Text t = text_of();
-    return Value(t.derived(title(t.str())));
-  }
-  if (name == "escape" || name == "e") {
-    Text t = text_of();
-    if (t.safe()) return Value(std::move(t));
-    Text r = html_escape(t);
-    r.set_safe(true);
-    return Value(std::move(r));
-  }
-  if (name == "replace") {
-    const Value* from = arg(a, 0, "old");
-    const Value* to = arg(a, 1, "new");
-    if (!from || !to) type_error("replace needs old and new", line);
-    return replaced(in, text_of(), from->to_text().str(), to->to_text(), int_arg(a, 2, "count", -1), line);
-  }
-  if (name == "tojson") {
-    int indent_width = -1;
-    if (const Value* i = arg(a, 0, "indent"); i && !i->is_none()) {
-      if (!i->is_number()) type_error("tojson indent must be an integer", line);
-      indent_width = static_cast<int>(std::clamp<int64_t>(i->as_int(), 0, 64));
-    }
-    bool ascii = false;
-    for (const auto& [k, kv] : a.keyword) {
-      if (k == "ensure_ascii") {
-        ascii = kv.truthy();
-      } else if (k != "indent" && (k != "sort_keys" || kv.truthy())) {
-        throw Error(Error::Kind::unsupported, "tojson argument '" + k + "'", line);
-      }
-    }
-    std::string j = v.to_json(indent_width, ascii);
-    in.charge(j.size(), line);
-    bool client = false;
-    std::function<void(const Value&)> scan = [&](const Value& x) {
-      if (x.is_string()) client |= x.text().has_client();
-      if (x.is_list()) for (const Value& e : x.list()) scan(e);
-      if (x.is_dict()) for (const auto& [k, e] : x.dict().items) scan(e);
-    };
-    scan(v);
-    return Value(client ? Text::client(std::move(j)) : Text(std::move(j)));
-  }
-  if (name == "list") return Value(in.iterate(v, line));
-  if (name == "first" || name == "last") {
-    if (name == "last" && v.is_generator()) type_error("'generator' object is not reversible", line);
-    List items = in.iterate(v, line);
-    if (items.empty()) return Value(Undefined{"first"});
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      std::vector<size_t> at = code_points(v.str());
-      Text out;
-      for (size_t i = at.size() - 1; i > 0; --i) out.append(v.text().substr(at[i - 1], at[i]));
-      return Value(std::move(out));
-    }
-    List items = in.iterate(v, line);
-    std::reverse(items.begin(), items.end());
-    return Value(std::move(items));
-  }
-  if (name == "join") {
-    const Value* sep = arg(a, 0, "d");
-    const Value* attr = arg(a, 1, "attribute");
-    Text out;
-    const Text sep_text = sep ? sep->to_text() : Text();
-    bool firstp = true;
-    for (const Value& e : in.iterate(v, line)) {
-      if (!firstp) out.append(sep_text);
-      firstp = false;
-      out.append((attr ? attribute_path(e, attr->to_text().str()) : e).to_text());
-      in.charge(1, line);
-    }
-    in.charge(out.size(), line);
-    return Value(std::move(out));
-  }
-  if (name == "items") {
-    if (v.is_undefined()) return Value(Generator{});
-    if (!v.is_dict()) type_error("items filter needs a mapping, got " + v.type_name(), line);
-    List out;
-    for (const auto& [k, e] : v.dict().items) out.push_back(Value(List{k, e}));
-    return Value(Generator{std::move(out)});
-  }
-  if (name == "dictsort") {
-    if (!v.is_dict()) type_error("dictsort needs a mapping", line);
-    const bool cs = bool_arg(a, 0, "case_sensitive", false);
-    const Value* by = arg(a, 1, "by");
-    const bool by_value = by && by->is_string() && by->str() == "value";
-    const bool rev = bool_arg(a, 2, "reverse", false);
-    List pairs;
-    for (const auto& [k, e] : v.dict().items) pairs.push_back(Value(List{k, e}));
-    return Value(sorted(in, std::move(pairs), rev, cs, by_value ? "1" : "0", line));
-  }
-  if (name == "sort") {
-    const Value* attr = arg(a, 2, "attribute");
-    return Value(sorted(in, in.iterate(v, line), bool_arg(a, 0, "reverse", false), bool_arg(a, 1, "case_sensitive", false),
-                        attr ? attr->to_text().str() : "", line));
-  }
-  if (name == "unique") {
-    const bool cs = bool_arg(a, 0, "case_sensitive", false);
-    const Value* attr = arg(a, 1, "attribute");
-    List out, keys;
-    for (const Value& e : in.iterate(v, line)) {
-      Value k = sort_key(attr ? attribute_path(e, attr->to_text().str()) : e, cs);
-      bool seen = false;
-      for (const Value& s : keys) seen |= equals(s, k);
-      in.charge(keys.size(), line);
-      if (!seen) {
-        keys.push_back(k);
-        out.push_back(e);
-      }
-    }
-    return Value(Generator{std::move(out)});
-  }
-  if (name == "map") {
-    List out;
-    if (!v.truthy()) return Value(Generator{});  // Jinja maps nothing over a false value
-    const Value* attr = nullptr;
-    for (const auto& [k, kv] : a.keyword) {
-      if (k == "attribute") attr = &kv;
-    }
-    for (const Value& e : in.iterate(v, line)) {
-      if (attr) {
-        Value r = attribute_path(e, attr->to_text().str());
-        if (r.is_undefined()) {
-          for (const auto& [k, kv] : a.keyword) {
-            if (k == "default") r = kv;
-          }
-        }
-        out.push_back(r);
-      } else {
-        if (a.positional.empty() || !a.positional[0].is_string()) type_error("map needs a filter name or attribute=", line);
-        out.push_back(apply_filter(in, a.positional[0].str(), e, shifted(a, 1)));
-      }
-    }
-    return Value(Generator{std::move(out)});
-  }
-  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    const bool attr_form = name == "selectattr" || name == "rejectattr";
-    const bool keep_when = name == "select" || name == "selectattr";
-    size_t at = 0;
-    std::string attr;
-    if (attr_form) {
-      if (a.positional.empty() || !a.positional[0].is_string()) type_error(name + " needs an attribute name", line);
-      attr = a.positional[0].str();
-      at = 1;
-    }
-    const bool has_test = a.positional.size() > at;
-    if (has_test && !a.positional[at].is_string()) type_error(name + " needs a test name", line);
-    const std::string test = has_test ? a.positional[at].str() : "";
-    CallArgs test_args = shifted(a, at + 1);
-    List out;
-    if (!v.truthy()) return Value(Generator{});  // as Jinja: a false value selects nothing
-    for (const Value& e : in.iterate(v, line)) {
-      Value subject = attr_form ? attribute_path(e, attr) : e;
-      const bool pass = has_test ? apply_test(in, test, subject, test_args) : subject.truthy();
-      if (pass == keep_when) out.push_back(e);
-    }
-    return Value(Generator{std::move(out)});
-  }
-  if (name == "int") {
-    const Value* d = arg(a, 0, "default");
-    return Value(to_int(v, d ? to_int(*d, 0) : 0));
-  }
-  if (name == "float") {
-    const Value* d = arg(a, 0, "default");
-    return Value(to_float(v, d ? to_float(*d, 0.0) : 0.0));
-  }
-  if (name == "abs") {
-    if (!v.is_number()) type_error("bad operand type for abs()", line);
-    return v.is_float() ? Value(std::fabs(v.as_double())) : Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-  }
-  if (name == "round") {
-    if (!v.is_number()) type_error("round needs a number", line);
-    const int64_t precision = int_arg(a, 0, "precision", 0);
-    const Value* method = arg(a, 1, "method");
-    const std::string m = method && method->is_string() ? method->str() : "common";
-    const double scale = std::pow(10.0, static_cast<double>(precision));
-    const double x = v.as_double() * scale;
-    const double r = m == "ceil" ? std::ceil(x) : m == "floor" ? std::floor(x) : std::round(x);
-    return Value(r / scale);
-  }
-  if (name == "sum") {
-    const Value* attr = arg(a, 0, "attribute");
-    const Value* start = arg(a, 1, "start");
-    Value acc = start ? *start : Value(int64_t{0});
-    for (const Value& e : in.iterate(v, line)) {
-      Value x = attr ? attribute_path(e, attr->to_text().str()) : e;
-      if (!x.is_number() || !acc.is_number()) type_error("sum needs numbers", line);
-      acc = acc.is_float() || x.is_float() ? Value(acc.as_double() + x.as_double()) : Value(acc.as_int() + x.as_int());
-    }
-    return acc;
-  }
-  if (name == "min" || name == "max") {
-    List items = in.iterate(v, line);
-    if (items.empty()) return Value(Undefined{name});
-    const bool cs = bool_arg(a, 0, "case_sensitive", false);
-    const Value* attr = arg(a, 1, "attribute");
-    size_t best = 0;
-    auto key = [&](size_t i) {
-      return sort_key(attr ? attribute_path(items[i], attr->to_text().str()) : items[i], cs);
-    };
-    for (size_t i = 1; i < items.size(); ++i) {
-      if (name == "min" ? less(key(i), key(best)) : less(key(best), key(i))) best = i;
-    }
-    return items[best];
-  }
-  if (name == "indent") {
-    return Value(
-        indent(in, text_of(), arg(a, 0, "width"), bool_arg(a, 1, "first", false), bool_arg(a, 2, "blank", false), line));
-  }
-  if (name == "format") return Value(printf_format(text_of(), a));
-  if (name == "wordcount") return Value(static_cast<int64_t>(split(text_of(), nullptr, -1, false).size()));
-  if (name == "center") {
-    Text t = text_of();
-    const int64_t width = int_arg(a, 0, "width", 80);
-    const int64_t n = length(Value(t), line);
-    if (n >= width) return Value(t);
-    const int64_t total = width - n, left = total / 2 + (total & width & 1);
-    in.charge(static_cast<uint64_t>(width), line);
-    return Value(t.derived(std::string(static_cast<size_t>(left), ' ') + t.str() +
-                           std::string(static_cast<size_t>(total - left), ' ')));
-  }
-  throw Error(Error::Kind::unsupported, "no filter named '" + name + "'", line);
+  return it->second.fn(in, name, v, a);
 }
 
 const std::unordered_map<std::string, Value>& global_functions() {
