@@ -9,6 +9,7 @@
 #include "actors/wire.hpp"
 #include "cluster/remote_setup.hpp"
 #include "messages/envelope.hpp"
+#include "cluster/local_sender.hpp"
 
 namespace actorlm {
 namespace {
@@ -227,11 +228,6 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
     if (!link->second.dialling) dial(self, key);
   }
   return promise;
-}
-
-bool from_this_process(Self* self) {
-  const auto& sender = self->current_sender();
-  return sender && sender->node() == self->node();
 }
 
 caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {

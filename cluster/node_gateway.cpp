@@ -10,6 +10,7 @@
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
+#include "cluster/local_sender.hpp"
 
 namespace actorlm {
 namespace {
@@ -67,11 +68,6 @@ struct GatewayState {
 using Self = caf::stateful_actor<GatewayState>;
 
 caf::actor_addr sender_of(Self* self) { return caf::actor_cast<caf::actor_addr>(self->current_sender()); }
-
-bool from_this_process(Self* self) {
-  const auto& s = self->current_sender();
-  return s && s->node() == self->node();
-}
 
 // The joined head that sent the current message, when `in` is sealed with
 // that head's session key under a new sequence number: the sender CAF names

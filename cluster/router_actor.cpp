@@ -11,6 +11,7 @@
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
+#include "cluster/local_sender.hpp"
 
 namespace actorlm {
 namespace {
@@ -656,14 +657,6 @@ caf::result<int64_t> on_flush(Self* self) {
             });
   }
   return promise;
-}
-
-// Orders to the router come from this process only: nodes hold its handle
-// (they stream to it), so without this check a node could route requests or
-// stop the head.
-bool from_this_process(Self* self) {
-  const auto& sender = self->current_sender();
-  return sender && sender->node() == self->node();
 }
 
 caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name,

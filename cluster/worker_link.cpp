@@ -8,6 +8,7 @@
 #include "cluster/remote_setup.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
+#include "cluster/local_sender.hpp"
 
 namespace actorlm {
 namespace {
@@ -50,11 +51,6 @@ void lose_node(Self* self, const caf::error& reason) {
   std::fprintf(stderr, "actorlm head: %s\n", self->state.failure.c_str());
   for (auto& [id, rp] : self->state.in_flight) rp.deliver(caf::make_error(caf::sec::runtime_error, self->state.failure));
   self->state.in_flight.clear();
-}
-
-bool from_this_process(Self* self) {
-  const auto& sender = self->current_sender();
-  return sender && sender->node() == self->node();
 }
 
 caf::behavior worker_link(Self* self, NodeAddress node, RemoteSecurity security, std::string head_name,
