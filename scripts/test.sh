@@ -25,7 +25,7 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   # other branch compiles under -Werror. It is made with ASan and UBSan, so the
   # same build also proves no memory error, leak or undefined behaviour in
   # its Catch2 tests and in the process tests that feed the parsers hostile
-  # input (label "parsers"); ~14 minutes of tests on 2 cores (docs/TESTING.md,
+  # input (label "parsers"); 14-18 minutes of tests on 2 cores (docs/TESTING.md,
   # "CI"). ACTORLM_CI_SANITIZERS=0 makes it a plain build running the Catch2
   # tests only (quicker, for local iteration; CI keeps the sanitizers).
   t=$(date +%s)
