@@ -10,10 +10,19 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh"
 build="${ACTORLM_BUILD_DIR:-$root/build}"
+# ACTORLM_PRUNE_BUILDS=1 (.ci/run sets it) deletes each build folder once its
+# stage is done. CI's disk is not ours to size: one run ran out of it linking
+# the ASan build while build/ (4.3 GB, full debug info) was still there. The
+# free space after each stage is printed either way.
+prune() {
+  if [[ "${ACTORLM_PRUNE_BUILDS:-0}" == 1 ]]; then rm -rf "$@"; fi
+  echo "test.sh: $(df -h --output=avail "$root" | tail -1 | tr -d ' ') free on the checkout's disk"
+}
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 "$@")
 # The embedding examples built out of tree against this build's install
 # (find_package and pkg-config) and run: the install rules cannot rot.
 bash "$root/scripts/check_embedding.sh" "$build"
+prune "$build" "$root/build-fuzz"
 
 # Unless ACTORLM_SKIP_CPU_BUILD=1 (e.g. while iterating locally), the checks
 # that keep the suite's guarantees from rotting (docs/TESTING.md, "CI"):
@@ -32,18 +41,21 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   if [[ "${ACTORLM_CI_SANITIZERS:-1}" != 0 ]]; then
     bash "$root/scripts/sanitize.sh" --ci "$@"
     step "the ASan+UBSan CPU-only build and its tests" "$t"
+    prune "${ACTORLM_ASAN_BUILD_DIR:-$root/build-asan}"
   else
     cpu_build="${ACTORLM_CPU_BUILD_DIR:-$root/build-cpu}"
     ACTORLM_BUILD_DIR="$cpu_build" ACTORLM_CMAKE_ARGS="-DACTORLM_CUDA=OFF -DACTORLM_BUILD_BENCH=OFF" \
       bash "$root/scripts/build.sh"
     (cd "$cpu_build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 -L catch2 "$@")
     step "the CPU-only build and its unit tests" "$t"
+    prune "$cpu_build"
   fi
   # ThreadSanitizer over the actor, cluster and scheduler tests (their Catch2
   # binaries but the scheduler's real-model one; see scripts/tsan.sh).
   t=$(date +%s)
   bash "$root/scripts/tsan.sh" --ci
   step "the TSan build and its tests" "$t"
+  prune "${ACTORLM_TSAN_BUILD_DIR:-$root/build-tsan}"
   # A binary for any x86-64 (-DACTORLM_NATIVE=OFF): it once stopped compiling
   # under -Werror with nobody noticing, so it is built here and answers one
   # prompt on the CPU path this machine picks (its outputs agree with a
@@ -59,6 +71,7 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   echo "actorlm: the -DACTORLM_NATIVE=OFF build runs"
   bash "$root/scripts/check_package.sh" "$portable_build"
   step "the portable build and the package" "$t"
+  prune "$portable_build"
   # Mutants: known-important lines broken one at a time; each must fail a
   # test, and a mutant whose line changed fails the run.
   t=$(date +%s)
