@@ -82,10 +82,14 @@ caf::behavior detokenizer_actor(caf::stateful_actor<DetokenizerState>* self, std
         if (!t) return;
         uint64_t id = t.message->request_id();
         std::vector<std::string> stops;
-        if (t.message->stop() && t.message->stop()->stop_strings()) {
-          for (const auto* str : *t.message->stop()->stop_strings()) stops.push_back(str->str());
+        int32_t min_tokens = 0;
+        if (const fb::StopConditions* stop = t.message->stop()) {
+          if (stop->stop_strings()) {
+            for (const auto* str : *stop->stop_strings()) stops.push_back(str->str());
+          }
+          min_tokens = stop->min_new_tokens();
         }
-        s.streams[id] = Stream{client, std::make_unique<IncrementalDetokenizer>(*s.tok, stops)};
+        s.streams[id] = Stream{client, std::make_unique<IncrementalDetokenizer>(*s.tok, stops, false, min_tokens)};
         auto e = s.early.find(id);
         if (e == s.early.end()) return;
         auto items = std::move(e->second);

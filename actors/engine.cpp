@@ -150,6 +150,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.stop->stop_strings = o.stop;
   g.stop->ignore_eos = o.ignore_eos;
   g.stop->max_new_tokens_strict = o.max_new_tokens_strict;
+  g.stop->min_new_tokens = o.min_new_tokens;
   g.logprobs = o.logprobs;
   g.top_logprobs = o.logprobs ? std::clamp(o.top_logprobs, 0, 20) : 0;
   g.prompt_logprobs = o.logprobs && o.prompt_logprobs;

@@ -91,6 +91,9 @@ struct GenerateOptions {
   bool max_new_tokens_strict = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // vLLM's min_tokens: no EOS, stop token or stop string ends the output
+  // before it has this many tokens (0..max_new_tokens).
+  int32_t min_new_tokens = 0;
   // Structured output: the output must match this (a JSON schema, any JSON
   // object, a regex or an EBNF grammar); a spec that does not compile fails
   // the request with the compiler's message.

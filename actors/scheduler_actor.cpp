@@ -45,6 +45,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
     if (m.stop()->stop_token_ids()) r.stop.stop_token_ids.assign(m.stop()->stop_token_ids()->begin(), m.stop()->stop_token_ids()->end());
     r.stop.ignore_eos = m.stop()->ignore_eos();
     r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
+    r.stop.min_new_tokens = m.stop()->min_new_tokens();
   }
   r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
   r.prompt_logprobs = m.prompt_logprobs();

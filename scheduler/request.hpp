@@ -24,6 +24,10 @@ enum class ErrorKind { none, invalid_request, unavailable, internal };
 
 struct StopConditions {
   int32_t max_new_tokens = 128;
+  // vLLM's min_tokens (SGLang's min_new_tokens): until the output holds this
+  // many tokens, EOS and stop_token_ids cannot be sampled and stop strings
+  // do not match (the detokenizer's side). 0..max_new_tokens.
+  int32_t min_new_tokens = 0;
   std::vector<int32_t> stop_token_ids;  // besides EOS
   bool ignore_eos = false;
   bool max_new_tokens_strict = false;  // prompt + max_new_tokens must fit the context

@@ -46,6 +46,13 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
            std::to_string(config_.max_context) + " (prompt + output)";
   }
   if (r.stop.max_new_tokens < 1) return "max_new_tokens must be at least 1";
+  if (r.stop.min_new_tokens < 0 || r.stop.min_new_tokens > r.stop.max_new_tokens) {
+    return "min_new_tokens (" + std::to_string(r.stop.min_new_tokens) + ") must be in [0, max_new_tokens (" +
+           std::to_string(r.stop.max_new_tokens) + ")]";
+  }
+  if (r.stop.min_new_tokens > 0 && config_.vocab_size <= 0) {
+    return "min_new_tokens needs the model's vocabulary size, which this engine was not given";
+  }
   if (r.stop.max_new_tokens_strict &&
       static_cast<int64_t>(r.prompt.size()) + r.stop.max_new_tokens > config_.max_context) {
     return "the completion length asked for (max_tokens / max_completion_tokens: " +
@@ -99,6 +106,19 @@ FinishReason Scheduler::stop_reason(const Request& q, bool constraint_done) cons
     return FinishReason::length;
   }
   return FinishReason::none;
+}
+
+void Scheduler::hold_back_stops(const Request& q, std::vector<uint32_t>& mask) const {
+  const std::vector<uint32_t> before = mask;
+  if (mask.empty()) mask.assign(mask_words(config_.vocab_size), ~0u);
+  auto clear = [&](int32_t t) {
+    if (t >= 0 && static_cast<size_t>(t) / 32 < mask.size()) mask[static_cast<size_t>(t) / 32] &= ~(1u << (t % 32));
+  };
+  if (config_.eos_id && !q.stop.ignore_eos) clear(*config_.eos_id);
+  for (int32_t t : q.stop.stop_token_ids) clear(t);
+  // A constraint that allows only a stop token is complete in all but name;
+  // taking its one choice away would leave the sampler nothing to pick.
+  if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) mask = before;
 }
 
 const RequestKv* Scheduler::held(uint64_t id) const {
@@ -544,10 +564,15 @@ std::vector<TokenEvent> Scheduler::step() {
     batch.writes.push_back({q.kv.slot, from, std::vector<int32_t>(q.kv.kv.begin() + from, q.kv.kv.end())});
     p.run->table_synced = len;
     sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs, {}});
-    if (q.constraint && p.sample) {
+    const bool constrained = q.constraint && p.sample;
+    const bool too_early = p.sample && static_cast<int32_t>(q.output.size()) < q.stop.min_new_tokens;
+    if (constrained || too_early) {
       auto& mask = masks[sampling.size() - 1];
-      mask.resize(mask_words(config_.constraints->vocab_size()));
-      q.constraint->allowed(mask);
+      if (constrained) {
+        mask.resize(mask_words(config_.constraints->vocab_size()));
+        q.constraint->allowed(mask);
+      }
+      if (too_early) hold_back_stops(q, mask);
       sampling.back().allowed = mask;
     }
   }

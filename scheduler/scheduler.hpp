@@ -183,6 +183,9 @@ class Scheduler {
   // How a request ends after its latest output token (none: it goes on). A
   // complete structured output ends it whatever ignore_eos says.
   FinishReason stop_reason(const Request& q, bool constraint_done) const;
+  // min_new_tokens not reached yet: takes EOS (unless ignored) and the stop
+  // ids out of `mask` (empty: every token of the vocabulary allowed).
+  void hold_back_stops(const Request& q, std::vector<uint32_t>& mask) const;
 
   double now() const;
 

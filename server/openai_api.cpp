@@ -193,7 +193,7 @@ std::optional<ApiError> read_prompts(const FieldReader& f, GenerateOptions& o, s
 constexpr std::string_view kSamplingKeys[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
-    "ignore_eos", "logprobs", "stream", "stream_options"};
+    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options"};
 constexpr std::string_view kChatKeys[] = {"messages",        "top_logprobs", "chat_template_kwargs", "response_format",
                                           "tools",           "tool_choice",  "parallel_tool_calls"};
 constexpr std::string_view kCompletionKeys[] = {"prompt", "echo", "response_format"};

@@ -33,6 +33,7 @@ constexpr FloatField kFloatFields[] = {
 constexpr int32_t kMaxTokens = 1 << 20;
 constexpr const char* kOpenaiLengthKeys[] = {"max_tokens", "max_completion_tokens"};
 constexpr const char* kSglangLengthKeys[] = {"max_new_tokens"};
+
 std::optional<ApiError> read_stop(const FieldReader& f, size_t max_stops, std::vector<std::string>& stop) {
   const json* s = f.find("stop");
   if (!s) return std::nullopt;
@@ -109,6 +110,13 @@ std::optional<ApiError> read_sampling_fields(const FieldReader& f, SamplingDiale
     // A length the client set must fit the context (checked when the prompt
     // is known); the default may be cut short by it.
     if (f.find(key)) o.max_new_tokens_strict = true;
+  }
+  // vLLM's min_tokens (SGLang's min_new_tokens): checked against the
+  // length after both are read, whichever order the body gives them in.
+  const char* min_key = dialect == SamplingDialect::openai ? "min_tokens" : "min_new_tokens";
+  if (auto e = f.integer<int32_t>(min_key, 0, kMaxTokens, &o.min_new_tokens)) return e;
+  if (o.min_new_tokens > o.max_new_tokens) {
+    return f.error(min_key, "must not be more than the output length (" + std::to_string(o.max_new_tokens) + ")");
   }
   if (auto e = read_stop(f, dialect == SamplingDialect::openai ? 4 : 16, o.stop)) return e;
   // vLLM / SGLang extension: keep generating past end-of-sequence (benchmarks).

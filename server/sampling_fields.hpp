@@ -16,11 +16,12 @@ namespace actorlm::api {
 enum class SamplingDialect { openai, sglang };
 
 // Reads temperature, top_p, top_k, min_p, frequency_penalty,
-// presence_penalty, repetition_penalty, seed, n, the output length, stop and
-// ignore_eos into `o` and `n` (fields left out keep their values). Ranges:
+// presence_penalty, repetition_penalty, seed, n, the output length and its
+// minimum, stop and ignore_eos into `o` and `n` (fields left out keep their values). Ranges:
 //   temperature [0, 2]; top_p (0, 1]; top_k [-1, 2^20] (-1 and 0 disable);
 //   min_p [0, 1]; frequency/presence_penalty [-2, 2];
 //   repetition_penalty [0.001, 10]; max tokens [1, 2^20]; n [1, 16];
+//   min_tokens (OpenAI routes) / min_new_tokens (/generate) [0, max tokens];
 //   stop: a string or a list of at most 4 strings (OpenAI's limit; 16 on
 //   /generate);
 //   seed: any integer in [-2^63, 2^64 - 1]: OpenAI's int64 range, negative

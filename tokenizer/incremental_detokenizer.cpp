@@ -9,8 +9,8 @@ namespace actorlm {
 std::string sanitize_utf8(std::string_view s) { return unicode::sanitize_utf8(s); }
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                                               bool render_special)
-    : tokenizer_(tokenizer), render_special_(render_special) {
+                                               bool render_special, int32_t min_tokens)
+    : tokenizer_(tokenizer), render_special_(render_special), min_tokens_(min_tokens) {
   for (auto& s : stop_strings) {
     if (!s.empty()) stops_.push_back(std::move(s));
   }
@@ -22,13 +22,17 @@ IncrementalDetokenizer::Delta IncrementalDetokenizer::push(int32_t token_id) {
     d.stopped = true;
     return d;
   }
+  const size_t old = pending_.size();
   pending_ += tokenizer_.token_to_piece(token_id, render_special_);
 
-  // pending_ never holds a whole stop string from before (it would have
-  // matched then), so searching it all finds only matches this token made.
+  // Only matches that end in this token's bytes: before min_tokens nothing
+  // matched, so pending_ may hold a whole stop string from then (a prefix of
+  // a longer one, held back), which must not count now.
+  const bool armed = ++pushed_ > min_tokens_;
   size_t stop_at = std::string::npos;
   for (const auto& s : stops_) {
-    size_t at = pending_.find(s);
+    if (!armed) break;
+    size_t at = pending_.find(s, old >= s.size() ? old - s.size() + 1 : 0);
     if (at < stop_at) {
       stop_at = at;
       d.matched_stop = s;

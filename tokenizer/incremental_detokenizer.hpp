@@ -8,7 +8,9 @@
 //   - stop strings: text that might be the start of a stop string is held
 //     back until decided; when one matches (also across tokens) the text
 //     before it is emitted and nothing from it on ever is. The earliest match
-//     wins; among matches at the same place, the first listed.
+//     wins; among matches at the same place, the first listed. With
+//     min_tokens (vLLM's), only a match that ends in the text of token
+//     min_tokens + 1 or later counts.
 // One instance per request; not thread-safe. The Tokenizer must outlive it.
 
 #include <cstdint>
@@ -31,7 +33,7 @@ class IncrementalDetokenizer {
   // Empty stop strings are ignored. render_special: show the text of control
   // tokens (e.g. "<|im_end|>") instead of nothing.
   IncrementalDetokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                         bool render_special = false);
+                         bool render_special = false, int32_t min_tokens = 0);
 
   Delta push(int32_t token_id);
   // End of the stream (not by stop string): whatever is held back, with an
@@ -45,6 +47,8 @@ class IncrementalDetokenizer {
   const Tokenizer& tokenizer_;
   std::vector<std::string> stops_;
   bool render_special_;
+  int32_t min_tokens_;
+  int32_t pushed_ = 0;
   std::string pending_;  // bytes received but not yet emitted
   std::string emitted_;
   bool stopped_ = false;

@@ -721,3 +721,42 @@ TEST_CASE("A decoding request gets a token every step while long prompts prefill
   }
   require_no_leak(e);
 }
+
+TEST_CASE("min_new_tokens holds back EOS and the stop ids until then, and changes nothing before", "[scheduler]") {
+  SchedulerConfig c = config();
+  c.vocab_size = weights().config.vocab_size;
+  const Ids prompt = shared_prefix_prompts(1)[0];
+  Engine e(4096, 1, c);
+  REQUIRE_FALSE(e.scheduler.submit(make(1, prompt, 100)));
+  auto [free_run, why] = e.drain()[1];
+  REQUIRE(why == FinishReason::stop);  // a short answer, ended by EOS
+  REQUIRE(free_run.back() == *c.eos_id);
+  const auto k = static_cast<int32_t>(free_run.size());
+  REQUIRE(k < 60);
+
+  Request r = make(2, prompt, 100);
+  r.stop.min_new_tokens = k + 20;
+  // A stop id the free run picked early is held back too.
+  r.stop.stop_token_ids = {free_run[1]};
+  REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+  auto [held, held_why] = e.drain()[2];
+  REQUIRE(static_cast<int32_t>(held.size()) >= k + 20);
+  CHECK(Ids(held.begin(), held.begin() + 1) == Ids(free_run.begin(), free_run.begin() + 1));
+  for (int32_t i = 0; i < k + 20; ++i) {
+    CHECK(held[i] != *c.eos_id);
+    CHECK(held[i] != free_run[1]);
+  }
+  // Past the minimum, they stop it again.
+  if (held_why == FinishReason::stop) CHECK((held.back() == *c.eos_id || held.back() == free_run[1]));
+
+  // Out of range, or without the vocabulary size to build the mask from.
+  Request bad = make(3, prompt, 10);
+  bad.stop.min_new_tokens = 11;
+  CHECK(e.scheduler.submit(bad));
+  bad.stop.min_new_tokens = -1;
+  CHECK(e.scheduler.submit(bad));
+  Engine blind(4096, 1, config());
+  bad.stop.min_new_tokens = 1;
+  CHECK(blind.scheduler.submit(bad));
+  require_no_leak(e);
+}

@@ -281,7 +281,7 @@ TEST_CASE("a full chat request reads into the engine's options", "[server][chat]
   const ParsedRequest r =
       accepted(Route::chat, R"({"model": "smollm2", "messages": [{"role": "system", "content": "s"},
       {"role": "user", "content": "u"}], "max_tokens": 9, "stream": true, "stream_options": {"include_usage": true},
-      "logprobs": true, "top_logprobs": 2, "n": 3, "seed": 7, "ignore_eos": true, "user": "ignored"})");
+      "logprobs": true, "top_logprobs": 2, "n": 3, "seed": 7, "ignore_eos": true, "min_tokens": 4, "user": "ignored"})");
   CHECK(r.chat);
   CHECK(r.options.chat);
   REQUIRE(r.options.messages.size() == 2);
@@ -295,6 +295,14 @@ TEST_CASE("a full chat request reads into the engine's options", "[server][chat]
   CHECK(r.n == 3);
   CHECK(r.options.sampling.seed == 7);
   CHECK(r.options.ignore_eos);
+  CHECK(r.options.min_new_tokens == 4);
+  // min_tokens fits in the output length, whichever of them comes first.
+  require_400(Route::chat, R"({"min_tokens": 10, "messages": [{"role": "user", "content": "u"}], "max_tokens": 9})",
+              "min_tokens");
+  CHECK(accepted(Route::chat, R"({"messages": [{"role": "user", "content": "u"}], "min_tokens": 256})")
+            .options.min_new_tokens == 256);
+  require_400(Route::generate, R"({"text": "hi", "sampling_params": {"min_new_tokens": 257}})",
+              "sampling_params.min_new_tokens");
   const ParsedRequest c = accepted(Route::completion, R"({"prompt": [1, 2, 3]})");
   CHECK(c.options.input_ids == std::vector<int32_t>{1, 2, 3});
   CHECK_FALSE(c.options.chat);

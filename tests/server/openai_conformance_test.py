@@ -171,6 +171,42 @@ def main():
                     "top_logprobs")
 
         @case
+        def min_tokens_holds_back_the_end():
+            # Greedy, the short answer ends with its end token; min_tokens
+            # takes that token away until there are that many, so the same
+            # text goes on past it.
+            short = client.chat.completions.create(model="default", messages=chat, max_tokens=64, temperature=0)
+            k = short.usage.completion_tokens
+            check(short.choices[0].finish_reason == "stop" and k < 40, f"not a short answer: {short}")
+            longer = client.chat.completions.create(model="default", messages=chat, max_tokens=64, temperature=0,
+                                                    extra_body={"min_tokens": k + 12})
+            check(longer.usage.completion_tokens >= k + 12, longer.usage)
+            check(longer.choices[0].message.content.startswith(short.choices[0].message.content),
+                  f"{short.choices[0].message.content!r} vs {longer.choices[0].message.content!r}")
+            # Streamed the same; and stop strings wait too: " " stops at the
+            # first space, unless min_tokens says not yet.
+            stream = client.chat.completions.create(model="default", messages=chat, max_tokens=64, temperature=0,
+                                                    stream=True, extra_body={"min_tokens": k + 12},
+                                                    stream_options={"include_usage": True})
+            chunks = list(stream)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            check(text == longer.choices[0].message.content, f"{text!r} vs {longer.choices[0].message.content!r}")
+            cut = client.completions.create(model="default", prompt="The sea is", max_tokens=24, temperature=0,
+                                            stop=[" "])
+            held = client.completions.create(model="default", prompt="The sea is", max_tokens=24, temperature=0,
+                                             stop=[" "], extra_body={"min_tokens": 6})
+            check(" " not in cut.choices[0].text and cut.usage.completion_tokens < 6, cut)
+            check(held.usage.completion_tokens >= 6 and held.choices[0].text.count(" ") >= 2, held)
+            check(held.choices[0].finish_reason == "stop", held)
+            # SGLang's spelling on /generate.
+            status, body = post(port, "/generate", {"text": "Hi", "sampling_params": {
+                "max_new_tokens": 40, "min_new_tokens": 30, "temperature": 0}})
+            check(status == 200 and json.loads(body)["meta_info"]["completion_tokens"] >= 30, body)
+            refused(port, "/v1/completions", {"prompt": "hi", "max_tokens": 4, "min_tokens": 5}, "min_tokens")
+            refused(port, "/v1/completions", {"prompt": "hi", "min_tokens": -1}, "min_tokens")
+            refused(port, "/generate", {"text": "hi", "sampling_params": {"min_new_tokens": 1.5}}, "min_new_tokens")
+
+        @case
         def stream_options_without_stream_is_a_400():
             refused(port, "/v1/chat/completions",
                     {"messages": chat, "stream": False, "stream_options": {"include_usage": True}}, "stream_options")

@@ -29,6 +29,9 @@ TEST_CASE("every integer field refuses values beyond its range, fractions, float
     fields.push_back({route, "max_completion_tokens", "max_completion_tokens", ""});
   }
   fields.push_back({Route::generate, "max_new_tokens", "sampling_params.max_new_tokens", ""});
+  fields.push_back({Route::chat, "min_tokens", "min_tokens", ""});
+  fields.push_back({Route::completion, "min_tokens", "min_tokens", ""});
+  fields.push_back({Route::generate, "min_new_tokens", "sampling_params.min_new_tokens", ""});
   fields.push_back({Route::completion, "logprobs", "logprobs", ""});
   fields.push_back({Route::chat, "top_logprobs", "top_logprobs", R"("logprobs": true, )"});
   for (const Field& f : fields) {

@@ -169,3 +169,32 @@ TEST_CASE("Control tokens stream as text only when asked", "[tokenizer][detok]")
   CHECK(delta.stopped);
   CHECK(delta.text.empty());
 }
+
+TEST_CASE("With min_tokens a stop string counts only where it ends in a later token", "[tokenizer][detok]") {
+  const std::string text = "one two three four five";
+  const auto ids = tok().encode(text, false, true);
+  REQUIRE(ids.size() == 5);  // " two", " three", ...: one token per word
+  auto run = [&](int32_t min_tokens, const std::vector<std::string>& stops) {
+    IncrementalDetokenizer d(tok(), stops, false, min_tokens);
+    std::string out;
+    size_t pushed = 0;
+    for (int32_t id : ids) {
+      ++pushed;
+      auto delta = d.push(id);
+      out += delta.text;
+      if (delta.stopped) return std::make_pair(out, pushed);
+    }
+    return std::make_pair(out + d.flush(), pushed);
+  };
+  // " t" first ends in token 2 (" two"); with min_tokens 2 tokens 1-2 cannot
+  // stop, so the first that can is " three".
+  CHECK(run(0, {" t"}) == std::make_pair(std::string("one"), size_t{2}));
+  CHECK(run(2, {" t"}) == std::make_pair(std::string("one two"), size_t{3}));
+  CHECK(run(5, {" t"}) == std::make_pair(text, size_t{5}));
+  // A match that starts in a held-back token but ends in the first token
+  // allowed to stop counts ("two three" ends in token 3).
+  CHECK(run(2, {"two three"}) == std::make_pair(std::string("one "), size_t{3}));
+  // One that lies wholly in the early tokens never does, even though it was
+  // held back there as the start of a longer stop string.
+  CHECK(run(2, {"one two", "one two six"}) == std::make_pair(text, size_t{5}));
+}
