@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "actorlm/version.hpp"
-#include "kernels/cuda/cuda_module.hpp"
+#include "executor/cuda_module.hpp"
 // Set for this file by actors/CMakeLists.txt; these are the defaults of a
 // /usr/local install.
 #ifndef ACTORLM_CUDA_MODULE_FROM_BIN

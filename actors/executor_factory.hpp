@@ -3,7 +3,7 @@
 // pool. Lives with the engine because it is the one place that reaches the
 // CUDA backend when the build has it; the rest of the engine only sees
 // ModelExecutor. The CUDA backend is a module (libactorlm_cuda.so,
-// kernels/cuda/cuda_module.hpp) loaded on the first CUDA request, so a CPU
+// executor/cuda_module.hpp) loaded on the first CUDA request, so a CPU
 // run never maps cudart or cuBLAS. It is looked for, in order:
 //   1. $ACTORLM_CUDA_MODULE (a file path), when set: there and nowhere else;
 //   2. <folder of the running executable>/<bin-to-lib path>/actorlm/

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_executor.hpp"
-#include "kernels/cuda/microbench.hpp"
+#include "executor/cuda_executor.hpp"
+#include "bench/cuda_microbench.hpp"
 #include "model/model_runner.hpp"
 #include "scheduler/kv_service.hpp"
 #include "scheduler/scheduler.hpp"

@@ -24,7 +24,7 @@ if(NOT ACTORLM_CUDA STREQUAL "OFF")
 endif()
 message(STATUS "actorlm: CUDA backend ${ACTORLM_HAVE_CUDA}")
 
-# Where the CUDA backend module (libactorlm_cuda.so, kernels/cuda) lives,
+# Where the CUDA backend module (libactorlm_cuda.so, executor/) lives,
 # relative to the build folder and to the install prefix alike, and the
 # way there from the binary's folder, which the loader in
 # actors/executor_factory.cpp tries first.

@@ -23,7 +23,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/docs/DEPLOY.md ${PROJECT_SOURCE_DIR}/docs/EM
 # include them), a CMake package and a pkg-config file. Installed in the
 # package carries them too.
 # A CUDA build's engine links no CUDA code: it dlopens the module
-# (<libdir>/actorlm/libactorlm_cuda.so, installed by kernels/cuda) for
+# (<libdir>/actorlm/libactorlm_cuda.so, installed by executor/) for
 # --device cuda, so an application needs neither cudart nor cuBLAS to link.
 set(ACTORLM_ENGINE_LIBS actorlm_actors actorlm_scheduler actorlm_grammar xgrammar actorlm_tokenizer actorlm_jinja
     actorlm_model actorlm_kernels_cpu actorlm_kernels actorlm_kvstore actorlm_messages)

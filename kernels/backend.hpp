@@ -1,7 +1,7 @@
 #pragma once
 // The compute backend over host memory: one interface, a CPU implementation
-// (kernels/cpu) and an op-by-op CUDA one for tests (kernels/cuda). The model
-// itself calls TensorOps (tensor_ops.hpp), which model/host_tensor_ops maps
+// (kernels/cpu) and an op-by-op CUDA one for tests (tests/kernels/cuda). The model
+// itself calls TensorOps (tensor_ops.hpp), which kernels/host_tensor_ops maps
 // onto this interface. Plain pointers and plans only —
 // no CUDA types, no model types — so every layer above builds with g++ alone.
 //

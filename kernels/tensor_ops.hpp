@@ -1,7 +1,7 @@
 #pragma once
 // The device-neutral operations a model's layer loop is written against. The
 // loop exists once (model/llama_model.cpp); each device implements these:
-// model/host_tensor_ops over any Backend (the CPU one), and kernels/cuda's
+// kernels/host_tensor_ops over any Backend (the CPU one), and kernels/cuda's
 // CudaTensorOps, whose calls a CUDA executor records into graphs.
 //
 // A Tensor is a view into the implementation's own memory, host or device:

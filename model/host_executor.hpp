@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "model/host_tensor_ops.hpp"
+#include "kernels/host_tensor_ops.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_executor.hpp"
 

@@ -1,7 +1,7 @@
 #pragma once
 // What runs a ModelRunner's forward passes: the host path (HostExecutor:
 // LlamaModel over HostTensorOps over a Backend, KV in host memory) or a
-// device one (kernels/cuda's CudaExecutor: the same LlamaModel over
+// device one (executor/'s CudaExecutor: the same LlamaModel over
 // CudaTensorOps, with weights, KV pool, req_to_token and logits in device
 // memory). ModelRunner validates every batch and plans it before an
 // executor sees it, so executors may assume a consistent batch.

@@ -27,7 +27,7 @@ class ModelRunner {
  public:
   // The host path: the model over `backend` with the KV pool in host memory.
   ModelRunner(LlamaWeights weights, std::unique_ptr<Backend> backend, const ModelRunnerConfig& config);
-  // Any executor (e.g. kernels/cuda's); allocates its KV pool.
+  // Any executor (e.g. executor/'s CudaExecutor); allocates its KV pool.
   ModelRunner(std::unique_ptr<ModelExecutor> executor, const ModelRunnerConfig& config);
 
   const ModelConfig& model_config() const { return executor_->config(); }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a randomly initialised Llama (4 layers, GQA 8/2) with Hugging Face
 transformers, and what transformers computes with it, for
-tests/kernels/cuda/cuda_executor_test.cpp to compare against.
+tests/executor/cuda_executor_test.cpp to compare against.
 
 usage: hf_reference.py OUT_DIR
 

@@ -15,7 +15,7 @@
 #include "actors/worker_actor.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #if ACTORLM_HAVE_CUDA
-#include "kernels/cuda/cuda_executor.hpp"
+#include "executor/cuda_executor.hpp"
 #endif
 #include "messages/envelope.hpp"
 #include "model/default_model.hpp"

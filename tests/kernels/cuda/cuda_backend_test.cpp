@@ -1,5 +1,5 @@
 // Each CUDA kernel against the CPU backend on the same random inputs, through
-// the Backend interface (kernels/cuda/cuda_backend.hpp). Fresh inputs per
+// the Backend interface (tests/kernels/cuda/cuda_backend.hpp). Fresh inputs per
 // case, never zeros. Tolerances are relative L2 errors, stated per op:
 //   - float32 on both sides (bias, RoPE): 1e-5;
 //   - a bf16 output or bf16 operands (norm, SwiGLU, embedding): 4e-3, one
@@ -9,7 +9,7 @@
 //     same bf16-rounded K/V, so the error is the output rounding plus the
 //     order of summation).
 
-#include "kernels/cuda/cuda_backend.hpp"
+#include "tests/kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-#include "model/host_tensor_ops.hpp"
+#include "kernels/host_tensor_ops.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -2,13 +2,13 @@
 // module only: tests and benchmarks link actorlm_cuda directly and call
 // CudaExecutor themselves.
 
-#include "kernels/cuda/cuda_module.hpp"
+#include "executor/cuda_module.hpp"
 
 #include <exception>
 #include <stdexcept>
 
 #include "actorlm/version.hpp"
-#include "kernels/cuda/cuda_executor.hpp"
+#include "executor/cuda_executor.hpp"
 
 namespace actorlm::cuda {
 namespace {

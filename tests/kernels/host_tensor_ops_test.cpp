@@ -2,7 +2,7 @@
 // loop asks of it (several-part products, strided views, per-head norms,
 // picked rows, scratch marks) gives what the backend gives directly.
 
-#include "model/host_tensor_ops.hpp"
+#include "kernels/host_tensor_ops.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>

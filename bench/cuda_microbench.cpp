@@ -1,4 +1,4 @@
-#include "kernels/cuda/microbench.hpp"
+#include "bench/cuda_microbench.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "kernels/cuda/cuda_backend.hpp"
+#include "tests/kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,5 +1,5 @@
 #pragma once
-// TensorOps in host memory over any Backend (the CPU one; kernels/cuda's
+// TensorOps in host memory over any Backend (the CPU one; tests/kernels/cuda's
 // op-by-op test backend too): every tensor is float32, products of a
 // weight's parts go to separate buffers (Backend::matmul_many), and weights
 // are the backend's prepared views of the caller's bytes.

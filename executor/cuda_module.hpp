@@ -1,8 +1,8 @@
 #pragma once
-// The CUDA backend as a loadable module (issue 32). A build with CUDA makes
-// kernels/cuda into libactorlm_cuda.so, which alone links cudart and cuBLAS;
-// the engine (actors/executor_factory.cpp) dlopens it only when a CUDA
-// device is asked for, so a CPU run maps no CUDA library.
+// The CUDA executor as a loadable module (issue 32). A build with CUDA makes
+// it and the kernels of kernels/cuda into libactorlm_cuda.so, which alone
+// links cudart and cuBLAS; the engine (actors/executor_factory.cpp) dlopens
+// it only when a CUDA device is asked for, so a CPU run maps no CUDA library.
 //
 // The module exports one C symbol, actorlm_cuda_module(), that returns the
 // table below. The table passes C++ objects (LlamaWeights, ModelExecutor,

@@ -1,4 +1,4 @@
-#include "kernels/cuda/cuda_executor.hpp"
+#include "executor/cuda_executor.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // transformers on the same GPU (scripts/gpu/hf_reference.py writes it).
 // Figures are printed so a passing run still shows how close it was.
 
-#include "kernels/cuda/cuda_executor.hpp"
+#include "executor/cuda_executor.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

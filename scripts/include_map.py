@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""The folder map of actorlm, drawn from the #include lines.
+
+Every source folder sits on a layer; a file may include headers of its own
+folder and of folders on lower layers only ("arrows point down"). This script
+reads every `#include "<folder>/..."` of the tree, prints the map, writes it
+into docs/ARCHITECTURE.md between its markers, and with --check fails when
+  - an arrow points sideways or up (a folder including one on its own or a
+    higher layer),
+  - a folder with sources is on no layer (a new folder must be placed), or
+  - the map in docs/ARCHITECTURE.md is not the one the includes draw.
+CTest runs `--check` (tests/CMakeLists.txt), so a wrong-way arrow fails CI.
+
+Usage: scripts/include_map.py [--check | --write]
+"""
+import argparse
+import collections
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+BEGIN = "<!-- include-map: begin (scripts/include_map.py --write) -->"
+END = "<!-- include-map: end -->"
+
+# Lowest first. What each layer is for is in docs/ARCHITECTURE.md.
+LAYERS = [
+    ["kernels", "jinja"],
+    ["kvstore", "messages", "model"],
+    ["executor", "tokenizer"],
+    ["grammar"],
+    ["scheduler"],
+    ["actors"],
+    ["cluster", "server"],
+    ["apps", "examples", "bench", "tests"],
+]
+LAYER = {folder: i for i, folders in enumerate(LAYERS) for folder in folders}
+SOURCES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
+# Not ours, or made by the build.
+SKIP = {"build", ".git", "packaging", "scripts", "docs", "cmake"}
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([A-Za-z0-9_]+)/')
+
+
+def source_folders():
+    return sorted(p.name for p in ROOT.iterdir()
+                  if p.is_dir() and p.name not in SKIP and not p.name.startswith((".", "build"))
+                  and any(f.suffix in SOURCES for f in p.rglob("*")))
+
+
+def arrows():
+    """{(from, to): [files]} over every source file of every folder."""
+    found = collections.defaultdict(list)
+    for folder in source_folders():
+        for f in sorted((ROOT / folder).rglob("*")):
+            if f.suffix not in SOURCES or not f.is_file():
+                continue
+            for line in f.read_text(errors="replace").splitlines():
+                m = INCLUDE.match(line)
+                if m and m.group(1) != folder and (ROOT / m.group(1)).is_dir() and m.group(1) not in SKIP:
+                    rel = str(f.relative_to(ROOT))
+                    if rel not in found[(folder, m.group(1))]:
+                        found[(folder, m.group(1))].append(rel)
+    return found
+
+
+def problems(found):
+    out = [f"{folder}/ is on no layer: add it to LAYERS in scripts/include_map.py"
+           for folder in source_folders() if folder not in LAYER]
+    for (src, dst), files in sorted(found.items()):
+        if src in LAYER and dst in LAYER and LAYER[dst] >= LAYER[src]:
+            way = "sideways" if LAYER[dst] == LAYER[src] else "up"
+            out.append(f"{src}/ -> {dst}/ points {way} (layer {LAYER[src]} -> {LAYER[dst]}): {', '.join(files)}")
+    return out
+
+
+def render(found):
+    lines = ["| layer | folder | includes (files that do) |", "|---:|---|---|"]
+    for i, folders in reversed(list(enumerate(LAYERS))):
+        for folder in folders:
+            targets = sorted(((dst, len(files)) for (src, dst), files in found.items() if src == folder),
+                             key=lambda t: (-LAYER.get(t[0], -1), t[0]))
+            deps = ", ".join(f"{dst}/ ({n})" for dst, n in targets) or "nothing of ours"
+            lines.append(f"| {i} | `{folder}/` | {deps} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="fail on a wrong-way arrow or a stale map")
+    mode.add_argument("--write", action="store_true", help="write the map into docs/ARCHITECTURE.md")
+    args = ap.parse_args()
+    found = arrows()
+    table = render(found)
+    bad = problems(found)
+    doc = DOC.read_text()
+    if doc.count(BEGIN) != 1 or doc.count(END) != 1:
+        sys.exit(f"{DOC}: the include-map markers are missing")
+    head, rest = doc.split(BEGIN)
+    _, tail = rest.split(END)
+    fresh = f"{head}{BEGIN}\n{table}\n{END}{tail}"
+    if args.write:
+        DOC.write_text(fresh)
+    else:
+        print(table)
+    for p in bad:
+        print(f"include_map: {p}", file=sys.stderr)
+    if args.check and fresh != doc:
+        bad.append("stale")
+        print(f"include_map: the map in {DOC.relative_to(ROOT)} is not the one the includes draw; "
+              "run scripts/include_map.py --write", file=sys.stderr)
+    if bad and (args.check or args.write):
+        sys.exit(1)
+    if args.check:
+        print(f"include_map: {len(found)} folder arrows, all pointing down; docs/ARCHITECTURE.md is current")
+
+
+if __name__ == "__main__":
+    main()
