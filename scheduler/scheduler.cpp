@@ -494,6 +494,9 @@ std::vector<TokenEvent> Scheduler::fail_all(const std::string& error, ErrorKind 
   return events;
 }
 
+// One step, as four phases: schedule (what runs: a prefill batch with the
+// decodes beside it, or decodes alone), build the worker's input, run it,
+// and take each sampled token into its request.
 std::vector<TokenEvent> Scheduler::step() {
   std::vector<TokenEvent> events = std::move(pending_);
   pending_.clear();
@@ -505,136 +508,147 @@ std::vector<TokenEvent> Scheduler::step() {
   if (idle()) return events;
   ++stats_.steps;
 
+  std::vector<Planned> plan = schedule(events);
+  if (plan.empty()) return events;
+  StepInput in = build_input(plan);
+  int64_t prefill_tokens = 0, decode_rows = 0;
+  for (const auto& p : plan) (p.run->decoding ? decode_rows : prefill_tokens) += static_cast<int64_t>(p.tokens.size());
+  const double started = now();
+  std::vector<SampleResult> results = worker_.run(in.batch, in.sampling);
+  budget_.observe(prefill_tokens, decode_rows, now() - started);
+  take_results(plan, results, events);
+  return events;
+}
+
+std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& events) {
   std::vector<Planned> plan = plan_prefill();
-  bool prefill = !plan.empty();
-  if (prefill) {
-    if (!extend(plan)) {
-      // Not enough KV even after eviction. With requests decoding, decode
-      // instead (finishing requests frees memory) and retry next step. With
-      // only prefills, send the newest back to wait; a lone request that
-      // cannot fit is an error rather than a livelock.
-      plan.clear();
-      prefill = false;
-      memory_short_ = true;
-      bool any_decoding = std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
-      if (!any_decoding) {
-        if (running_.size() == 1) {
-          finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request",
-             ErrorKind::invalid_request);
-          running_.clear();
-        } else {
-          retract(newest_running());
-        }
-        return events;
-      }
-    }
-  }
-  if (prefill) {
+  if (!plan.empty() && extend(plan)) {
     memory_short_ = false;
     add_decodes(plan);
+    ++stats_.prefill_steps;
+    return plan;
   }
-  if (!prefill) plan = plan_decode(events);
-  if (plan.empty()) return events;
-  if (!prefill && std::none_of(running_.begin(), running_.end(), [](const Running& r) { return !r.decoding; })) {
+  if (!plan.empty()) {
+    // Not enough KV even after eviction. With requests decoding, decode
+    // instead (finishing requests frees memory) and retry next step. With
+    // only prefills, send the newest back to wait; a lone request that
+    // cannot fit is an error rather than a livelock.
+    memory_short_ = true;
+    if (std::none_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; })) {
+      if (running_.size() == 1) {
+        finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request",
+               ErrorKind::invalid_request);
+        running_.clear();
+      } else {
+        retract(newest_running());
+      }
+      return {};
+    }
+  }
+  plan = plan_decode(events);
+  if (plan.empty()) return plan;
+  if (std::all_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; })) {
     memory_short_ = false;  // nothing half-prefilled is waiting for room: admit again
   }
-  prefill ? ++stats_.prefill_steps : ++stats_.decode_steps;
+  ++stats_.decode_steps;
+  return plan;
+}
 
-  // Build the forward batch: the new rows of req_to_token plus any the worker
-  // has not seen (after admission or a cache_unfinished rewrite).
-  ForwardBatch batch;
-  std::vector<SampleRequest> sampling;
-  // Structured output's masks, one per constrained request that samples.
-  std::vector<std::vector<uint32_t>> masks(plan.size());
+Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
+  // The new rows of req_to_token plus any the worker has not seen (after
+  // admission or a cache_unfinished rewrite).
+  StepInput in;
+  in.masks.resize(plan.size());
   for (auto& p : plan) {
     Request& q = p.run->req;
     auto n = static_cast<int32_t>(p.tokens.size());
     auto len = static_cast<int32_t>(q.kv.kv.size());
-    batch.reqs.push_back({q.kv.slot, len - n, n});
+    in.batch.reqs.push_back({q.kv.slot, len - n, n});
     if (q.scores_prompt()) {
-      ForwardRequest& f = batch.reqs.back();
+      ForwardRequest& f = in.batch.reqs.back();
       f.prompt_logprobs = true;
       f.prompt_top_n = q.top_logprobs;
       const size_t after = p.run->prefilled + p.tokens.size();
       f.next_token = p.sample ? -1 : q.prompt[after];
     }
-    batch.token_ids.insert(batch.token_ids.end(), p.tokens.begin(), p.tokens.end());
-    batch.out_cache_loc.insert(batch.out_cache_loc.end(), q.kv.kv.end() - n, q.kv.kv.end());
+    in.batch.token_ids.insert(in.batch.token_ids.end(), p.tokens.begin(), p.tokens.end());
+    in.batch.out_cache_loc.insert(in.batch.out_cache_loc.end(), q.kv.kv.end() - n, q.kv.kv.end());
     int32_t from = std::min(p.run->table_synced, len - n);
-    batch.writes.push_back({q.kv.slot, from, std::vector<int32_t>(q.kv.kv.begin() + from, q.kv.kv.end())});
+    in.batch.writes.push_back({q.kv.slot, from, std::vector<int32_t>(q.kv.kv.begin() + from, q.kv.kv.end())});
     p.run->table_synced = len;
-    sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs, {}});
+    in.sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs, {}});
     const bool constrained = q.constraint && p.sample;
     const bool too_early = p.sample && static_cast<int32_t>(q.output.size()) < q.stop.min_new_tokens;
     if (constrained || too_early) {
-      auto& mask = masks[sampling.size() - 1];
+      auto& mask = in.masks[in.sampling.size() - 1];
       if (constrained) {
         mask.resize(mask_words(config_.constraints->vocab_size()));
         q.constraint->allowed(mask);
       }
       if (too_early) hold_back_stops(q, mask);
-      sampling.back().allowed = mask;
+      in.sampling.back().allowed = mask;
     }
   }
-  int64_t prefill_tokens = 0, decode_rows = 0;
-  for (const auto& p : plan) (p.run->decoding ? decode_rows : prefill_tokens) += static_cast<int64_t>(p.tokens.size());
-  const double started = now();
-  std::vector<SampleResult> results = worker_.run(batch, sampling);
-  budget_.observe(prefill_tokens, decode_rows, now() - started);
+  return in;
+}
 
+TokenEvent Scheduler::take_token(Running& r, const SampleResult& s) {
+  Request& q = r.req;
+  const bool scored = q.scores_prompt();
+  q.output.push_back(s.token);
+  ++stats_.generated_tokens;
+  TokenEvent e = event_for(q);
+  e.token = s.token;
+  e.logprob = s.logprob;
+  e.top = s.top;
+  if (scored) {
+    SampleResult first;
+    first.token = q.prompt.front();
+    first.logprob = std::numeric_limits<float>::quiet_NaN();
+    e.prompt_logprobs.push_back(std::move(first));
+    e.prompt_logprobs.insert(e.prompt_logprobs.end(), std::make_move_iterator(q.prompt_scores.begin()),
+                             std::make_move_iterator(q.prompt_scores.end()));
+    q.prompt_scores.clear();
+  }
+  // The sampler kept to the mask, so the constraint accepts the token; a
+  // complete output ends the request whatever ignore_eos says.
+  const bool broke_constraint = q.constraint && !q.constraint->accept(s.token);
+  const bool constraint_done = q.constraint && !broke_constraint && q.constraint->complete();
+  if (scored && e.prompt_logprobs.size() != q.prompt.size()) {
+    e.finish = FinishReason::error;
+    e.error = "the worker scored " + std::to_string(e.prompt_logprobs.size() - 1) + " of the prompt's " +
+              std::to_string(q.prompt.size() - 1) + " tokens";
+    e.error_kind = ErrorKind::internal;
+  } else if (broke_constraint) {
+    e.finish = FinishReason::error;
+    e.error = "the sampled token does not fit the structured-output constraint";
+    e.error_kind = ErrorKind::internal;
+  } else {
+    e.finish = stop_reason(q, constraint_done);
+  }
+  if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_through && !r.decoding &&
+      q.retractions == 0) {
+    config_.tiers->after_prefill(worker_, q.prompt, q.kv.kv);
+  }
+  e.held = e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill;
+  return e;
+}
+
+void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResult>& results,
+                             std::vector<TokenEvent>& events) {
   std::vector<RequestKv*> to_cache;
   std::vector<uint64_t> done, hold;
   for (size_t i = 0; i < plan.size(); ++i) {
     Running& r = *plan[i].run;
     Request& q = r.req;
     if (!r.decoding) r.prefilled += plan[i].tokens.size();
-    const bool scored = q.scores_prompt();
-    if (scored) q.prompt_scores.insert(q.prompt_scores.end(), results[i].prompt.begin(), results[i].prompt.end());
+    if (q.scores_prompt()) q.prompt_scores.insert(q.prompt_scores.end(), results[i].prompt.begin(), results[i].prompt.end());
     if (!plan[i].sample) {  // a chunk that is not the last: share it, sample nothing
       to_cache.push_back(&q.kv);
       continue;
     }
-    const SampleResult& s = results[i];
-    q.output.push_back(s.token);
-    ++stats_.generated_tokens;
-    TokenEvent e = event_for(q);
-    e.token = s.token;
-    e.logprob = s.logprob;
-    e.top = s.top;
-    if (scored) {
-      SampleResult first;
-      first.token = q.prompt.front();
-      first.logprob = std::numeric_limits<float>::quiet_NaN();
-      e.prompt_logprobs.push_back(std::move(first));
-      e.prompt_logprobs.insert(e.prompt_logprobs.end(), std::make_move_iterator(q.prompt_scores.begin()),
-                               std::make_move_iterator(q.prompt_scores.end()));
-      q.prompt_scores.clear();
-    }
-    // The sampler kept to the mask, so the constraint accepts the token; a
-    // complete output ends the request whatever ignore_eos says.
-    const bool broke_constraint = q.constraint && !q.constraint->accept(s.token);
-    const bool constraint_done = q.constraint && !broke_constraint && q.constraint->complete();
-    if (scored && e.prompt_logprobs.size() != q.prompt.size()) {
-      e.finish = FinishReason::error;
-      e.error = "the worker scored " + std::to_string(e.prompt_logprobs.size() - 1) + " of the prompt's " +
-                std::to_string(q.prompt.size() - 1) + " tokens";
-      e.error_kind = ErrorKind::internal;
-    } else if (broke_constraint) {
-      e.finish = FinishReason::error;
-      e.error = "the sampled token does not fit the structured-output constraint";
-      e.error_kind = ErrorKind::internal;
-    } else {
-      e.finish = stop_reason(q, constraint_done);
-    }
-    if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_through && !r.decoding &&
-        q.retractions == 0) {
-      config_.tiers->after_prefill(worker_, q.prompt, q.kv.kv);
-    }
-    if (e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill) {
-      e.held = true;
-      hold.push_back(q.id);
-    }
-    events.push_back(std::move(e));
+    events.push_back(take_token(r, results[i]));
+    if (events.back().held) hold.push_back(q.id);
     if (events.back().finish != FinishReason::none) {
       done.push_back(q.id);
     } else if (!r.decoding) {
@@ -670,7 +684,6 @@ std::vector<TokenEvent> Scheduler::step() {
     stats_.finished += static_cast<int64_t>(kvs.size());
     std::erase_if(running_, [&](const Running& r) { return std::find(done.begin(), done.end(), r.req.id) != done.end(); });
   }
-  return events;
 }
 
 }  // namespace actorlm

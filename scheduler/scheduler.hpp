@@ -159,7 +159,26 @@ class Scheduler {
     bool sample;                  // false for a prefill chunk that is not the last
   };
 
+  // What the worker is given for one step. sampling's spans point into
+  // masks and into the requests.
+  struct StepInput {
+    ForwardBatch batch;
+    std::vector<SampleRequest> sampling;
+    std::vector<std::vector<uint32_t>> masks;  // structured output / min_new_tokens, per row; empty: none
+  };
+
+  // The phases of step(). apply_controls: aborts and stop-string stops.
+  // schedule: what runs this step (empty: nothing; a prefill that found no
+  // KV room may retract or fail a request instead). build_input: the batch
+  // and each row's sampling. take_results: the sampled tokens into their
+  // requests and events, then caching, holds and finished requests' KV.
   void apply_controls(std::vector<TokenEvent>& events);
+  std::vector<Planned> schedule(std::vector<TokenEvent>& events);
+  StepInput build_input(std::vector<Planned>& plan);
+  void take_results(std::vector<Planned>& plan, std::vector<SampleResult>& results, std::vector<TokenEvent>& events);
+  // One request's sampled token: output, event (prompt scores, constraint,
+  // finish reason), write-through to the tiers, whether it is held (PD).
+  TokenEvent take_token(Running& r, const SampleResult& s);
   std::vector<Planned> plan_prefill();
   std::vector<Planned> plan_decode(std::vector<TokenEvent>& events);
   // A prefill step carries every decoding request's next token too (a mixed
