@@ -152,7 +152,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.stop->max_new_tokens_strict = o.max_new_tokens_strict;
   g.stop->min_new_tokens = o.min_new_tokens;
   g.logprobs = o.logprobs;
-  g.top_logprobs = o.logprobs ? std::clamp(o.top_logprobs, 0, 20) : 0;
+  g.top_logprobs = o.logprobs ? o.top_logprobs : 0;
   g.prompt_logprobs = o.logprobs && o.prompt_logprobs;
   if (o.constraint.active()) {
     g.constraint = std::make_unique<fb::ConstraintT>();
@@ -306,30 +306,7 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
             std::string err;
             auto st = msg::unpack<fb::EngineStats>(in.bytes, &err);
             if (!st) return;
-            out.running = st->running;
-            out.waiting = st->waiting;
-            out.scheduler.finished = st->finished_total;
-            out.scheduler.prompt_tokens = st->prompt_tokens_total;
-            out.scheduler.cached_tokens = st->cached_tokens_total;
-            out.scheduler.generated_tokens = st->generated_tokens_total;
-            out.scheduler.prefill_steps = st->prefill_steps_total;
-            out.scheduler.decode_steps = st->decode_steps_total;
-            out.kv = {st->pool_capacity_tokens, st->pool_free_tokens, st->evictable_tokens, st->protected_tokens,
-                      st->free_req_slots};
-            out.invariant_error = st->invariant_error;
-            out.scheduler.disk_hit_tokens = st->storage_hit_tokens_total;
-            out.scheduler.host_hit_tokens = st->host_hit_tokens_total;
-            out.host = {st->host_blocks, st->host_bytes, st->host_capacity_bytes, st->host_stored_blocks_total,
-                        st->host_loaded_blocks_total, st->host_evicted_blocks_total};
-            out.storage = {st->storage_blocks, st->storage_bytes, st->storage_capacity_bytes,
-                           st->storage_stored_blocks_total, 0, st->storage_evicted_blocks_total,
-                           st->storage_rejected_blocks_total, st->storage_foreign_blocks, 0};
-            for (const auto& n : st->nodes) {
-              out.nodes.push_back({n->address, n->alive, n->routed_total, n->in_flight, n->running, n->waiting,
-                                   n->cache_hit_rate, n->prompt_tokens_total, n->cached_tokens_total,
-                                   n->pool_capacity_tokens, n->pool_free_tokens, n->protected_tokens, n->error,
-                                   n->disaggregation_mode, n->evictable_tokens, n->invariant_error});
-            }
+            out = from_message(*st);
           },
           [&](const caf::error& e) { out.invariant_error = "stats unavailable: " + impl_->system.render(e); });
   return out;

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/engine_stats.hpp"
 #include "grammar/constraint.hpp"
 #include "kernels/sampling_params.hpp"
 #include "model/llama_weights.hpp"
@@ -128,37 +129,6 @@ struct TextDeltaEvent {
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   std::vector<TokenLogprobInfo> logprobs;  // the tokens behind `text`, when asked for
   std::vector<TokenLogprobInfo> prompt_logprobs;  // every prompt token, once, when asked for
-};
-
-// One worker node of a cluster head.
-struct NodeStatsSnapshot {
-  std::string address;
-  bool alive = false;
-  int64_t routed = 0;        // requests the head sent it
-  int32_t in_flight = 0;
-  int32_t running = 0, waiting = 0;
-  double cache_hit_rate = 0;  // its radix cache's
-  int64_t prompt_tokens = 0, cached_tokens = 0;
-  int64_t pool_capacity = 0, pool_free = 0, protected_tokens = 0;
-  std::string error;          // why it is down
-  std::string disaggregation_mode;  // "", "prefill" or "decode"
-  int64_t evictable_tokens = 0;
-  std::string invariant_error;      // its pool's self-check; empty when it holds
-};
-
-struct EngineStatsSnapshot {
-  int32_t running = 0, waiting = 0;
-  SchedulerStats scheduler;
-  KvUsage kv;
-  std::string invariant_error;  // filled by self_check when idle
-  std::vector<NodeStatsSnapshot> nodes;  // a cluster head's nodes (summed above)
-  KvHostStats host;                      // the host tier's (all zero without one)
-  KvDiskStats storage;                   // the disk tier's (all zero without one)
-  // Why the worker is gone for good; empty while it serves (and for engines
-  // whose scheduler is not in this process).
-  std::string worker_lost;
-  // The step time budget's estimates (--max-step-ms); 0 until measured.
-  double seconds_per_prefill_token = 0, seconds_per_decode_row = 0;
 };
 
 // What an Engine puts its tokenizer and detokenizer in front of when it does

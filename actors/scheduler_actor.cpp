@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/actor_kv_service.hpp"
+#include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
 #include "messages/sampling_conversion.hpp"
@@ -47,7 +48,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
     r.stop.max_new_tokens_strict = m.stop()->max_new_tokens_strict();
     r.stop.min_new_tokens = m.stop()->min_new_tokens();
   }
-  r.top_logprobs = std::clamp(m.top_logprobs(), 0, 20);
+  r.top_logprobs = m.top_logprobs();
   r.prompt_logprobs = m.prompt_logprobs();
   r.hold_after_prefill = m.hold_after_prefill();
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
@@ -98,47 +99,16 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   auto on_stats = [&](stats_atom, const WireMessage& in) -> WireMessage {
     auto q = msg::open<fb::StatsRequest>(in.bytes);
     bool self_check = q && q.message->self_check();
-    fb::EngineStatsT st;
+    EngineStatsSnapshot st;
     st.running = static_cast<int32_t>(sched.running());
     st.waiting = static_cast<int32_t>(sched.waiting());
-    const auto& x = sched.stats();
-    st.finished_total = x.finished;
-    st.prompt_tokens_total = x.prompt_tokens;
-    st.cached_tokens_total = x.cached_tokens;
-    st.generated_tokens_total = x.generated_tokens;
-    st.prefill_steps_total = x.prefill_steps;
-    st.decode_steps_total = x.decode_steps;
-    st.cache_hit_rate = x.cache_hit_rate();
-    st.storage_hit_tokens_total = x.disk_hit_tokens;
-    st.host_hit_tokens_total = x.host_hit_tokens;
-    if (KvHostStore* h = cfg.tiers ? cfg.tiers->host() : nullptr) {
-      const KvHostStats& s = h->stats();
-      st.host_blocks = s.blocks;
-      st.host_bytes = s.bytes;
-      st.host_capacity_bytes = s.capacity_bytes;
-      st.host_stored_blocks_total = s.stored;
-      st.host_loaded_blocks_total = s.loaded;
-      st.host_evicted_blocks_total = s.evicted;
-    }
-    if (KvDiskStore* disk = cfg.tiers ? cfg.tiers->disk() : nullptr) {
-      const KvDiskStats& d = disk->stats();
-      st.storage_blocks = d.blocks;
-      st.storage_bytes = d.bytes;
-      st.storage_capacity_bytes = d.capacity_bytes;
-      st.storage_stored_blocks_total = d.stored;
-      st.storage_evicted_blocks_total = d.evicted;
-      st.storage_rejected_blocks_total = d.rejected;
-      st.storage_foreign_blocks = d.foreign;
-    }
-    KvUsage u = kv.usage();
-    st.pool_capacity_tokens = u.capacity;
-    st.pool_free_tokens = u.free;
-    st.free_req_slots = u.free_slots;
-    st.evictable_tokens = u.evictable;
-    st.protected_tokens = u.protected_;
+    st.scheduler = sched.stats();
+    if (KvHostStore* h = cfg.tiers ? cfg.tiers->host() : nullptr) st.host = h->stats();
+    if (KvDiskStore* disk = cfg.tiers ? cfg.tiers->disk() : nullptr) st.storage = disk->stats();
+    st.kv = kv.usage();
     if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
     if (self_check && cfg.tiers && st.invariant_error.empty()) st.invariant_error = cfg.tiers->check();
-    return WireMessage{msg::pack(st)};
+    return WireMessage{msg::pack(to_message(st))};
   };
   auto on_flush = [&](flush_atom) -> int64_t { return kv.flush_cache(); };
   // Disaggregation (Scheduler::reserve and friends).

@@ -81,24 +81,9 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     fb::TokenizedRequestT t;
     t.request_id = g.request_id();
     std::vector<int32_t> end_ids;
-    if (g.sampling() && g.sampling()->logit_bias_ids()) {
-      for (int32_t id : *g.sampling()->logit_bias_ids()) {
-        if (id < 0 || id >= s.tok->vocab_size()) {
-          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, "logit_bias names token " + std::to_string(id) +
-                                                                         ", outside the vocabulary")});
-          return;
-        }
-      }
-    }
     if (g.input_ids() && g.input_ids()->size() > 0) {
+      // Ids outside the vocabulary are refused by Scheduler::refusal.
       t.input_ids.assign(g.input_ids()->begin(), g.input_ids()->end());
-      for (int32_t id : t.input_ids) {
-        if (id < 0 || id >= s.tok->vocab_size()) {
-          self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::invalid_request, "input_ids holds " + std::to_string(id) +
-                                                                         ", outside the vocabulary")});
-          return;
-        }
-      }
     } else if (g.messages() && g.messages()->size() > 0) {
       if (!s.chat) {
         self->send(client, WireMessage{error_delta(g.request_id(), ErrorKind::internal, s.chat_error)});

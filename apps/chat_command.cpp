@@ -123,22 +123,7 @@ int chat_command(int argc, char** argv, int first) {
       continue;
     }
     if (line == "/stats") {
-      auto st = engine.stats();
-      std::printf("running %d, waiting %d; prompt tokens %lld (%.1f%% from cache), generated %lld; "
-                  "KV pool %lld/%lld rows free, %lld cached\n",
-                  st.running, st.waiting, static_cast<long long>(st.scheduler.prompt_tokens),
-                  100.0 * st.scheduler.cache_hit_rate(), static_cast<long long>(st.scheduler.generated_tokens),
-                  static_cast<long long>(st.kv.free), static_cast<long long>(st.kv.capacity),
-                  static_cast<long long>(st.kv.evictable));
-      for (const auto& n : st.nodes) {
-        if (n.alive) {
-          std::printf("  node %s: %lld routed, %d running, %.1f%% prompt tokens from cache, %lld/%lld KV rows free\n",
-                      n.address.c_str(), static_cast<long long>(n.routed), n.running, 100.0 * n.cache_hit_rate,
-                      static_cast<long long>(n.pool_free), static_cast<long long>(n.pool_capacity));
-        } else {
-          std::printf("  node %s: down (%s)\n", n.address.c_str(), n.error.c_str());
-        }
-      }
+      std::fputs(stats_text(engine.stats()).c_str(), stdout);
       continue;
     }
     if (starts_with(line, "/temp ") || starts_with(line, "/max ") || starts_with(line, "/system ")) {

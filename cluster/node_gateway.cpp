@@ -53,7 +53,6 @@ struct GatewayState {
   std::map<uint64_t, Handoff> handoffs;  // prefill: by node-local id
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
-  int32_t vocab_size = 0;
   // Nonces handed out by hello and not yet used by a join. Keyed by the
   // nonce, not by the sender a peer claims, so no one can replace another
   // head's challenge.
@@ -142,10 +141,8 @@ void on_generate(Self* self, const WireMessage& sealed) {
   auto answer_error = [&](const std::string& why) {
     self->send(head->router, stream_atom::value, WireMessage{error_stream({head_id}, ErrorKind::invalid_request, why)});
   };
-  if (req->input_ids.empty()) return answer_error("empty prompt");
-  for (int32_t id : req->input_ids) {
-    if (id < 0 || id >= s.vocab_size) return answer_error("token id " + std::to_string(id) + " is outside the vocabulary");
-  }
+  // The prompt's ids and every other value are checked by the node's
+  // Scheduler::refusal, which answers through the stream like any refusal.
   if (req->hold_after_prefill) {
     if (s.mode != "prefill") return answer_error("this node is not a prefill node (--disaggregation-mode prefill)");
     if (req->handoff_address.empty() || req->handoff_ticket == 0) {
@@ -270,10 +267,7 @@ caf::result<WireMessage> on_reserve(Self* self, const WireMessage& sealed) {
   auto req = msg::unpack<fb::TokenizedRequest>(in.bytes, &error);
   if (!req) return refuse("unreadable reservation: " + error);
   const uint64_t head_id = reply.request_id = req->request_id;
-  if (req->input_ids.empty()) return refuse("empty prompt");
-  for (int32_t id : req->input_ids) {
-    if (id < 0 || id >= s.vocab_size) return refuse("token id " + std::to_string(id) + " is outside the vocabulary");
-  }
+  // The prompt's ids are checked by Scheduler::reserve (its refusal).
   const caf::actor_addr from = sender_of(self);
   if (s.local_ids.count({from, head_id})) return refuse("request id " + std::to_string(head_id) + " is already running");
   const uint64_t local = admit(s, from, *head, head_id);
@@ -416,7 +410,6 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
         if (!w) return;
         (w->role == "worker" ? s.worker : s.scheduler) = target;
         s.welcome = welcome.bytes;
-        s.vocab_size = w->vocab_size;
         s.mode = w->disaggregation_mode;
         s.kv_worker = kv_worker;
         s.kv_sender = kv_sender;

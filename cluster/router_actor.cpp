@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "actors/engine_stats.hpp"
 #include "actors/exit_proof_actor.hpp"
 #include "cluster/remote_setup.hpp"
 #include "actors/stream_messages.hpp"
@@ -559,62 +560,32 @@ void on_stream(Self* self, const WireMessage& in) {
   self->send(s.detokenizer, stream_atom::value, foreign == 0 && !paired ? in : WireMessage{msg::pack(kept)});
 }
 
-// Sums the alive nodes' EngineStats and lists every node.
+// Sums the alive nodes' figures and lists every node.
 struct StatsGather {
   caf::response_promise promise;
-  fb::EngineStatsT total;
+  EngineStatsSnapshot total;
   size_t pending = 0;
 };
 
 void finish_stats(Self* self, const std::shared_ptr<StatsGather>& g) {
   auto& s = self->state;
   for (size_t i = 0; i < s.nodes.size(); ++i) {
-    const auto& r = s.policy->stats(static_cast<int>(i));
-    auto& ns = g->total.nodes[i];
-    ns->address = s.nodes[i].address.str();
-    ns->alive = static_cast<bool>(s.nodes[i].gateway);
-    ns->routed_total = r.routed;
-    ns->in_flight = static_cast<int32_t>(s.nodes[i].requests.size());
-    ns->disaggregation_mode = s.nodes[i].mode;
-    if (!ns->alive) ns->error = s.nodes[i].error.empty() ? "joining" : s.nodes[i].error;
+    NodeStatsSnapshot& row = g->total.nodes[i];
+    row.address = s.nodes[i].address.str();
+    row.alive = static_cast<bool>(s.nodes[i].gateway);
+    row.routed = s.policy->stats(static_cast<int>(i)).routed;
+    row.in_flight = static_cast<int32_t>(s.nodes[i].requests.size());
+    row.disaggregation_mode = s.nodes[i].mode;
+    if (!row.alive) row.error = s.nodes[i].error.empty() ? "joining" : s.nodes[i].error;
   }
-  auto& t = g->total;
-  t.cache_hit_rate = t.prompt_tokens_total ? double(t.cached_tokens_total) / double(t.prompt_tokens_total) : 0.0;
-  g->promise.deliver(WireMessage{msg::pack(t)});
-}
-
-void add_node_stats(fb::EngineStatsT& t, fb::NodeStatsT& ns, const fb::EngineStatsT& st) {
-  t.running += st.running;
-  t.waiting += st.waiting;
-  t.finished_total += st.finished_total;
-  t.prompt_tokens_total += st.prompt_tokens_total;
-  t.cached_tokens_total += st.cached_tokens_total;
-  t.generated_tokens_total += st.generated_tokens_total;
-  t.prefill_steps_total += st.prefill_steps_total;
-  t.decode_steps_total += st.decode_steps_total;
-  t.pool_capacity_tokens += st.pool_capacity_tokens;
-  t.pool_free_tokens += st.pool_free_tokens;
-  t.evictable_tokens += st.evictable_tokens;
-  t.protected_tokens += st.protected_tokens;
-  t.free_req_slots += st.free_req_slots;
-  if (!st.invariant_error.empty() && t.invariant_error.empty()) t.invariant_error = st.invariant_error;
-  ns.running = st.running;
-  ns.waiting = st.waiting;
-  ns.cache_hit_rate = st.cache_hit_rate;
-  ns.prompt_tokens_total = st.prompt_tokens_total;
-  ns.cached_tokens_total = st.cached_tokens_total;
-  ns.pool_capacity_tokens = st.pool_capacity_tokens;
-  ns.pool_free_tokens = st.pool_free_tokens;
-  ns.protected_tokens = st.protected_tokens;
-  ns.evictable_tokens = st.evictable_tokens;
-  ns.invariant_error = st.invariant_error;
+  g->promise.deliver(WireMessage{msg::pack(to_message(g->total))});
 }
 
 caf::result<WireMessage> on_stats(Self* self, const WireMessage& in) {
   auto& s = self->state;
   auto g = std::make_shared<StatsGather>();
   g->promise = self->make_response_promise();
-  for (size_t i = 0; i < s.nodes.size(); ++i) g->total.nodes.push_back(std::make_unique<fb::NodeStatsT>());
+  g->total.nodes.resize(s.nodes.size());
   for (size_t i = 0; i < s.nodes.size(); ++i) {
     if (!s.nodes[i].gateway) continue;
     ++g->pending;
@@ -623,11 +594,11 @@ caf::result<WireMessage> on_stats(Self* self, const WireMessage& in) {
         .then(
             [self, g, i](const WireMessage& reply) {
               auto st = msg::unpack<fb::EngineStats>(reply.bytes, nullptr);
-              if (st) add_node_stats(g->total, *g->total.nodes[i], *st);
+              if (st) add_node(g->total, g->total.nodes[i], from_message(*st));
               if (--g->pending == 0) finish_stats(self, g);
             },
             [self, g, i](const caf::error& e) {
-              g->total.nodes[i]->error = "stats: " + self->system().render(e);
+              g->total.nodes[i].error = "stats: " + self->system().render(e);
               if (--g->pending == 0) finish_stats(self, g);
             });
   }

@@ -33,6 +33,9 @@ struct StopConditions {
   bool max_new_tokens_strict = false;  // prompt + max_new_tokens must fit the context
 };
 
+// OpenAI's limit on alternatives per token.
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct Request {
   uint64_t id = 0;
   std::vector<int32_t> prompt;

@@ -62,6 +62,19 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
            "-token prompt";
   }
   if (auto err = r.sampling.validate()) return *err;
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
+    return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
+  }
+  if (config_.vocab_size > 0) {
+    const int32_t v = config_.vocab_size;
+    auto outside = [v](int32_t t) { return t < 0 || t >= v; };
+    if (auto t = std::find_if(r.prompt.begin(), r.prompt.end(), outside); t != r.prompt.end()) {
+      return "the prompt holds token id " + std::to_string(*t) + ", outside the vocabulary of " + std::to_string(v);
+    }
+    for (const auto& [t, bias] : r.sampling.logit_bias) {
+      if (outside(t)) return "logit_bias names token " + std::to_string(t) + ", outside the vocabulary of " + std::to_string(v);
+    }
+  }
   auto same = [&](uint64_t id) { return id == r.id; };
   auto holds = [&](const std::deque<Running>& q) {
     return std::any_of(q.begin(), q.end(), [&](const Running& x) { return same(x.req.id); });

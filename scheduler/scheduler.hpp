@@ -96,7 +96,10 @@ class Scheduler {
   // Queues a request; an error message when it can never run (empty prompt,
   // prompt not shorter than the context, bad sampling parameters, id in use).
   std::optional<std::string> submit(Request request);
-  // Why `r` can never run here (empty, too long, bad parameters, id in use).
+  // Why `r` can never run here (empty, too long, bad parameters, a token id
+  // outside the vocabulary, id in use). Every check of a request's values
+  // that needs no tokenizer is here; the HTTP layer checks only JSON types
+  // and the ranges it reports by field name.
   std::optional<std::string> refusal(const Request& r) const;
   // Takes effect at the start of the next step; unknown ids are ignored.
   void abort(uint64_t id);

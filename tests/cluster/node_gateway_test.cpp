@@ -217,7 +217,7 @@ TEST_CASE("A node's gateway joins heads with the secret and checks everything th
     head->send(gw, generate_atom::value, sealed(RequestKind::generate, tokenized(4, {})));
     auto empty = collect(head, 4, std::chrono::seconds(30));
     REQUIRE(empty.size() == 1);
-    CHECK(empty[0].error == "empty prompt");
+    CHECK(empty[0].error == "the prompt is empty");  // the node's Scheduler::refusal, as for any route
     // A good request streams back under the head's id and finishes at its limit.
     head->send(gw, generate_atom::value, sealed(RequestKind::generate, tokenized(5, {504, 3458, 282, 4649, 314}, 6)));
     auto good = collect(head, 5, std::chrono::seconds(60));

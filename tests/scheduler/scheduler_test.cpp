@@ -222,6 +222,29 @@ TEST_CASE("Requests that can never run are refused with a reason", "[scheduler]"
   Request bad = make(4, {1, 2}, 4);
   bad.sampling.top_p = 0;
   CHECK(e.scheduler.submit(bad));
+  // Token ids and top_logprobs are checked here, the one place every route
+  // (HTTP, the Engine API, a head's node) reaches; without the vocabulary
+  // size, only the worker's own check would catch an id.
+  SchedulerConfig sized = config();
+  sized.vocab_size = weights().config.vocab_size;
+  Engine checked(256, 1, sized);
+  const std::string vocab = std::to_string(sized.vocab_size);
+  Request beyond = make(7, {1, sized.vocab_size}, 4);
+  REQUIRE(checked.scheduler.submit(beyond));
+  CHECK(*checked.scheduler.submit(beyond) ==
+        "the prompt holds token id " + vocab + ", outside the vocabulary of " + vocab);
+  beyond.prompt = {1, -1};
+  CHECK(checked.scheduler.submit(beyond));
+  Request biased = make(8, {1, 2}, 4);
+  biased.sampling.logit_bias = {{sized.vocab_size + 5, 1.0f}};
+  CHECK(checked.scheduler.submit(biased));
+  Request alternatives = make(9, {1, 2}, 4);
+  alternatives.top_logprobs = 21;
+  CHECK(*checked.scheduler.submit(alternatives) == "top_logprobs must be in [0, 20]");
+  alternatives.top_logprobs = 20;
+  CHECK_FALSE(checked.scheduler.submit(alternatives));
+  checked.drain();
+  require_no_leak(checked);
   REQUIRE_FALSE(e.scheduler.submit(make(5, {1, 2}, 4)));
   CHECK(e.scheduler.submit(make(5, {1, 2}, 4)));  // id in use
   // A prompt bigger than the whole pool ends with an error, not a hang.
