@@ -75,12 +75,13 @@ def problems(found):
 
 
 def render(found):
-    lines = ["| layer | folder | includes (files that do) |", "|---:|---|---|"]
+    # The folders only, not how many files: the table changes when an arrow
+    # appears or goes, not with every include.
+    lines = ["| layer | folder | includes headers of |", "|---:|---|---|"]
     for i, folders in reversed(list(enumerate(LAYERS))):
         for folder in folders:
-            targets = sorted(((dst, len(files)) for (src, dst), files in found.items() if src == folder),
-                             key=lambda t: (-LAYER.get(t[0], -1), t[0]))
-            deps = ", ".join(f"{dst}/ ({n})" for dst, n in targets) or "nothing of ours"
+            targets = sorted((dst for (src, dst) in found if src == folder), key=lambda d: (-LAYER.get(d, -1), d))
+            deps = ", ".join(f"`{dst}/`" for dst in targets) or "nothing of ours"
             lines.append(f"| {i} | `{folder}/` | {deps} |")
     return "\n".join(lines)
 
