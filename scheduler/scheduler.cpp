@@ -122,16 +122,23 @@ FinishReason Scheduler::stop_reason(const Request& q, bool constraint_done) cons
 }
 
 void Scheduler::hold_back_stops(const Request& q, std::vector<uint32_t>& mask) const {
-  const std::vector<uint32_t> before = mask;
-  if (mask.empty()) mask.assign(mask_words(config_.vocab_size), ~0u);
+  // A constraint's mask that allows only stop tokens is complete in all but
+  // name: taking them away would leave the sampler nothing to pick, so it
+  // stays as it was. A mask made here starts from the whole vocabulary.
+  std::vector<uint32_t> constraint_mask;
+  if (mask.empty()) {
+    mask.assign(mask_words(config_.vocab_size), ~0u);
+  } else {
+    constraint_mask = mask;
+  }
   auto clear = [&](int32_t t) {
     if (t >= 0 && static_cast<size_t>(t) / 32 < mask.size()) mask[static_cast<size_t>(t) / 32] &= ~(1u << (t % 32));
   };
   if (config_.eos_id && !q.stop.ignore_eos) clear(*config_.eos_id);
   for (int32_t t : q.stop.stop_token_ids) clear(t);
-  // A constraint that allows only a stop token is complete in all but name;
-  // taking its one choice away would leave the sampler nothing to pick.
-  if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) mask = before;
+  if (!constraint_mask.empty() && std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
+    mask = std::move(constraint_mask);
+  }
 }
 
 const RequestKv* Scheduler::held(uint64_t id) const {

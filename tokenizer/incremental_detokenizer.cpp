@@ -30,8 +30,8 @@ IncrementalDetokenizer::Delta IncrementalDetokenizer::push(int32_t token_id) {
   // a longer one, held back), which must not count now.
   const bool armed = ++pushed_ > min_tokens_;
   size_t stop_at = std::string::npos;
-  for (const auto& s : stops_) {
-    if (!armed) break;
+  for (size_t k = 0; armed && k < stops_.size(); ++k) {
+    const std::string& s = stops_[k];
     size_t at = pending_.find(s, old >= s.size() ? old - s.size() + 1 : 0);
     if (at < stop_at) {
       stop_at = at;

@@ -757,23 +757,33 @@ TEST_CASE("min_new_tokens holds back EOS and the stop ids until then, and change
   const auto k = static_cast<int32_t>(free_run.size());
   REQUIRE(k < 60);
 
+  // EOS held back: the same tokens up to where EOS was, then more of them.
   Request r = make(2, prompt, 100);
   r.stop.min_new_tokens = k + 20;
-  // A stop id the free run picked early is held back too.
-  r.stop.stop_token_ids = {free_run[1]};
   REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
   auto [held, held_why] = e.drain()[2];
   REQUIRE(static_cast<int32_t>(held.size()) >= k + 20);
-  CHECK(Ids(held.begin(), held.begin() + 1) == Ids(free_run.begin(), free_run.begin() + 1));
-  for (int32_t i = 0; i < k + 20; ++i) {
-    CHECK(held[i] != *c.eos_id);
-    CHECK(held[i] != free_run[1]);
-  }
-  // Past the minimum, they stop it again.
-  if (held_why == FinishReason::stop) CHECK((held.back() == *c.eos_id || held.back() == free_run[1]));
+  CHECK(Ids(held.begin(), held.begin() + k - 1) == Ids(free_run.begin(), free_run.end() - 1));
+  for (int32_t i = 0; i < k + 20; ++i) CHECK(held[i] != *c.eos_id);
+  if (held_why == FinishReason::stop) CHECK(held.back() == *c.eos_id);  // past the minimum it stops again
+
+  // A stop id the free run picks second is held back too.
+  Request s = make(3, prompt, 100);
+  s.stop.stop_token_ids = {free_run[1]};
+  s.stop.min_new_tokens = 4;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(s)));
+  auto [stopped, stopped_why] = e.drain()[3];
+  REQUIRE(stopped.size() >= 4);
+  CHECK(stopped[0] == free_run[0]);
+  for (size_t i = 0; i < 4; ++i) CHECK(stopped[i] != free_run[1]);
+  // Without the minimum, that stop id ends the request at once.
+  Request t = make(4, prompt, 100);
+  t.stop.stop_token_ids = {free_run[1]};
+  REQUIRE_FALSE(e.scheduler.submit(std::move(t)));
+  CHECK(e.drain()[4].first == Ids(free_run.begin(), free_run.begin() + 2));
 
   // Out of range, or without the vocabulary size to build the mask from.
-  Request bad = make(3, prompt, 10);
+  Request bad = make(5, prompt, 10);
   bad.stop.min_new_tokens = 11;
   CHECK(e.scheduler.submit(bad));
   bad.stop.min_new_tokens = -1;
