@@ -9,13 +9,16 @@
 // posted writes.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "actors/engine.hpp"
+#include "server/completion_stream.hpp"
 #include "server/http_connection.hpp"
 #include "server/latency_histogram.hpp"
 
@@ -44,9 +47,19 @@ class Completions {
   std::string exposition() const;
 
  private:
-  struct Parsed;
+  using Clock = std::chrono::steady_clock;
+  // Hands choice `index`'s delta to the client; false: abort that choice.
+  using Forward = std::function<bool(const TextDeltaEvent&, int)>;
+
+  // Parse, run every choice (each on a thread of its own but the first),
+  // answer whole or finish the stream.
   void run(const std::shared_ptr<http::Connection>& connection, Route route,
            const std::string& body);
+  // The response's id, creation time and what shapes its choices.
+  ResponseShape shape_of(Route route, const api::ParsedRequest& r);
+  // One choice to its end, feeding the latency histograms.
+  api::ChoiceResult generate_choice(const GenerateOptions& o, int index, const Forward& forward,
+                                    Clock::time_point arrival);
 
   Engine& engine_;
   std::string model_id_;
