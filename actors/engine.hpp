@@ -133,7 +133,7 @@ struct TextDeltaEvent {
 
 // What an Engine puts its tokenizer and detokenizer in front of when it does
 // not build its own core: cluster/ makes these for a head over engine nodes
-// or over a remote worker (cluster/head.hpp).
+// or over a remote worker (cluster/roles/head.hpp).
 struct EngineParts {
   ModelConfig model;
   std::shared_ptr<const Tokenizer> tok;
@@ -159,7 +159,7 @@ class Engine {
  public:
   // A local engine: loads the model and spawns its own core.
   Engine(caf::actor_system& system, EngineConfig config);
-  // An engine in front of parts another layer built (cluster/head.hpp).
+  // An engine in front of parts another layer built (cluster/roles/head.hpp).
   Engine(caf::actor_system& system, const EngineConfig& config, EngineParts parts);
   ~Engine();
   Engine(const Engine&) = delete;

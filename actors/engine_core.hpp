@@ -2,7 +2,7 @@
 // The part of an engine that owns a KV pool: memory-pool and radix-cache
 // managers, the worker (weights and KV tensors) and the scheduler over them.
 // A local Engine puts a tokenizer and detokenizer in front of it; a cluster
-// node puts its gateway there instead (cluster/node_gateway.hpp).
+// node puts its gateway there instead (cluster/roles/node_gateway.hpp).
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -21,14 +21,14 @@ struct EngineCore {
   ModelConfig model;
   caf::actor pool, radix, worker, scheduler;
   // False when `worker` is a head's link to a worker node: the engine stops
-  // that with its own token (cluster/worker_link.hpp).
+  // that with its own token (cluster/roles/worker_link.hpp).
   bool owns_worker = true;
   std::string device;      // what the worker runs on
   int64_t kv_tokens = 0;   // KV pool capacity
   std::shared_ptr<ConstraintCompiler> constraints;  // the scheduler's
   int32_t max_context = 0;
   // The KV pool's element type and K+V bytes of one token in one layer
-  // (what a KV transfer moves, cluster/kv_transfer.hpp).
+  // (what a KV transfer moves, cluster/transfer/kv_transfer.hpp).
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
   // The scheduler's figures after each step (scheduler/stats_board.hpp).

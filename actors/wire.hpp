@@ -2,7 +2,8 @@
 // What actually travels between actorlm actors: one sealed FlatBuffers message
 // (messages/envelope.hpp) in an inspectable wrapper, so it serializes across
 // nodes with CAF's middleman, plus the atoms that name each interface's
-// operations (CAF 0.17 atoms: at most 10 characters).
+// operations (CAF 0.17 atoms: at most 10 characters). The atoms only nodes
+// exchange are in cluster/transport/cluster_atoms.hpp.
 
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
@@ -47,20 +48,9 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
-// Cluster: a head joins a node (hello, then join: NodeHello / NodeJoin), an
-// engine hands a node's gateway its scheduler (attach), a head's router dials
-// a node (dial) and reports how many nodes it has (status).
-using hello_atom = caf::atom_constant<caf::atom("hello")>;
-using join_atom = caf::atom_constant<caf::atom("join")>;
-using attach_atom = caf::atom_constant<caf::atom("attach")>;
-using dial_atom = caf::atom_constant<caf::atom("dial")>;
+// A head's router reports how many nodes it has (status); the Engine asks.
 using status_atom = caf::atom_constant<caf::atom("status")>;
-// A node's gateway, from a functor attached to a joined head's proxy in its
-// own process: that head's connection is gone.
-using head_gone_atom = caf::atom_constant<caf::atom("headgone")>;
-// A head's router or worker link, from a functor attached to a joined node's
-// gateway proxy in its own process: that node's connection is gone.
-using node_gone_atom = caf::atom_constant<caf::atom("nodegone")>;
+
 // Prefill/decode disaggregation (messages/kv_transfer.fbs): a worker copies
 // KV rows out or in (KvRowsRequest); a scheduler reserves rows for a
 // transferred request (TokenizedRequest), starts it from its first token
@@ -72,11 +62,5 @@ using kv_reserve_atom = caf::atom_constant<caf::atom("kvreserve")>;
 using kv_activate_atom = caf::atom_constant<caf::atom("kvactivate")>;
 using kv_cancel_atom = caf::atom_constant<caf::atom("kvcancel")>;
 using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
-// Between nodes (cluster/kv_sender.hpp): a prefill node's gateway orders its
-// KV sender to move a held request (KvSendOrder); the sender sends a decode
-// node's gateway the chunks (KvChunk) and then the commit (KvHandoff).
-using kv_send_atom = caf::atom_constant<caf::atom("kvsend")>;
-using kv_chunk_atom = caf::atom_constant<caf::atom("kvchunk")>;
-using kv_commit_atom = caf::atom_constant<caf::atom("kvcommit")>;
 
 }  // namespace actorlm

@@ -11,12 +11,12 @@
 #include <string>
 
 #include "actors/engine.hpp"
-#include "cluster/head.hpp"
-#include "cluster/remote_setup.hpp"
 #include "apps/cli_args.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/device_flags.hpp"
 #include "apps/engine_flags.hpp"
+#include "cluster/roles/head.hpp"
+#include "cluster/transport/remote_setup.hpp"
 #include "model/default_model.hpp"
 
 namespace actorlm {

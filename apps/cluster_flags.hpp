@@ -11,8 +11,8 @@
 #include <set>
 #include <string>
 
-#include "cluster/cluster_config.hpp"
 #include "apps/cli_args.hpp"
+#include "cluster/roles/cluster_config.hpp"
 
 namespace actorlm {
 

@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <unistd.h>
 
-#include "cluster/node.hpp"
-#include "cluster/remote_setup.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/engine_flags.hpp"
+#include "cluster/roles/node.hpp"
+#include "cluster/transport/remote_setup.hpp"
 
 namespace actorlm {
 namespace {

@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "cluster/head.hpp"
-#include "cluster/remote_setup.hpp"
 #include "apps/cli_args.hpp"
 #include "apps/cluster_flags.hpp"
 #include "apps/engine_flags.hpp"
+#include "cluster/roles/head.hpp"
+#include "cluster/transport/remote_setup.hpp"
 #include "server/http_routes.hpp"
 #include "server/http_server.hpp"
 

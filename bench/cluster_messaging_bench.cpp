@@ -9,7 +9,7 @@
 //     loopback (a head and a node on one machine; a real network adds its
 //     own latency on top);
 //   - gated: the same, through the gates a node with a shared secret puts in
-//     front of its middleman and a head dials through (cluster/tcp_gate.hpp):
+//     front of its middleman and a head dials through (cluster/transport/tcp_gate.hpp):
 //     two more relays on the path, each way.
 // Each figure is a round trip (the message out, a 4-byte answer back), so
 // it bounds the one-way cost a step pays from above. Also: the build and
@@ -29,9 +29,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/remote_setup.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
+#include "cluster/transport/remote_setup.hpp"
 
 using namespace actorlm;
 using Clock = std::chrono::steady_clock;

@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "cluster/kv_transfer.hpp"
+#include "cluster/transfer/kv_transfer.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/default_model.hpp"
 #include "model/model_runner.hpp"

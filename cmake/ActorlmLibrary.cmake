@@ -16,10 +16,12 @@ function(actorlm_glob_library target)
 endfunction()
 
 # actorlm_glob_tests(LIBS <deps...>): one test executable per *_test.cpp in the
-# calling folder, named <folder>_<file>.
+# calling folder, named after its path under tests/ (tests/cluster/transport/
+# tcp_gate_test.cpp: cluster_transport_tcp_gate_test).
 function(actorlm_glob_tests)
   cmake_parse_arguments(T "" "" "LIBS" ${ARGN})
-  get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR}/tests ${CMAKE_CURRENT_SOURCE_DIR})
+  string(REPLACE "/" "_" folder ${folder})
   file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cpp)
   foreach(src ${tests})
     get_filename_component(name ${src} NAME_WE)

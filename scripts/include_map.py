@@ -7,7 +7,8 @@ reads every `#include "<folder>/..."` of the tree, prints the map, writes it
 into docs/ARCHITECTURE.md between its markers, and with --check fails when
   - an arrow points sideways or up (a folder including one on its own or a
     higher layer),
-  - a folder with sources is on no layer (a new folder must be placed), or
+  - a folder with sources is on no layer (a new folder must be placed),
+  - a file of a folder split into wings (cluster/) sits in none of them, or
   - the map in docs/ARCHITECTURE.md is not the one the includes draw.
 CTest runs `--check` (tests/CMakeLists.txt), so a wrong-way arrow fails CI.
 
@@ -32,20 +33,36 @@ LAYERS = [
     ["grammar"],
     ["scheduler"],
     ["actors"],
-    ["cluster", "server"],
+    ["cluster/transport"],
+    ["cluster/transfer"],
+    ["cluster/roles", "server"],
     ["apps", "examples", "bench", "tests"],
 ]
+# Folders split into wings of their own layers: a file there belongs to its
+# wing, and so does a header it includes from there.
+WINGS = {"cluster": ["transport", "transfer", "roles"]}
 LAYER = {folder: i for i, folders in enumerate(LAYERS) for folder in folders}
 SOURCES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 # Not ours, or made by the build.
 SKIP = {"build", ".git", "packaging", "scripts", "docs", "cmake"}
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([A-Za-z0-9_]+)/')
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([A-Za-z0-9_]+)/(?:([A-Za-z0-9_]+)/)?')
 
 
 def source_folders():
-    return sorted(p.name for p in ROOT.iterdir()
+    tops = sorted(p.name for p in ROOT.iterdir()
                   if p.is_dir() and p.name not in SKIP and not p.name.startswith((".", "build"))
                   and any(f.suffix in SOURCES for f in p.rglob("*")))
+    out = []
+    for top in tops:
+        out += [f"{top}/{w}" for w in WINGS[top]] if top in WINGS else [top]
+    return out
+
+
+def folder_of(top, sub):
+    """The map's folder for a path starting top/sub/ (sub: None for a file in top/)."""
+    if top in WINGS:
+        return f"{top}/{sub}" if sub in WINGS[top] else top
+    return top
 
 
 def arrows():
@@ -57,16 +74,24 @@ def arrows():
                 continue
             for line in f.read_text(errors="replace").splitlines():
                 m = INCLUDE.match(line)
-                if m and m.group(1) != folder and (ROOT / m.group(1)).is_dir() and m.group(1) not in SKIP:
+                if not m or not (ROOT / m.group(1)).is_dir() or m.group(1) in SKIP:
+                    continue
+                dst = folder_of(m.group(1), m.group(2))
+                if dst != folder:
                     rel = str(f.relative_to(ROOT))
-                    if rel not in found[(folder, m.group(1))]:
-                        found[(folder, m.group(1))].append(rel)
+                    if rel not in found[(folder, dst)]:
+                        found[(folder, dst)].append(rel)
     return found
 
 
 def problems(found):
     out = [f"{folder}/ is on no layer: add it to LAYERS in scripts/include_map.py"
            for folder in source_folders() if folder not in LAYER]
+    for top, wings in WINGS.items():
+        for f in sorted((ROOT / top).rglob("*")):
+            rel = f.relative_to(ROOT / top)
+            if f.suffix in SOURCES and f.is_file() and rel.parts[0] not in wings:
+                out.append(f"{top}/{rel} is in none of {top}/'s wings ({', '.join(wings)})")
     for (src, dst), files in sorted(found.items()):
         if src in LAYER and dst in LAYER and LAYER[dst] >= LAYER[src]:
             way = "sideways" if LAYER[dst] == LAYER[src] else "up"

@@ -62,7 +62,7 @@ def ctest_run(name: str) -> list[str]:
 SERVER_PROCESS = [ctest_run(f"server:{stem}") for stem in
                   sorted((p.stem.removesuffix("_test") for p in (ROOT / "tests" / "server").glob("*_test.py")),
                          key=lambda stem: stem != "auth_matrix")]
-CLUSTER_PD_TESTS = ["cluster_kv_receiver_test", "cluster_kv_transfer_test"]
+CLUSTER_PD_TESTS = ["cluster_transfer_kv_receiver_test", "cluster_transfer_kv_transfer_test"]
 HOST_TIER_TESTS = ["kvstore_kv_host_store_test", "kvstore_kv_disk_store_test", "scheduler_kv_tiers_test"]
 GRAMMAR_TESTS = ["grammar_constraint_test"]
 
@@ -135,19 +135,19 @@ MUTANTS = [
     # request's KV counts as arrived.
     Mutant("pd-commit-incomplete",
            "a PD ticket's commit is accepted with layer-token rows still missing",
-           "cluster/kv_receiver.cpp",
+           "cluster/transfer/kv_receiver.cpp",
            "  if (!it->second.assembly.complete()) {\n",
            "  if (false) {\n",
            CLUSTER_PD_TESTS, catch_runs(CLUSTER_PD_TESTS[:1])),
     Mutant("pd-repeat-accepted",
            "a PD transfer takes a chunk whose range it already has",
-           "cluster/kv_transfer.cpp",
+           "cluster/transfer/kv_transfer.cpp",
            "      if (have_[at(l, t)]) return \"KV chunk repeats layer \"",
            "      if (false) return \"KV chunk repeats layer \"",
            CLUSTER_PD_TESTS, catch_runs(CLUSTER_PD_TESTS[:1])),
     Mutant("chunk-crc-unchecked",
            "a KV chunk's data CRC is not checked (the envelope's CRC still is)",
-           "cluster/kv_transfer.cpp",
+           "cluster/transfer/kv_transfer.cpp",
            "  if (crc_of(out.data) != c.data_crc32()) return fail(",
            "  if (false) return fail(",
            CLUSTER_PD_TESTS,

@@ -26,10 +26,12 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 # sources so that a new test file is never silently left out (ctest would
 # report it "Not Run").
 targets=()
-for src in "$root"/tests/actors/*_test.cpp "$root"/tests/cluster/*_test.cpp "$root"/tests/scheduler/*_test.cpp; do
-  folder=$(basename "$(dirname "$src")")
-  targets+=("${folder}_$(basename "$src" .cpp)")
-done
+# A test's target is its path under tests/ with '_' for '/' (cmake/ActorlmLibrary.cmake).
+while IFS= read -r src; do
+  rel=${src#"$root"/tests/}
+  rel=${rel%.cpp}
+  targets+=("${rel//\//_}")
+done < <(find "$root"/tests/actors "$root"/tests/cluster "$root"/tests/scheduler -name '*_test.cpp' | sort)
 start=$(date +%s)
 if [[ ! -f "$build/build.ninja" ]]; then
   # ACTORLM_SANITIZE: the same flags as the ASan build's (no recovery, frame

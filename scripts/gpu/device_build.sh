@@ -17,7 +17,7 @@ export PATH="$prefix/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}"
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(cuda_cuda_backend_test executor_cuda_executor_test actors_actor_engine_test actors_engine_test actorlm cuda_bench)
+  targets=(kernels_cuda_cuda_backend_test executor_cuda_executor_test actors_actor_engine_test actors_engine_test actorlm cuda_bench)
 fi
 cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DACTORLM_BUILD_BENCH=ON -DACTORLM_XGRAMMAR_DIR="$root/.devdeps/xgrammar" >"$root/build-gpu.configure.log" 2>&1 || { cat "$root/build-gpu.configure.log"; exit 1; }

@@ -16,7 +16,7 @@ shift || true
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-for t in tests/executor/executor_cuda_executor_test tests/kernels/cuda/cuda_cuda_backend_test \
+for t in tests/executor/executor_cuda_executor_test tests/kernels/cuda/kernels_cuda_cuda_backend_test \
          tests/actors/actors_engine_test tests/actors/actors_actor_engine_test bench/cuda_bench apps/actorlm; do
   strip -o "$stage/bin/$(basename "$t")" "$build/$t"
 done

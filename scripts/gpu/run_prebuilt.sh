@@ -21,7 +21,7 @@ echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  /tmp/def
 export ACTORLM_MODEL=/tmp/default.gguf
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 status=0
-for t in cuda_cuda_backend_test executor_cuda_executor_test actors_engine_test actors_actor_engine_test; do
+for t in kernels_cuda_cuda_backend_test executor_cuda_executor_test actors_engine_test actors_actor_engine_test; do
   timeout 300 "$bin/$t" "[gpu]" > "$out/$t.txt" 2>&1
   rc=$?
   # Figures the tests print, failures with their context, the summary.

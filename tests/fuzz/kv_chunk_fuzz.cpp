@@ -1,5 +1,5 @@
 // Fuzzes what a decode node does with KV chunks a peer sends it (prefill /
-// decode disaggregation, cluster/kv_transfer.hpp and kv_receiver.hpp).
+// decode disaggregation, cluster/transfer/kv_transfer.hpp and kv_receiver.hpp).
 // Contract: a chunk is refused with a reason or becomes the write of rows the
 // ticket reserved, of exactly its range's size; no layer-token row is written
 // twice; a commit is accepted only when every row of every layer has arrived.
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "cluster/kv_receiver.hpp"
-#include "cluster/kv_transfer.hpp"
+#include "cluster/transfer/kv_receiver.hpp"
+#include "cluster/transfer/kv_transfer.hpp"
 #include "messages/envelope.hpp"
 
 using namespace actorlm;

@@ -1,4 +1,4 @@
-// Fuzzes a node's gate (cluster/tcp_gate.hpp) over loopback TCP with the
+// Fuzzes a node's gate (cluster/transport/tcp_gate.hpp) over loopback TCP with the
 // bytes a stranger can send to a node's public port: before the handshake,
 // and, as a head that knows the secret, after it (where the gate meters the
 // BASP frames it relays). Contract: without the secret no byte reaches the
@@ -31,10 +31,10 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/basp_frame_meter.hpp"
-#include "cluster/cluster_handshake.hpp"
-#include "cluster/tcp_gate.hpp"
-#include "cluster/tcp_socket.hpp"
+#include "cluster/transport/basp_frame_meter.hpp"
+#include "cluster/transport/cluster_handshake.hpp"
+#include "cluster/transport/tcp_gate.hpp"
+#include "cluster/transport/tcp_socket.hpp"
 
 using namespace actorlm;
 

@@ -1,0 +1,147 @@
+#include "cluster/roles/node.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/engine_core.hpp"
+#include "actors/wire.hpp"
+#include "cluster/roles/node_gateway.hpp"
+#include "cluster/transfer/kv_sender.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/cluster_handshake.hpp"
+#include "cluster/transport/remote_setup.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+
+struct Node::Impl {
+  caf::actor_system& system;
+  caf::actor gateway;
+  uint64_t gateway_stop_token = 0;  // the gateway stops on this and on nothing a peer can send
+  std::unique_ptr<TcpGate> gate;   // with a secret: the public port; the middleman listens behind it
+  uint16_t middleman_port = 0;
+  caf::actor kv_sender;            // a prefill node's
+  uint64_t kv_sender_stop = 0;
+  std::optional<EngineCore> core;  // an engine node
+  caf::actor worker;               // a worker node
+  std::string device;
+  int64_t kv_tokens = 0;
+  uint16_t port = 0;
+};
+
+Node::Node(caf::actor_system& system, NodeConfig config)
+    : impl_(std::make_unique<Impl>(Impl{system, {}, 0, nullptr, 0, {}, 0, {}, {}, {}, 0, 0})) {
+  auto& m = *impl_;
+  if (!system.has_middleman()) throw std::invalid_argument("a node needs the middleman: call configure_remote() first");
+  if (config.security.tls() && !system.has_openssl_manager()) {
+    throw std::invalid_argument("TLS is configured but the actor system has no OpenSSL module (configure_remote())");
+  }
+  if (std::string bad = config.security.check(config.host); !bad.empty()) throw std::invalid_argument(bad);
+  if (config.role != "engine" && config.role != "worker") throw std::invalid_argument("node role must be engine or worker");
+  const std::string& mode = config.disaggregation_mode;
+  if (!mode.empty() && mode != "prefill" && mode != "decode") {
+    throw std::invalid_argument("disaggregation mode must be prefill or decode");
+  }
+  if (!mode.empty() && config.role != "engine") throw std::invalid_argument("a worker node takes no disaggregation mode");
+  auto tok = load_tokenizer(config.engine.model_path);
+  for (uint8_t b : make_nonce()) m.gateway_stop_token = (m.gateway_stop_token << 8) | b;
+  m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token);
+  caf::actor target;
+  fb::NodeWelcomeT w;
+  ModelConfig model;
+  if (config.role == "worker") {
+    WorkerCore core = spawn_worker_core(system, config.engine, *tok);
+    m.worker = target = core.worker;
+    model = core.model;
+    m.device = core.device;
+    m.kv_tokens = core.kv.capacity_tokens;
+    w.max_context = core.kv.max_context_len;
+    w.page_size = core.kv.page_size;
+    w.max_requests = core.kv.max_requests;
+  } else {
+    m.core = spawn_engine_core(system, config.engine, *tok, m.gateway);
+    target = m.core->scheduler;
+    model = m.core->model;
+    m.device = m.core->device;
+    m.kv_tokens = m.core->kv_tokens;
+    w.max_context = m.core->max_context;
+    w.page_size = config.engine.page_size;
+    w.max_requests = config.engine.max_requests;
+  }
+  NodeModel described = describe_model(config.engine.model_path, model, *tok);
+  caf::actor kv_worker;
+  if (m.core) {
+    kv_worker = m.core->worker;
+    w.kv_dtype = m.core->kv_dtype;
+    w.kv_token_bytes = m.core->kv_token_bytes;
+    w.disaggregation_mode = mode;
+    if (!mode.empty() && w.kv_token_bytes <= 0) {
+      stop_engine_core(*m.core);
+      caf::anon_send(m.gateway, shutdown_atom::value, m.gateway_stop_token);
+      throw std::invalid_argument("--disaggregation-mode needs KV transfers, which the " + m.device +
+                                  " backend does not do yet");
+    }
+  }
+  w.accepted = true;
+  w.role = config.role;
+  w.model_name = described.name;
+  w.vocab_size = described.vocab_size;
+  w.n_layers = described.n_layers;
+  w.hidden = described.hidden;
+  w.tokenizer_digest = described.tokenizer_digest;
+  w.kv_tokens = m.kv_tokens;
+  w.device = m.device;
+  if (config.security.secret.empty()) {
+    m.port = m.middleman_port = publish_actor(system, m.gateway, config.host, config.port);
+  } else {
+    // The middleman takes only what the gate let through: it listens on
+    // loopback, and the public port is the gate's (cluster/transport/tcp_gate.hpp).
+    m.middleman_port = publish_actor(system, m.gateway, "127.0.0.1", 0);
+    GateConfig g;
+    g.side = GateSide::acceptor;
+    g.secret = config.security.secret;
+    g.listen_host = config.host;
+    g.listen_port = config.port;
+    g.target_host = "127.0.0.1";
+    g.target_port = m.middleman_port;
+    g.max_frame_payload = config.security.tls() ? 0 : config.security.max_message_bytes;
+    g.label = "node gate";
+    m.gate = std::make_unique<TcpGate>(std::move(g));
+    m.port = m.gate->port();
+  }
+  // From an actor of this process: the gateway takes its scheduler (or
+  // worker) from no one else. Heads that join before this are told the node
+  // is starting.
+  caf::scoped_actor self{system};
+  const std::string label = "node " + config.host + ":" + std::to_string(m.port);
+  if (mode == "prefill") {
+    KvSenderConfig kc;
+    kc.layout = KvLayout{kv_model_digest(described), w.kv_dtype, described.n_layers, w.kv_token_bytes};
+    kc.model = described;
+    kc.security = config.security;
+    kc.worker = kv_worker;
+    kc.corrupt_chunk = config.corrupt_kv_chunk;
+    kc.name = label;
+    m.kv_sender_stop = random_token();
+    m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);
+  }
+  self->send(m.gateway, attach_atom::value, target, kv_worker, m.kv_sender, WireMessage{msg::pack(w)}, label);
+}
+
+Node::~Node() {
+  auto& m = *impl_;
+  m.gate.reset();
+  if (m.middleman_port) (void)m.system.middleman().unpublish(m.gateway, m.middleman_port);
+  if (m.core) stop_engine_core(*m.core);
+  if (m.worker) caf::anon_send_exit(m.worker, caf::exit_reason::user_shutdown);
+  if (m.kv_sender) caf::anon_send(m.kv_sender, shutdown_atom::value, m.kv_sender_stop);
+  caf::anon_send(m.gateway, shutdown_atom::value, m.gateway_stop_token);
+}
+
+uint16_t Node::port() const { return impl_->port; }
+uint16_t Node::middleman_port() const { return impl_->middleman_port; }
+const std::string& Node::device() const { return impl_->device; }
+int64_t Node::kv_tokens() const { return impl_->kv_tokens; }
+caf::actor Node::gateway() const { return impl_->gateway; }
+
+}  // namespace actorlm

@@ -1,0 +1,57 @@
+#pragma once
+// A cluster worker node inside an actor system: the engine's KV-owning
+// actors (scheduler, radix-cache and memory-pool managers, worker) behind a
+// gateway published on host:port. `actorlm node` is this plus a wait for a
+// signal; an application can also run a node next to its own actors.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <memory>
+#include <string>
+
+#include "actors/engine.hpp"
+#include "cluster/roles/cluster_config.hpp"
+
+namespace actorlm {
+
+struct NodeConfig {
+  EngineConfig engine;            // model, device, pool and scheduler settings
+  std::string host = "127.0.0.1";  // where to listen
+  uint16_t port = 0;               // 0: any free port (see Node::port)
+  RemoteSecurity security;         // must match configure_remote() on the system
+  // "engine": the scheduler, radix and pool managers and the worker run here
+  // and heads send requests (data parallelism). "worker": only the worker
+  // runs here, driven by one head's own scheduler and managers
+  // (EngineConfig::cluster.remote_worker).
+  std::string role = "engine";
+  // An engine node's part in prefill/decode disaggregation: "" (whole
+  // requests), "prefill" or "decode" (NodeWelcome::disaggregation_mode).
+  std::string disaggregation_mode;
+  // Prefill: tests only, see KvSenderConfig::corrupt_chunk.
+  int64_t corrupt_kv_chunk = -1;
+};
+
+class Node {
+ public:
+  // Loads the model, spawns the actors and publishes the gateway. Throws
+  // std::invalid_argument for an unsafe or incomplete security setup (see
+  // RemoteSecurity::check) and std::runtime_error when it cannot listen.
+  Node(caf::actor_system& system, NodeConfig config);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  uint16_t port() const;  // the public port: the gate's when there is a secret
+  // Where the middleman listens: port() without a secret, else an ephemeral
+  // loopback port behind the gate.
+  uint16_t middleman_port() const;
+  const std::string& device() const;
+  int64_t kv_tokens() const;
+  caf::actor gateway() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorlm

@@ -1,0 +1,553 @@
+#include "cluster/roles/node_gateway.hpp"
+
+#include <caf/all.hpp>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "actors/stream_messages.hpp"
+#include "actors/wire.hpp"
+#include "cluster/transfer/kv_receiver.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/local_sender.hpp"
+#include "cluster/transport/request_session.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+namespace {
+
+// Unanswered hellos kept at once: a peer that keeps saying hello without
+// joining cannot grow the gateway's memory.
+constexpr size_t max_pending_challenges = 256;
+
+struct Head {
+  caf::actor router;
+  std::string name;
+  size_t requests = 0;
+  RequestSession session;  // opens this head's sealed requests
+  // Names this head in the message its proxy's attached functor sends when
+  // the connection goes. Random and never sent anywhere, so no peer can
+  // claim a head went away.
+  uint64_t gone_token = 0;
+};
+
+struct Route {
+  caf::actor_addr head;
+  uint64_t head_id = 0;
+};
+
+// Prefill side: where a held request's KV goes.
+struct Handoff {
+  std::string address;
+  uint64_t ticket = 0;
+};
+
+struct GatewayState {
+  std::string secret, label;
+  caf::actor scheduler;          // an engine node's; requests go here
+  caf::actor worker;             // a worker node's; one head drives it with forward batches
+  // Prefill/decode disaggregation (NodeWelcome::disaggregation_mode).
+  std::string mode;
+  caf::actor kv_worker;               // an engine node's worker: KV rows in and out
+  caf::actor kv_sender;               // prefill: moves held requests' KV (cluster/transfer/kv_sender.hpp)
+  std::optional<KvReceiver> receiver; // decode: open transfers by ticket
+  std::map<uint64_t, Handoff> handoffs;  // prefill: by node-local id
+
+  std::vector<uint8_t> welcome;  // NodeWelcome, accepted
+  // Nonces handed out by hello and not yet used by a join. Keyed by the
+  // nonce, not by the sender a peer claims, so no one can replace another
+  // head's challenge.
+  std::set<std::vector<uint8_t>> challenges;
+  std::map<caf::actor_addr, Head> heads;                       // joined
+  std::map<uint64_t, Route> routes;                            // by node-local id
+  std::map<std::pair<caf::actor_addr, uint64_t>, uint64_t> local_ids;
+  uint64_t next_id = 1;
+  static inline const char* name = "actorlm.node_gateway";
+};
+
+using Self = caf::stateful_actor<GatewayState>;
+
+caf::actor_addr sender_of(Self* self) { return caf::actor_cast<caf::actor_addr>(self->current_sender()); }
+
+// The joined head that sent the current message, when `in` is sealed with
+// that head's session key under a new sequence number: the sender CAF names
+// is only a claim, the seal proves it. `payload` is then the opened message.
+// Else nullptr (logged).
+Head* sealed_sender(Self* self, RequestKind kind, const WireMessage& in, std::vector<uint8_t>& payload, const char* what) {
+  auto it = self->state.heads.find(sender_of(self));
+  if (it == self->state.heads.end()) {
+    std::fprintf(stderr, "actorlm %s: dropped %s from a peer that has not joined\n", self->state.label.c_str(), what);
+    return nullptr;
+  }
+  auto opened = it->second.session.open(kind, in.bytes);
+  if (!opened) {
+    std::fprintf(stderr, "actorlm %s: dropped %s not sealed by the session of head %s (forged or replayed)\n",
+                 self->state.label.c_str(), what, it->second.name.c_str());
+    return nullptr;
+  }
+  payload = std::move(*opened);
+  return &it->second;
+}
+
+std::vector<uint8_t> refusal(const std::string& why) {
+  fb::NodeWelcomeT w;
+  w.accepted = false;
+  w.error = why;
+  return msg::pack(w);
+}
+
+void forget(GatewayState& s, uint64_t local_id) {
+  s.handoffs.erase(local_id);
+  if (s.receiver) s.receiver->drop_request(local_id);
+  auto it = s.routes.find(local_id);
+  if (it == s.routes.end()) return;
+  auto head = s.heads.find(it->second.head);
+  if (head != s.heads.end() && head->second.requests > 0) --head->second.requests;
+  s.local_ids.erase({it->second.head, it->second.head_id});
+  s.routes.erase(it);
+}
+
+// A node-local id for a head's request, routed back to that head.
+uint64_t admit(GatewayState& s, const caf::actor_addr& from, Head& head, uint64_t head_id) {
+  const uint64_t local = s.next_id++;
+  s.routes[local] = Route{from, head_id};
+  s.local_ids[{from, head_id}] = local;
+  ++head.requests;
+  return local;
+}
+
+void abort_local(Self* self, uint64_t local, const std::string& why) {
+  fb::AbortT a;
+  a.request_ids = {local};
+  a.reason = why;
+  self->send(self->state.scheduler, abort_atom::value, WireMessage{msg::pack(a)});
+}
+
+void on_generate(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  Head* head = sealed_sender(self, RequestKind::generate, sealed, in.bytes, "a request");
+  if (!head) return;
+  if (!s.scheduler) {
+    std::fprintf(stderr, "actorlm %s: dropped a request: a worker node takes forward batches only\n", s.label.c_str());
+    return;
+  }
+  std::string error;
+  auto req = msg::unpack<fb::TokenizedRequest>(in.bytes, &error);
+  if (!req) {
+    std::fprintf(stderr, "actorlm %s: rejected a request from %s: %s\n", s.label.c_str(), head->name.c_str(), error.c_str());
+    return;
+  }
+  const uint64_t head_id = req->request_id;
+  auto answer_error = [&](const std::string& why) {
+    self->send(head->router, stream_atom::value, WireMessage{error_stream({head_id}, ErrorKind::invalid_request, why)});
+  };
+  // The prompt's ids and every other value are checked by the node's
+  // Scheduler::refusal, which answers through the stream like any refusal.
+  if (req->hold_after_prefill) {
+    if (s.mode != "prefill") return answer_error("this node is not a prefill node (--disaggregation-mode prefill)");
+    if (req->handoff_address.empty() || req->handoff_ticket == 0) {
+      return answer_error("a held request needs the decode node's address and ticket");
+    }
+  }
+  const caf::actor_addr from = sender_of(self);
+  if (s.local_ids.count({from, head_id})) return answer_error("request id " + std::to_string(head_id) + " is already running");
+  const uint64_t local = admit(s, from, *head, head_id);
+  if (req->hold_after_prefill) s.handoffs[local] = Handoff{req->handoff_address, req->handoff_ticket};
+  req->request_id = local;
+  self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(*req)}, caf::actor_cast<caf::actor>(self));
+}
+
+// An Abort (or stop) from a head, with its ids made node-local.
+template <class Atom>
+void on_cancel(Self* self, Atom atom, const WireMessage& sealed) {
+  auto& s = self->state;
+  constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
+  WireMessage in;
+  if (!sealed_sender(self, kind, sealed, in.bytes, "an abort")) return;
+  std::string error;
+  auto a = msg::unpack<fb::Abort>(in.bytes, &error);
+  if (!a) {
+    std::fprintf(stderr, "actorlm %s: rejected an abort: %s\n", s.label.c_str(), error.c_str());
+    return;
+  }
+  const caf::actor_addr from = sender_of(self);
+  std::vector<uint64_t> local;
+  for (uint64_t id : a->request_ids) {
+    auto it = s.local_ids.find({from, id});
+    if (it != s.local_ids.end()) local.push_back(it->second);
+  }
+  if (local.empty()) return;
+  a->request_ids = local;
+  self->send(s.scheduler, atom, WireMessage{msg::pack(*a)});
+}
+
+// A prefill node's held request: its KV goes to the decode node the head
+// named. Once that node has it all and has started the request, the prompt
+// is released here (it stays in this node's radix cache) and the head gets
+// the held item, which tells it the prefill side is done. A failed transfer
+// aborts the request, and the head sees that abort.
+void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
+  auto& s = self->state;
+  auto h = s.handoffs.find(local);
+  if (h == s.handoffs.end() || !s.kv_sender || item.token_ids.size() != 1) {
+    return abort_local(self, local, "held request with nowhere to send its KV");
+  }
+  fb::KvSendOrderT order;
+  order.ticket = h->second.ticket;
+  order.address = h->second.address;
+  order.rows = item.held_rows;
+  order.first_token = item.token_ids[0];
+  order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
+  order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
+  self->request(s.kv_sender, caf::infinite, kv_send_atom::value, WireMessage{msg::pack(order)})
+      .then(
+          [self, local](const std::string& error) {
+            auto& s = self->state;
+            if (!error.empty()) return abort_local(self, local, "KV transfer failed: " + error);
+            fb::KvHandoffT release;
+            release.request_id = local;
+            self->send(s.scheduler, kv_release_atom::value, WireMessage{msg::pack(release)});
+            auto route = s.routes.find(local);
+            if (route == s.routes.end()) return;
+            auto head = s.heads.find(route->second.head);
+            fb::TokenStreamT done;
+            done.items.push_back(std::make_unique<fb::TokenStreamItemT>());
+            done.items[0]->request_id = route->second.head_id;
+            done.items[0]->held = true;
+            if (head != s.heads.end()) self->send(head->second.router, stream_atom::value, WireMessage{msg::pack(done)});
+            forget(s, local);
+          },
+          [self, local](const caf::error& e) { abort_local(self, local, "KV transfer failed: " + self->system().render(e)); });
+}
+
+// The scheduler's TokenStream, split by head, with the heads' own ids.
+void on_stream(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  if (!from_this_process(self)) {
+    std::fprintf(stderr, "actorlm %s: dropped a token stream from outside the node\n", s.label.c_str());
+    return;
+  }
+  std::string error;
+  auto ts = msg::unpack<fb::TokenStream>(in.bytes, &error);
+  if (!ts) return;
+  std::map<caf::actor_addr, fb::TokenStreamT> out;
+  for (auto& item : ts->items) {
+    auto it = s.routes.find(item->request_id);
+    if (it == s.routes.end()) continue;  // its head is gone
+    if (item->held) {
+      send_held(self, item->request_id, *item);
+      continue;
+    }
+    const bool done = item->finish_reason != fb::FinishReason::None;
+    const Route route = it->second;
+    item->request_id = route.head_id;
+    out[route.head].items.push_back(std::move(item));
+    if (done) forget(s, it->first);
+  }
+  for (auto& [addr, stream] : out) {
+    auto head = s.heads.find(addr);
+    if (head != s.heads.end()) self->send(head->second.router, stream_atom::value, WireMessage{msg::pack(stream)});
+  }
+}
+
+// Decode side. A head reserves rows for a request whose KV a prefill node
+// will send; the answer carries the ticket that node must name.
+caf::result<WireMessage> on_reserve(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  Head* head = sealed_sender(self, RequestKind::kv_reserve, sealed, in.bytes, "a KV reservation");
+  if (!head) return caf::sec::request_receiver_down;
+  fb::KvReserveReplyT reply;
+  auto refuse = [&](const std::string& why) {
+    reply.error = why;
+    return WireMessage{msg::pack(reply)};
+  };
+  if (!s.receiver) return refuse("this node is not a decode node (--disaggregation-mode decode)");
+  std::string error;
+  auto req = msg::unpack<fb::TokenizedRequest>(in.bytes, &error);
+  if (!req) return refuse("unreadable reservation: " + error);
+  const uint64_t head_id = reply.request_id = req->request_id;
+  // The prompt's ids are checked by Scheduler::reserve (its refusal).
+  const caf::actor_addr from = sender_of(self);
+  if (s.local_ids.count({from, head_id})) return refuse("request id " + std::to_string(head_id) + " is already running");
+  const uint64_t local = admit(s, from, *head, head_id);
+  req->request_id = local;
+  req->hold_after_prefill = false;
+  auto rp = self->make_response_promise<WireMessage>();
+  self->request(s.scheduler, std::chrono::seconds(30), kv_reserve_atom::value, WireMessage{msg::pack(*req)})
+      .then(
+          [self, rp, local, head_id](const WireMessage& m) mutable {
+            auto& s = self->state;
+            fb::KvReserveReplyT out;
+            out.request_id = head_id;
+            auto r = msg::unpack<fb::KvReserveReply>(m.bytes, &out.error);
+            if (r) out.error = r->error, out.no_room = r->no_room;
+            if (!out.error.empty() || !s.routes.count(local)) {
+              if (out.error.empty()) out.error = "the head went away";
+              forget(s, local);
+            } else {
+              out.ticket = s.receiver->open(local, std::move(r->rows));
+            }
+            rp.deliver(WireMessage{msg::pack(out)});
+          },
+          [self, rp, local, head_id](const caf::error& e) mutable {
+            forget(self->state, local);
+            fb::KvReserveReplyT out;
+            out.request_id = head_id;
+            out.error = "reservation: " + self->system().render(e);
+            rp.deliver(WireMessage{msg::pack(out)});
+          });
+  return rp;
+}
+
+// A chunk from a prefill node (joined here as a head is): checked, then
+// written to the reserved rows. A bad chunk fails its request, so the head
+// sees the abort and retries or reports it.
+caf::result<std::string> on_chunk(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  if (!sealed_sender(self, RequestKind::kv_chunk, sealed, in.bytes, "a KV chunk")) return caf::sec::request_receiver_down;
+  if (!s.receiver) return std::string("this node is not a decode node");
+  KvReceiver::Taken taken = s.receiver->take(in.bytes);
+  if (!taken.write) {
+    std::fprintf(stderr, "actorlm %s: refused a KV chunk: %s\n", s.label.c_str(), taken.error.c_str());
+    if (taken.request_id) {
+      s.receiver->drop_request(taken.request_id);
+      abort_local(self, taken.request_id, "KV transfer refused: " + taken.error);
+    }
+    return taken.error;
+  }
+  fb::KvRowsRequestT write;
+  write.rows = std::move(taken.write->rows);
+  write.first_layer = taken.write->first_layer;
+  write.last_layer = taken.write->last_layer;
+  write.data = std::move(taken.write->data);
+  auto rp = self->make_response_promise<std::string>();
+  const uint64_t local = taken.request_id;
+  self->request(s.kv_worker, std::chrono::seconds(30), kv_write_atom::value, WireMessage{msg::pack(write)})
+      .then(
+          [self, rp, local](const WireMessage& m) mutable {
+            std::string error;
+            auto r = msg::unpack<fb::KvRowsReply>(m.bytes, &error);
+            if (r) error = r->error;
+            if (!error.empty()) {
+              if (self->state.receiver) self->state.receiver->drop_request(local);
+              abort_local(self, local, "writing transferred KV: " + error);
+            }
+            rp.deliver(error);
+          },
+          [self, rp, local](const caf::error& e) mutable {
+            abort_local(self, local, "writing transferred KV: " + self->system().render(e));
+            rp.deliver("writing KV: " + self->system().render(e));
+          });
+  return rp;
+}
+
+// The prefill node's last word: every chunk is in, here is the first token.
+caf::result<std::string> on_commit(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  WireMessage in;
+  if (!sealed_sender(self, RequestKind::kv_commit, sealed, in.bytes, "a KV commit")) return caf::sec::request_receiver_down;
+  if (!s.receiver) return std::string("this node is not a decode node");
+  std::string error;
+  auto h = msg::unpack<fb::KvHandoff>(in.bytes, &error);
+  if (!h) return "unreadable KV commit: " + error;
+  KvReceiver::Committed c = s.receiver->commit(h->request_id);
+  if (!c.error.empty()) {
+    if (c.request_id) abort_local(self, c.request_id, "KV transfer incomplete: " + c.error);
+    return c.error;
+  }
+  h->request_id = c.request_id;
+  auto rp = self->make_response_promise<std::string>();
+  const uint64_t local = c.request_id;
+  self->request(s.scheduler, std::chrono::seconds(30), kv_activate_atom::value, WireMessage{msg::pack(*h)})
+      .then(
+          [self, rp, local](bool ok) mutable {
+            if (!ok) abort_local(self, local, "the transferred request could not start");
+            rp.deliver(ok ? std::string() : std::string("the request could not start (first token out of range, or gone)"));
+          },
+          [self, rp, local](const caf::error& e) mutable {
+            abort_local(self, local, "activation: " + self->system().render(e));
+            rp.deliver("activation: " + self->system().render(e));
+          });
+  return rp;
+}
+
+void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
+  auto& s = self->state;
+  auto head = s.heads.begin();
+  while (head != s.heads.end() && head->second.gone_token != gone_token) ++head;
+  if (head == s.heads.end()) return;  // an earlier join of a head that joined again, or a guess
+  const caf::actor_addr addr = head->first;
+  fb::AbortT abort;
+  for (const auto& [local, route] : s.routes) {
+    if (route.head == addr) abort.request_ids.push_back(local);
+  }
+  for (uint64_t id : abort.request_ids) forget(s, id);
+  std::fprintf(stderr, "actorlm %s: head %s left (%s); aborting its %zu request(s)\n", s.label.c_str(),
+               head->second.name.c_str(), why.c_str(), abort.request_ids.size());
+  if (!abort.request_ids.empty()) {
+    abort.reason = "the head went away";
+    self->send(s.scheduler, abort_atom::value, WireMessage{msg::pack(abort)});
+  }
+  s.heads.erase(head);
+}
+
+caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
+  self->state.secret = std::move(secret);
+  self->state.label = "node";
+  return {
+      [self, stop_token](shutdown_atom, uint64_t token) {
+        if (token == stop_token) self->quit(caf::exit_reason::user_shutdown);
+      },
+      [self](attach_atom, const caf::actor& target, const caf::actor& kv_worker, const caf::actor& kv_sender,
+             const WireMessage& welcome, const std::string& label) {
+        // Once, from this process: what a node serves is not a peer's to change.
+        auto& s = self->state;
+        if (!from_this_process(self) || !s.welcome.empty()) return;
+        s.label = label;
+        auto w = msg::unpack<fb::NodeWelcome>(welcome.bytes, nullptr);
+        if (!w) return;
+        (w->role == "worker" ? s.worker : s.scheduler) = target;
+        s.welcome = welcome.bytes;
+        s.mode = w->disaggregation_mode;
+        s.kv_worker = kv_worker;
+        s.kv_sender = kv_sender;
+        if (s.mode == "decode") {
+          NodeModel m{w->model_name, w->vocab_size, w->n_layers, w->hidden, w->tokenizer_digest};
+          s.receiver.emplace(KvLayout{kv_model_digest(m), w->kv_dtype, w->n_layers, w->kv_token_bytes});
+        }
+      },
+      [self](hello_atom, const WireMessage& in) -> WireMessage {
+        auto& s = self->state;
+        auto hello = msg::open<fb::NodeHello>(in.bytes);
+        if (!hello) return {refusal("unreadable hello: " + hello.error)};
+        if (hello.message->protocol() != cluster_protocol) {
+          return {refusal("cluster protocol " + std::to_string(hello.message->protocol()) + " is not this node's " +
+                          std::to_string(cluster_protocol))};
+        }
+        // Full: drop one at random-ish (nonces are random), so a flood cannot
+        // pin the set and a real head's challenge most likely survives it.
+        if (s.challenges.size() >= max_pending_challenges) s.challenges.erase(s.challenges.begin());
+        fb::NodeChallengeT c;
+        c.protocol = cluster_protocol;
+        c.nonce = make_nonce();
+        s.challenges.insert(c.nonce);
+        return {msg::pack(c)};
+      },
+      [self](join_atom, const WireMessage& in) -> WireMessage {
+        auto& s = self->state;
+        const caf::actor_addr from = sender_of(self);
+        std::string error;
+        auto join = msg::unpack<fb::NodeJoin>(in.bytes, &error);
+        auto challenge = join ? s.challenges.find(join->nonce) : s.challenges.end();
+        std::string why;
+        if (!join) {
+          why = "unreadable join: " + error;
+        } else if (challenge == s.challenges.end()) {
+          why = "join without a matching hello";
+        } else if (!proof_matches(s.secret, *challenge, join->proof)) {
+          why = "the shared secret does not match";
+        } else if (join->head_nonce.size() != nonce_bytes) {
+          why = "a join without the head's nonce (cluster protocol " + std::to_string(cluster_protocol) + " needs one)";
+        } else if (s.welcome.empty()) {
+          why = "the node is still starting";
+        } else if (s.heads.count(from)) {
+          // A join names its sender, and that is a claim: a second join for
+          // an actor that has a session would let a peer replace it.
+          why = "this head has joined already";
+        } else if (s.worker && !s.heads.empty()) {
+          why = "this worker node is driven by " + s.heads.begin()->second.name + " already";
+        }
+        if (challenge != s.challenges.end()) s.challenges.erase(challenge);  // one join per nonce
+        if (!why.empty()) {
+          std::fprintf(stderr, "actorlm %s: refused a head: %s\n", s.label.c_str(), why.c_str());
+          return {refusal("refused by " + s.label + ": " + why)};
+        }
+        Head& head = s.heads[from];
+        head.router = caf::actor_cast<caf::actor>(self->current_sender());
+        head.name = join->head_name.substr(0, 200);
+        head.session = RequestSession(session_key(s.secret, join->nonce, join->head_nonce));
+        head.gone_token = random_token();
+        // The proxy of the head's actor terminates when CAF loses the
+        // connection it came over (closed, or heartbeats missed); only then
+        // does this functor, in this process, tell the gateway.
+        head.router->attach_functor(
+            [gw = caf::actor_cast<caf::actor_addr>(self), token = head.gone_token](const caf::error& reason) {
+              if (auto to = caf::actor_cast<caf::actor>(gw)) caf::anon_send(to, head_gone_atom::value, token, reason);
+            });
+        std::fprintf(stderr, "actorlm %s: head %s joined\n", s.label.c_str(), head.name.c_str());
+        return {s.welcome};
+      },
+      [self](head_gone_atom, uint64_t token, const caf::error& reason) { drop_head(self, token, self->system().render(reason)); },
+      [self](forward_atom a, const WireMessage& sealed) -> caf::result<WireMessage> {
+        WireMessage in;
+        if (!sealed_sender(self, RequestKind::forward, sealed, in.bytes, "a forward batch")) return caf::sec::request_receiver_down;
+        if (!self->state.worker) return caf::sec::unexpected_message;
+        auto rp = self->make_response_promise<WireMessage>();
+        self->request(self->state.worker, caf::infinite, a, in)
+            .then([rp](const WireMessage& m) mutable { rp.deliver(m); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](generate_atom, const WireMessage& in) { on_generate(self, in); },
+      [self](kv_reserve_atom, const WireMessage& in) { return on_reserve(self, in); },
+      [self](kv_chunk_atom, const WireMessage& in) { return on_chunk(self, in); },
+      [self](kv_commit_atom, const WireMessage& in) { return on_commit(self, in); },
+      [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
+      [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
+      [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
+      [self](stats_atom a, const WireMessage& sealed) -> caf::result<WireMessage> {
+        WireMessage in;
+        if (!sealed_sender(self, RequestKind::stats, sealed, in.bytes, "a stats request")) return caf::sec::request_receiver_down;
+        auto rp = self->make_response_promise<WireMessage>();
+        self->request(self->state.scheduler, std::chrono::seconds(30), a, in)
+            .then([rp](const WireMessage& m) mutable { rp.deliver(m); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](flush_atom a, const WireMessage& sealed) -> caf::result<int64_t> {
+        WireMessage empty;
+        if (!sealed_sender(self, RequestKind::flush, sealed, empty.bytes, "a flush")) return caf::sec::request_receiver_down;
+        auto rp = self->make_response_promise<int64_t>();
+        self->request(self->state.scheduler, std::chrono::seconds(30), a)
+            .then([rp](int64_t freed) mutable { rp.deliver(freed); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+  };
+}
+
+// The gateway with its mailbox's door shut to exit and down messages. Any
+// peer can send either, naming any actor (the sender and source fields are
+// the peer's claims), and CAF acts on them before the behavior sees them:
+// an exit message with exit_reason::kill ends an actor whatever its exit
+// handler says. The gateway links to nothing, learns that heads went away
+// from functors attached to their proxies, and stops on a shutdown message
+// carrying a token only its owner holds, so it needs neither.
+class GatewayActor : public Self {
+ public:
+  GatewayActor(caf::actor_config& cfg, std::string secret, uint64_t stop_token)
+      : Self(cfg), secret_(std::move(secret)), stop_token_(stop_token) {}
+
+  caf::behavior make_behavior() override { return gateway(this, std::move(secret_), stop_token_); }
+
+  using Self::enqueue;
+  void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override {
+    if (ptr && (ptr->content().match_elements<caf::exit_msg>() || ptr->content().match_elements<caf::down_msg>())) {
+      std::fprintf(stderr, "actorlm %s: dropped an exit or down message\n", state.label.c_str());
+      return;
+    }
+    Self::enqueue(std::move(ptr), eu);
+  }
+
+ private:
+  std::string secret_;
+  uint64_t stop_token_;
+};
+
+}  // namespace
+
+caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token) {
+  return system.spawn<GatewayActor>(std::move(secret), stop_token);
+}
+
+}  // namespace actorlm

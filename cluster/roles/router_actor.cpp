@@ -1,0 +1,714 @@
+#include "cluster/roles/router_actor.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/middleman_actor.hpp>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "actors/engine_stats.hpp"
+#include "actors/stream_messages.hpp"
+#include "actors/wire.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/exit_proof_actor.hpp"
+#include "cluster/transport/local_sender.hpp"
+#include "cluster/transport/remote_setup.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+namespace {
+
+constexpr auto handshake_timeout = std::chrono::milliseconds(10000);
+constexpr auto stats_timeout = std::chrono::seconds(10);
+constexpr auto reserve_timeout = std::chrono::seconds(30);
+// A decode node with no room now is asked again after this long.
+constexpr auto reserve_retry = std::chrono::milliseconds(20);
+// Attempts of a disaggregated request before it fails (a lost node, a
+// refused transfer).
+constexpr int max_pd_attempts = 3;
+// Disaggregated attempts' ids on the nodes, far above the tokenizer's.
+constexpr uint64_t first_wire_id = 1ull << 62;
+
+// Asks a decode node again for a request's reservation (from the router itself).
+using pd_reserve_atom = caf::atom_constant<caf::atom("pdreserve")>;
+
+struct NodeLink {
+  NodeAddress address;
+  std::unique_ptr<TcpGate> gate;  // with a secret: CAF dials the node through it
+  RequestSession session;    // seals every request to the node; one per join
+  caf::actor gateway;        // set while joined
+  // Names this join in the notice the functor attached to the gateway's
+  // proxy sends when the connection goes: random, never sent anywhere, and
+  // new per join, so neither a peer nor a late notice of an earlier join
+  // can take a live node out of the rotation.
+  uint64_t gone_token = 0;
+  // A node whose welcome the head refused (another model) stays joined on
+  // its side, so dialling it again would be refused; it is dialled again
+  // once this connection goes (the node restarted, perhaps with the model).
+  caf::actor refused;
+  bool dialling = false;
+  std::string error;         // why it is not joined (last failure)
+  std::set<uint64_t> requests;  // in flight there, by the head's id (a disaggregated one by its wire id)
+  std::string mode;          // NodeWelcome::disaggregation_mode: "", "prefill" or "decode"
+  int64_t kv_tokens = 0;
+};
+
+// A request split over a prefill node (its prompt) and a decode node (the
+// rest). The nodes know it by a wire id of its own, new for each attempt, so
+// that a late answer about an abandoned attempt is never taken for the
+// current one.
+struct PdRequest {
+  std::vector<uint8_t> bytes;  // the TokenizedRequest, for retries
+  uint64_t wire = 0;
+  int prefill = -1, decode = -1;  // where this attempt is; -1: done there, or not placed
+  bool streamed = false;          // the decode node has sent tokens: past retrying
+  int attempts = 0;
+};
+
+struct RouterState {
+  ClusterConfig config;
+  NodeModel model;
+  std::string head_name;
+  caf::actor detokenizer;
+  std::unique_ptr<PrefixRouter> policy;
+  std::vector<NodeLink> nodes;
+  std::map<uint64_t, int> placed;  // request id -> node index
+  std::map<uint64_t, PdRequest> pd;      // disaggregated requests, by the head's id
+  std::map<uint64_t, uint64_t> pd_wire;  // their current wire ids -> the head's id
+  uint64_t next_wire = first_wire_id;
+  uint64_t stop_token = 0;         // held by the engine that spawned the router
+  static inline const char* name = "actorlm.router";
+};
+
+using Self = caf::stateful_actor<RouterState>;
+
+void log_node(Self* self, int i, const std::string& what) {
+  std::fprintf(stderr, "actorlm head: node %s %s\n", self->state.nodes[static_cast<size_t>(i)].address.str().c_str(),
+               what.c_str());
+}
+
+void schedule_dial(Self* self, int i) {
+  auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(self->state.config.retry_interval_s));
+  self->delayed_send(self, delay, dial_atom::value, static_cast<int32_t>(i));
+}
+
+void dial_failed(Self* self, int i, const std::string& why) {
+  NodeLink& n = self->state.nodes[static_cast<size_t>(i)];
+  n.dialling = false;
+  if (why != n.error) log_node(self, i, "cannot join: " + why);
+  n.error = why;
+  schedule_dial(self, i);
+}
+
+void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why);
+
+// The node's in-flight requests end with `why`; the node leaves the rotation.
+void lose_node(Self* self, int i, const std::string& why) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  std::vector<uint64_t> ids, pairs;
+  for (uint64_t id : n.requests) (id >= first_wire_id ? pairs : ids).push_back(id);
+  for (uint64_t id : ids) s.placed.erase(id);
+  n.requests.clear();
+  n.gateway = caf::actor{};
+  n.gone_token = 0;
+  n.error = why;
+  s.policy->set_alive(i, false);
+  log_node(self, i, "lost (" + why + "); failing its " + std::to_string(ids.size()) + " request(s)" +
+                        (pairs.empty() ? "" : ", retrying " + std::to_string(pairs.size()) + " disaggregated one(s)"));
+  const std::string what = "worker node " + n.address.str() + " was lost: " + why;
+  if (!ids.empty()) self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream(ids, ErrorKind::unavailable, what)});
+  for (uint64_t wire : pairs) pd_node_failed(self, i, wire, what);
+  schedule_dial(self, i);
+}
+
+// Tells the router (node_gone_atom, i, token) when CAF loses the connection
+// to `gateway`; returns the token.
+uint64_t watch(Self* self, int i, const caf::actor& gateway) {
+  const uint64_t token = random_token();
+  // The gateway's proxy terminates when CAF loses the connection to the node
+  // (closed, or heartbeats missed); only then does this functor, in this
+  // process, tell the router. No message from a peer can say the same.
+  gateway->attach_functor([router = caf::actor_cast<caf::actor_addr>(self), i, token](const caf::error& reason) {
+    if (auto to = caf::actor_cast<caf::actor>(router)) caf::anon_send(to, node_gone_atom::value, static_cast<int32_t>(i), token, reason);
+  });
+  return token;
+}
+
+void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
+  NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
+  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) {
+    n.dialling = false;
+    if (bad != n.error) log_node(self, i, "cannot join: " + bad);
+    n.error = bad;
+    n.refused = gateway;
+    n.gone_token = watch(self, i, gateway);
+    return;
+  }
+  n.dialling = false;
+  n.error.clear();
+  n.gateway = gateway;
+  n.session = std::move(session);
+  n.refused = caf::actor{};
+  n.gone_token = watch(self, i, gateway);
+  n.mode = w.disaggregation_mode;
+  n.kv_tokens = w.kv_tokens;
+  // Decode nodes take no prompts of their own: the prefix policy never
+  // picks them (pick_decode does).
+  s.policy->set_alive(i, n.mode != "decode");
+  if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
+  log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens" +
+                        (n.mode.empty() ? "" : ", " + n.mode) + ")");
+}
+
+void dial(Self* self, int i) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  if (n.gateway || n.dialling || n.refused) return;
+  n.dialling = true;
+  if (!n.gate) {
+    try {
+      n.gate = open_dial_gate(n.address, s.config.security);
+    } catch (const std::exception& e) {
+      return dial_failed(self, i, e.what());
+    }
+  }
+  join_node(
+      self, n.address, n.gate.get(), s.config.security.secret, s.head_name, handshake_timeout,
+      [self, i](const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
+        joined(self, i, gateway, w, std::move(session));
+      },
+      [self, i](const std::string& why) { dial_failed(self, i, why); });
+}
+
+
+// --- Prefill/decode disaggregation -------------------------------------
+
+std::vector<int32_t> prompt_of(const std::vector<uint8_t>& bytes) {
+  auto req = msg::open<fb::TokenizedRequest>(bytes);
+  std::vector<int32_t> ids;
+  if (req && req.message->input_ids()) ids.assign(req.message->input_ids()->begin(), req.message->input_ids()->end());
+  return ids;
+}
+
+// The request as one node of a pair gets it: under the attempt's wire id,
+// and for the prefill node held, with where its KV goes.
+std::vector<uint8_t> for_node(const std::vector<uint8_t>& bytes, uint64_t wire, const std::string& address,
+                              uint64_t ticket) {
+  auto req = msg::unpack<fb::TokenizedRequest>(bytes, nullptr);
+  req->request_id = wire;
+  req->hold_after_prefill = !address.empty();
+  req->handoff_address = address;
+  req->handoff_ticket = ticket;
+  return msg::pack(*req);
+}
+
+// The decode node for a new pair: joined, fewest requests in flight per KV
+// token it holds (so a bigger pool takes more), then the lowest index.
+int pick_decode(Self* self) {
+  auto& nodes = self->state.nodes;
+  int best = -1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeLink& n = nodes[i];
+    if (!n.gateway || n.mode != "decode") continue;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const NodeLink& b = nodes[static_cast<size_t>(best)];
+    const double load = double(n.requests.size() + 1) / double(std::max<int64_t>(1, n.kv_tokens));
+    const double best_load = double(b.requests.size() + 1) / double(std::max<int64_t>(1, b.kv_tokens));
+    if (load < best_load) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+void send_abort(Self* self, int i, uint64_t wire, const std::string& why) {
+  NodeLink& n = self->state.nodes[static_cast<size_t>(i)];
+  if (!n.gateway) return;
+  fb::AbortT a;
+  a.request_ids = {wire};
+  a.reason = why;
+  self->send(n.gateway, abort_atom::value, WireMessage{n.session.seal(RequestKind::abort, msg::pack(a))});
+}
+
+// Takes the current attempt off its nodes, telling them to drop it.
+void abandon_attempt(Self* self, PdRequest& r, const std::string& why) {
+  auto& s = self->state;
+  if (r.prefill >= 0) {
+    send_abort(self, r.prefill, r.wire, why);
+    s.nodes[static_cast<size_t>(r.prefill)].requests.erase(r.wire);
+    s.policy->finished(r.prefill);
+    r.prefill = -1;
+  }
+  if (r.decode >= 0) {
+    send_abort(self, r.decode, r.wire, why);
+    s.nodes[static_cast<size_t>(r.decode)].requests.erase(r.wire);
+    r.decode = -1;
+  }
+  s.pd_wire.erase(r.wire);
+  r.wire = 0;
+}
+
+// The request ends for its client with `e` (an error or an abort).
+void end_pd(Self* self, uint64_t id, TokenEvent e) {
+  auto& s = self->state;
+  auto it = s.pd.find(id);
+  if (it == s.pd.end()) return;
+  abandon_attempt(self, it->second, e.error.empty() ? "ended by the head" : e.error);
+  s.pd.erase(it);
+  e.id = id;
+  self->send(s.detokenizer, stream_atom::value, WireMessage{token_stream({e})});
+}
+
+void fail_pd(Self* self, uint64_t id, ErrorKind kind, const std::string& why) {
+  TokenEvent e;
+  e.finish = FinishReason::error;
+  e.error = why;
+  e.error_kind = kind;
+  end_pd(self, id, std::move(e));
+}
+
+void send_plain(Self* self, uint64_t id, int node, const std::vector<uint8_t>& bytes) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(node)];
+  s.placed[id] = node;
+  n.requests.insert(id);
+  self->send(n.gateway, generate_atom::value, WireMessage{n.session.seal(RequestKind::generate, bytes)});
+}
+
+void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m);
+
+// Asks a decode node for rows for the request; its prefill node is chosen.
+void reserve(Self* self, uint64_t id) {
+  auto& s = self->state;
+  PdRequest& r = s.pd.at(id);
+  const int d = pick_decode(self);
+  if (d < 0) return fail_pd(self, id, ErrorKind::unavailable, "no decode node is available");
+  NodeLink& n = s.nodes[static_cast<size_t>(d)];
+  r.wire = s.next_wire++;
+  r.decode = d;
+  s.pd_wire[r.wire] = id;
+  n.requests.insert(r.wire);
+  const uint64_t wire = r.wire;
+  self->request(n.gateway, reserve_timeout, kv_reserve_atom::value,
+                WireMessage{n.session.seal(RequestKind::kv_reserve, for_node(r.bytes, wire, "", 0))})
+      .then([self, wire, d](const WireMessage& m) { on_reserved(self, wire, d, m); },
+            [self, wire, d](const caf::error& e) {
+              fb::KvReserveReplyT failed;
+              failed.error = "no answer: " + self->system().render(e);
+              on_reserved(self, wire, d, WireMessage{msg::pack(failed)});
+            });
+}
+
+void start_pd(Self* self, uint64_t id, int prefill) {
+  PdRequest& r = self->state.pd.at(id);
+  ++r.attempts;
+  r.prefill = prefill;
+  reserve(self, id);
+}
+
+// The current attempt failed before the client saw a token: the request
+// starts again on another pair (or the same, if it is the only one), or,
+// after max_pd_attempts or when the request itself is at fault, fails.
+void retry_pd(Self* self, uint64_t id, ErrorKind kind, const std::string& why) {
+  auto& s = self->state;
+  auto it = s.pd.find(id);
+  if (it == s.pd.end()) return;
+  PdRequest& r = it->second;
+  abandon_attempt(self, r, why);
+  if (kind != ErrorKind::invalid_request && r.attempts < max_pd_attempts) {
+    RouteDecision d = s.policy->route(prompt_of(r.bytes));
+    if (d.node >= 0) {
+      std::fprintf(stderr, "actorlm head: request %llu: %s; trying again (attempt %d)\n",
+                   static_cast<unsigned long long>(id), why.c_str(), r.attempts + 1);
+      if (s.nodes[static_cast<size_t>(d.node)].mode == "prefill") return start_pd(self, id, d.node);
+      std::vector<uint8_t> bytes = std::move(r.bytes);
+      s.pd.erase(it);
+      return send_plain(self, id, d.node, bytes);
+    }
+  }
+  fail_pd(self, id, kind, why);
+}
+
+void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m) {
+  auto& s = self->state;
+  fb::KvReserveReplyT reply;
+  if (auto r = msg::unpack<fb::KvReserveReply>(m.bytes, &reply.error)) reply = std::move(*r);
+  auto c = s.pd_wire.find(wire);
+  if (c == s.pd_wire.end()) {
+    // Abandoned meanwhile: the rows go back.
+    if (reply.ticket) send_abort(self, decode, wire, "abandoned");
+    return;
+  }
+  const uint64_t id = c->second;
+  PdRequest& r = s.pd.at(id);
+  NodeLink& d = s.nodes[static_cast<size_t>(decode)];
+  if (!reply.error.empty() || reply.ticket == 0) {
+    d.requests.erase(wire);
+    s.pd_wire.erase(wire);
+    r.decode = -1;
+    r.wire = 0;
+    if (reply.no_room) {
+      self->delayed_send(self, reserve_retry, pd_reserve_atom::value, id);
+      return;
+    }
+    return fail_pd(self, id, ErrorKind::invalid_request, "decode node " + d.address.str() + ": " + reply.error);
+  }
+  NodeLink& p = s.nodes[static_cast<size_t>(r.prefill)];
+  if (!p.gateway) return retry_pd(self, id, ErrorKind::unavailable, "prefill node " + p.address.str() + " was lost");
+  p.requests.insert(wire);
+  self->send(p.gateway, generate_atom::value,
+             WireMessage{p.session.seal(RequestKind::generate, for_node(r.bytes, wire, d.address.str(), reply.ticket))});
+}
+
+// Node `i` went away or misbehaved with the attempt `wire` on it.
+void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
+  auto& s = self->state;
+  auto c = s.pd_wire.find(wire);
+  if (c == s.pd_wire.end()) return;
+  const uint64_t id = c->second;
+  PdRequest& r = s.pd.at(id);
+  if (r.prefill == i) r.prefill = -1;  // its node forgets it
+  if (r.decode == i) r.decode = -1;
+  if (r.streamed) return fail_pd(self, id, ErrorKind::unavailable, why);
+  retry_pd(self, id, ErrorKind::unavailable, why);
+}
+
+// A client's abort or stop of a disaggregated request.
+template <class Atom>
+void cancel_pd(Self* self, Atom atom, uint64_t id, const std::string& reason) {
+  auto& s = self->state;
+  PdRequest& r = s.pd.at(id);
+  if (r.streamed && r.decode >= 0) {
+    // Decoding: the decode node ends it as a local engine would.
+    NodeLink& d = s.nodes[static_cast<size_t>(r.decode)];
+    constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
+    fb::AbortT a;
+    a.request_ids = {r.wire};
+    a.reason = reason;
+    if (d.gateway) self->send(d.gateway, atom, WireMessage{d.session.seal(kind, msg::pack(a))});
+    return;
+  }
+  TokenEvent e;
+  e.finish = FinishReason::abort;
+  e.error = reason;
+  end_pd(self, id, std::move(e));
+}
+
+// One TokenStream item of a disaggregated attempt from node `i`: the
+// prefill node's held notice or early finish, or the decode node's tokens.
+void on_pd_item(Self* self, int i, std::unique_ptr<fb::TokenStreamItemT> item, fb::TokenStreamT& kept) {
+  auto& s = self->state;
+  const uint64_t wire = item->request_id;
+  auto c = s.pd_wire.find(wire);
+  if (c == s.pd_wire.end()) return;  // an abandoned attempt
+  const uint64_t id = c->second;
+  PdRequest& r = s.pd.at(id);
+  const bool finished = item->finish_reason != fb::FinishReason::None;
+  const bool failed = item->finish_reason == fb::FinishReason::Abort || item->finish_reason == fb::FinishReason::Error;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  ErrorKind kind = from_fb(item->error_kind);
+  if (kind == ErrorKind::none) kind = ErrorKind::unavailable;
+  if (i == r.prefill) {
+    if (item->held) {  // the decode node has the KV and has started
+      n.requests.erase(wire);
+      s.policy->finished(i);
+      r.prefill = -1;
+      return;
+    }
+    if (!finished) return;
+    if (failed) return retry_pd(self, id, kind, "prefill node " + n.address.str() + ": " + item->error);
+    // It ended at its first token (a stop token, or max_tokens 1): the
+    // decode node's rows go back.
+    n.requests.erase(wire);
+    s.policy->finished(i);
+    r.prefill = -1;
+    abandon_attempt(self, r, "finished on the prefill node");
+    s.pd.erase(id);
+  } else if (i == r.decode) {
+    if (failed && !r.streamed) return retry_pd(self, id, kind, "decode node " + n.address.str() + ": " + item->error);
+    r.streamed = true;
+    if (finished) {
+      n.requests.erase(wire);
+      r.decode = -1;
+      abandon_attempt(self, r, "finished");
+      s.pd.erase(id);
+    }
+  } else {
+    return;
+  }
+  item->request_id = id;
+  kept.items.push_back(std::move(item));
+}
+
+void on_generate(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  auto req = msg::open<fb::TokenizedRequest>(in.bytes);
+  if (!req) return;  // the local tokenizer built it; cannot happen short of memory corruption
+  const uint64_t id = req.message->request_id();
+  std::vector<int32_t> ids;
+  if (req.message->input_ids()) ids.assign(req.message->input_ids()->begin(), req.message->input_ids()->end());
+  RouteDecision d = s.policy->route(ids);
+  if (d.node < 0) {
+    std::string why = "no worker node is available";
+    for (const auto& n : s.nodes) why += "; " + n.address.str() + ": " + (n.error.empty() ? "joining" : n.error);
+    self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream({id}, ErrorKind::unavailable, why)});
+    return;
+  }
+  if (s.nodes[static_cast<size_t>(d.node)].mode == "prefill") {
+    s.pd[id].bytes = in.bytes;
+    return start_pd(self, id, d.node);
+  }
+  send_plain(self, id, d.node, in.bytes);
+}
+
+template <class Atom>
+void on_cancel(Self* self, Atom atom, const WireMessage& in) {
+  auto& s = self->state;
+  auto a = msg::unpack<fb::Abort>(in.bytes, nullptr);
+  if (!a) return;
+  std::map<int, fb::AbortT> per_node;
+  for (uint64_t id : a->request_ids) {
+    if (s.pd.count(id)) {
+      cancel_pd(self, atom, id, a->reason);
+      continue;
+    }
+    auto it = s.placed.find(id);
+    if (it == s.placed.end()) continue;
+    per_node[it->second].request_ids.push_back(id);
+    per_node[it->second].reason = a->reason;
+  }
+  constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
+  for (auto& [i, abort] : per_node) {
+    NodeLink& n = s.nodes[static_cast<size_t>(i)];
+    if (n.gateway) self->send(n.gateway, atom, WireMessage{n.session.seal(kind, msg::pack(abort))});
+  }
+}
+
+// The node's in-flight requests end with `why`, and the node is told to
+// abort them, so their KV is freed there.
+void fail_requests(Self* self, int i, const std::string& why) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  std::vector<uint64_t> ids, pairs;
+  for (uint64_t id : n.requests) (id >= first_wire_id ? pairs : ids).push_back(id);
+  const std::string what = "worker node " + n.address.str() + " " + why;
+  for (uint64_t wire : pairs) {
+    send_abort(self, i, wire, why);
+    pd_node_failed(self, i, wire, what);
+  }
+  if (ids.empty()) return;
+  for (uint64_t id : ids) {
+    s.placed.erase(id);
+    s.policy->finished(i);
+    n.requests.erase(id);
+  }
+  fb::AbortT abort;
+  abort.request_ids = ids;
+  abort.reason = why;
+  if (n.gateway) self->send(n.gateway, abort_atom::value, WireMessage{n.session.seal(RequestKind::abort, msg::pack(abort))});
+  self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream(ids, ErrorKind::unavailable, what)});
+}
+
+// A node's TokenStream, passed on holding only the items for requests routed
+// to that node: a node cannot write into another node's requests. Which node
+// sent it is what CAF names as the sender.
+void on_stream(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  const caf::actor_addr from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  int node = -1;
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    if (s.nodes[i].gateway && s.nodes[i].gateway.address() == from) node = static_cast<int>(i);
+  }
+  if (node < 0) return;  // a node we no longer route to; its requests have already ended
+  std::string error;
+  auto ts = msg::unpack<fb::TokenStream>(in.bytes, &error);
+  if (!ts) {
+    // Which requests it carried is unknown, and a stream that lost a step
+    // cannot be repaired: every request there ends, and the node frees them.
+    log_node(self, node, "sent an unreadable token stream: " + error);
+    fail_requests(self, node, "sent an unreadable token stream");
+    return;
+  }
+  NodeLink& n = s.nodes[static_cast<size_t>(node)];
+  fb::TokenStreamT kept;
+  size_t foreign = 0;
+  bool paired = false;  // items of disaggregated requests, renamed to the head's ids
+  for (auto& item : ts->items) {
+    if (item->request_id >= first_wire_id) {
+      paired = true;
+      on_pd_item(self, node, std::move(item), kept);
+      continue;
+    }
+    if (!n.requests.count(item->request_id)) {
+      ++foreign;
+      continue;
+    }
+    if (item->finish_reason != fb::FinishReason::None) {
+      n.requests.erase(item->request_id);
+      s.placed.erase(item->request_id);
+      s.policy->finished(node);
+    }
+    kept.items.push_back(std::move(item));
+  }
+  if (foreign > 0) log_node(self, node, "sent " + std::to_string(foreign) + " token stream item(s) for requests not routed there (dropped)");
+  if (kept.items.empty()) return;
+  self->send(s.detokenizer, stream_atom::value, foreign == 0 && !paired ? in : WireMessage{msg::pack(kept)});
+}
+
+// Sums the alive nodes' figures and lists every node.
+struct StatsGather {
+  caf::response_promise promise;
+  EngineStatsSnapshot total;
+  size_t pending = 0;
+};
+
+void finish_stats(Self* self, const std::shared_ptr<StatsGather>& g) {
+  auto& s = self->state;
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    NodeStatsSnapshot& row = g->total.nodes[i];
+    row.address = s.nodes[i].address.str();
+    row.alive = static_cast<bool>(s.nodes[i].gateway);
+    row.routed = s.policy->stats(static_cast<int>(i)).routed;
+    row.in_flight = static_cast<int32_t>(s.nodes[i].requests.size());
+    row.disaggregation_mode = s.nodes[i].mode;
+    if (!row.alive) row.error = s.nodes[i].error.empty() ? "joining" : s.nodes[i].error;
+  }
+  g->promise.deliver(WireMessage{msg::pack(to_message(g->total))});
+}
+
+caf::result<WireMessage> on_stats(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  auto g = std::make_shared<StatsGather>();
+  g->promise = self->make_response_promise();
+  g->total.nodes.resize(s.nodes.size());
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    if (!s.nodes[i].gateway) continue;
+    ++g->pending;
+    self->request(s.nodes[i].gateway, stats_timeout, stats_atom::value,
+                  WireMessage{s.nodes[i].session.seal(RequestKind::stats, in.bytes)})
+        .then(
+            [self, g, i](const WireMessage& reply) {
+              auto st = msg::unpack<fb::EngineStats>(reply.bytes, nullptr);
+              if (st) add_node(g->total, g->total.nodes[i], from_message(*st));
+              if (--g->pending == 0) finish_stats(self, g);
+            },
+            [self, g, i](const caf::error& e) {
+              g->total.nodes[i].error = "stats: " + self->system().render(e);
+              if (--g->pending == 0) finish_stats(self, g);
+            });
+  }
+  if (g->pending == 0) finish_stats(self, g);
+  return g->promise;
+}
+
+caf::result<int64_t> on_flush(Self* self) {
+  auto& s = self->state;
+  auto promise = self->make_response_promise<int64_t>();
+  auto sum = std::make_shared<std::pair<int64_t, size_t>>(0, 0);
+  for (const auto& n : s.nodes) sum->second += n.gateway ? 1 : 0;
+  if (sum->second == 0) {
+    promise.deliver(int64_t{0});
+    return promise;
+  }
+  for (auto& n : s.nodes) {
+    if (!n.gateway) continue;
+    self->request(n.gateway, stats_timeout, flush_atom::value, WireMessage{n.session.seal(RequestKind::flush, {})})
+        .then(
+            [promise, sum](int64_t freed) mutable {
+              sum->first += freed;
+              if (--sum->second == 0) promise.deliver(sum->first);
+            },
+            [promise, sum](const caf::error&) mutable {
+              if (--sum->second == 0) promise.deliver(sum->first);
+            });
+  }
+  return promise;
+}
+
+caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name,
+                     uint64_t stop_token) {
+  auto& s = self->state;
+  s.config = std::move(config);
+  s.model = std::move(model);
+  s.detokenizer = std::move(detokenizer);
+  s.head_name = std::move(head_name);
+  s.stop_token = stop_token;
+  s.policy = std::make_unique<PrefixRouter>(static_cast<int>(s.config.nodes.size()), s.config.routing);
+  for (size_t i = 0; i < s.config.nodes.size(); ++i) {
+    s.nodes.push_back(NodeLink{s.config.nodes[i], nullptr, {}, {}, 0, {}, false, "", {}, "", 0});
+    s.policy->set_alive(static_cast<int>(i), false);
+  }
+  for (size_t i = 0; i < s.nodes.size(); ++i) dial(self, static_cast<int>(i));
+  return {
+      [self](generate_atom, const WireMessage& in, const caf::actor&) {
+        if (from_this_process(self)) on_generate(self, in);
+      },
+      [self](abort_atom a, const WireMessage& in) {
+        if (from_this_process(self)) on_cancel(self, a, in);
+      },
+      [self](stop_atom a, const WireMessage& in) {
+        if (from_this_process(self)) on_cancel(self, a, in);
+      },
+      [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
+      [self](stats_atom, const WireMessage& in) -> caf::result<WireMessage> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_stats(self, in);
+      },
+      [self](flush_atom) -> caf::result<int64_t> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_flush(self);
+      },
+      [self](pd_reserve_atom, uint64_t id) {
+        if (!from_this_process(self)) return;
+        auto it = self->state.pd.find(id);
+        if (it != self->state.pd.end() && it->second.decode < 0 && it->second.prefill >= 0) reserve(self, id);
+      },
+      [self](dial_atom, int32_t i) {
+        if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);
+      },
+      [self](node_gone_atom, int32_t i, uint64_t token, const caf::error& reason) {
+        auto& nodes = self->state.nodes;
+        if (i < 0 || static_cast<size_t>(i) >= nodes.size()) return;
+        NodeLink& n = nodes[static_cast<size_t>(i)];
+        if (token == 0 || token != n.gone_token) return;
+        if (n.gateway) {
+          lose_node(self, i, self->system().render(reason));
+        } else if (n.refused) {
+          n.refused = caf::actor{};
+          n.gone_token = 0;
+          schedule_dial(self, i);
+        }
+      },
+      [self](status_atom) {
+        int32_t up = 0;
+        std::string errors;
+        for (const auto& n : self->state.nodes) {
+          if (n.gateway) {
+            ++up;
+          } else if (!n.error.empty()) {
+            errors += (errors.empty() ? "" : "; ") + n.address.str() + ": " + n.error;
+          }
+        }
+        return caf::make_message(up, static_cast<int32_t>(self->state.nodes.size()), errors);
+      },
+      [self](shutdown_atom, uint64_t token) {
+        if (token == self->state.stop_token) self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
+                        std::string head_name, uint64_t stop_token) {
+  return system.spawn<ExitProofActor<RouterState, ClusterConfig, NodeModel, caf::actor, std::string, uint64_t>>(
+      router, std::move(config), std::move(model), std::move(detokenizer), std::move(head_name), stop_token);
+}
+
+}  // namespace actorlm

@@ -1,0 +1,33 @@
+#pragma once
+// A cluster head's router: stands where a local engine has its scheduler.
+// The tokenizer hands it TokenizedRequests; it picks a worker node with the
+// cache-aware PrefixRouter, sends the request to that node's gateway, and
+// passes the node's TokenStreams on to the head's detokenizer. Aborts, stops,
+// stats (summed, plus one NodeStats per node) and flushes go to the nodes.
+//
+// It dials every node itself (through the middleman, TLS when configured),
+// joins it with the shared secret, checks that it serves the head's model,
+// and watches its connection (a functor attached to the gateway's proxy; no
+// monitor, and exit and down messages are dropped, since a node could forge
+// them, cluster/transport/exit_proof_actor.hpp). A node that is lost (connection closed, heartbeats
+// missed) ends its in-flight requests with an error at once, leaves the
+// rotation, and is dialled again every retry interval until it is back.
+//
+// (status_atom) -> (int32_t joined, int32_t total, std::string last errors):
+// how the engine waits for its nodes at start-up.
+// (shutdown_atom, stop_token) stops it; keep the token in this process.
+// Every order but a node's token stream must come from this process.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <string>
+
+#include "cluster/roles/cluster_config.hpp"
+#include "cluster/transport/cluster_handshake.hpp"
+
+namespace actorlm {
+
+caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
+                        std::string head_name, uint64_t stop_token);
+
+}  // namespace actorlm

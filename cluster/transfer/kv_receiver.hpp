@@ -1,0 +1,70 @@
+#pragma once
+// A decode node's open KV transfers (prefill/decode disaggregation). When
+// the head reserves rows for a request here, the node opens a transfer under
+// a random ticket; a prefill node then names that ticket in every chunk it
+// sends and in its commit. The receiver checks each chunk (layout, CRC,
+// range, nothing twice: cluster/transfer/kv_transfer.hpp) and turns it into the write
+// of those rows; the commit is accepted only once every layer of every token
+// has arrived. No CAF: the node's gateway does the messaging.
+//
+// Tickets are 64 random bits; a chunk that names an unknown one is refused,
+// so a peer cannot write into a request it was not handed.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cluster/transfer/kv_transfer.hpp"
+
+namespace actorlm {
+
+class KvReceiver {
+ public:
+  explicit KvReceiver(KvLayout layout) : layout_(std::move(layout)) {}
+
+  const KvLayout& layout() const { return layout_; }
+
+  // Local request `request_id` has `rows` reserved, one per prompt token.
+  // Returns its ticket (never 0).
+  uint64_t open(uint64_t request_id, std::vector<int32_t> rows);
+
+  // What a taken chunk asks of the worker: copy `data` into `rows` for
+  // layers [first_layer, last_layer) (ModelRunner::write_kv's layout).
+  struct Write {
+    std::vector<int32_t> rows;
+    int32_t first_layer = 0, last_layer = 0;
+    std::vector<uint8_t> data;
+  };
+  struct Taken {
+    std::optional<Write> write;  // set when the chunk is good
+    std::string error;           // else why not
+    uint64_t request_id = 0;     // the ticket's request (0: no such ticket); fail it on error
+  };
+  Taken take(std::span<const uint8_t> chunk);
+
+  // The commit of `ticket`: its request id once every chunk has arrived.
+  // Either way the ticket is closed (a second commit is refused).
+  struct Committed {
+    uint64_t request_id = 0;
+    std::string error;
+  };
+  Committed commit(uint64_t ticket);
+
+  // Closes whatever transfer `request_id` has open (it ended or was aborted).
+  void drop_request(uint64_t request_id);
+  size_t open_transfers() const { return open_.size(); }
+
+ private:
+  struct Open {
+    uint64_t request_id = 0;
+    std::vector<int32_t> rows;
+    KvAssembly assembly;
+  };
+  KvLayout layout_;
+  std::map<uint64_t, Open> open_;  // by ticket
+};
+
+}  // namespace actorlm

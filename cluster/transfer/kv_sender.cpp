@@ -1,0 +1,259 @@
+#include "cluster/transfer/kv_sender.hpp"
+
+#include <algorithm>
+#include <caf/all.hpp>
+#include <cstdio>
+#include <map>
+
+#include "actors/wire.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/exit_proof_actor.hpp"
+#include "cluster/transport/local_sender.hpp"
+#include "cluster/transport/remote_setup.hpp"
+#include "messages/envelope.hpp"
+
+namespace actorlm {
+namespace {
+
+struct Link {
+  NodeAddress address;
+  std::unique_ptr<TcpGate> gate;  // with a secret: CAF dials through it
+  caf::actor gateway;             // set while joined
+  RequestSession session;
+  uint64_t gone_token = 0;        // names this join in the connection-lost notice
+  bool dialling = false;
+  std::vector<uint64_t> waiting;  // transfers waiting for the join
+};
+
+struct Transfer {
+  std::string link;  // key into links
+  fb::KvSendOrderT order;
+  std::vector<KvChunkRange> plan;
+  size_t next = 0;      // next chunk to read
+  size_t answered = 0;  // chunks the decode node took
+  int in_flight = 0;
+  caf::typed_response_promise<std::string> promise;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+struct SenderState {
+  KvSenderConfig cfg;
+  uint64_t stop_token = 0;
+  std::map<std::string, Link> links;  // by "host:port"
+  std::map<uint64_t, Transfer> transfers;
+  uint64_t next_transfer = 1;
+  int64_t chunks_sent = 0;
+  static inline const char* name = "actorlm.kv_sender";
+};
+
+using Self = caf::stateful_actor<SenderState>;
+
+// Ends a transfer with `error` (empty: done). Later answers for it find
+// nothing and are ignored.
+void finish(Self* self, uint64_t id, const std::string& error) {
+  auto it = self->state.transfers.find(id);
+  if (it == self->state.transfers.end()) return;
+  const Transfer& t = it->second;
+  if (!error.empty()) {
+    std::fprintf(stderr, "actorlm kv sender: transfer to %s failed: %s\n", t.link.c_str(), error.c_str());
+  } else {
+    // One line per request, as a server logs each prompt's timing: what
+    // the transfer cost next to the prefill is how PD is tuned.
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
+    const double bytes = double(t.order.rows.size()) * double(self->state.cfg.layout.n_layers) *
+                         double(self->state.cfg.layout.token_bytes);
+    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)\n",
+                 t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9));
+  }
+  it->second.promise.deliver(error);
+  self->state.transfers.erase(it);
+}
+
+void commit(Self* self, uint64_t id) {
+  auto& s = self->state;
+  Transfer& t = s.transfers.at(id);
+  Link& link = s.links.at(t.link);
+  if (!link.gateway) return finish(self, id, "lost the decode node " + t.link);
+  fb::KvHandoffT h;
+  h.request_id = t.order.ticket;
+  h.first_token = t.order.first_token;
+  h.first_logprob = t.order.first_logprob;
+  h.cached_tokens = t.order.cached_tokens;
+  self->request(link.gateway, s.cfg.timeout, kv_commit_atom::value,
+                WireMessage{link.session.seal(RequestKind::kv_commit, msg::pack(h))})
+      .then(
+          [self, id](const std::string& error) {
+            finish(self, id, error.empty() ? "" : "the decode node refused the commit: " + error);
+          },
+          [self, id](const caf::error& e) { finish(self, id, "commit: " + self->system().render(e)); });
+}
+
+void send_chunk(Self* self, uint64_t id, const KvChunkRange& range, const WireMessage& reply);
+
+// Reads chunks until `window` are unanswered or the plan is done.
+void pump(Self* self, uint64_t id) {
+  auto& s = self->state;
+  Transfer& t = s.transfers.at(id);
+  while (t.in_flight < s.cfg.window && t.next < t.plan.size()) {
+    const KvChunkRange r = t.plan[t.next++];
+    ++t.in_flight;
+    fb::KvRowsRequestT read;
+    read.rows.assign(t.order.rows.begin() + r.first_token, t.order.rows.begin() + r.last_token);
+    read.first_layer = r.first_layer;
+    read.last_layer = r.last_layer;
+    self->request(s.cfg.worker, s.cfg.timeout, kv_read_atom::value, WireMessage{msg::pack(read)})
+        .then([self, id, r](const WireMessage& reply) { send_chunk(self, id, r, reply); },
+              [self, id](const caf::error& e) { finish(self, id, "reading KV: " + self->system().render(e)); });
+  }
+}
+
+void send_chunk(Self* self, uint64_t id, const KvChunkRange& range, const WireMessage& reply) {
+  auto& s = self->state;
+  auto it = s.transfers.find(id);
+  if (it == s.transfers.end()) return;
+  Transfer& t = it->second;
+  std::string error;
+  auto rows = msg::unpack<fb::KvRowsReply>(reply.bytes, &error);
+  if (rows && !rows->error.empty()) error = rows->error;
+  if (!rows || !error.empty()) return finish(self, id, "reading KV: " + error);
+  Link& link = s.links.at(t.link);
+  if (!link.gateway) return finish(self, id, "lost the decode node " + t.link);
+  std::vector<uint8_t> chunk =
+      encode_kv_chunk(t.order.ticket, s.cfg.layout, static_cast<int32_t>(t.order.rows.size()), range, rows->data);
+  if (s.chunks_sent++ == s.cfg.corrupt_chunk) chunk[chunk.size() / 2] ^= 0x10;
+  self->request(link.gateway, s.cfg.timeout, kv_chunk_atom::value,
+                WireMessage{link.session.seal(RequestKind::kv_chunk, chunk)})
+      .then(
+          [self, id](const std::string& refused) {
+            auto it = self->state.transfers.find(id);
+            if (it == self->state.transfers.end()) return;
+            if (!refused.empty()) return finish(self, id, "the decode node refused a chunk: " + refused);
+            Transfer& t = it->second;
+            --t.in_flight;
+            if (++t.answered == t.plan.size()) return commit(self, id);
+            pump(self, id);
+          },
+          [self, id](const caf::error& e) { finish(self, id, "sending a chunk: " + self->system().render(e)); });
+}
+
+void lose_link(Self* self, const std::string& key, const std::string& why) {
+  auto& s = self->state;
+  Link& link = s.links.at(key);
+  link.gateway = caf::actor{};
+  link.gone_token = 0;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, t] : s.transfers) {
+    if (t.link == key) ids.push_back(id);
+  }
+  for (uint64_t id : ids) finish(self, id, "lost the decode node " + key + ": " + why);
+}
+
+void joined(Self* self, const std::string& key, const caf::actor& gateway, const fb::NodeWelcomeT& w,
+            RequestSession session) {
+  auto& s = self->state;
+  Link& link = s.links.at(key);
+  link.dialling = false;
+  std::vector<uint64_t> waiting = std::move(link.waiting);
+  link.waiting.clear();
+  std::string bad = model_mismatch(s.cfg.model, {w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest});
+  if (bad.empty() && w.disaggregation_mode != "decode") bad = key + " is not a decode node (--disaggregation-mode decode)";
+  if (!bad.empty()) {
+    // Stays joined there (harmless); every transfer to it fails.
+    for (uint64_t id : waiting) finish(self, id, bad);
+    return;
+  }
+  link.gateway = gateway;
+  link.session = std::move(session);
+  link.gone_token = random_token();
+  gateway->attach_functor([me = caf::actor_cast<caf::actor_addr>(self), key, token = link.gone_token](const caf::error& reason) {
+    if (auto to = caf::actor_cast<caf::actor>(me)) caf::anon_send(to, node_gone_atom::value, key, token, reason);
+  });
+  for (uint64_t id : waiting) {
+    if (s.transfers.count(id)) pump(self, id);
+  }
+}
+
+void dial(Self* self, const std::string& key) {
+  auto& s = self->state;
+  Link& link = s.links.at(key);
+  link.dialling = true;
+  auto failed = [self, key](const std::string& why) {
+    Link& link = self->state.links.at(key);
+    link.dialling = false;
+    std::vector<uint64_t> waiting = std::move(link.waiting);
+    link.waiting.clear();
+    for (uint64_t id : waiting) finish(self, id, "cannot join the decode node " + key + ": " + why);
+  };
+  if (!link.gate) {
+    try {
+      link.gate = open_dial_gate(link.address, s.cfg.security);
+    } catch (const std::exception& e) {
+      return failed(e.what());
+    }
+  }
+  join_node(
+      self, link.address, link.gate.get(), s.cfg.security.secret, s.cfg.name, s.cfg.timeout,
+      [self, key](const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
+        joined(self, key, gateway, w, std::move(session));
+      },
+      failed);
+}
+
+caf::result<std::string> on_send(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  std::string error;
+  auto order = msg::unpack<fb::KvSendOrder>(in.bytes, &error);
+  if (!order) return "unreadable KV send order: " + error;
+  if (order->rows.empty()) return std::string("nothing to send");
+  NodeAddress address;
+  try {
+    address = parse_node_address(order->address);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  if (std::string bad = s.cfg.security.check(address.host); !bad.empty()) return address.str() + ": " + bad;
+  const std::string key = address.str();
+  auto [link, fresh] = s.links.try_emplace(key);
+  if (fresh) link->second.address = address;
+  const uint64_t id = s.next_transfer++;
+  Transfer& t = s.transfers[id];
+  t.link = key;
+  t.plan = plan_kv_chunks(static_cast<int32_t>(order->rows.size()), s.cfg.layout, s.cfg.chunk_bytes);
+  t.order = std::move(*order);
+  t.promise = self->make_response_promise<std::string>();
+  auto promise = t.promise;
+  if (link->second.gateway) {
+    pump(self, id);
+  } else {
+    link->second.waiting.push_back(id);
+    if (!link->second.dialling) dial(self, key);
+  }
+  return promise;
+}
+
+caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
+  self->state.cfg = std::move(cfg);
+  self->state.stop_token = stop_token;
+  return {
+      [self](kv_send_atom, const WireMessage& in) -> caf::result<std::string> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_send(self, in);
+      },
+      [self](node_gone_atom, const std::string& key, uint64_t token, const caf::error& reason) {
+        auto it = self->state.links.find(key);
+        if (it == self->state.links.end() || token == 0 || token != it->second.gone_token) return;
+        lose_link(self, key, self->system().render(reason));
+      },
+      [self](shutdown_atom, uint64_t token) {
+        if (token == self->state.stop_token) self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_kv_sender(caf::actor_system& system, KvSenderConfig config, uint64_t stop_token) {
+  return system.spawn<ExitProofActor<SenderState, KvSenderConfig, uint64_t>>(sender, std::move(config), stop_token);
+}
+
+}  // namespace actorlm

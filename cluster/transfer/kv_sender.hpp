@@ -1,0 +1,46 @@
+#pragma once
+// A prefill node's KV sender (prefill/decode disaggregation). The node's
+// gateway hands it each held request (KvSendOrder: the decode node's
+// address, the ticket that node issued, the prompt's KV rows and the first
+// token); the sender joins the decode node as a head joins a node (same
+// secret, TLS and sealed session), reads the rows from its own worker one
+// chunk at a time (cluster/transfer/kv_transfer.hpp plans them), sends them with at
+// most `window` chunks unanswered, and then commits the first token. Only
+// the chunks in flight are in memory, so a slow decode node slows the
+// transfer instead of growing the sender.
+//
+// (kv_send_atom, WireMessage KvSendOrder) -> std::string: empty once the
+// decode node has every chunk and has started the request, else why not (the
+// gateway then aborts the held request). Orders come from this process only;
+// (shutdown_atom, stop_token) stops it.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <chrono>
+#include <string>
+
+#include "cluster/transfer/kv_transfer.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/cluster_handshake.hpp"
+#include "cluster/transport/remote_security.hpp"
+
+namespace actorlm {
+
+struct KvSenderConfig {
+  KvLayout layout;          // this node's pool
+  NodeModel model;          // a decode node must serve the same
+  RemoteSecurity security;  // as the node's own
+  caf::actor worker;        // reads the rows (kv_read_atom)
+  std::string name;         // how decode nodes' logs name this node
+  int64_t chunk_bytes = 4 << 20;
+  int window = 4;           // chunks read or sent and not yet answered, per transfer
+  std::chrono::milliseconds timeout{30000};  // per join step, read, chunk and commit
+  // Tests only: flip one byte of the n-th chunk this sender sends (counted
+  // from 0), as a damaged link or buffer would; -1 never. `actorlm node`
+  // takes it from ACTORLM_TEST_CORRUPT_KV_CHUNK.
+  int64_t corrupt_chunk = -1;
+};
+
+caf::actor spawn_kv_sender(caf::actor_system& system, KvSenderConfig config, uint64_t stop_token);
+
+}  // namespace actorlm

@@ -1,0 +1,30 @@
+#pragma once
+// The atoms that name what nodes of a cluster say to each other (CAF 0.17
+// atoms: at most 10 characters). A handler tells atoms apart by value, so none
+// may repeat one of actors/wire.hpp.
+
+#include <caf/atom.hpp>
+
+namespace actorlm {
+
+// A head joins a node (hello, then join: NodeHello / NodeJoin), an engine
+// hands a node's gateway its scheduler (attach), a head's router dials a node
+// (dial).
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+using dial_atom = caf::atom_constant<caf::atom("dial")>;
+// A node's gateway, from a functor attached to a joined head's proxy in its
+// own process: that head's connection is gone.
+using head_gone_atom = caf::atom_constant<caf::atom("headgone")>;
+// A head's router or worker link, from a functor attached to a joined node's
+// gateway proxy in its own process: that node's connection is gone.
+using node_gone_atom = caf::atom_constant<caf::atom("nodegone")>;
+// Between nodes (cluster/transfer/kv_sender.hpp): a prefill node's gateway orders its
+// KV sender to move a held request (KvSendOrder); the sender sends a decode
+// node's gateway the chunks (KvChunk) and then the commit (KvHandoff).
+using kv_send_atom = caf::atom_constant<caf::atom("kvsend")>;
+using kv_chunk_atom = caf::atom_constant<caf::atom("kvchunk")>;
+using kv_commit_atom = caf::atom_constant<caf::atom("kvcommit")>;
+
+}  // namespace actorlm

@@ -1,0 +1,278 @@
+// A head's router against nodes that misbehave: two stand-in gateways in a
+// second actor system (a peer process, reached through the middleman on
+// loopback) that join as real nodes do, and then forge down and exit
+// messages, stream items for requests routed to the other node, and corrupt
+// token streams and stats replies. The test is the router's detokenizer, so
+// it sees exactly what the router passes on.
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "actors/engine_core.hpp"
+#include "actors/wire.hpp"
+#include "cluster/roles/router_actor.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/cluster_handshake.hpp"
+#include "cluster/transport/remote_setup.hpp"
+#include "cluster/transport/request_session.hpp"
+#include "messages/envelope.hpp"
+#include "model/default_model.hpp"
+#include "model/gguf_file.hpp"
+#include "model/model_config.hpp"
+
+using namespace actorlm;
+
+namespace {
+
+constexpr auto reply_timeout = std::chrono::seconds(10);
+
+// A node's gateway reduced to what the router sees of it. It tells `probe`
+// (in its own system) what arrives: (generate_atom, node, request id) and
+// (abort_atom, node, WireMessage{Abort}). From `probe` it takes
+// (stream_atom, bytes) to send to the router as its own token stream, and
+// (status_atom) -> the router's handle. Stats are answered with `stats_reply`.
+struct FakeGatewayState {
+  int32_t index = 0;
+  caf::actor probe, router;
+  std::vector<uint8_t> welcome, stats_reply, nonce;
+  RequestSession session;
+  static inline const char* name = "test.fake_gateway";
+};
+
+caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t index, caf::actor probe,
+                           std::vector<uint8_t> welcome, std::vector<uint8_t> stats_reply) {
+  auto& s = self->state;
+  s.index = index;
+  s.probe = std::move(probe);
+  s.welcome = std::move(welcome);
+  s.stats_reply = std::move(stats_reply);
+  return {
+      [self](hello_atom, const WireMessage&) {
+        fb::NodeChallengeT c;
+        c.protocol = cluster_protocol;
+        c.nonce = make_nonce();
+        self->state.nonce = c.nonce;
+        return WireMessage{msg::pack(c)};
+      },
+      [self](join_atom, const WireMessage& in) {
+        // No Catch2 assertions in here: this runs on a CAF worker thread.
+        auto j = msg::unpack<fb::NodeJoin>(in.bytes, nullptr);
+        if (!j) return WireMessage{};
+        self->state.session = RequestSession(session_key("", self->state.nonce, j->head_nonce));
+        self->state.router = caf::actor_cast<caf::actor>(self->current_sender());
+        return WireMessage{self->state.welcome};
+      },
+      [self](generate_atom, const WireMessage& sealed) {
+        auto opened = self->state.session.open(RequestKind::generate, sealed.bytes);
+        std::optional<fb::TokenizedRequestT> req;
+        if (opened) req = msg::unpack<fb::TokenizedRequest>(*opened, nullptr);
+        if (!req) return;  // the test then times out waiting for it
+        self->send(self->state.probe, generate_atom::value, self->state.index, req->request_id);
+      },
+      [self](abort_atom, const WireMessage& sealed) {
+        auto opened = self->state.session.open(RequestKind::abort, sealed.bytes);
+        if (!opened) return;
+        self->send(self->state.probe, abort_atom::value, self->state.index, WireMessage{*opened});
+      },
+      [self](stats_atom, const WireMessage&) { return WireMessage{self->state.stats_reply}; },
+      [self](stream_atom, const WireMessage& bytes) { self->send(self->state.router, stream_atom::value, bytes); },
+      [self](status_atom) { return self->state.router; },
+  };
+}
+
+WireMessage tokenized(uint64_t id) {
+  fb::TokenizedRequestT t;
+  t.request_id = id;
+  // A prompt of its own, so no request has a cached prefix on a node.
+  t.input_ids = {static_cast<int32_t>(500 + id), 3458, 282};
+  t.sampling = std::make_unique<fb::SamplingParamsT>();
+  t.stop = std::make_unique<fb::StopConditionsT>();
+  t.stop->max_new_tokens = 8;
+  return {msg::pack(t)};
+}
+
+// One item for `id`: a token, or the end with `finish`.
+WireMessage stream_item(uint64_t id, fb::FinishReason finish = fb::FinishReason::None) {
+  fb::TokenStreamT ts;
+  auto item = std::make_unique<fb::TokenStreamItemT>();
+  item->request_id = id;
+  item->token_ids = {42};
+  item->finish_reason = finish;
+  ts.items.push_back(std::move(item));
+  return {msg::pack(ts)};
+}
+
+// (joined, total) as the router reports them.
+std::pair<int32_t, int32_t> router_status(caf::scoped_actor& self, const caf::actor& router) {
+  std::pair<int32_t, int32_t> out{-1, -1};
+  self->request(router, reply_timeout, status_atom::value)
+      .receive([&](int32_t up, int32_t total, const std::string&) { out = {up, total}; },
+               [&](const caf::error& e) { FAIL("router did not answer: " << self->system().render(e)); });
+  return out;
+}
+
+// Token stream items the router passed on, by request id, until `until`
+// holds or `deadline` passes.
+using Seen = std::map<uint64_t, std::vector<fb::TokenStreamItemT>>;
+void receive_streams(caf::scoped_actor& detok, Seen& seen, const std::function<bool()>& until,
+                     std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  while (!until() && std::chrono::steady_clock::now() < end) {
+    detok->receive(
+        [&](stream_atom, const WireMessage& in) {
+          auto ts = msg::unpack<fb::TokenStream>(in.bytes, nullptr);
+          REQUIRE(ts);
+          for (auto& item : ts->items) seen[item->request_id].push_back(std::move(*item));
+        },
+        caf::after(std::chrono::milliseconds(100)) >> [] {});
+  }
+}
+
+}  // namespace
+
+TEST_CASE("A head's router keeps a misbehaving node to its own requests and survives its forgeries", "[actors][cluster]") {
+  const std::string model_path = default_model_path();
+  auto tok = load_tokenizer(model_path);
+  const NodeModel model = describe_model(model_path, config_from_gguf(GgufFile::open(model_path)), *tok);
+  fb::NodeWelcomeT w;
+  w.accepted = true;
+  w.role = "engine";
+  w.model_name = model.name;
+  w.vocab_size = model.vocab_size;
+  w.n_layers = model.n_layers;
+  w.hidden = model.hidden;
+  w.tokenizer_digest = model.tokenizer_digest;
+  w.kv_tokens = 1024;
+  const std::vector<uint8_t> welcome = msg::pack(w);
+
+  // The nodes' process.
+  caf::actor_system_config peer_cfg;
+  RemoteSecurity security;  // loopback, no secret: no gate, the middleman alone
+  configure_remote(peer_cfg, security);
+  caf::actor_system peers{peer_cfg};
+  caf::scoped_actor probe{peers};
+  std::vector<caf::actor> fakes;
+  std::vector<uint16_t> ports;
+  for (int32_t i = 0; i < 2; ++i) {
+    fakes.push_back(peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), welcome, std::vector<uint8_t>{1, 2, 3, 4}));
+    ports.push_back(publish_actor(peers, fakes.back(), "127.0.0.1", 0));
+  }
+
+  // The head's process.
+  caf::actor_system_config head_cfg;
+  configure_remote(head_cfg, security);
+  caf::actor_system head{head_cfg};
+  caf::scoped_actor detok{head};
+  ClusterConfig cc;
+  cc.security = security;
+  cc.retry_interval_s = 0.2;
+  for (uint16_t p : ports) cc.nodes.push_back(NodeAddress{"127.0.0.1", p});
+  const uint64_t stop_token = random_token();
+  caf::actor router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(detok), "test head", stop_token);
+  // Stops every actor on the way out, also after a failed REQUIRE: the actor
+  // systems' destructors wait for them.
+  struct Stopper {
+    caf::actor router;
+    uint64_t token;
+    std::vector<caf::actor> fakes;
+    ~Stopper() {
+      caf::anon_send(router, shutdown_atom::value, token);
+      for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
+    }
+  } stopper{router, stop_token, fakes};
+
+  const auto joined_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (router_status(detok, router).first < 2 && std::chrono::steady_clock::now() < joined_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(router_status(detok, router) == std::make_pair(2, 2));
+
+  // Two requests: the second goes to the other node (load first).
+  std::map<uint64_t, int32_t> placed;
+  for (uint64_t id : {uint64_t{1}, uint64_t{2}}) {
+    detok->send(router, generate_atom::value, tokenized(id), caf::actor_cast<caf::actor>(detok));
+    probe->receive([&](generate_atom, int32_t node, uint64_t got) { placed[got] = node; },
+                   caf::after(reply_timeout) >> [] { FAIL("a request did not reach a node"); });
+  }
+  REQUIRE(placed.size() == 2);
+  REQUIRE(placed[1] != placed[2]);
+  const caf::actor& node_a = fakes[static_cast<size_t>(placed[1])];  // serves request 1
+  const caf::actor& node_b = fakes[static_cast<size_t>(placed[2])];  // serves request 2
+  caf::actor router_seen_by_peer;
+  probe->request(node_a, reply_timeout, status_atom::value)
+      .receive([&](const caf::actor& r) { router_seen_by_peer = r; }, [](const caf::error&) { FAIL("no router handle"); });
+  REQUIRE(router_seen_by_peer);
+
+  // Node A forges node B's departure (down and exit messages naming B's
+  // gateway), tells the router to die (exit with kill, and a shutdown
+  // without the token), and writes into request 2, which runs on B.
+  probe->send(router_seen_by_peer, caf::down_msg{node_b.address(), caf::exit_reason::remote_link_unreachable});
+  probe->send(router_seen_by_peer, caf::exit_msg{node_b.address(), caf::exit_reason::remote_link_unreachable});
+  probe->send(router_seen_by_peer, caf::exit_msg{node_a.address(), caf::exit_reason::kill});
+  probe->send(router_seen_by_peer, shutdown_atom::value, uint64_t{0});
+  probe->send(node_a, stream_atom::value, stream_item(2, fb::FinishReason::Length));
+  // A's own token for request 1, sent after all of that over the same connection.
+  probe->send(node_a, stream_atom::value, stream_item(1));
+  Seen seen;
+  receive_streams(detok, seen, [&] { return seen.count(1) > 0; });
+  REQUIRE(seen.count(1) == 1);
+  CHECK(seen[1].size() == 1);
+  CHECK(seen.count(2) == 0);  // neither A's item nor a "lost" error for B
+  CHECK(router_status(detok, router) == std::make_pair(2, 2));
+
+  SECTION("corrupt token streams fail the sender's requests, and the node is told to free them") {
+    WireMessage truncated = stream_item(2);
+    truncated.bytes.resize(truncated.bytes.size() / 2);
+    WireMessage flipped = stream_item(2);
+    flipped.bytes[flipped.bytes.size() - 6] ^= 0x04;
+    for (const WireMessage& bad : {truncated, flipped, WireMessage{{0xde, 0xad}}, WireMessage{}}) {
+      probe->send(node_b, stream_atom::value, bad);
+    }
+    receive_streams(detok, seen, [&] { return seen.count(2) > 0; });
+    REQUIRE(seen.count(2) == 1);
+    REQUIRE(seen[2].size() == 1);
+    CHECK(seen[2][0].finish_reason == fb::FinishReason::Error);
+    CHECK(seen[2][0].error.find("unreadable token stream") != std::string::npos);
+    bool aborted = false;
+    probe->receive(
+        [&](abort_atom, int32_t node, const WireMessage& m) {
+          auto a = msg::unpack<fb::Abort>(m.bytes, nullptr);
+          REQUIRE(a);
+          CHECK(node == placed[2]);
+          aborted = a->request_ids == std::vector<uint64_t>{2};
+        },
+        caf::after(reply_timeout) >> [] {});
+    CHECK(aborted);
+    // Request 1, on A, is untouched; the router still routes to both.
+    CHECK(seen[1].size() == 1);
+    CHECK(router_status(detok, router) == std::make_pair(2, 2));
+  }
+
+  SECTION("unreadable stats replies leave that node's numbers out, not the router") {
+    detok->request(router, reply_timeout, stats_atom::value, WireMessage{msg::pack(fb::StatsRequestT{})})
+        .receive(
+            [](const WireMessage& r) {
+              auto st = msg::unpack<fb::EngineStats>(r.bytes, nullptr);
+              REQUIRE(st);
+              REQUIRE(st->nodes.size() == 2);
+              for (const auto& n : st->nodes) CHECK(n->alive);
+              CHECK(st->pool_capacity_tokens == 0);
+            },
+            [](const caf::error&) { FAIL("no stats"); });
+  }
+
+  SECTION("a node that really goes fails its requests, from the proxy's notice in the head's process") {
+    caf::anon_send_exit(node_a, caf::exit_reason::user_shutdown);
+    receive_streams(detok, seen, [&] { return seen[1].size() > 1; });
+    REQUIRE(seen[1].size() == 2);
+    CHECK(seen[1][1].finish_reason == fb::FinishReason::Error);
+    CHECK(seen[1][1].error.find("was lost") != std::string::npos);
+    CHECK(router_status(detok, router).first == 1);
+  }
+}
