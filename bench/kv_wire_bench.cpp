@@ -1,0 +1,189 @@
+// The data plane's wire against memcpy: one request's KV (a 2,000-token
+// prompt of the default model's shape, float32) gathered from scattered pool
+// rows, sent over a TCP connection on loopback in frames of at most 4 MiB, and
+// scattered into other rows at the far end; sealed (AES-256-GCM) and on a
+// trusted fabric (XXH3-128). Against: a memcpy of every row from its source to
+// its destination, the floor any transfer has. Sender and receiver are two
+// threads, as two nodes' data-plane threads would be.
+//
+//   ./build/bench/kv_wire_bench [tokens] [rounds]
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "cluster/transport/data_channel.hpp"
+
+using namespace actorlm;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// SmolLM2-135M: 30 layers, 3 KV heads of 64; K and V rows of 768 bytes.
+constexpr int kLayers = 30;
+constexpr size_t kRowBytes = 3 * 64 * sizeof(float);
+constexpr size_t kFrameBytes = 4u << 20;
+
+// One layer's K and V pools of `rows` rows each, per layer.
+struct Pool {
+  int64_t rows;
+  std::vector<uint8_t> bytes;
+  explicit Pool(int64_t r) : rows(r), bytes(static_cast<size_t>(r) * kLayers * 2 * kRowBytes) {}
+  uint8_t* row(int layer, int kv, int32_t r) {
+    return bytes.data() + ((static_cast<size_t>(layer) * 2 + kv) * rows + r) * kRowBytes;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Frames of whole layers (as many as fit in kFrameBytes), each the K and V
+// row of every token: the order plan_kv_chunks uses.
+std::vector<std::pair<int, int>> frames(size_t tokens) {
+  const int per = std::max<int>(1, static_cast<int>(kFrameBytes / (tokens * 2 * kRowBytes)));
+  std::vector<std::pair<int, int>> out;
+  for (int l = 0; l < kLayers; l += per) out.emplace_back(l, std::min(kLayers, l + per));
+  return out;
+}
+
+template <class Span, class PoolT>
+std::vector<Span> pieces(PoolT& pool, const std::vector<int32_t>& rows, int first, int last) {
+  std::vector<Span> out;
+  for (int l = first; l < last; ++l) {
+    for (int32_t r : rows) {
+      out.emplace_back(pool.row(l, 0, r), kRowBytes);
+      out.emplace_back(pool.row(l, 1, r), kRowBytes);
+    }
+  }
+  return out;
+}
+
+double run_wire(DataProtection protection, Pool& src, Pool& dst, const std::vector<int32_t>& src_rows,
+                const std::vector<int32_t>& dst_rows) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener, 1) != 0) {
+    throw std::runtime_error("cannot listen on loopback");
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int out = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::connect(out, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("cannot connect");
+  const int in = ::accept(listener, nullptr, nullptr);
+  const DataKeys keys = derive_data_keys(std::vector<uint8_t>(32, 1), std::vector<uint8_t>(16, 2),
+                                         std::vector<uint8_t>(16, 3));
+  const auto plan = frames(src_rows.size());
+  const auto t0 = Clock::now();
+  std::thread sender([&] {
+    DataSender s(out, protection, keys.dialer_to_acceptor);
+    for (const auto& [first, last] : plan) {
+      const uint8_t header[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last)};
+      const auto p = pieces<std::span<const uint8_t>>(src, src_rows, first, last);
+      s.send(header, p);
+    }
+  });
+  DataReceiver r(in, protection, keys.dialer_to_acceptor, 64u << 20);
+  std::vector<uint8_t> header;
+  uint64_t n = 0;
+  for (size_t f = 0; f < plan.size(); ++f) {
+    if (!r.next(header, n)) throw std::runtime_error("the sender stopped early");
+    const auto p = pieces<std::span<uint8_t>>(dst, dst_rows, header[0], header[1]);
+    r.read_payload(p);
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  sender.join();
+  ::close(out);
+  ::close(in);
+  ::close(listener);
+  return s;
+}
+
+double run_contiguous(const Pool& src, std::vector<uint8_t>& dst, size_t bytes) {
+  const auto t0 = Clock::now();
+  std::memcpy(dst.data(), src.bytes.data(), bytes);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double run_memcpy(Pool& src, Pool& dst, const std::vector<int32_t>& src_rows, const std::vector<int32_t>& dst_rows) {
+  const auto t0 = Clock::now();
+  for (int l = 0; l < kLayers; ++l) {
+    for (size_t i = 0; i < src_rows.size(); ++i) {
+      std::memcpy(dst.row(l, 0, dst_rows[i]), src.row(l, 0, src_rows[i]), kRowBytes);
+      std::memcpy(dst.row(l, 1, dst_rows[i]), src.row(l, 1, src_rows[i]), kRowBytes);
+    }
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t tokens = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2000;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  // Pools twice the prompt, rows taken in a random order at each end.
+  const int64_t pool_rows = static_cast<int64_t>(tokens) * 2;
+  Pool src(pool_rows), dst(pool_rows);
+  std::mt19937 rng(1);
+  uint64_t x = 1;  // splitmix64: random enough that nothing compresses, and quick
+  for (size_t i = 0; i + 8 <= src.bytes.size(); i += 8) {
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    std::memcpy(src.bytes.data() + i, &z, 8);
+  }
+  std::vector<int32_t> all(static_cast<size_t>(pool_rows));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  const std::vector<int32_t> src_rows(all.begin(), all.begin() + static_cast<long>(tokens));
+  std::shuffle(all.begin(), all.end(), rng);
+  const std::vector<int32_t> dst_rows(all.begin(), all.begin() + static_cast<long>(tokens));
+  const double bytes = static_cast<double>(tokens) * kLayers * 2 * kRowBytes;
+
+  std::vector<uint8_t> flat(static_cast<size_t>(bytes), 1);
+  std::vector<double> contiguous, copy, sealed, trusted;
+  for (int i = 0; i < rounds; ++i) {  // alternated
+    contiguous.push_back(run_contiguous(src, flat, flat.size()));
+    copy.push_back(run_memcpy(src, dst, src_rows, dst_rows));
+    sealed.push_back(run_wire(DataProtection::sealed, src, dst, src_rows, dst_rows));
+    trusted.push_back(run_wire(DataProtection::trusted_fabric, src, dst, src_rows, dst_rows));
+  }
+  // The last round's bytes arrived where they belong.
+  for (int l = 0; l < kLayers; ++l) {
+    for (size_t t = 0; t < tokens; ++t) {
+      if (std::memcmp(dst.row(l, 1, dst_rows[t]), src.row(l, 1, src_rows[t]), kRowBytes) != 0) {
+        std::fprintf(stderr, "kv_wire_bench: layer %d token %zu arrived wrong\n", l, t);
+        return 1;
+      }
+    }
+  }
+  const double c = median(copy), s = median(sealed), f = median(trusted);
+  std::printf("KV of %zu tokens x %d layers (%.1f MB), %zu frames, medians of %d alternated rounds\n", tokens, kLayers,
+              bytes / 1e6, frames(tokens).size(), rounds);
+  std::printf("| path | ms | GB/s | of memcpy |\n|---|---:|---:|---:|\n");
+  const double m = median(contiguous);
+  std::printf("| memcpy, contiguous | %.1f | %.2f | %.0f%% |\n", m * 1e3, bytes / m / 1e9, 100 * c / m);
+  std::printf("| memcpy, row to row | %.1f | %.2f | 100%% |\n", c * 1e3, bytes / c / 1e9);
+  std::printf("| TCP loopback, sealed (AES-256-GCM) | %.1f | %.2f | %.0f%% |\n", s * 1e3, bytes / s / 1e9, 100 * c / s);
+  std::printf("| TCP loopback, trusted fabric (XXH3-128) | %.1f | %.2f | %.0f%% |\n", f * 1e3, bytes / f / 1e9,
+              100 * c / f);
+  return 0;
+}
