@@ -58,6 +58,10 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 // (KvHandoff).
 using kv_read_atom = caf::atom_constant<caf::atom("kvread")>;
 using kv_write_atom = caf::atom_constant<caf::atom("kvwrite")>;
+// The same, for a data plane in the worker's own process: rows and layers as
+// arguments, the bytes as a plain vector.
+using kv_read_raw_atom = caf::atom_constant<caf::atom("kvreadraw")>;
+using kv_write_raw_atom = caf::atom_constant<caf::atom("kvwriteraw")>;
 using kv_reserve_atom = caf::atom_constant<caf::atom("kvreserve")>;
 using kv_activate_atom = caf::atom_constant<caf::atom("kvactivate")>;
 using kv_cancel_atom = caf::atom_constant<caf::atom("kvcancel")>;

@@ -116,6 +116,28 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
       },
       [self](kv_read_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, false); },
       [self](kv_write_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, true); },
+      // The same for a data plane in this process (cluster/transfer/
+      // kv_data_plane.hpp): the bytes as they are, no envelope to pack and
+      // check. Only from this process: a peer never names rows here.
+      [self](kv_read_raw_atom, const std::vector<int32_t>& rows, int32_t first_layer,
+             int32_t last_layer) -> caf::result<std::vector<uint8_t>> {
+        if (!self->current_sender() || self->current_sender()->node() != self->node()) return caf::sec::unexpected_message;
+        try {
+          return self->state.runner->read_kv(rows, first_layer, last_layer);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
+      },
+      [self](kv_write_raw_atom, const std::vector<int32_t>& rows, int32_t first_layer, int32_t last_layer,
+             const std::vector<uint8_t>& data) -> std::string {
+        if (!self->current_sender() || self->current_sender()->node() != self->node()) return "not from this process";
+        try {
+          self->state.runner->write_kv(rows, first_layer, last_layer, data);
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+        return "";
+      },
   };
 }
 

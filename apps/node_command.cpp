@@ -24,6 +24,7 @@ constexpr const char* usage =
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
+    "                    [--kv-data-port 0] [--kv-trusted-fabric]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
     "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"
@@ -33,7 +34,12 @@ constexpr const char* usage =
     "and managers (actorlm serve/chat --remote-worker HOST:PORT), one ForwardBatch per step.\n"
     "--disaggregation-mode prefill|decode makes an engine node half of a prefill/decode pair: a head\n"
     "with both kinds of node runs each prompt on a prefill node, which sends its KV to a decode node\n"
-    "(directly, joined with the same secret or certificates) that generates the rest (docs/CLUSTER.md).\n";
+    "(directly, joined with the same secret or certificates) that generates the rest (docs/CLUSTER.md).\n"
+    "With a secret the KV bytes take a data plane beside the middleman: a decode node listens on\n"
+    "--kv-data-port of its --host (default 0: a free port, told to prefill nodes when they join; -1:\n"
+    "none, the KV goes over the middleman), and frames are sealed with AES-256-GCM under keys from\n"
+    "the joined session. --kv-trusted-fabric (both nodes) only checks them: for a network you trust\n"
+    "where the cipher would cost more than the wire (docs/SECURITY.md).\n";
 
 volatile std::sig_atomic_t stop_requested = 0;
 void on_signal(int) { stop_requested = 1; }
@@ -41,8 +47,8 @@ void on_signal(int) { stop_requested = 1; }
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode"}),
-                 {disable_radix_switch, allow_plain_switch, "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port"}),
+                 {disable_radix_switch, allow_plain_switch, "--kv-trusted-fabric", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
@@ -59,6 +65,8 @@ int node_command(int argc, char** argv, int first) {
     throw cli::UsageError("--disaggregation-mode must be prefill or decode");
   }
   if (!nc.disaggregation_mode.empty() && nc.role != "engine") throw cli::UsageError("--disaggregation-mode needs --role engine");
+  nc.kv_data_port = static_cast<int32_t>(args.integer("--kv-data-port", 0, -1, 65535));
+  nc.kv_trusted_fabric = args.has("--kv-trusted-fabric");
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).
   if (const char* n = std::getenv("ACTORLM_TEST_CORRUPT_KV_CHUNK")) nc.corrupt_kv_chunk = std::atoll(n);
   if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);

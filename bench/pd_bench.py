@@ -11,7 +11,13 @@
    p50/p99, with (a) 1 prefill + 1 decode node and (b) 2 data-parallel nodes, each node
    pinned to its own core, same workload, rounds alternated.
 
-usage: pd_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--out docs/bench/pd.json]
+The transfer table is made for each KV plane asked for (--planes), in alternated rounds:
+`middleman` (chunk messages through CAF, the decode node with --kv-data-port -1), `sealed` (the
+data plane, AES-256-GCM, the default) and `trusted` (the data plane, --kv-trusted-fabric on both
+nodes); it adds each prompt's time to first token through the pair, against the plain node's.
+
+usage: pd_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--planes sealed] [--no-itl]
+                   [--out docs/bench/pd.json]
 """
 import argparse
 import ctypes
@@ -50,9 +56,13 @@ class Proc:
         self.proc.wait(30)
 
 
-def node(binary, core, mode=None):
+PLANES = {"middleman": ([], ["--kv-data-port", "-1"]), "sealed": ([], []),
+          "trusted": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"])}
+
+
+def node(binary, core, mode=None, extra=()):
     args = ["taskset", "-c", str(core), binary, "node", "--port", "0", "--threads", "1", "--kv-tokens", "16384",
-            "--secret-file", SECRET] + (["--disaggregation-mode", mode] if mode else [])
+            "--secret-file", SECRET] + (["--disaggregation-mode", mode] if mode else []) + list(extra)
     return Proc(args, r"listening on 127\.0\.0\.1:(\d+)")
 
 
@@ -107,24 +117,34 @@ def memcpy_gbs(nbytes):
     return nbytes / best / 1e9
 
 
-def transfer_table(binary):
-    rng = random.Random(5)
-    rows = []
+def prefill_times(binary):
+    """Time to first token of fresh prompts on a plain node, by length."""
+    rng = random.Random(4)
     plain = node(binary, 0)
     h = head(binary, [plain])
     prefill_s = {}
-    for n in (256, 512, 1000, 2000):
+    for n in SIZES:
         prefill_s[n] = statistics.median(stream(h.port, fresh_prompt(n, rng), 1)[0] for _ in range(3))
     h.stop()
     plain.stop()
-    p, d = node(binary, 0, "prefill"), node(binary, 1, "decode")
+    return prefill_s
+
+
+SIZES = (256, 512, 1000, 2000)
+
+
+def transfer_table(binary, plane, prefill_s):
+    rng = random.Random(5)
+    rows = []
+    p_extra, d_extra = PLANES[plane]
+    p, d = node(binary, 0, "prefill", p_extra), node(binary, 1, "decode", d_extra)
     h = head(binary, [p, d])
     stream(h.port, fresh_prompt(16, rng), 2)  # the prefill node joins the decode node
-    for n in (256, 512, 1000, 2000):
-        sent = []
+    for n in SIZES:
+        sent, ttft = [], []
         for _ in range(3):
             before = len(p.lines)
-            stream(h.port, fresh_prompt(n, rng), 2)
+            ttft.append(stream(h.port, fresh_prompt(n, rng), 2)[0])
             time.sleep(0.2)
             for line in p.lines[before:]:
                 m = re.search(r"sent (\d+) tokens \(([\d.]+) MB, (\d+) chunks\) .* in ([\d.]+) ms \(([\d.]+) GB/s\)", line)
@@ -133,9 +153,12 @@ def transfer_table(binary):
         tokens = sent[0][0]
         mb = statistics.median(s[1] for s in sent)
         ms = statistics.median(s[3] for s in sent)
-        rows.append({"prompt_tokens": tokens, "mb": mb, "chunks": sent[0][2], "transfer_ms": ms,
+        on_plane = all("over the data plane" in line for line in p.lines if "kv sender: sent" in line)
+        if on_plane != (plane != "middleman"):
+            raise SystemExit(f"{plane}: the transfers did not take the plane asked for")
+        rows.append({"plane": plane, "prompt_tokens": tokens, "mb": mb, "chunks": sent[0][2], "transfer_ms": ms,
                      "gb_per_s": mb / 1e3 / (ms / 1e3), "memcpy_gb_per_s": memcpy_gbs(int(mb * 1e6)),
-                     "prefill_ms": prefill_s[n] * 1e3})
+                     "prefill_ms": prefill_s[n] * 1e3, "pd_ttft_ms": statistics.median(ttft) * 1e3})
     h.stop()
     p.stop()
     d.stop()
@@ -185,18 +208,30 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--actorlm", default="build/apps/actorlm")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--planes", default="sealed", help="comma-separated: middleman, sealed, trusted")
+    ap.add_argument("--no-itl", action="store_true", help="the transfer table only")
     ap.add_argument("--out", default="docs/bench/pd.json")
     a = ap.parse_args()
     with open(SECRET, "w") as f:
         f.write("pd bench secret 8c1e\n")
-    transfer = transfer_table(a.actorlm)
-    print("| prompt tokens | KV MB | chunks | transfer ms | GB/s | memcpy GB/s | prefill ms | transfer / prefill |")
-    print("|---|---|---|---|---|---|---|---|")
+    planes = a.planes.split(",")
+    prefill_s = prefill_times(a.actorlm)
+    transfer = []
+    for i in range(a.rounds):
+        for plane in planes if i % 2 == 0 else reversed(planes):
+            transfer += transfer_table(a.actorlm, plane, prefill_s)
+    print("| plane | round | prompt tokens | KV MB | chunks | transfer ms | GB/s | memcpy GB/s | prefill ms | "
+          "transfer / prefill | PD TTFT ms | PD TTFT / prefill |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    seen = {}
     for r in transfer:
-        print(f"| {r['prompt_tokens']} | {r['mb']:.1f} | {r['chunks']} | {r['transfer_ms']:.1f} | {r['gb_per_s']:.2f} | "
-              f"{r['memcpy_gb_per_s']:.1f} | {r['prefill_ms']:.0f} | {r['transfer_ms'] / r['prefill_ms']:.1%} |")
+        seen[(r["plane"], r["prompt_tokens"])] = seen.get((r["plane"], r["prompt_tokens"]), 0) + 1
+        print(f"| {r['plane']} | {seen[(r['plane'], r['prompt_tokens'])]} | {r['prompt_tokens']} | {r['mb']:.1f} | "
+              f"{r['chunks']} | {r['transfer_ms']:.1f} | {r['gb_per_s']:.2f} | {r['memcpy_gb_per_s']:.1f} | "
+              f"{r['prefill_ms']:.0f} | {r['transfer_ms'] / r['prefill_ms']:.1%} | {r['pd_ttft_ms']:.0f} | "
+              f"{r['pd_ttft_ms'] / r['prefill_ms']:.2f}x |")
     itl = {"pd": [], "dp": []}
-    for _ in range(a.rounds):
+    for _ in range(0 if a.no_itl else a.rounds):
         for mode in ("dp", "pd"):
             itl[mode].append(itl_run(a.actorlm, mode))
             print(mode, itl[mode][-1], file=sys.stderr)

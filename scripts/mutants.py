@@ -73,9 +73,18 @@ def catch_runs(targets: list[str], spec: str = "~[gpu]") -> list[list[str]]:
     nothing. Commas in a test name are escaped: Catch2 splits specs at them."""
     runs = []
     for t in targets:
-        folder = t.split("_", 1)[0]
-        runs.append([f"{{build}}/tests/{folder}/{t}", "-w", "NoTests", spec.replace(",", "\\,")])
+        runs.append([f"{{build}}/tests/{test_folder(t)}/{t}", "-w", "NoTests", spec.replace(",", "\\,")])
     return runs
+
+
+def test_folder(target: str) -> str:
+    """Where a test binary lives under build/tests: its source's folder under
+    tests/ (the target is that path with '_' for '/', cmake/ActorlmLibrary.cmake)."""
+    for src in (ROOT / "tests").rglob("*_test.cpp"):
+        rel = src.relative_to(ROOT / "tests")
+        if str(rel.with_suffix("")).replace("/", "_") == target:
+            return str(rel.parent)
+    raise SystemExit(f"mutants: no test source makes the target {target}")
 
 
 @dataclasses.dataclass
@@ -152,6 +161,15 @@ MUTANTS = [
            "  if (false) return fail(",
            CLUSTER_PD_TESTS,
            catch_runs(CLUSTER_PD_TESTS[1:], "Damaged, foreign, misfitting and repeated KV chunks are refused")),
+    # The data plane: a frame's payload must pass its tag before its
+    # transfer may be committed.
+    Mutant("data-tag-unchecked",
+           "a data plane payload is taken whatever its AES-GCM tag says",
+           "cluster/transport/data_channel.cpp",
+           '    fail_if(EVP_DecryptFinal_ex(ctx, none, &len) != 1, "a data plane payload fails its tag");\n',
+           "    (void)EVP_DecryptFinal_ex(ctx, none, &len);\n",
+           ["cluster_transport_data_channel_test"],
+           catch_runs(["cluster_transport_data_channel_test"], "Every flipped byte of a data plane frame is caught")),
     # HiCache: the host and disk tiers' byte accounting against capacity.
     Mutant("host-tier-overfills",
            "the host tier makes room only once it is already over its capacity",

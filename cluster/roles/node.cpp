@@ -27,10 +27,12 @@ struct Node::Impl {
   std::string device;
   int64_t kv_tokens = 0;
   uint16_t port = 0;
+  std::shared_ptr<KvDecodeShared> decode;     // a decode node's, with a data port
+  std::unique_ptr<KvDataServer> data_server;
 };
 
 Node::Node(caf::actor_system& system, NodeConfig config)
-    : impl_(std::make_unique<Impl>(Impl{system, {}, 0, nullptr, 0, {}, 0, {}, {}, {}, 0, 0})) {
+    : impl_(std::make_unique<Impl>(Impl{system, {}, 0, nullptr, 0, {}, 0, {}, {}, {}, 0, 0, {}, {}})) {
   auto& m = *impl_;
   if (!system.has_middleman()) throw std::invalid_argument("a node needs the middleman: call configure_remote() first");
   if (config.security.tls() && !system.has_openssl_manager()) {
@@ -45,7 +47,13 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   if (!mode.empty() && config.role != "engine") throw std::invalid_argument("a worker node takes no disaggregation mode");
   auto tok = load_tokenizer(config.engine.model_path);
   for (uint8_t b : make_nonce()) m.gateway_stop_token = (m.gateway_stop_token << 8) | b;
-  m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token);
+  const bool data_plane = !config.security.secret.empty() && config.kv_data_port >= 0;
+  const DataProtection protection = config.kv_trusted_fabric ? DataProtection::trusted_fabric : DataProtection::sealed;
+  if (mode == "decode" && data_plane) {
+    m.decode = std::make_shared<KvDecodeShared>();
+    m.decode->sessions = std::make_shared<DataSessions>();
+  }
+  m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token, m.decode);
   caf::actor target;
   fb::NodeWelcomeT w;
   ModelConfig model;
@@ -91,6 +99,20 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   w.tokenizer_digest = described.tokenizer_digest;
   w.kv_tokens = m.kv_tokens;
   w.device = m.device;
+  if (m.decode) {
+    m.decode->receiver =
+        std::make_shared<KvReceiver>(KvLayout{kv_model_digest(described), w.kv_dtype, described.n_layers, w.kv_token_bytes});
+    KvDataServerConfig d;
+    d.host = config.host;
+    d.port = static_cast<uint16_t>(config.kv_data_port);
+    d.protection = protection;
+    d.worker = kv_worker;
+    d.receiver = m.decode->receiver;
+    d.sessions = m.decode->sessions;
+    d.gateway = m.gateway;
+    m.data_server = std::make_unique<KvDataServer>(system, std::move(d));
+    w.kv_data_port = m.data_server->port();
+  }
   if (config.security.secret.empty()) {
     m.port = m.middleman_port = publish_actor(system, m.gateway, config.host, config.port);
   } else {
@@ -121,6 +143,8 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     kc.security = config.security;
     kc.worker = kv_worker;
     kc.corrupt_chunk = config.corrupt_kv_chunk;
+    kc.data_plane = data_plane;
+    kc.data_protection = protection;
     kc.name = label;
     m.kv_sender_stop = random_token();
     m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);
@@ -130,6 +154,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
 
 Node::~Node() {
   auto& m = *impl_;
+  m.data_server.reset();  // its connections end before the worker they write through
   m.gate.reset();
   if (m.middleman_port) (void)m.system.middleman().unpublish(m.gateway, m.middleman_port);
   if (m.core) stop_engine_core(*m.core);

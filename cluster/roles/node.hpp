@@ -29,6 +29,14 @@ struct NodeConfig {
   std::string disaggregation_mode;
   // Prefill: tests only, see KvSenderConfig::corrupt_chunk.
   int64_t corrupt_kv_chunk = -1;
+  // The KV data plane (cluster/transfer/kv_data_plane.hpp), used when the
+  // cluster has a shared secret: a decode node listens on this port of its
+  // host (0: any free port, told to prefill nodes in its welcome; -1: no data
+  // plane, chunks go over the middleman), and a prefill node sends over it
+  // when the decode node has one. Trusted fabric: frames only checked, not
+  // sealed; both ends must agree (docs/SECURITY.md).
+  int32_t kv_data_port = 0;
+  bool kv_trusted_fabric = false;
 };
 
 class Node {

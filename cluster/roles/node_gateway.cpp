@@ -25,6 +25,7 @@ struct Head {
   std::string name;
   size_t requests = 0;
   RequestSession session;  // opens this head's sealed requests
+  uint64_t data_session = 0;  // its key's id at the data port (decode nodes with a secret)
   // Names this head in the message its proxy's attached functor sends when
   // the connection goes. Random and never sent anywhere, so no peer can
   // claim a head went away.
@@ -50,8 +51,13 @@ struct GatewayState {
   std::string mode;
   caf::actor kv_worker;               // an engine node's worker: KV rows in and out
   caf::actor kv_sender;               // prefill: moves held requests' KV (cluster/transfer/kv_sender.hpp)
-  std::optional<KvReceiver> receiver; // decode: open transfers by ticket
+  std::shared_ptr<KvReceiver> receiver;  // decode: open transfers by ticket
+  // Decode: what this node shares with its data port (Node sets it up).
+  std::shared_ptr<KvDecodeShared> decode;
   std::map<uint64_t, Handoff> handoffs;  // prefill: by node-local id
+  // Why the gateway aborted a request (a failed KV transfer, say): the
+  // scheduler's abort carries no text, so the head hears it from here.
+  std::map<uint64_t, std::string> abort_reasons;
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   // Nonces handed out by hello and not yet used by a join. Keyed by the
@@ -98,6 +104,7 @@ std::vector<uint8_t> refusal(const std::string& why) {
 
 void forget(GatewayState& s, uint64_t local_id) {
   s.handoffs.erase(local_id);
+  s.abort_reasons.erase(local_id);
   if (s.receiver) s.receiver->drop_request(local_id);
   auto it = s.routes.find(local_id);
   if (it == s.routes.end()) return;
@@ -120,6 +127,7 @@ void abort_local(Self* self, uint64_t local, const std::string& why) {
   fb::AbortT a;
   a.request_ids = {local};
   a.reason = why;
+  if (self->state.routes.count(local)) self->state.abort_reasons.emplace(local, why);
   self->send(self->state.scheduler, abort_atom::value, WireMessage{msg::pack(a)});
 }
 
@@ -240,6 +248,12 @@ void on_stream(Self* self, const WireMessage& in) {
       continue;
     }
     const bool done = item->finish_reason != fb::FinishReason::None;
+    if (item->finish_reason == fb::FinishReason::Abort && item->error.empty()) {
+      if (auto why = s.abort_reasons.find(it->first); why != s.abort_reasons.end()) {
+        item->error = why->second;
+        item->error_kind = fb::ErrorKind::Unavailable;
+      }
+    }
     const Route route = it->second;
     item->request_id = route.head_id;
     out[route.head].items.push_back(std::move(item));
@@ -391,11 +405,13 @@ void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
     abort.reason = "the head went away";
     self->send(s.scheduler, abort_atom::value, WireMessage{msg::pack(abort)});
   }
+  if (s.decode && s.decode->sessions && head->second.data_session) s.decode->sessions->remove(head->second.data_session);
   s.heads.erase(head);
 }
 
-caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
+caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::shared_ptr<KvDecodeShared> decode) {
   self->state.secret = std::move(secret);
+  self->state.decode = std::move(decode);
   self->state.label = "node";
   return {
       [self, stop_token](shutdown_atom, uint64_t token) {
@@ -416,7 +432,8 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
         s.kv_sender = kv_sender;
         if (s.mode == "decode") {
           NodeModel m{w->model_name, w->vocab_size, w->n_layers, w->hidden, w->tokenizer_digest};
-          s.receiver.emplace(KvLayout{kv_model_digest(m), w->kv_dtype, w->n_layers, w->kv_token_bytes});
+          const KvLayout layout{kv_model_digest(m), w->kv_dtype, w->n_layers, w->kv_token_bytes};
+          s.receiver = s.decode && s.decode->receiver ? s.decode->receiver : std::make_shared<KvReceiver>(layout);
         }
       },
       [self](hello_atom, const WireMessage& in) -> WireMessage {
@@ -468,7 +485,9 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
         Head& head = s.heads[from];
         head.router = caf::actor_cast<caf::actor>(self->current_sender());
         head.name = join->head_name.substr(0, 200);
-        head.session = RequestSession(session_key(s.secret, join->nonce, join->head_nonce));
+        std::vector<uint8_t> key = session_key(s.secret, join->nonce, join->head_nonce);
+        if (s.decode && s.decode->sessions) head.data_session = s.decode->sessions->add(key);
+        head.session = RequestSession(std::move(key));
         head.gone_token = random_token();
         // The proxy of the head's actor terminates when CAF loses the
         // connection it came over (closed, or heartbeats missed); only then
@@ -493,6 +512,12 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
       [self](generate_atom, const WireMessage& in) { on_generate(self, in); },
       [self](kv_reserve_atom, const WireMessage& in) { return on_reserve(self, in); },
       [self](kv_chunk_atom, const WireMessage& in) { return on_chunk(self, in); },
+      [self](kv_data_failed_atom, uint64_t local, const std::string& why) {
+        // From this node's data port only: a peer does not get to fail requests.
+        if (!from_this_process(self) || !self->state.receiver) return;
+        self->state.receiver->drop_request(local);
+        abort_local(self, local, "KV transfer failed: " + why);
+      },
       [self](kv_commit_atom, const WireMessage& in) { return on_commit(self, in); },
       [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
@@ -525,10 +550,10 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token) {
 // carrying a token only its owner holds, so it needs neither.
 class GatewayActor : public Self {
  public:
-  GatewayActor(caf::actor_config& cfg, std::string secret, uint64_t stop_token)
-      : Self(cfg), secret_(std::move(secret)), stop_token_(stop_token) {}
+  GatewayActor(caf::actor_config& cfg, std::string secret, uint64_t stop_token, std::shared_ptr<KvDecodeShared> decode)
+      : Self(cfg), secret_(std::move(secret)), stop_token_(stop_token), decode_(std::move(decode)) {}
 
-  caf::behavior make_behavior() override { return gateway(this, std::move(secret_), stop_token_); }
+  caf::behavior make_behavior() override { return gateway(this, std::move(secret_), stop_token_, std::move(decode_)); }
 
   using Self::enqueue;
   void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override {
@@ -542,12 +567,14 @@ class GatewayActor : public Self {
  private:
   std::string secret_;
   uint64_t stop_token_;
+  std::shared_ptr<KvDecodeShared> decode_;
 };
 
 }  // namespace
 
-caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token) {
-  return system.spawn<GatewayActor>(std::move(secret), stop_token);
+caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token,
+                              std::shared_ptr<KvDecodeShared> decode) {
+  return system.spawn<GatewayActor>(std::move(secret), stop_token, std::move(decode));
 }
 
 }  // namespace actorlm

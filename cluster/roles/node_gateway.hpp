@@ -18,8 +18,10 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <memory>
 #include <string>
 
+#include "cluster/transfer/kv_data_plane.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/cluster_handshake.hpp"
 
@@ -41,7 +43,10 @@ namespace actorlm {
 // label): the scheduler (or a worker node's worker) to feed, the worker that
 // copies KV rows, a prefill node's KV sender (else null), what the node
 // serves, and its name in logs; heads are refused until then. It stops on (shutdown_atom, stop_token) only: keep the token
-// in this process.
-caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token);
+// in this process. A decode node with a data port passes `decode`: the
+// gateway opens transfers in that receiver and registers each joined head's
+// session key there, so the port takes chunks under it.
+caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token,
+                              std::shared_ptr<KvDecodeShared> decode = nullptr);
 
 }  // namespace actorlm

@@ -5,6 +5,7 @@
 namespace actorlm {
 
 uint64_t KvReceiver::open(uint64_t request_id, std::vector<int32_t> rows) {
+  std::lock_guard<std::mutex> lock(mu_);
   uint64_t ticket = 0;
   while (ticket == 0 || open_.count(ticket)) ticket = random_token();
   const auto tokens = static_cast<int32_t>(rows.size());
@@ -16,24 +17,50 @@ KvReceiver::Taken KvReceiver::take(std::span<const uint8_t> bytes) {
   Taken out;
   auto chunk = decode_kv_chunk(bytes, layout_, &out.error);
   if (!chunk) return out;
-  auto it = open_.find(chunk->request_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  out = admit_locked(*chunk);
+  if (out.write) out.write->data = std::move(chunk->data);
+  return out;
+}
+
+KvReceiver::Taken KvReceiver::admit(uint64_t ticket, int32_t tokens, const KvChunkRange& r, uint64_t payload_bytes) {
+  Taken out;
+  if (tokens <= 0 || r.first_layer < 0 || r.first_layer >= r.last_layer || r.last_layer > layout_.n_layers ||
+      r.first_token < 0 || r.first_token >= r.last_token || r.last_token > tokens) {
+    out.error = "KV chunk range outside its transfer";
+  } else if (payload_bytes != static_cast<uint64_t>(r.bytes(layout_))) {
+    out.error = "KV chunk of " + std::to_string(payload_bytes) + " bytes; its range needs " + std::to_string(r.bytes(layout_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!out.error.empty()) {
+    // Still name the ticket's request, so that the caller fails it.
+    if (auto it = open_.find(ticket); it != open_.end()) out.request_id = it->second.request_id;
+    return out;
+  }
+  return admit_locked(KvChunk{ticket, tokens, r, {}});
+}
+
+KvReceiver::Taken KvReceiver::admit_locked(const KvChunk& chunk) {
+  Taken out;
+  auto it = open_.find(chunk.request_id);
   if (it == open_.end()) {
     out.error = "KV chunk for a ticket this node did not issue (or has closed)";
     return out;
   }
   out.request_id = it->second.request_id;
-  if (auto refused = it->second.assembly.accept(*chunk)) {
+  if (auto refused = it->second.assembly.accept(chunk)) {
     out.error = *refused;
     return out;
   }
-  const KvChunkRange& r = chunk->range;
+  const KvChunkRange& r = chunk.range;
   const auto& rows = it->second.rows;
   out.write = Write{std::vector<int32_t>(rows.begin() + r.first_token, rows.begin() + r.last_token), r.first_layer,
-                    r.last_layer, std::move(chunk->data)};
+                    r.last_layer, {}};
   return out;
 }
 
 KvReceiver::Committed KvReceiver::commit(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
   Committed out;
   auto it = open_.find(ticket);
   if (it == open_.end()) {
@@ -49,6 +76,7 @@ KvReceiver::Committed KvReceiver::commit(uint64_t ticket) {
 }
 
 void KvReceiver::drop_request(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(open_, [&](const auto& kv) { return kv.second.request_id == request_id; });
 }
 

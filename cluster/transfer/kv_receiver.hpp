@@ -9,9 +9,14 @@
 //
 // Tickets are 64 random bits; a chunk that names an unknown one is refused,
 // so a peer cannot write into a request it was not handed.
+//
+// Thread-safe: the node's gateway opens, commits and drops transfers while
+// the data plane's connections (cluster/transfer/kv_data_plane.hpp) admit
+// chunks.
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -45,6 +50,11 @@ class KvReceiver {
   };
   Taken take(std::span<const uint8_t> chunk);
 
+  // A data plane chunk's header, before any of its bytes are read: the rows
+  // and layers its `payload_bytes` go to. The same checks as take() but the
+  // CRC (the data plane checks its own frames); `write->data` stays empty.
+  Taken admit(uint64_t ticket, int32_t tokens, const KvChunkRange& range, uint64_t payload_bytes);
+
   // The commit of `ticket`: its request id once every chunk has arrived.
   // Either way the ticket is closed (a second commit is refused).
   struct Committed {
@@ -55,7 +65,10 @@ class KvReceiver {
 
   // Closes whatever transfer `request_id` has open (it ended or was aborted).
   void drop_request(uint64_t request_id);
-  size_t open_transfers() const { return open_.size(); }
+  size_t open_transfers() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_.size();
+  }
 
  private:
   struct Open {
@@ -63,7 +76,10 @@ class KvReceiver {
     std::vector<int32_t> rows;
     KvAssembly assembly;
   };
+  Taken admit_locked(const KvChunk& chunk);
+
   KvLayout layout_;
+  mutable std::mutex mu_;
   std::map<uint64_t, Open> open_;  // by ticket
 };
 

@@ -4,6 +4,7 @@
 #include <caf/all.hpp>
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "actors/wire.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
@@ -23,6 +24,7 @@ struct Link {
   uint64_t gone_token = 0;        // names this join in the connection-lost notice
   bool dialling = false;
   std::vector<uint64_t> waiting;  // transfers waiting for the join
+  uint16_t data_port = 0;         // the decode node's data port; 0: chunks over the middleman
 };
 
 struct Transfer {
@@ -34,6 +36,13 @@ struct Transfer {
   int in_flight = 0;
   caf::typed_response_promise<std::string> promise;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  bool data_plane = false;
+};
+
+// A transfer over the data plane runs on a thread of its own.
+struct DataThread {
+  std::thread thread;
+  std::shared_ptr<KvDataCancel> cancel = std::make_shared<KvDataCancel>();
 };
 
 struct SenderState {
@@ -43,7 +52,18 @@ struct SenderState {
   std::map<uint64_t, Transfer> transfers;
   uint64_t next_transfer = 1;
   int64_t chunks_sent = 0;
+  std::map<uint64_t, DataThread> data_threads;  // by transfer
   static inline const char* name = "actorlm.kv_sender";
+
+  SenderState() = default;
+  SenderState(const SenderState&) = delete;
+  SenderState& operator=(const SenderState&) = delete;
+  // The actor ends: transfers still on the data plane are cut short, and
+  // their threads joined before the actor system can go.
+  ~SenderState() {
+    for (auto& [id, t] : data_threads) t.cancel->cancel();
+    for (auto& [id, t] : data_threads) t.thread.join();
+  }
 };
 
 using Self = caf::stateful_actor<SenderState>;
@@ -62,11 +82,14 @@ void finish(Self* self, uint64_t id, const std::string& error) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
     const double bytes = double(t.order.rows.size()) * double(self->state.cfg.layout.n_layers) *
                          double(self->state.cfg.layout.token_bytes);
-    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)\n",
-                 t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9));
+    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s\n",
+                 t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9),
+                 t.data_plane ? " over the data plane" : "");
   }
   it->second.promise.deliver(error);
   self->state.transfers.erase(it);
+  // A transfer ended here (a lost link, say) while its thread still sends.
+  if (auto d = self->state.data_threads.find(id); d != self->state.data_threads.end()) d->second.cancel->cancel();
 }
 
 void commit(Self* self, uint64_t id) {
@@ -136,6 +159,37 @@ void send_chunk(Self* self, uint64_t id, const KvChunkRange& range, const WireMe
           [self, id](const caf::error& e) { finish(self, id, "sending a chunk: " + self->system().render(e)); });
 }
 
+// Starts a transfer whose link is joined: over the decode node's data port
+// when it has one, else chunk by chunk over the middleman.
+void start(Self* self, uint64_t id) {
+  auto& s = self->state;
+  Transfer& t = s.transfers.at(id);
+  const Link& link = s.links.at(t.link);
+  if (!link.data_port) return pump(self, id);
+  t.data_plane = true;
+  KvDataTarget target{link.address.host, link.data_port, link.session.key(), s.cfg.data_protection};
+  KvDataSend send;
+  send.ticket = t.order.ticket;
+  send.rows = t.order.rows;
+  send.plan = t.plan;
+  send.worker = s.cfg.worker;
+  send.timeout = s.cfg.timeout;
+  // The test knob counts chunks across transfers, as the middleman path does.
+  if (s.cfg.corrupt_chunk >= s.chunks_sent && s.cfg.corrupt_chunk < s.chunks_sent + static_cast<int64_t>(t.plan.size())) {
+    send.corrupt_chunk = s.cfg.corrupt_chunk - s.chunks_sent;
+  }
+  s.chunks_sent += static_cast<int64_t>(t.plan.size());
+  DataThread& d = s.data_threads[id];
+  send.cancel = d.cancel;
+  d.thread = std::thread([&sys = self->system(), me = caf::actor_cast<caf::actor_addr>(self), id, target = std::move(target),
+                          send = std::move(send)] {
+    const KvDataResult r = send_kv_over_data_plane(sys, target, send);
+    // From an actor of this process, which the sender checks.
+    caf::scoped_actor from{sys};
+    if (auto to = caf::actor_cast<caf::actor>(me)) from->send(to, kv_data_done_atom::value, id, r.error);
+  });
+}
+
 void lose_link(Self* self, const std::string& key, const std::string& why) {
   auto& s = self->state;
   Link& link = s.links.at(key);
@@ -164,12 +218,16 @@ void joined(Self* self, const std::string& key, const caf::actor& gateway, const
   }
   link.gateway = gateway;
   link.session = std::move(session);
+  // The data port is on the host this sender reached the node at.
+  link.data_port = s.cfg.data_plane && link.session.has_key() && w.kv_data_port > 0 && w.kv_data_port <= 65535
+                       ? static_cast<uint16_t>(w.kv_data_port)
+                       : 0;
   link.gone_token = random_token();
   gateway->attach_functor([me = caf::actor_cast<caf::actor_addr>(self), key, token = link.gone_token](const caf::error& reason) {
     if (auto to = caf::actor_cast<caf::actor>(me)) caf::anon_send(to, node_gone_atom::value, key, token, reason);
   });
   for (uint64_t id : waiting) {
-    if (s.transfers.count(id)) pump(self, id);
+    if (s.transfers.count(id)) start(self, id);
   }
 }
 
@@ -223,7 +281,7 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   t.promise = self->make_response_promise<std::string>();
   auto promise = t.promise;
   if (link->second.gateway) {
-    pump(self, id);
+    start(self, id);
   } else {
     link->second.waiting.push_back(id);
     if (!link->second.dialling) dial(self, key);
@@ -243,6 +301,17 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         auto it = self->state.links.find(key);
         if (it == self->state.links.end() || token == 0 || token != it->second.gone_token) return;
         lose_link(self, key, self->system().render(reason));
+      },
+      [self](kv_data_done_atom, uint64_t id, const std::string& error) {
+        if (!from_this_process(self)) return;
+        auto& s = self->state;
+        if (auto d = s.data_threads.find(id); d != s.data_threads.end()) {
+          d->second.thread.join();  // it sent this as its last act
+          s.data_threads.erase(d);
+        }
+        if (!s.transfers.count(id)) return;
+        if (!error.empty()) return finish(self, id, "over the data plane: " + error);
+        commit(self, id);
       },
       [self](shutdown_atom, uint64_t token) {
         if (token == self->state.stop_token) self->quit();

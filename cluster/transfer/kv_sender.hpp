@@ -7,7 +7,9 @@
 // chunk at a time (cluster/transfer/kv_transfer.hpp plans them), sends them with at
 // most `window` chunks unanswered, and then commits the first token. Only
 // the chunks in flight are in memory, so a slow decode node slows the
-// transfer instead of growing the sender.
+// transfer instead of growing the sender. When the decode node has a data
+// port, the chunks go there instead (a thread per transfer), and only the
+// commit goes over the middleman.
 //
 // (kv_send_atom, WireMessage KvSendOrder) -> std::string: empty once the
 // decode node has every chunk and has started the request, else why not (the
@@ -19,6 +21,7 @@
 #include <chrono>
 #include <string>
 
+#include "cluster/transfer/kv_data_plane.hpp"
 #include "cluster/transfer/kv_transfer.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/cluster_handshake.hpp"
@@ -39,6 +42,11 @@ struct KvSenderConfig {
   // from 0), as a damaged link or buffer would; -1 never. `actorlm node`
   // takes it from ACTORLM_TEST_CORRUPT_KV_CHUNK.
   int64_t corrupt_chunk = -1;
+  // Send the bytes over a decode node's data port when it has one and the
+  // join has a session key (cluster/transfer/kv_data_plane.hpp); else, or
+  // when false, as chunk messages over the middleman.
+  bool data_plane = true;
+  DataProtection data_protection = DataProtection::sealed;
 };
 
 caf::actor spawn_kv_sender(caf::actor_system& system, KvSenderConfig config, uint64_t stop_token);

@@ -26,5 +26,11 @@ using node_gone_atom = caf::atom_constant<caf::atom("nodegone")>;
 using kv_send_atom = caf::atom_constant<caf::atom("kvsend")>;
 using kv_chunk_atom = caf::atom_constant<caf::atom("kvchunk")>;
 using kv_commit_atom = caf::atom_constant<caf::atom("kvcommit")>;
+// A decode node's data port (cluster/transfer/kv_data_plane.hpp) tells its
+// gateway, in this process, that a request's transfer failed there.
+using kv_data_failed_atom = caf::atom_constant<caf::atom("kvdatafail")>;
+// A prefill node's KV sender, from the thread that ran a transfer over the
+// data plane in this process: that transfer's outcome.
+using kv_data_done_atom = caf::atom_constant<caf::atom("kvdatadone")>;
 
 }  // namespace actorlm

@@ -40,6 +40,12 @@ struct DataChannelError : std::runtime_error {
 
 enum class DataProtection : uint8_t { sealed, trusted_fabric };
 
+// All of `n` bytes to or from a connected stream socket, retried on EINTR;
+// DataChannelError naming `what` when the peer closes or the socket fails
+// (a timeout set on the socket counts as failing).
+void send_all(int fd, const uint8_t* p, size_t n, const char* what);
+void recv_all(int fd, uint8_t* p, size_t n, const char* what);
+
 inline constexpr uint32_t kMaxDataHeader = 4096;
 
 using DataKey = std::array<uint8_t, 32>;
@@ -65,9 +71,12 @@ class DataSender {
   // Throws DataChannelError.
   void send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> pieces);
   uint64_t frames() const { return seq_; }
+  // Tests: flip one byte of the next frame's payload after it is sealed, as
+  // a damaged link would.
+  void damage_next_payload() { damage_next_ = true; }
 
  private:
-  void write_all(const uint8_t* p, size_t n);
+  bool damage_next_ = false;
   int fd_;
   DataProtection protection_;
   DataKey key_;
@@ -97,7 +106,6 @@ class DataReceiver {
   void skip_payload();
 
  private:
-  void read_all(uint8_t* p, size_t n);
   int fd_;
   DataProtection protection_;
   DataKey key_;

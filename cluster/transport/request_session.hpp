@@ -44,6 +44,8 @@ class RequestSession {
   explicit RequestSession(std::vector<uint8_t> key) : key_(std::move(key)) {}
 
   bool has_key() const { return !key_.empty(); }
+  // The data plane derives its keys from this one (cluster/transfer/kv_data_plane.hpp).
+  const std::vector<uint8_t>& key() const { return key_; }
   // Head side: the next sequence number is used.
   std::vector<uint8_t> seal(RequestKind kind, std::span<const uint8_t> payload);
   // Node side: the payload when the MAC holds under this key and the number

@@ -9,8 +9,13 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     decode node takes no prompt of its own;
   - every node's pool adds up (free + evictable + locked == capacity, nothing
     locked, the engine's self-check empty) after every phase;
+  - the KV takes the data plane (a decode node's data port beside the
+    middleman, sealed with AES-256-GCM), or, with --kv-data-port -1, chunk
+    messages over the middleman; on a trusted fabric (both nodes) it is only
+    checked; a node whose setting differs refuses the connection, and the
+    client hears why;
   - a byte flipped in a transferred chunk is refused by the decode node, the
-    request is retried and answered correctly, nothing leaks;
+    request is retried and answered correctly, nothing leaks (both paths);
   - killing a prefill node mid-prefill or mid-transfer retries its requests on
     the other prefill node within 5 s, and they answer as before;
   - killing a decode node fails only the requests it was decoding (503 within
@@ -52,8 +57,8 @@ def head(node_list):
     return ServerProcess(BIN, [a for n in node_list for a in ("--node", n.address)] + ["--secret-file", SECRET])
 
 
-def pd_node(mode, env=None):
-    node = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", mode])
+def pd_node(mode, env=None, extra=()):
+    node = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", mode, *extra])
     saved = dict(os.environ)
     os.environ.update(env or {})
     try:
@@ -118,6 +123,10 @@ def check_outputs_and_reuse(reference):
             cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
             check(cached >= 150, f"the client sees {cached} cached tokens for a shared prefix")
             check_pools(h.port, "after the outputs")
+            sent = [x for x in prefill.lines if "kv sender: sent" in x]
+            check(sent and all("over the data plane" in x for x in sent),
+                  f"the KV did not take the data plane: {sent[:3]}")
+            print(f"ok: {len(sent)} transfers over the data plane, e.g. {sent[-1].strip()[20:]}")
             print(f"ok: {len(reference)} prompts (2 of >= 1500 tokens, 4 sharing a prefix) through 1 prefill + "
                   f"1 decode node equal the single-process engine; prefill node cache hit rate "
                   f"{p['cache_hit_rate']:.3f} ({p['cached_tokens']} of {p['prompt_tokens']} tokens)")
@@ -126,10 +135,11 @@ def check_outputs_and_reuse(reference):
         decode.stop()
 
 
-def check_corrupt_chunk(reference):
+def check_corrupt_chunk(reference, decode_extra=()):
     # The prefill node damages the first chunk it ever sends.
     bad = pd_node("prefill", {"ACTORLM_TEST_CORRUPT_KV_CHUNK": "0"})
-    decode = pd_node("decode")
+    decode = pd_node("decode", extra=decode_extra)
+    path = "over the middleman" if decode_extra else "over the data plane"
     try:
         with head([bad, decode]) as h:
             wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
@@ -141,11 +151,47 @@ def check_corrupt_chunk(reference):
             check(refused, "the decode node did not refuse the damaged chunk")
             retried = [x for _, x in h.lines if "trying again" in x]
             check(retried, "the head did not retry the request")
+            sent = [x for x in bad.lines if "kv sender: sent" in x]
+            check(sent and all(("over the data plane" in x) == (not decode_extra) for x in sent), sent)
             check_pools(h.port, "after a damaged chunk")
-            print(f"ok: a flipped byte in a chunk was refused ({refused[0].strip()[:110]}...); "
+            print(f"ok: {path}, a flipped byte in a chunk was refused ({refused[0].strip()[:110]}...); "
                   "the request was retried and answered as before; nothing leaked")
     finally:
         bad.stop()
+        decode.stop()
+
+
+def check_trusted_fabric(reference):
+    # Both nodes on a trusted fabric: the same outputs, the frames only checked.
+    prefill = pd_node("prefill", extra=["--kv-trusted-fabric"])
+    decode = pd_node("decode", extra=["--kv-trusted-fabric"])
+    try:
+        with head([prefill, decode]) as h:
+            wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            for p, extra in ((LONG[1], {"max_tokens": 12}), (SHORT[0], {})):  # as run_all asked
+                code, body = complete(h.port, p, **extra)
+                check(code == 200, body)
+                check(body["choices"][0]["text"] == reference[p], "a trusted-fabric transfer answered differently")
+            check(len([x for x in prefill.lines if "over the data plane" in x]) == 2, prefill.lines[-5:])
+            check_pools(h.port, "after trusted-fabric transfers")
+    finally:
+        prefill.stop()
+        decode.stop()
+    # Only one of them: refused at the data port, and the client is told why.
+    prefill = pd_node("prefill", extra=["--kv-trusted-fabric"])
+    decode = pd_node("decode")
+    try:
+        with head([prefill, decode]) as h:
+            wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            code, body = complete(h.port, SHORT[1], max_tokens=4)
+            check(code == 503, (code, body))
+            check("KV transfer failed" in body["error"]["message"], body)
+            check([x for x in decode.lines if "this node seals it" in x], decode.lines[-5:])
+            check_pools(h.port, "after refused transfers")
+            print(f"ok: trusted fabric on both nodes answers as before; on one only, refused: "
+                  f"{body['error']['message'][:120]}")
+    finally:
+        prefill.stop()
         decode.stop()
 
 
@@ -226,6 +272,8 @@ def main():
         reference = run_all(local.port)
     check_outputs_and_reuse(reference)
     check_corrupt_chunk(reference)
+    check_corrupt_chunk(reference, ["--kv-data-port", "-1"])
+    check_trusted_fabric(reference)
     check_prefill_death(reference)
     check_decode_death()
     print("cluster pd: all checks passed")

@@ -1,0 +1,351 @@
+#include "cluster/transfer/kv_data_plane.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "actors/wire.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+#include "cluster/transport/cluster_handshake.hpp"
+#include "cluster/transport/little_endian.hpp"
+
+namespace actorlm {
+namespace {
+
+constexpr char kMagic[] = "actorlm-kv1";  // 11 bytes on the wire, no terminator
+constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
+constexpr size_t kNonce = nonce_bytes;
+constexpr size_t kHello = kMagicBytes + 1 + 8 + kNonce;
+constexpr size_t kChunkHeader = 8 + 5 * 4;
+constexpr uint64_t kMaxChunk = 256ull << 20;
+constexpr size_t kMaxAckError = 1000;
+
+// Reads and writes that wait longer than `timeout` fail (a silent peer).
+void set_timeouts(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::vector<uint8_t> proof(const std::vector<uint8_t>& key, const std::vector<uint8_t>& dialer_nonce,
+                           const std::vector<uint8_t>& acceptor_nonce) {
+  return labelled_mac(std::string(key.begin(), key.end()), "actorlm-data-proof", {&dialer_nonce, &acceptor_nonce});
+}
+
+std::vector<uint8_t> chunk_header(uint64_t ticket, int32_t tokens, const KvChunkRange& r) {
+  std::vector<uint8_t> h(kChunkHeader);
+  put_le<uint64_t>(h.data(), ticket);
+  put_le<int32_t>(h.data() + 8, tokens);
+  put_le<int32_t>(h.data() + 12, r.first_layer);
+  put_le<int32_t>(h.data() + 16, r.last_layer);
+  put_le<int32_t>(h.data() + 20, r.first_token);
+  put_le<int32_t>(h.data() + 24, r.last_token);
+  return h;
+}
+
+// An acknowledgement: the ticket, then empty (written) or why not.
+std::vector<uint8_t> ack(uint64_t ticket, const std::string& error) {
+  const size_t n = std::min(error.size(), kMaxAckError);
+  std::vector<uint8_t> h(8 + n);
+  put_le<uint64_t>(h.data(), ticket);
+  if (n) std::memcpy(h.data() + 8, error.data(), n);
+  return h;
+}
+
+int dial(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    throw DataChannelError("cannot resolve the decode node's data plane host " + host);
+  }
+  int fd = -1;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    set_timeouts(fd, timeout);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) throw DataChannelError("cannot connect to the decode node's data plane at " + host + ":" + std::to_string(port));
+  return fd;
+}
+
+}  // namespace
+
+void KvDataCancel::cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool KvDataCancel::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+void KvDataCancel::attach(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fd_ = fd;
+  if (cancelled_ && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+uint64_t DataSessions::id_of(const std::vector<uint8_t>& key) {
+  const std::vector<uint8_t> mac = labelled_mac(std::string(key.begin(), key.end()), "actorlm-data-session", {});
+  return get_le<uint64_t>(mac.data());
+}
+
+uint64_t DataSessions::add(const std::vector<uint8_t>& key) {
+  const uint64_t id = id_of(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_[id] = key;
+  return id;
+}
+
+void DataSessions::remove(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_.erase(id);
+}
+
+std::optional<std::vector<uint8_t>> DataSessions::key(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = keys_.find(id);
+  if (it == keys_.end()) return std::nullopt;
+  return it->second;
+}
+
+KvDataServer::KvDataServer(caf::actor_system& system, KvDataServerConfig config)
+    : system_(system), cfg_(std::move(config)) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string where = cfg_.host + ":" + std::to_string(cfg_.port);
+  if (::getaddrinfo(cfg_.host.c_str(), std::to_string(cfg_.port).c_str(), &hints, &found) != 0 || !found) {
+    throw std::runtime_error("cannot resolve the KV data plane address " + where);
+  }
+  for (addrinfo* a = found; a && listener_ < 0; a = a->ai_next) {
+    listener_ = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (listener_ < 0) continue;
+    const int one = 1;
+    ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listener_, a->ai_addr, a->ai_addrlen) != 0 || ::listen(listener_, 64) != 0) {
+      ::close(listener_);
+      listener_ = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (listener_ < 0) throw std::runtime_error("cannot listen for the KV data plane on " + where + ": " + std::strerror(errno));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(listener_, reinterpret_cast<sockaddr*>(&bound), &len);
+  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+KvDataServer::~KvDataServer() {
+  stopping_ = true;
+  acceptor_.join();
+  std::map<int, std::thread> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(connections_);
+    for (auto& [fd, t] : left) ::shutdown(fd, SHUT_RDWR);  // wakes a blocked read or write
+  }
+  for (auto& [fd, t] : left) {
+    t.join();
+    ::close(fd);
+  }
+  ::close(listener_);
+}
+
+void KvDataServer::accept_loop() {
+  while (!stopping_) {
+    pollfd p{listener_, POLLIN, 0};
+    const int ready = ::poll(&p, 1, 200);
+    {
+      // Threads that ended: joined and their sockets closed here, so that a
+      // stream of short connections does not pile up threads.
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int fd : finished_) {
+        auto it = connections_.find(fd);
+        if (it == connections_.end()) continue;
+        it->second.join();
+        ::close(fd);
+        connections_.erase(it);
+      }
+      finished_.clear();
+    }
+    if (ready <= 0) continue;
+    const int fd = ::accept(listener_, nullptr, nullptr);
+    if (fd < 0) continue;
+    set_timeouts(fd, cfg_.timeout);
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_.emplace(fd, std::thread([this, fd] {
+      serve(fd);
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_.push_back(fd);
+    }));
+  }
+}
+
+void KvDataServer::serve(int fd) {
+  uint64_t request = 0;  // the local request of the chunk in hand: failed if the connection breaks
+  // Not anonymous: the gateway takes this only from an actor of its process.
+  caf::scoped_actor self{system_};
+  auto fail = [&](uint64_t id, const std::string& why) {
+    std::fprintf(stderr, "actorlm kv data plane: refused a KV chunk: %s\n", why.c_str());
+    if (id) self->send(cfg_.gateway, kv_data_failed_atom::value, id, why);
+  };
+  try {
+    uint8_t hello[kHello];
+    recv_all(fd, hello, kHello, "data plane handshake");
+    if (std::memcmp(hello, kMagic, kMagicBytes) != 0) throw DataChannelError("not a KV data plane connection");
+    const auto protection = static_cast<DataProtection>(hello[kMagicBytes]);
+    const std::vector<uint8_t> dialer_nonce(hello + kMagicBytes + 9, hello + kHello);
+    const std::vector<uint8_t> acceptor_nonce = make_nonce();
+    send_all(fd, acceptor_nonce.data(), acceptor_nonce.size(), "data plane handshake");
+    std::vector<uint8_t> their_proof(32);
+    recv_all(fd, their_proof.data(), their_proof.size(), "data plane handshake");
+    // Checked after the proof arrived, whatever failed, so that a stranger
+    // learns nothing from when the connection closes.
+    const auto key = cfg_.sessions->key(get_le<uint64_t>(hello + kMagicBytes + 1));
+    if (!key || !macs_equal(their_proof, proof(*key, dialer_nonce, acceptor_nonce))) {
+      throw DataChannelError("a data plane peer without a joined session");
+    }
+    if (protection != cfg_.protection) {
+      throw DataChannelError(protection == DataProtection::trusted_fabric
+                                 ? "a peer asked for the trusted-fabric data plane; this node seals it"
+                                 : "a peer seals the data plane; this node runs it as a trusted fabric");
+    }
+    const DataKeys keys = derive_data_keys(*key, dialer_nonce, acceptor_nonce);
+    DataReceiver in(fd, protection, keys.dialer_to_acceptor, kMaxChunk);
+    DataSender out(fd, protection, keys.acceptor_to_dialer);
+    std::vector<uint8_t> header;
+    uint64_t bytes = 0;
+    while (!stopping_ && in.next(header, bytes)) {
+      if (header.size() != kChunkHeader) throw DataChannelError("a malformed KV chunk header");
+      const uint64_t ticket = get_le<uint64_t>(header.data());
+      const KvChunkRange range{get_le<int32_t>(header.data() + 12), get_le<int32_t>(header.data() + 16), get_le<int32_t>(header.data() + 20),
+                               get_le<int32_t>(header.data() + 24)};
+      KvReceiver::Taken taken = cfg_.receiver->admit(ticket, get_le<int32_t>(header.data() + 8), range, bytes);
+      if (!taken.write) {
+        fail(taken.request_id, taken.error);
+        in.skip_payload();
+        out.send(ack(ticket, taken.error), {});
+        return;
+      }
+      request = taken.request_id;
+      std::vector<uint8_t> data(bytes);
+      const std::span<uint8_t> into[] = {{data.data(), data.size()}};
+      in.read_payload(into);
+      std::string error;
+      self->request(cfg_.worker, cfg_.timeout, kv_write_raw_atom::value, std::move(taken.write->rows), range.first_layer,
+                    range.last_layer, std::move(data))
+          .receive([&](const std::string& e) { error = e; },
+                   [&](const caf::error& e) { error = "writing KV: " + system_.render(e); });
+      if (!error.empty()) {
+        fail(request, error);
+        out.send(ack(ticket, error), {});
+        return;
+      }
+      ++chunks_;
+      request = 0;
+      out.send(ack(ticket, ""), {});
+    }
+  } catch (const std::exception& e) {
+    // A frame that fails its tag, a cut connection, a stranger: the chunk in
+    // hand (if any) is lost, and so is its request's transfer.
+    fail(request, e.what());
+  }
+}
+
+KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarget& target, const KvDataSend& send) {
+  KvDataResult result;
+  struct Socket {
+    int fd;
+    KvDataCancel* cancel;
+    ~Socket() {
+      if (cancel) cancel->attach(-1);
+      ::close(fd);
+    }
+  };
+  try {
+    Socket s{dial(target.host, target.port, send.timeout), send.cancel.get()};
+    if (s.cancel) s.cancel->attach(s.fd);
+    uint8_t hello[kHello];
+    std::memcpy(hello, kMagic, kMagicBytes);
+    hello[kMagicBytes] = static_cast<uint8_t>(target.protection);
+    put_le<uint64_t>(hello + kMagicBytes + 1, DataSessions::id_of(target.session_key));
+    const std::vector<uint8_t> dialer_nonce = make_nonce();
+    std::memcpy(hello + kMagicBytes + 9, dialer_nonce.data(), kNonce);
+    send_all(s.fd, hello, kHello, "data plane handshake");
+    std::vector<uint8_t> acceptor_nonce(kNonce);
+    recv_all(s.fd, acceptor_nonce.data(), kNonce, "data plane handshake");
+    const std::vector<uint8_t> mine = proof(target.session_key, dialer_nonce, acceptor_nonce);
+    send_all(s.fd, mine.data(), mine.size(), "data plane handshake");
+    const DataKeys keys = derive_data_keys(target.session_key, dialer_nonce, acceptor_nonce);
+    DataSender out(s.fd, target.protection, keys.dialer_to_acceptor);
+    DataReceiver acks(s.fd, target.protection, keys.acceptor_to_dialer, 0);
+    caf::scoped_actor self{system};
+    const auto tokens = static_cast<int32_t>(send.rows.size());
+    size_t acked = 0;
+    auto take_ack = [&] {
+      std::vector<uint8_t> header;
+      uint64_t bytes = 0;
+      if (!acks.next(header, bytes)) throw DataChannelError("the decode node closed the data plane connection");
+      acks.skip_payload();
+      if (header.size() < 8 || get_le<uint64_t>(header.data()) != send.ticket) throw DataChannelError("a foreign acknowledgement");
+      if (header.size() > 8) throw DataChannelError("the decode node refused a chunk: " + std::string(header.begin() + 8, header.end()));
+      ++acked;
+    };
+    // At most a few chunks unacknowledged, so neither side's socket buffer
+    // fills with what the other is not reading.
+    constexpr size_t kWindow = 4;
+    for (size_t i = 0; i < send.plan.size(); ++i) {
+      if (send.cancel && send.cancel->cancelled()) throw DataChannelError("cancelled");
+      const KvChunkRange& r = send.plan[i];
+      std::vector<int32_t> rows(send.rows.begin() + r.first_token, send.rows.begin() + r.last_token);
+      std::vector<uint8_t> data;
+      std::string error;
+      self->request(send.worker, send.timeout, kv_read_raw_atom::value, std::move(rows), r.first_layer, r.last_layer)
+          .receive([&](std::vector<uint8_t>& d) { data = std::move(d); },
+                   [&](const caf::error& e) { error = "reading KV: " + system.render(e); });
+      if (!error.empty()) throw DataChannelError(error);
+      if (static_cast<int64_t>(i) == send.corrupt_chunk) out.damage_next_payload();
+      const std::span<const uint8_t> pieces[] = {{data.data(), data.size()}};
+      out.send(chunk_header(send.ticket, tokens, r), pieces);
+      result.bytes += static_cast<int64_t>(data.size());
+      if (i + 1 - acked > kWindow) take_ack();
+    }
+    while (acked < send.plan.size()) take_ack();
+  } catch (const std::exception& e) {
+    result.error = e.what();
+    // A refused handshake shows here only as a closed connection.
+    if (result.error.find("closed") != std::string::npos || result.error.find("reset") != std::string::npos) {
+      result.error += " (if the decode node refused the connection, its log says why: a different "
+                      "--kv-trusted-fabric setting, or a session it does not hold)";
+    }
+  }
+  return result;
+}
+
+}  // namespace actorlm

@@ -1,0 +1,145 @@
+#pragma once
+// Prefill/decode KV over the data plane: a TCP connection per transfer from
+// the prefill node to the decode node's data port, beside the middleman. The
+// control plane stays where it was: the head reserves rows on the decode node
+// and gets a ticket, the prefill node's KV sender joins the decode node with
+// the shared secret (a sealed session), and commits the first token there
+// once every chunk is in. Only the chunks' bytes move here, as frames of
+// cluster/transport/data_channel.hpp: sealed with keys derived from that
+// joined session (or, on a trusted fabric, only checked), each acknowledged
+// on the same connection once written into the reserved rows.
+//
+// The connection opens with
+//   dialer   -> "actorlm-kv1" (11 bytes), protection (1), session id (8), dialer nonce (32)
+//   acceptor -> acceptor nonce (32)
+//   dialer   -> HMAC-SHA256(session key, "actorlm-data-proof" + both nonces) (32)
+// where the session id names the join (derived from its key, so only the two
+// ends know it). The acceptor takes no frame from a dialer whose proof fails,
+// whose session it does not hold, or whose protection is not its own.
+//
+// Rows are read and written by the node's own worker actor (kv_read_raw_atom,
+// kv_write_raw_atom), between its forward passes, so a transfer never races
+// a step over the same memory.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/transfer/kv_receiver.hpp"
+#include "cluster/transfer/kv_transfer.hpp"
+#include "cluster/transport/data_channel.hpp"
+
+namespace actorlm {
+
+// The joined sessions a decode node's data port accepts, by session id.
+class DataSessions {
+ public:
+  // The id a session's key names it by on the data plane.
+  static uint64_t id_of(const std::vector<uint8_t>& key);
+  uint64_t add(const std::vector<uint8_t>& key);
+  void remove(uint64_t id);
+  std::optional<std::vector<uint8_t>> key(uint64_t id) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::vector<uint8_t>> keys_;
+};
+
+// What a decode node's gateway shares with its data port.
+struct KvDecodeShared {
+  std::shared_ptr<KvReceiver> receiver;
+  std::shared_ptr<DataSessions> sessions;
+};
+
+// A decode node's data port.
+struct KvDataServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port
+  DataProtection protection = DataProtection::sealed;
+  caf::actor worker;  // writes the rows (kv_write_raw_atom)
+  std::shared_ptr<KvReceiver> receiver;
+  std::shared_ptr<DataSessions> sessions;
+  // Told (from this process) about a request whose transfer failed here:
+  // (kv_data_failed_atom, local request id, reason).
+  caf::actor gateway;
+  std::chrono::milliseconds timeout{30000};  // a silent peer; a worker's write
+};
+
+class KvDataServer {
+ public:
+  // Binds and listens; throws std::runtime_error naming the address.
+  KvDataServer(caf::actor_system& system, KvDataServerConfig config);
+  ~KvDataServer();
+  KvDataServer(const KvDataServer&) = delete;
+  KvDataServer& operator=(const KvDataServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  int64_t chunks() const { return chunks_; }
+
+ private:
+  void accept_loop();
+  void serve(int fd);
+
+  caf::actor_system& system_;
+  KvDataServerConfig cfg_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> chunks_{0};
+  std::mutex mu_;
+  std::map<int, std::thread> connections_;  // by socket, until stopped
+  std::vector<int> finished_;               // sockets whose thread has ended
+  std::thread acceptor_;
+};
+
+// What a prefill node's sender needs to reach a decode node's data port.
+struct KvDataTarget {
+  std::string host;
+  uint16_t port = 0;
+  std::vector<uint8_t> session_key;  // of the sender's join to that node
+  DataProtection protection = DataProtection::sealed;
+};
+
+// Lets another thread end a transfer in progress: its socket is shut down,
+// so a blocked read or write returns at once.
+class KvDataCancel {
+ public:
+  void cancel();
+  bool cancelled() const;
+  void attach(int fd);  // the transfer's socket; -1 before it is closed
+
+ private:
+  mutable std::mutex mu_;
+  int fd_ = -1;
+  bool cancelled_ = false;
+};
+
+struct KvDataSend {
+  uint64_t ticket = 0;
+  std::vector<int32_t> rows;  // the prompt's rows in this node's pool
+  std::vector<KvChunkRange> plan;
+  caf::actor worker;          // reads them (kv_read_raw_atom)
+  std::chrono::milliseconds timeout{30000};
+  int64_t corrupt_chunk = -1;  // tests: damage this chunk's bytes on the wire
+  std::shared_ptr<KvDataCancel> cancel;  // optional
+};
+
+struct KvDataResult {
+  std::string error;  // empty: every chunk written on the decode node
+  int64_t bytes = 0;
+};
+
+// Sends one transfer's chunks and waits for every acknowledgement. Blocking:
+// run it on a thread of its own.
+KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarget& target, const KvDataSend& send);
+
+}  // namespace actorlm

@@ -1,0 +1,207 @@
+// A decode node's data port and a prefill node's transfer over it, in one
+// process over loopback TCP, with stand-in workers whose pools are plain
+// maps: every row arrives in its reserved row, and a stranger, a node with
+// the other protection, a ticket never issued or a damaged frame is refused
+// with the request failed at the gateway.
+
+#include "cluster/transfer/kv_data_plane.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <map>
+#include <mutex>
+
+#include "actors/wire.hpp"
+#include "cluster/transport/cluster_atoms.hpp"
+
+namespace actorlm {
+namespace {
+
+constexpr int32_t kLayers = 3;
+constexpr int64_t kTokenBytes = 64;
+
+const KvLayout kLayout{"test-model", "f32", kLayers, kTokenBytes};
+
+uint8_t byte_of(int32_t layer, int32_t row, int64_t i) { return static_cast<uint8_t>(layer * 31 + row * 7 + i); }
+
+// What a stand-in worker holds: one token's bytes per (layer, row).
+struct Pool {
+  std::mutex mu;
+  std::map<std::pair<int32_t, int32_t>, std::vector<uint8_t>> rows;
+};
+
+// Reads rows it invents (byte_of) and writes into `pool`, in the layout the
+// real worker uses for a range: layer by layer, row by row.
+caf::behavior stand_in_worker(caf::event_based_actor*, std::shared_ptr<Pool> pool) {
+  return {
+      [](kv_read_raw_atom, const std::vector<int32_t>& rows, int32_t first, int32_t last) {
+        std::vector<uint8_t> out;
+        for (int32_t l = first; l < last; ++l) {
+          for (int32_t r : rows) {
+            for (int64_t i = 0; i < kTokenBytes; ++i) out.push_back(byte_of(l, r, i));
+          }
+        }
+        return out;
+      },
+      [pool](kv_write_raw_atom, const std::vector<int32_t>& rows, int32_t first, int32_t last,
+             const std::vector<uint8_t>& data) -> std::string {
+        if (data.size() != rows.size() * static_cast<size_t>(last - first) * kTokenBytes) return "wrong size";
+        std::lock_guard<std::mutex> lock(pool->mu);
+        size_t at = 0;
+        for (int32_t l = first; l < last; ++l) {
+          for (int32_t r : rows) {
+            pool->rows[{l, r}].assign(data.begin() + static_cast<long>(at), data.begin() + static_cast<long>(at + kTokenBytes));
+            at += kTokenBytes;
+          }
+        }
+        return "";
+      },
+  };
+}
+
+struct Failures {
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, std::string>> got;
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return got.size();
+  }
+};
+
+caf::behavior stand_in_gateway(caf::event_based_actor*, std::shared_ptr<Failures> f) {
+  return {[f](kv_data_failed_atom, uint64_t id, const std::string& why) {
+    std::lock_guard<std::mutex> lock(f->mu);
+    f->got.emplace_back(id, why);
+  }};
+}
+
+struct Fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  std::shared_ptr<Pool> decode_pool = std::make_shared<Pool>();
+  std::shared_ptr<Failures> failures = std::make_shared<Failures>();
+  std::shared_ptr<KvReceiver> receiver = std::make_shared<KvReceiver>(kLayout);
+  std::shared_ptr<DataSessions> sessions = std::make_shared<DataSessions>();
+  std::vector<uint8_t> key = std::vector<uint8_t>(32, 0x42);
+  caf::actor prefill_worker = system.spawn(stand_in_worker, std::make_shared<Pool>());
+  caf::actor decode_worker = system.spawn(stand_in_worker, decode_pool);
+  caf::actor gateway = system.spawn(stand_in_gateway, failures);
+  std::unique_ptr<KvDataServer> server;
+
+  explicit Fixture(DataProtection protection = DataProtection::sealed) {
+    sessions->add(key);
+    KvDataServerConfig c;
+    c.protection = protection;
+    c.worker = decode_worker;
+    c.receiver = receiver;
+    c.sessions = sessions;
+    c.gateway = gateway;
+    c.timeout = std::chrono::milliseconds(5000);
+    server = std::make_unique<KvDataServer>(system, c);
+  }
+  ~Fixture() {
+    server.reset();
+    for (auto* a : {&prefill_worker, &decode_worker, &gateway}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  }
+
+  // 40 tokens: prefill rows 100.., reserved decode rows 500.. (request 77).
+  KvDataSend transfer(uint64_t ticket) {
+    KvDataSend s;
+    s.ticket = ticket;
+    for (int32_t t = 0; t < 40; ++t) s.rows.push_back(100 + t);
+    s.plan = plan_kv_chunks(40, kLayout, 40 * kTokenBytes);  // a chunk per layer
+    s.worker = prefill_worker;
+    s.timeout = std::chrono::milliseconds(5000);
+    return s;
+  }
+  uint64_t reserve() {
+    std::vector<int32_t> rows;
+    for (int32_t t = 0; t < 40; ++t) rows.push_back(500 + t);
+    return receiver->open(77, rows);
+  }
+  KvDataTarget target(DataProtection protection = DataProtection::sealed) const {
+    return {"127.0.0.1", server->port(), key, protection};
+  }
+  size_t rows_written() {
+    std::lock_guard<std::mutex> lock(decode_pool->mu);
+    return decode_pool->rows.size();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("A transfer over the data plane fills exactly the reserved rows", "[kv_data_plane]") {
+  for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+    CAPTURE(static_cast<int>(p));
+    Fixture f(p);
+    const uint64_t ticket = f.reserve();
+    const KvDataResult r = send_kv_over_data_plane(f.system, f.target(p), f.transfer(ticket));
+    REQUIRE(r.error.empty());
+    CHECK(r.bytes == 40 * kLayers * kTokenBytes);
+    CHECK(f.server->chunks() == kLayers);
+    // Prefill row 100 + t went to decode row 500 + t, every layer, every byte.
+    REQUIRE(f.rows_written() == 40 * kLayers);
+    for (int32_t l = 0; l < kLayers; ++l) {
+      for (int32_t t = 0; t < 40; ++t) {
+        const auto& got = f.decode_pool->rows.at({l, 500 + t});
+        for (int64_t i = 0; i < kTokenBytes; ++i) REQUIRE(got[static_cast<size_t>(i)] == byte_of(l, 100 + t, i));
+      }
+    }
+    const KvReceiver::Committed c = f.receiver->commit(ticket);
+    CHECK(c.error.empty());
+    CHECK(c.request_id == 77);
+    CHECK(f.failures->size() == 0);
+  }
+}
+
+TEST_CASE("The data port refuses a stranger and a node with the other protection", "[kv_data_plane]") {
+  Fixture f;
+  const uint64_t ticket = f.reserve();
+  KvDataTarget stranger = f.target();
+  stranger.session_key = std::vector<uint8_t>(32, 0x17);  // a session this node does not hold
+  const KvDataResult a = send_kv_over_data_plane(f.system, stranger, f.transfer(ticket));
+  CHECK(!a.error.empty());
+  const KvDataResult b = send_kv_over_data_plane(f.system, f.target(DataProtection::trusted_fabric), f.transfer(ticket));
+  CHECK(!b.error.empty());
+  CHECK(f.rows_written() == 0);
+  // Nothing was taken for the ticket: its transfer is still whole to do.
+  CHECK(f.receiver->commit(ticket).error.find("still missing") != std::string::npos);
+  // The session goes when its head leaves.
+  f.sessions->remove(DataSessions::id_of(f.key));
+  const uint64_t again = f.reserve();
+  CHECK(!send_kv_over_data_plane(f.system, f.target(), f.transfer(again)).error.empty());
+  CHECK(f.rows_written() == 0);
+}
+
+TEST_CASE("A ticket never issued, or a damaged frame, fails the transfer and its request", "[kv_data_plane]") {
+  Fixture f;
+  const KvDataResult unknown = send_kv_over_data_plane(f.system, f.target(), f.transfer(12345));
+  CHECK(unknown.error.find("did not issue") != std::string::npos);
+  CHECK(f.rows_written() == 0);
+
+  const uint64_t ticket = f.reserve();
+  KvDataSend damaged = f.transfer(ticket);
+  damaged.corrupt_chunk = 1;
+  const KvDataResult r = send_kv_over_data_plane(f.system, f.target(), damaged);
+  CHECK(!r.error.empty());
+  // The gateway hears which request to fail, and why.
+  for (int i = 0; i < 100 && f.failures->size() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(f.failures->size() == 1);
+  CHECK(f.failures->got[0].first == 77);
+  CHECK(f.failures->got[0].second == "a data plane payload fails its tag");
+  // Only the chunk before the damaged one was written.
+  CHECK(f.rows_written() == 40);
+}
+
+TEST_CASE("A transfer in progress can be cancelled from another thread", "[kv_data_plane]") {
+  Fixture f;
+  const uint64_t ticket = f.reserve();
+  KvDataSend s = f.transfer(ticket);
+  s.cancel = std::make_shared<KvDataCancel>();
+  s.cancel->cancel();  // before it starts: it ends at once
+  const KvDataResult r = send_kv_over_data_plane(f.system, f.target(), s);
+  CHECK(!r.error.empty());
+  CHECK(f.rows_written() == 0);
+}
+
+}  // namespace actorlm
