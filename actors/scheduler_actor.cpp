@@ -128,6 +128,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     }
     Scheduler::Reserved res = sched.reserve(std::move(r));
     reply.rows = std::move(res.rows);
+    reply.cached_tokens = res.cached;
     reply.error = std::move(res.error);
     reply.no_room = res.no_room;
     return WireMessage{msg::pack(reply)};

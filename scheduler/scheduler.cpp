@@ -172,17 +172,19 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
   Running run;
   run.req = std::move(r);
   RequestKv* kv[] = {&run.req.kv};
-  // Match nothing: every row is written by the transfer.
-  const std::vector<int32_t> none;
-  if (kv_.admit(kv, std::span(&none, 1)) == 0) {
+  // The prompt's prefix this engine's cache holds stays (locked); the
+  // transfer writes only the rows after it.
+  const std::vector<int32_t>& prompt = run.req.prompt;
+  if (kv_.admit(kv, std::span(&prompt, 1)) == 0) {
     out.error = "no request slot is free";
     out.no_room = true;
     return out;
   }
-  const std::vector<int32_t>& prompt = run.req.prompt;
-  if (!extend(kv, std::span(&prompt, 1))) {
+  out.cached = run.req.kv.prefix_len;
+  const std::vector<int32_t> rest(prompt.begin() + out.cached, prompt.end());
+  if (!extend(kv, std::span(&rest, 1))) {
     kv_.abort(kv);
-    out.error = "the KV pool has no room for " + std::to_string(prompt.size()) + " tokens now";
+    out.error = "the KV pool has no room for " + std::to_string(rest.size()) + " tokens now";
     out.no_room = true;
     return out;
   }
@@ -201,7 +203,8 @@ bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob, 
   reserved_.erase(it);
   Request& q = r.req;
   q.output = {first_token};
-  q.cached_tokens = std::clamp<int32_t>(cached_tokens, 0, static_cast<int32_t>(q.prompt.size()));
+  q.cached_tokens = std::clamp<int32_t>(std::max(cached_tokens, q.kv.cached_on_admit), 0,
+                                       static_cast<int32_t>(q.prompt.size()));
   r.prefilled = q.prompt.size();
   r.decoding = true;
   r.table_synced = 0;

@@ -122,13 +122,17 @@ class Scheduler {
   const RequestKv* held(uint64_t id) const;
   void release(uint64_t id);
   struct Reserved {
-    std::vector<int32_t> rows;
+    std::vector<int32_t> rows;  // one per prompt token
+    // How many leading rows this engine's radix cache already holds (locked
+    // until the request ends): the transfer needs only the rest.
+    int32_t cached = 0;
     std::string error;  // set when refused
     bool no_room = false;  // refused only for want of KV now: may be retried
   };
   Reserved reserve(Request request);
   // cached_tokens: how much of the prompt the prefill side found in its
-  // cache, reported in the request's usage (clamped to the prompt).
+  // cache; the usage reports the larger of that and this engine's own hit
+  // (clamped to the prompt).
   bool activate(uint64_t id, int32_t first_token, float first_logprob, int32_t cached_tokens = 0);
   void cancel_reserved(uint64_t id);
   size_t held_count() const { return held_.size(); }

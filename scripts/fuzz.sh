@@ -27,7 +27,7 @@ for arg in "$@"; do
   esac
 done
 all_targets=(openai_request_fuzz envelope_fuzz gguf_file_fuzz tokenizer_fuzz chat_template_fuzz http_request_fuzz
-             kv_chunk_fuzz kv_disk_file_fuzz node_gate_fuzz constraint_fuzz)
+             kv_chunk_fuzz kv_disk_file_fuzz node_gate_fuzz data_channel_fuzz constraint_fuzz)
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
 # ccache shares objects between clones of the tree (see build.sh).

@@ -41,6 +41,7 @@ struct Route {
 struct Handoff {
   std::string address;
   uint64_t ticket = 0;
+  int32_t skip = 0;  // leading rows the decode node has already
 };
 
 struct GatewayState {
@@ -161,7 +162,7 @@ void on_generate(Self* self, const WireMessage& sealed) {
   const caf::actor_addr from = sender_of(self);
   if (s.local_ids.count({from, head_id})) return answer_error("request id " + std::to_string(head_id) + " is already running");
   const uint64_t local = admit(s, from, *head, head_id);
-  if (req->hold_after_prefill) s.handoffs[local] = Handoff{req->handoff_address, req->handoff_ticket};
+  if (req->hold_after_prefill) s.handoffs[local] = Handoff{req->handoff_address, req->handoff_ticket, req->handoff_skip};
   req->request_id = local;
   self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(*req)}, caf::actor_cast<caf::actor>(self));
 }
@@ -204,7 +205,12 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
   fb::KvSendOrderT order;
   order.ticket = h->second.ticket;
   order.address = h->second.address;
-  order.rows = item.held_rows;
+  const int32_t skip = h->second.skip;
+  if (skip < 0 || static_cast<size_t>(skip) >= item.held_rows.size()) {
+    return abort_local(self, local, "the head named " + std::to_string(skip) + " of " +
+                                        std::to_string(item.held_rows.size()) + " prompt tokens as the decode node's");
+  }
+  order.rows.assign(item.held_rows.begin() + skip, item.held_rows.end());
   order.first_token = item.token_ids[0];
   order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
   order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
@@ -301,7 +307,10 @@ caf::result<WireMessage> on_reserve(Self* self, const WireMessage& sealed) {
               if (out.error.empty()) out.error = "the head went away";
               forget(s, local);
             } else {
-              out.ticket = s.receiver->open(local, std::move(r->rows));
+              // Only the rows after the decode node's own cached prefix are sent.
+              const auto cached = static_cast<size_t>(std::clamp<int32_t>(r->cached_tokens, 0, static_cast<int32_t>(r->rows.size()) - 1));
+              out.cached_tokens = static_cast<int32_t>(cached);
+              out.ticket = s.receiver->open(local, std::vector<int32_t>(r->rows.begin() + static_cast<long>(cached), r->rows.end()));
             }
             rp.deliver(WireMessage{msg::pack(out)});
           },

@@ -198,12 +198,13 @@ std::vector<int32_t> prompt_of(const std::vector<uint8_t>& bytes) {
 // The request as one node of a pair gets it: under the attempt's wire id,
 // and for the prefill node held, with where its KV goes.
 std::vector<uint8_t> for_node(const std::vector<uint8_t>& bytes, uint64_t wire, const std::string& address,
-                              uint64_t ticket) {
+                              uint64_t ticket, int32_t skip) {
   auto req = msg::unpack<fb::TokenizedRequest>(bytes, nullptr);
   req->request_id = wire;
   req->hold_after_prefill = !address.empty();
   req->handoff_address = address;
   req->handoff_ticket = ticket;
+  req->handoff_skip = skip;
   return msg::pack(*req);
 }
 
@@ -296,7 +297,7 @@ void reserve(Self* self, uint64_t id) {
   n.requests.insert(r.wire);
   const uint64_t wire = r.wire;
   self->request(n.gateway, reserve_timeout, kv_reserve_atom::value,
-                WireMessage{n.session.seal(RequestKind::kv_reserve, for_node(r.bytes, wire, "", 0))})
+                WireMessage{n.session.seal(RequestKind::kv_reserve, for_node(r.bytes, wire, "", 0, 0))})
       .then([self, wire, d](const WireMessage& m) { on_reserved(self, wire, d, m); },
             [self, wire, d](const caf::error& e) {
               fb::KvReserveReplyT failed;
@@ -363,7 +364,7 @@ void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m) {
   if (!p.gateway) return retry_pd(self, id, ErrorKind::unavailable, "prefill node " + p.address.str() + " was lost");
   p.requests.insert(wire);
   self->send(p.gateway, generate_atom::value,
-             WireMessage{p.session.seal(RequestKind::generate, for_node(r.bytes, wire, d.address.str(), reply.ticket))});
+             WireMessage{p.session.seal(RequestKind::generate, for_node(r.bytes, wire, d.address.str(), reply.ticket, reply.cached_tokens))});
 }
 
 // Node `i` went away or misbehaved with the attempt `wire` on it.

@@ -7,6 +7,8 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     over 1,500 tokens and four sharing a long system prompt;
   - the prefill node's radix cache serves the shared prefix (its hit rate), the
     decode node takes no prompt of its own;
+  - a decode node that holds a prompt's prefix in its own cache receives only
+    the KV of the rest (tokens and bytes counted from the prefill node's log);
   - every node's pool adds up (free + evictable + locked == capacity, nothing
     locked, the engine's self-check empty) after every phase;
   - the KV takes the data plane (a decode node's data port beside the
@@ -49,6 +51,8 @@ def long_prompt(topic, n):
 
 
 LONG = [long_prompt("the northern valley", 60), long_prompt("the coastal marsh", 62)]
+# A long prompt, then the same with a few more words: the decode node has the first's KV.
+FOLLOW = [long_prompt("the eastern ridge", 60), long_prompt("the eastern ridge", 60) + " In one line:"]
 KILL_PROMPTS = [long_prompt(f"site {k}", 60) for k in range(3)]
 
 
@@ -87,6 +91,16 @@ def run_all(port):
     return out
 
 
+def run_follow_up(port):
+    """FOLLOW's outputs, by prompt (max_tokens 8)."""
+    out = {}
+    for p in FOLLOW:
+        code, body = complete(port, p, max_tokens=8)
+        check(code == 200, body)
+        out[p] = body["choices"][0]["text"]
+    return out
+
+
 def check_pools(port, what):
     """Every alive node idle, its pool adding up, nothing locked."""
     wait_for(f"{what}: nodes idle", lambda: all(n["in_flight"] == 0 and n["running"] == 0
@@ -109,11 +123,11 @@ def check_outputs_and_reuse(reference):
             check(view[prefill.address]["disaggregation_mode"] == "prefill", view)
             check(view[decode.address]["disaggregation_mode"] == "decode", view)
             got = run_all(h.port)
-            differ = [k[:40] for k in reference if got[k] != reference[k]]
+            differ = [k[:40] for k in got if got[k] != reference[k]]
             check(not differ, f"disaggregated outputs differ from the single-process engine's on {differ}")
             view = nodes(h.port)
             p, d = view[prefill.address], view[decode.address]
-            check(p["routed"] == len(reference), f"the prefill node ran {p['routed']} of {len(reference)} prompts")
+            check(p["routed"] == len(got), f"the prefill node ran {p['routed']} of {len(got)} prompts")
             check(d["routed"] == 0, f"the decode node was given prompts of its own: {d}")
             check(p["cached_tokens"] > 3 * 150, f"the prefill node reused no shared prefix: {p}")
             # The long prompts since may have evicted the shared prefix: warm it once.
@@ -123,11 +137,29 @@ def check_outputs_and_reuse(reference):
             cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
             check(cached >= 150, f"the client sees {cached} cached tokens for a shared prefix")
             check_pools(h.port, "after the outputs")
+            # The follow-up: the decode node matches its own cache first.
+            sizes = []
+            for prompt in FOLLOW:
+                before = len(prefill.lines)
+                code, body = complete(h.port, prompt, max_tokens=8)
+                check(code == 200, body)
+                check(body["choices"][0]["text"] == reference[prompt], "a follow-up answered differently")
+                wait_for("its transfer logged", lambda: any("kv sender: sent" in x for x in prefill.lines[before:]), 10)
+                line = next(x for x in prefill.lines[before:] if "kv sender: sent" in x)
+                sizes.append((int(line.split("sent ")[1].split()[0]), float(line.split("(")[1].split()[0]),
+                              body["usage"]["prompt_tokens"]))
+            (first, first_mb, n1), (second, second_mb, n2) = sizes
+            # Other long prompts share at most their first few words with the first.
+            check(first >= n1 - 16 and n2 > n1, sizes)
+            check(second < n2 - n1 + 64, f"the decode node was sent {second} of {n2} tokens; it held {n1}: {sizes}")
+            print(f"ok: a follow-up of {n2} tokens sent {second} tokens ({second_mb} MB) to a decode node that "
+                  f"held the first {n1} ({first_mb} MB the first time)")
+            check_pools(h.port, "after the follow-up")
             sent = [x for x in prefill.lines if "kv sender: sent" in x]
             check(sent and all("over the data plane" in x for x in sent),
                   f"the KV did not take the data plane: {sent[:3]}")
             print(f"ok: {len(sent)} transfers over the data plane, e.g. {sent[-1].strip()[20:]}")
-            print(f"ok: {len(reference)} prompts (2 of >= 1500 tokens, 4 sharing a prefix) through 1 prefill + "
+            print(f"ok: {len(got)} prompts (2 of >= 1500 tokens, 4 sharing a prefix) through 1 prefill + "
                   f"1 decode node equal the single-process engine; prefill node cache hit rate "
                   f"{p['cache_hit_rate']:.3f} ({p['cached_tokens']} of {p['prompt_tokens']} tokens)")
     finally:
@@ -270,6 +302,7 @@ def check_decode_death():
 def main():
     with ServerProcess(BIN, ["--kv-tokens", "8192"]) as local:
         reference = run_all(local.port)
+        reference.update(run_follow_up(local.port))
     check_outputs_and_reuse(reference)
     check_corrupt_chunk(reference)
     check_corrupt_chunk(reference, ["--kv-data-port", "-1"])

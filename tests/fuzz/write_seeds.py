@@ -265,6 +265,20 @@ write("node_gate_fuzz", "frames", b"\x01" + basp(5, b"hello") + basp(0) + basp(3
 write("node_gate_fuzz", "oversized-frame", b"\x01" + basp(4, b"okay") + basp(1 << 20) + bytes(64))
 write("node_gate_fuzz", "split-header", b"\x01" + basp(4096, bytes(4096)) + basp(4097)[:20])
 
+# ------------------------------------------------------------ data_channel
+def frames_spec(frames):
+    return b"".join(bytes([len(h), len(p)]) + h + p for h, p in frames)
+
+
+three = [(b"\x01\x02\x03", bytes(range(40))), (b"", b""), (bytes(28), bytes(200))]
+write("data_channel_fuzz", "sealed-frames", b"\x02\x00\x00\x00" + frames_spec(three))
+write("data_channel_fuzz", "trusted-frames", b"\x03\x00\x00\x00" + frames_spec(three))
+write("data_channel_fuzz", "sealed-flipped", b"\x02\x01\x00\x50" + frames_spec(three))
+write("data_channel_fuzz", "trusted-flipped", b"\x03\x01\x01\x00" + frames_spec(three))
+# Raw streams: a prefix announcing a header over the bound, and a bare prefix.
+write("data_channel_fuzz", "raw-big-header", b"\x00" + struct.pack("<IQ", 1 << 20, 5))
+write("data_channel_fuzz", "raw-prefix", b"\x01" + struct.pack("<IQ", 3, 70000) + bytes(19))
+
 # ------------------------------------------------------------ constraint
 schemas = [
     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},

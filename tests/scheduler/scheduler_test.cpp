@@ -393,6 +393,7 @@ TEST_CASE("Prompt logprobs score every prompt token whatever the cache holds and
 }
 
 TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on another gives the solo output", "[scheduler]") {
+  // Shared-prefix prompts: the decode engine reuses its own cache for the prefix.
   auto prompts = shared_prefix_prompts(6);
   auto solo = solo_outputs(prompts, 8);
   Engine a(2048, 4, config(50)), b(2048, 4, config());
@@ -403,6 +404,7 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
   }
   std::map<uint64_t, Ids> out;
   size_t moved = 0;
+  int64_t reused = 0;
   while (!a.scheduler.idle()) {
     for (const auto& e : a.scheduler.step()) {
       REQUIRE(e.finish == FinishReason::none);
@@ -414,15 +416,23 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
       Scheduler::Reserved rows = b.scheduler.reserve(make(e.id, prompts[e.id], 8));
       REQUIRE(rows.error.empty());
       REQUIRE(rows.rows.size() == kv->kv.size());
+      // The decode engine's cache holds the shared prefix once the first
+      // request is in: only the rows after it move.
+      if (moved > 0) CHECK(rows.cached >= 32);
+      REQUIRE(rows.cached < static_cast<int32_t>(rows.rows.size()));
+      const auto c = static_cast<ptrdiff_t>(rows.cached);
+      const std::vector<int32_t> from(kv->kv.begin() + c, kv->kv.end()), to(rows.rows.begin() + c, rows.rows.end());
       const int32_t layers = a.runner.model_config().n_layers;
-      b.runner.write_kv(rows.rows, 0, layers, a.runner.read_kv(kv->kv, 0, layers));
+      b.runner.write_kv(to, 0, layers, a.runner.read_kv(from, 0, layers));
       a.scheduler.release(e.id);
       REQUIRE(b.scheduler.activate(e.id, e.token, e.logprob));
+      reused += rows.cached;
       ++moved;
     }
     REQUIRE(a.kv.check_running(a.scheduler.running_kv()) == "");
   }
   CHECK(moved == prompts.size());
+  CHECK(reused >= 32 * static_cast<int64_t>(prompts.size() - 1));
   CHECK(a.scheduler.held_count() == 0);
   // The prefill engine keeps the prompts cached for later requests.
   CHECK(a.kv.match_lengths(prompts)[0] >= 48);
