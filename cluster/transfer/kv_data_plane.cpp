@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -27,6 +28,10 @@ constexpr size_t kHello = kMagicBytes + 1 + 8 + kNonce;
 constexpr size_t kChunkHeader = 8 + 5 * 4;
 constexpr uint64_t kMaxChunk = 256ull << 20;
 constexpr size_t kMaxAckError = 1000;
+// A peer that has not proven a session yet: how many at once, and how long
+// each may take (as the node's gate allows strangers).
+constexpr size_t kMaxConnections = 64;
+constexpr std::chrono::milliseconds kHandshakeTimeout{5000};
 
 // Reads and writes that wait longer than `timeout` fail (a silent peer).
 void set_timeouts(int fd, std::chrono::milliseconds timeout) {
@@ -197,8 +202,12 @@ void KvDataServer::accept_loop() {
     if (ready <= 0) continue;
     const int fd = ::accept(listener_, nullptr, nullptr);
     if (fd < 0) continue;
-    set_timeouts(fd, cfg_.timeout);
+    set_timeouts(fd, std::min(kHandshakeTimeout, cfg_.timeout));
     std::lock_guard<std::mutex> lock(mu_);
+    if (connections_.size() >= kMaxConnections) {
+      ::close(fd);  // full: a flood of connections costs no thread
+      continue;
+    }
     connections_.emplace(fd, std::thread([this, fd] {
       serve(fd);
       std::lock_guard<std::mutex> lock(mu_);
@@ -212,7 +221,7 @@ void KvDataServer::serve(int fd) {
   // Not anonymous: the gateway takes this only from an actor of its process.
   caf::scoped_actor self{system_};
   auto fail = [&](uint64_t id, const std::string& why) {
-    std::fprintf(stderr, "actorlm kv data plane: refused a KV chunk: %s\n", why.c_str());
+    std::fprintf(stderr, "actorlm kv data plane: %s: %s\n", id ? "refused a KV chunk" : "closed a connection", why.c_str());
     if (id) self->send(cfg_.gateway, kv_data_failed_atom::value, id, why);
   };
   try {
@@ -236,6 +245,7 @@ void KvDataServer::serve(int fd) {
                                  ? "a peer asked for the trusted-fabric data plane; this node seals it"
                                  : "a peer seals the data plane; this node runs it as a trusted fabric");
     }
+    set_timeouts(fd, cfg_.timeout);  // proven: as long as a transfer may pause
     const DataKeys keys = derive_data_keys(*key, dialer_nonce, acceptor_nonce);
     DataReceiver in(fd, protection, keys.dialer_to_acceptor, kMaxChunk);
     DataSender out(fd, protection, keys.acceptor_to_dialer);

@@ -69,6 +69,7 @@ void send_all(int fd, const uint8_t* p, size_t n, const char* what) {
   while (n > 0) {
     const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw DataChannelError(std::string(what) + ": the peer stopped reading (timed out)");
     if (w <= 0) throw DataChannelError(std::string(what) + ": send failed: " + std::strerror(errno));
     p += w;
     n -= static_cast<size_t>(w);
@@ -80,6 +81,7 @@ void recv_all(int fd, uint8_t* p, size_t n, const char* what) {
     const ssize_t r = ::recv(fd, p, n, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) throw DataChannelError(std::string(what) + ": the peer closed the connection inside a frame");
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw DataChannelError(std::string(what) + ": the peer fell silent (timed out)");
     if (r < 0) throw DataChannelError(std::string(what) + ": receive failed: " + std::strerror(errno));
     p += r;
     n -= static_cast<size_t>(r);

@@ -6,6 +6,11 @@
 
 #include "cluster/transfer/kv_data_plane.hpp"
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 #include <map>
@@ -191,6 +196,39 @@ TEST_CASE("A ticket never issued, or a damaged frame, fails the transfer and its
   CHECK(f.failures->got[0].second == "a data plane payload fails its tag");
   // Only the chunk before the damaged one was written.
   CHECK(f.rows_written() == 40);
+}
+
+TEST_CASE("A flood of idle connections costs the data port no more than 64 threads, and ends", "[kv_data_plane]") {
+  Fixture f;
+  auto connect = [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(f.server->port());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    return fd;
+  };
+  // Closed by the port within `ms` (a read sees the end), or not.
+  auto closed_within = [](int fd, int ms) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return false;
+    char c;
+    return ::recv(fd, &c, 1, 0) <= 0;
+  };
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) idle.push_back(connect());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all accepted
+  const int extra = connect();
+  CHECK(closed_within(extra, 2000));
+  ::close(extra);
+  // The idle ones never prove a session: each is dropped after 5 s.
+  for (int fd : idle) {
+    CHECK(closed_within(fd, 8000));
+    ::close(fd);
+  }
+  const uint64_t ticket = f.reserve();
+  CHECK(send_kv_over_data_plane(f.system, f.target(), f.transfer(ticket)).error.empty());
 }
 
 TEST_CASE("A transfer in progress can be cancelled from another thread", "[kv_data_plane]") {
