@@ -69,7 +69,6 @@ class DataSender {
   // One frame: `header`, then the payload gathered from `pieces` in order.
   // Throws DataChannelError.
   void send(std::span<const uint8_t> header, std::span<const std::span<const uint8_t>> pieces);
-  uint64_t frames() const { return seq_; }
   // Tests: flip one byte of the next frame's payload after it is sealed, as
   // a damaged link would.
   void damage_next_payload() { damage_next_ = true; }
