@@ -32,6 +32,8 @@ built=$(date +%s)
 # also built with -fno-sanitize-recover=all). Leaks count as errors too.
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+# CAF's own shutdown cycle, not ours: scripts/lsan.supp says which and why.
+export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
 cd "$build"
 status=0
 ctest --output-on-failure --parallel "$jobs" --timeout 1800 "${select[@]}" "$@" || status=$?

@@ -59,6 +59,13 @@ struct GatewayState {
   // Why the gateway aborted a request (a failed KV transfer, say): the
   // scheduler's abort carries no text, so the head hears it from here.
   std::map<uint64_t, std::string> abort_reasons;
+  // Decode: cancellations held back until the request's KV writes in flight
+  // land (KvReceiver's fence), by node-local id.
+  struct Fenced {
+    bool stop = false;
+    std::string reason;
+  };
+  std::map<uint64_t, Fenced> fenced;
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   // Nonces handed out by hello and not yet used by a join. Keyed by the
@@ -106,7 +113,9 @@ std::vector<uint8_t> refusal(const std::string& why) {
 void forget(GatewayState& s, uint64_t local_id) {
   s.handoffs.erase(local_id);
   s.abort_reasons.erase(local_id);
-  if (s.receiver) s.receiver->drop_request(local_id);
+  // It ended: any transfer it had was committed or dropped before, so this
+  // closes nothing with writes in flight.
+  if (s.receiver) (void)s.receiver->drop_request(local_id);
   auto it = s.routes.find(local_id);
   if (it == s.routes.end()) return;
   auto head = s.heads.find(it->second.head);
@@ -124,12 +133,42 @@ uint64_t admit(GatewayState& s, const caf::actor_addr& from, Head& head, uint64_
   return local;
 }
 
+// Aborts (or stops) local requests at the scheduler. A decode node's
+// request may have KV writes in flight (admitted chunks the worker has not
+// written yet): its cancellation waits until they land, since the scheduler
+// frees its rows and a late write would land in another request's.
+void cancel_at_scheduler(Self* self, bool stop, const std::vector<uint64_t>& ids, const std::string& reason) {
+  auto& s = self->state;
+  fb::AbortT now;
+  now.reason = reason;
+  for (uint64_t id : ids) {
+    if (s.receiver && !s.receiver->drop_request(id)) {
+      s.fenced.emplace(id, GatewayState::Fenced{stop, reason});
+    } else {
+      now.request_ids.push_back(id);
+    }
+  }
+  if (now.request_ids.empty()) return;
+  const WireMessage m{msg::pack(now)};
+  if (stop) {
+    self->send(s.scheduler, stop_atom::value, m);
+  } else {
+    self->send(s.scheduler, abort_atom::value, m);
+  }
+}
+
+// The last write of `local`'s dropped transfer has landed.
+void release_fence(Self* self, uint64_t local) {
+  auto it = self->state.fenced.find(local);
+  if (it == self->state.fenced.end()) return;
+  const GatewayState::Fenced f = it->second;
+  self->state.fenced.erase(it);
+  cancel_at_scheduler(self, f.stop, {local}, f.reason);
+}
+
 void abort_local(Self* self, uint64_t local, const std::string& why) {
-  fb::AbortT a;
-  a.request_ids = {local};
-  a.reason = why;
   if (self->state.routes.count(local)) self->state.abort_reasons.emplace(local, why);
-  self->send(self->state.scheduler, abort_atom::value, WireMessage{msg::pack(a)});
+  cancel_at_scheduler(self, false, {local}, why);
 }
 
 void on_generate(Self* self, const WireMessage& sealed) {
@@ -169,7 +208,7 @@ void on_generate(Self* self, const WireMessage& sealed) {
 
 // An Abort (or stop) from a head, with its ids made node-local.
 template <class Atom>
-void on_cancel(Self* self, Atom atom, const WireMessage& sealed) {
+void on_cancel(Self* self, Atom, const WireMessage& sealed) {
   auto& s = self->state;
   constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
   WireMessage in;
@@ -187,8 +226,7 @@ void on_cancel(Self* self, Atom atom, const WireMessage& sealed) {
     if (it != s.local_ids.end()) local.push_back(it->second);
   }
   if (local.empty()) return;
-  a->request_ids = local;
-  self->send(s.scheduler, atom, WireMessage{msg::pack(*a)});
+  cancel_at_scheduler(self, kind == RequestKind::stop, local, a->reason);
 }
 
 // A prefill node's held request: its KV goes to the decode node the head
@@ -335,10 +373,7 @@ caf::result<std::string> on_chunk(Self* self, const WireMessage& sealed) {
   KvReceiver::Taken taken = s.receiver->take(in.bytes);
   if (!taken.write) {
     std::fprintf(stderr, "actorlm %s: refused a KV chunk: %s\n", s.label.c_str(), taken.error.c_str());
-    if (taken.request_id) {
-      s.receiver->drop_request(taken.request_id);
-      abort_local(self, taken.request_id, "KV transfer refused: " + taken.error);
-    }
+    if (taken.request_id) abort_local(self, taken.request_id, "KV transfer refused: " + taken.error);
     return taken.error;
   }
   fb::KvRowsRequestT write;
@@ -354,16 +389,17 @@ caf::result<std::string> on_chunk(Self* self, const WireMessage& sealed) {
             std::string error;
             auto r = msg::unpack<fb::KvRowsReply>(m.bytes, &error);
             if (r) error = r->error;
-            if (!error.empty()) {
-              if (self->state.receiver) self->state.receiver->drop_request(local);
-              abort_local(self, local, "writing transferred KV: " + error);
-            }
+            if (!error.empty()) abort_local(self, local, "writing transferred KV: " + error);
             rp.deliver(error);
           },
           [self, rp, local](const caf::error& e) mutable {
             abort_local(self, local, "writing transferred KV: " + self->system().render(e));
             rp.deliver("writing KV: " + self->system().render(e));
           });
+  // The write is in the worker's mailbox now, ahead of any step the
+  // scheduler sends after an abort frees these rows (one mailbox, in order),
+  // so as far as the fence goes it has landed.
+  if (s.receiver->landed(taken.ticket)) release_fence(self, local);
   return rp;
 }
 
@@ -407,13 +443,10 @@ void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
   for (const auto& [local, route] : s.routes) {
     if (route.head == addr) abort.request_ids.push_back(local);
   }
-  for (uint64_t id : abort.request_ids) forget(s, id);
   std::fprintf(stderr, "actorlm %s: head %s left (%s); aborting its %zu request(s)\n", s.label.c_str(),
                head->second.name.c_str(), why.c_str(), abort.request_ids.size());
-  if (!abort.request_ids.empty()) {
-    abort.reason = "the head went away";
-    self->send(s.scheduler, abort_atom::value, WireMessage{msg::pack(abort)});
-  }
+  if (!abort.request_ids.empty()) cancel_at_scheduler(self, false, abort.request_ids, "the head went away");
+  for (uint64_t id : abort.request_ids) forget(s, id);
   if (s.decode && s.decode->sessions && head->second.data_session) s.decode->sessions->remove(head->second.data_session);
   s.heads.erase(head);
 }
@@ -524,8 +557,10 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
       [self](kv_data_failed_atom, uint64_t local, const std::string& why) {
         // From this node's data port only: a peer does not get to fail requests.
         if (!from_this_process(self) || !self->state.receiver) return;
-        self->state.receiver->drop_request(local);
         abort_local(self, local, "KV transfer failed: " + why);
+      },
+      [self](kv_landed_atom, uint64_t local) {
+        if (from_this_process(self)) release_fence(self, local);
       },
       [self](kv_commit_atom, const WireMessage& in) { return on_commit(self, in); },
       [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },

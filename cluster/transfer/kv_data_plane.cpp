@@ -264,14 +264,29 @@ void KvDataServer::serve(int fd) {
         return;
       }
       request = taken.request_id;
-      std::vector<uint8_t> data(bytes);
-      const std::span<uint8_t> into[] = {{data.data(), data.size()}};
-      in.read_payload(into);
+      // Admitted: the receiver's fence holds this request's abort until the
+      // write is queued at the worker, or abandoned when the payload never
+      // comes (KvReceiver::landed).
+      struct Landing {
+        KvReceiver& receiver;
+        caf::scoped_actor& self;
+        const caf::actor& gateway;
+        uint64_t ticket, request;
+        ~Landing() {
+          if (receiver.landed(ticket)) self->send(gateway, kv_landed_atom::value, request);
+        }
+      };
       std::string error;
-      self->request(cfg_.worker, cfg_.timeout, kv_write_raw_atom::value, std::move(taken.write->rows), range.first_layer,
-                    range.last_layer, std::move(data))
-          .receive([&](const std::string& e) { error = e; },
-                   [&](const caf::error& e) { error = "writing KV: " + system_.render(e); });
+      {
+        Landing landing{*cfg_.receiver, self, cfg_.gateway, ticket, request};
+        std::vector<uint8_t> data(bytes);
+        const std::span<uint8_t> into[] = {{data.data(), data.size()}};
+        in.read_payload(into);
+        self->request(cfg_.worker, cfg_.timeout, kv_write_raw_atom::value, std::move(taken.write->rows), range.first_layer,
+                      range.last_layer, std::move(data))
+            .receive([&](const std::string& e) { error = e; },
+                     [&](const caf::error& e) { error = "writing KV: " + system_.render(e); });
+      }
       if (!error.empty()) {
         fail(request, error);
         out.send(ack(ticket, error), {});

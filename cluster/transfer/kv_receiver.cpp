@@ -43,7 +43,7 @@ KvReceiver::Taken KvReceiver::admit(uint64_t ticket, int32_t tokens, const KvChu
 KvReceiver::Taken KvReceiver::admit_locked(const KvChunk& chunk) {
   Taken out;
   auto it = open_.find(chunk.request_id);
-  if (it == open_.end()) {
+  if (it == open_.end() || it->second.dropped) {
     out.error = "KV chunk for a ticket this node did not issue (or has closed)";
     return out;
   }
@@ -56,6 +56,8 @@ KvReceiver::Taken KvReceiver::admit_locked(const KvChunk& chunk) {
   const auto& rows = it->second.rows;
   out.write = Write{std::vector<int32_t>(rows.begin() + r.first_token, rows.begin() + r.last_token), r.first_layer,
                     r.last_layer, {}};
+  out.ticket = chunk.request_id;
+  ++it->second.writing;
   return out;
 }
 
@@ -63,21 +65,56 @@ KvReceiver::Committed KvReceiver::commit(uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   Committed out;
   auto it = open_.find(ticket);
-  if (it == open_.end()) {
+  if (it == open_.end() || it->second.dropped) {
     out.error = "KV commit for a ticket this node did not issue (or has closed)";
     return out;
   }
   out.request_id = it->second.request_id;
   if (!it->second.assembly.complete()) {
     out.error = "KV commit with " + std::to_string(it->second.assembly.missing()) + " layer-token rows still missing";
+  } else if (it->second.writing > 0) {
+    // A sender commits after its chunks were acknowledged, which is after
+    // they were written: one that does not is not to be believed.
+    out.error = "KV commit while " + std::to_string(it->second.writing) + " chunk(s) are still being written";
   }
-  open_.erase(it);
+  (void)close_locked(it);
   return out;
 }
 
-void KvReceiver::drop_request(uint64_t request_id) {
+bool KvReceiver::close_locked(std::map<uint64_t, Open>::iterator it) {
+  if (it->second.writing > 0) {
+    it->second.dropped = true;
+    return false;
+  }
+  open_.erase(it);
+  return true;
+}
+
+bool KvReceiver::drop_request(uint64_t request_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(open_, [&](const auto& kv) { return kv.second.request_id == request_id; });
+  bool quiet = true;
+  for (auto it = open_.begin(); it != open_.end();) {
+    auto next = std::next(it);
+    if (it->second.request_id == request_id && !close_locked(it)) quiet = false;
+    it = next;
+  }
+  return quiet;
+}
+
+bool KvReceiver::landed(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(ticket);
+  if (it == open_.end() || it->second.writing == 0) return false;  // not a write this receiver handed out
+  if (--it->second.writing > 0 || !it->second.dropped) return false;
+  open_.erase(it);
+  return true;
+}
+
+int64_t KvReceiver::writes_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [ticket, open] : open_) n += open.writing;
+  return n;
 }
 
 }  // namespace actorlm

@@ -13,6 +13,16 @@
 // Thread-safe: the node's gateway opens, commits and drops transfers while
 // the data plane's connections (cluster/transfer/kv_data_plane.hpp) admit
 // chunks.
+//
+// Writes in flight fence a transfer's end. A data plane chunk is admitted
+// from its header, and its write reaches the worker only after the payload
+// has been read; were its request aborted in between, the scheduler would
+// free the rows and the late write would land in rows another request owns
+// by then. So every admitted chunk counts until its caller reports it
+// landed() (its write queued at the worker, whose mailbox puts it before any
+// step the scheduler sends later; or abandoned), and a transfer dropped with
+// writes in flight stays, refusing new chunks, until the last one lands:
+// only then may its request be aborted and its rows reused.
 
 #include <cstdint>
 #include <map>
@@ -47,6 +57,7 @@ class KvReceiver {
     std::optional<Write> write;  // set when the chunk is good
     std::string error;           // else why not
     uint64_t request_id = 0;     // the ticket's request (0: no such ticket); fail it on error
+    uint64_t ticket = 0;         // with a write: pass to landed() once it is done (or abandoned)
   };
   Taken take(std::span<const uint8_t> chunk);
 
@@ -55,16 +66,26 @@ class KvReceiver {
   // CRC (the data plane checks its own frames); `write->data` stays empty.
   Taken admit(uint64_t ticket, int32_t tokens, const KvChunkRange& range, uint64_t payload_bytes);
 
-  // The commit of `ticket`: its request id once every chunk has arrived.
-  // Either way the ticket is closed (a second commit is refused).
+  // The commit of `ticket`: its request id once every chunk has arrived and
+  // landed. Either way the ticket is closed (a second commit is refused).
   struct Committed {
     uint64_t request_id = 0;
     std::string error;
   };
   Committed commit(uint64_t ticket);
 
-  // Closes whatever transfer `request_id` has open (it ended or was aborted).
-  void drop_request(uint64_t request_id);
+  // Closes whatever transfer `request_id` has open (it ended or is being
+  // aborted). True when none of its writes is in flight, so its rows may be
+  // freed now; false when some are: landed() says when the last is done.
+  [[nodiscard]] bool drop_request(uint64_t request_id);
+
+  // A write that take() or admit() handed out is done, or will never be
+  // made. True when it was the last of a dropped transfer: the caller may
+  // now abort that transfer's request.
+  [[nodiscard]] bool landed(uint64_t ticket);
+
+  // Writes handed out and not yet landed, over every transfer.
+  int64_t writes_in_flight() const;
   size_t open_transfers() const {
     std::lock_guard<std::mutex> lock(mu_);
     return open_.size();
@@ -75,8 +96,13 @@ class KvReceiver {
     uint64_t request_id = 0;
     std::vector<int32_t> rows;
     KvAssembly assembly;
+    int64_t writing = 0;   // writes handed out, not yet landed
+    bool dropped = false;  // closed with writes in flight: refuses chunks, waits for them
   };
   Taken admit_locked(const KvChunk& chunk);
+  // Erases the transfer, or marks it dropped while writes are in flight.
+  // True when it was erased.
+  bool close_locked(std::map<uint64_t, Open>::iterator it);
 
   KvLayout layout_;
   mutable std::mutex mu_;

@@ -32,5 +32,9 @@ using kv_data_failed_atom = caf::atom_constant<caf::atom("kvdatafail")>;
 // A prefill node's KV sender, from the thread that ran a transfer over the
 // data plane in this process: that transfer's outcome.
 using kv_data_done_atom = caf::atom_constant<caf::atom("kvdatadone")>;
+// A decode node's data port tells its gateway, in this process, that the
+// last write in flight of a dropped transfer has landed (KvReceiver::landed):
+// its request's deferred abort may go to the scheduler now.
+using kv_landed_atom = caf::atom_constant<caf::atom("kvlanded")>;
 
 }  // namespace actorlm

@@ -31,6 +31,7 @@ uint8_t byte_of(int32_t layer, int32_t row, int64_t i) { return static_cast<uint
 
 // What a stand-in worker holds: one token's bytes per (layer, row).
 struct Pool {
+  std::mutex gate;  // held by a test: writes wait for it
   std::mutex mu;
   std::map<std::pair<int32_t, int32_t>, std::vector<uint8_t>> rows;
 };
@@ -51,6 +52,7 @@ caf::behavior stand_in_worker(caf::event_based_actor*, std::shared_ptr<Pool> poo
       [pool](kv_write_raw_atom, const std::vector<int32_t>& rows, int32_t first, int32_t last,
              const std::vector<uint8_t>& data) -> std::string {
         if (data.size() != rows.size() * static_cast<size_t>(last - first) * kTokenBytes) return "wrong size";
+        std::lock_guard<std::mutex> wait(pool->gate);
         std::lock_guard<std::mutex> lock(pool->mu);
         size_t at = 0;
         for (int32_t l = first; l < last; ++l) {
@@ -67,17 +69,35 @@ caf::behavior stand_in_worker(caf::event_based_actor*, std::shared_ptr<Pool> poo
 struct Failures {
   std::mutex mu;
   std::vector<std::pair<uint64_t, std::string>> got;
+  std::vector<uint64_t> landed;  // kv_landed: requests whose fence opened
   size_t size() {
     std::lock_guard<std::mutex> lock(mu);
     return got.size();
+  }
+  std::vector<uint64_t> fences_opened() {
+    std::lock_guard<std::mutex> lock(mu);
+    return landed;
   }
 };
 
 caf::behavior stand_in_gateway(caf::event_based_actor*, std::shared_ptr<Failures> f) {
   return {[f](kv_data_failed_atom, uint64_t id, const std::string& why) {
-    std::lock_guard<std::mutex> lock(f->mu);
-    f->got.emplace_back(id, why);
-  }};
+            std::lock_guard<std::mutex> lock(f->mu);
+            f->got.emplace_back(id, why);
+          },
+          [f](kv_landed_atom, uint64_t id) {
+            std::lock_guard<std::mutex> lock(f->mu);
+            f->landed.push_back(id);
+          }};
+}
+
+template <class Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 250; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
 }
 
 struct Fixture {
@@ -240,6 +260,32 @@ TEST_CASE("A transfer in progress can be cancelled from another thread", "[kv_da
   const KvDataResult r = send_kv_over_data_plane(f.system, f.target(), s);
   CHECK(!r.error.empty());
   CHECK(f.rows_written() == 0);
+}
+
+TEST_CASE("A request dropped while its chunk is on the way is aborted only once that write is queued", "[kv_data_plane]") {
+  // Were the abort sent at once, the scheduler would free the rows while the
+  // write of an admitted chunk is still coming, and it would land in rows
+  // another request owns by then.
+  Fixture f;
+  const uint64_t ticket = f.reserve();
+  std::unique_lock<std::mutex> hold(f.decode_pool->gate);  // the first write waits
+  KvDataResult r;
+  std::thread sender([&] { r = send_kv_over_data_plane(f.system, f.target(), f.transfer(ticket)); });
+  REQUIRE(eventually([&] { return f.receiver->writes_in_flight() == 1; }));
+  // The request is being aborted: its transfer closes, but not yet its fence.
+  CHECK_FALSE(f.receiver->drop_request(77));
+  CHECK(f.receiver->open_transfers() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(f.failures->fences_opened().empty());
+  hold.unlock();
+  // The write lands; the gateway hears that request 77 may be aborted now.
+  REQUIRE(eventually([&] { return f.failures->fences_opened() == std::vector<uint64_t>{77}; }));
+  sender.join();
+  CHECK(f.receiver->writes_in_flight() == 0);
+  CHECK(f.receiver->open_transfers() == 0);
+  // The chunks after it were refused: the transfer had closed.
+  CHECK(r.error.find("did not issue (or has closed)") != std::string::npos);
+  CHECK(f.rows_written() == 40);
 }
 
 }  // namespace actorlm

@@ -41,11 +41,13 @@ TEST_CASE("A receiver turns the chunks of a ticket into writes of that request's
     CHECK(taken.write->last_layer == r.last_layer);
     CHECK(taken.write->rows == std::vector<int32_t>(rows.begin() + r.first_token, rows.begin() + r.last_token));
     CHECK(taken.write->data == bytes_for(r, static_cast<uint8_t>(i)));
+    CHECK_FALSE(rx.landed(ticket));  // written; the transfer stays open
     if (i == 0) {
       // A commit before the end is refused, and closes the ticket.
       KvReceiver early(kLayout);
       const uint64_t t = early.open(9, rows);
       REQUIRE(early.take(encode_kv_chunk(t, kLayout, 10, r, bytes_for(r, 0))).write);
+      CHECK_FALSE(early.landed(t));
       auto c = early.commit(t);
       CHECK(c.request_id == 9);
       CHECK_FALSE(c.error.empty());
@@ -73,7 +75,45 @@ TEST_CASE("A receiver turns the chunks of a ticket into writes of that request's
   CHECK(done.error.empty());
   CHECK(done.request_id == 7);
   CHECK_FALSE(rx.commit(ticket).error.empty());  // once
-  rx.drop_request(8);
+  CHECK(rx.drop_request(8));  // no write of it in flight
   CHECK(rx.open_transfers() == 0);
   CHECK_FALSE(rx.take(encode_kv_chunk(other, kLayout, 2, two, bytes_for(two, 0))).write);
+}
+
+TEST_CASE("A transfer dropped with writes in flight refuses chunks and holds its request until they land", "[cluster]") {
+  KvReceiver rx(kLayout);
+  const uint64_t ticket = rx.open(7, {10, 11, 12, 13});
+  const KvChunkRange first{0, 1, 0, 2}, second{0, 1, 2, 4}, third{1, 2, 0, 4};
+  auto a = rx.admit(ticket, 4, first, static_cast<uint64_t>(first.bytes(kLayout)));
+  auto b = rx.admit(ticket, 4, second, static_cast<uint64_t>(second.bytes(kLayout)));
+  REQUIRE(a.write);
+  REQUIRE(b.write);
+  CHECK(a.ticket == ticket);
+  CHECK(rx.writes_in_flight() == 2);
+  // One lands before the abort: nothing to report yet.
+  CHECK_FALSE(rx.landed(ticket));
+  // Aborted with one write still coming: not yet.
+  CHECK_FALSE(rx.drop_request(7));
+  CHECK(rx.open_transfers() == 1);
+  // Closed to new chunks and to its commit meanwhile.
+  auto late = rx.admit(ticket, 4, third, static_cast<uint64_t>(third.bytes(kLayout)));
+  CHECK_FALSE(late.write);
+  CHECK(late.error.find("has closed") != std::string::npos);
+  CHECK(rx.commit(ticket).error.find("has closed") != std::string::npos);
+  // The last write lands: now the request may go, once.
+  CHECK(rx.landed(ticket));
+  CHECK(rx.open_transfers() == 0);
+  CHECK(rx.writes_in_flight() == 0);
+  CHECK_FALSE(rx.landed(ticket));
+
+  // A commit while a write is in flight is refused and fences the same way.
+  const uint64_t t2 = rx.open(8, {1, 2});
+  const KvChunkRange all{0, kLayout.n_layers, 0, 2};
+  REQUIRE(rx.admit(t2, 2, all, static_cast<uint64_t>(all.bytes(kLayout))).write);
+  auto c = rx.commit(t2);
+  CHECK(c.request_id == 8);
+  CHECK(c.error.find("still being written") != std::string::npos);
+  CHECK_FALSE(rx.drop_request(8));
+  CHECK(rx.landed(t2));
+  CHECK(rx.open_transfers() == 0);
 }
