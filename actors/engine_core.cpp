@@ -55,7 +55,7 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
 EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, SchedulerConfig sc, caf::actor worker,
                           caf::actor sink, WorkerLiveness liveness) {
   EngineCore core;
-  core.board = std::make_shared<StatsBoard>();
+  core.board = std::make_shared<StatsBoard>(sc.tiers);
   sc.max_context = kv.max_context_len;
   core.max_context = kv.max_context_len;
   core.kv_tokens = kv.capacity_tokens;

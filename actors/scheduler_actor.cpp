@@ -103,8 +103,10 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     st.running = static_cast<int32_t>(sched.running());
     st.waiting = static_cast<int32_t>(sched.waiting());
     st.scheduler = sched.stats();
-    if (KvHostStore* h = cfg.tiers ? cfg.tiers->host() : nullptr) st.host = h->stats();
-    if (KvDiskStore* disk = cfg.tiers ? cfg.tiers->disk() : nullptr) st.storage = disk->stats();
+    if (cfg.tiers) {
+      st.host = cfg.tiers->host_stats().value_or(KvHostStats{});
+      st.storage = cfg.tiers->disk_stats().value_or(KvDiskStats{});
+    }
     st.kv = kv.usage();
     if (self_check) st.invariant_error = sched.idle() ? kv.check_idle() : "not idle";
     if (self_check && cfg.tiers && st.invariant_error.empty()) st.invariant_error = cfg.tiers->check();

@@ -8,6 +8,7 @@
 // them directly.
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -31,22 +32,36 @@ struct SchedulerFigures {
   int64_t publications = 0;  // 0: nothing published yet
 };
 
-// One writer (the scheduler's thread), any number of readers.
+// One writer (the scheduler's thread), any number of readers. The tiers'
+// figures are read live when the board knows the tiers: their stores finish
+// on the tiers' own thread, after the step that queued them, and an idle
+// scheduler publishes nothing more.
 class StatsBoard {
  public:
+  explicit StatsBoard(std::shared_ptr<const KvTiers> tiers = nullptr) : tiers_(std::move(tiers)) {}
+
   void publish(SchedulerFigures figures) {
     std::lock_guard<std::mutex> lock(mu_);
     figures.publications = figures_.publications + 1;
     figures_ = std::move(figures);
   }
   SchedulerFigures read() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return figures_;
+    SchedulerFigures f;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      f = figures_;
+    }
+    if (tiers_) {
+      f.host = tiers_->host_stats().value_or(KvHostStats{});
+      f.storage = tiers_->disk_stats().value_or(KvDiskStats{});
+    }
+    return f;
   }
 
  private:
   mutable std::mutex mu_;
   SchedulerFigures figures_;
+  std::shared_ptr<const KvTiers> tiers_;
 };
 
 // The figures of `s` now (tier statistics from its config's tiers).

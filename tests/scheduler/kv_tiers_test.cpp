@@ -23,6 +23,7 @@
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "scheduler/scheduler.hpp"
 
@@ -162,8 +163,7 @@ TEST_CASE("10,000 random operations over the pool, host and disk tiers keep ever
   sc.max_prefill_tokens = 128;
   sc.chunked_prefill_size = page == 4 ? 24 : 0;
   sc.max_context = 200;
-  // Two blocks per worker read: a write of several blocks takes several reads.
-  sc.tiers = std::make_shared<KvTiers>(host, disk, policy, 2 * layout.block_bytes());
+  sc.tiers = std::make_shared<KvTiers>(host, disk, policy);
   LocalKvService kv(KvStoreConfig{256, page, 16, 200, false});
   HashWorker worker(kv.store().allocator().pool_rows());
   Scheduler scheduler(sc, kv, worker);
@@ -275,4 +275,73 @@ TEST_CASE("10,000 random operations over the pool, host and disk tiers keep ever
   CHECK(host->stats().evicted > 100);
   CHECK(disk->stats().rejected > 10);
   CHECK(damaged > 100);
+}
+
+TEST_CASE("The tiers store on their own thread, and a block still on its way loads bit-identical from the queue",
+          "[scheduler]") {
+  TempDir dir;
+  const KvBlockLayout layout{"hash model", "f32", kLayers, kTokenBytes, 16};
+  auto host = std::make_shared<KvHostStore>(layout, 8 * (layout.block_bytes() + 64 * 4), KvHostDtype::same);
+  auto disk = std::make_shared<KvDiskStore>(dir.path.string(), layout, 8 * (layout.block_bytes() + 400));
+  KvTiers tiers(host, disk, HiCacheWritePolicy::write_through);
+  HashWorker worker(64);
+  std::mt19937 rng(7);
+  auto random_bytes = [&](size_t n) {
+    std::vector<uint8_t> b(n);
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    return b;
+  };
+  Ids rows(48), prompt(48);
+  for (int32_t i = 0; i < 48; ++i) {
+    rows[static_cast<size_t>(i)] = 63 - i;  // not in order: blocks are cut by position, not row
+    prompt[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % kVocab);
+  }
+  worker.write_kv(rows, 0, kLayers, random_bytes(rows.size() * kLayers * kTokenBytes));
+  std::vector<std::vector<uint8_t>> expected;
+  for (int32_t k = 0; k < 3; ++k) expected.push_back(worker.read_kv(std::span(rows).subspan(static_cast<size_t>(k) * 16, 16), 0, kLayers));
+
+  // The I/O thread held back: the prefill's write-through returns with its
+  // three blocks read out of the pool and queued, none stored yet.
+  tiers.pause_io(true);
+  tiers.after_prefill(worker, prompt, rows);
+  CHECK(tiers.pending_blocks() == 3);
+  CHECK(tiers.host_stats()->stored == 0);
+  CHECK(tiers.disk_stats()->stored == 0);
+  // The rows go to another request; the queue holds what they were.
+  worker.write_kv(rows, 0, kLayers, random_bytes(rows.size() * kLayers * kTokenBytes));
+  for (int32_t k = 0; k < 3; ++k) {
+    auto got = tiers.load(prompt, k);
+    REQUIRE(got);
+    CHECK(got->tier == KvTier::host);
+    CHECK(got->data == expected[static_cast<size_t>(k)]);
+  }
+  // Queued blocks are not queued twice.
+  tiers.after_prefill(worker, prompt, rows);
+  CHECK(tiers.pending_blocks() == 3);
+
+  tiers.pause_io(false);
+  tiers.drain();
+  CHECK(tiers.pending_blocks() == 0);
+  CHECK(tiers.host_stats()->stored == 3);
+  CHECK(tiers.disk_stats()->stored == 3);
+  // Every store ran on one thread, and not on the caller's.
+  const auto threads = tiers.store_threads();
+  REQUIRE(threads.size() == 1);
+  CHECK(*threads.begin() != std::this_thread::get_id());
+  CHECK(tiers.check() == "");
+  // What reached each tier is what the pool held when it was queued.
+  for (int32_t k = 0; k < 3; ++k) {
+    auto got = tiers.load(prompt, k);
+    REQUIRE(got);
+    CHECK(got->tier == KvTier::host);
+    CHECK(got->data == expected[static_cast<size_t>(k)]);
+  }
+  KvTiers disk_only(nullptr, std::make_shared<KvDiskStore>(dir.path.string(), layout, 8 * (layout.block_bytes() + 400)),
+                    HiCacheWritePolicy::write_through);
+  for (int32_t k = 0; k < 3; ++k) {
+    auto got = disk_only.load(prompt, k);
+    REQUIRE(got);
+    CHECK(got->tier == KvTier::disk);
+    CHECK(got->data == expected[static_cast<size_t>(k)]);
+  }
 }

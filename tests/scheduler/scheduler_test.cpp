@@ -50,6 +50,7 @@ struct Engine {
   LocalWorker worker;
   std::shared_ptr<KvDiskStore> disk;
   std::shared_ptr<KvHostStore> host;
+  std::shared_ptr<KvTiers> tiers;
   Scheduler scheduler;
 
   Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40, const Tiers& tiers = {})
@@ -65,7 +66,7 @@ struct Engine {
     KvBlockLayout layout{"test model", runner.kv_dtype(), runner.model_config().n_layers, runner.kv_token_bytes(), 16};
     if (!t.disk_dir.empty()) disk = std::make_shared<KvDiskStore>(t.disk_dir, layout, int64_t{1} << 30);
     if (t.host_bytes > 0) host = std::make_shared<KvHostStore>(layout, t.host_bytes, t.dtype);
-    if (disk || host) sc.tiers = std::make_shared<KvTiers>(host, disk, t.policy);
+    if (disk || host) sc.tiers = tiers = std::make_shared<KvTiers>(host, disk, t.policy);
     return sc;
   }
 
@@ -79,6 +80,9 @@ struct Engine {
         if (e.finish != FinishReason::none) out[e.id].second = e.finish;
       }
     }
+    // And the tiers' stores, which finish on their own thread, so that a
+    // test reads the stores' figures at rest.
+    if (tiers) tiers->drain();
     return out;
   }
 };
@@ -525,6 +529,7 @@ TEST_CASE("A prompt loaded from the disk tier decodes exactly as when it was com
         out.first.push_back(ev.token);
       }
     }
+    if (e.tiers) e.tiers->drain();  // its stores, done on the tiers' thread
     return out;
   };
   const int64_t whole_blocks = static_cast<int64_t>(prompt.size() / 16);
