@@ -23,7 +23,29 @@ KvTiers::KvTiers(std::shared_ptr<KvHostStore> host, std::shared_ptr<KvDiskStore>
   if (host_ && disk_ && !(host_->layout() == disk_->layout())) {
     throw std::invalid_argument("KvTiers: the host and disk tiers hold different KV layouts");
   }
+  refresh_stats();
   io_ = std::thread([this] { io_loop(); });
+}
+
+KvTiers::Turn::Turn(const KvTiers& t) : t_(t) {
+  ++t_.callers_;
+  lock_ = std::unique_lock<std::mutex>(t_.mu_);
+  --t_.callers_;
+  // The I/O thread may have stepped aside for this caller: it re-checks when
+  // the lock is free again (this caller may wait on a condition inside, as
+  // drain() does, rather than leave).
+  t_.step_aside_.notify_all();
+}
+
+KvTiers::Turn::~Turn() {
+  if (lock_.owns_lock()) lock_.unlock();
+  t_.step_aside_.notify_all();
+}
+
+void KvTiers::refresh_stats() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  if (host_) host_figures_ = host_->stats();
+  if (disk_) disk_figures_ = disk_->stats();
 }
 
 KvTiers::~KvTiers() {
@@ -39,45 +61,58 @@ KvTiers::~KvTiers() {
 const KvBlockLayout& KvTiers::layout() const { return host_ ? host_->layout() : disk_->layout(); }
 
 std::optional<KvHostStats> KvTiers::host_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!host_) return std::nullopt;
-  return host_->stats();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return host_figures_;
 }
 
 std::optional<KvDiskStats> KvTiers::disk_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!disk_) return std::nullopt;
-  return disk_->stats();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return disk_figures_;
 }
 
 void KvTiers::drain() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return jobs_.empty(); });
+  Turn turn(*this);
+  idle_.wait(turn.lock(), [&] { return jobs_.empty(); });
 }
 
 size_t KvTiers::pending_blocks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  Turn turn(*this);
   return pending_blocks_;
 }
 
 void KvTiers::pause_io(bool paused) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    Turn turn(*this);
     paused_ = paused;
   }
   wake_.notify_all();
 }
 
+size_t KvTiers::prefetched_blocks() const {
+  Turn turn(*this);
+  return staged_.size();
+}
+
+void KvTiers::prefetch(std::span<const int32_t> prompt, int32_t from_block) {
+  if (!disk_ || prompt.size() < 2) return;
+  const auto b = static_cast<size_t>(block_tokens());
+  // As load_from_tiers: the last prompt token is always computed.
+  const auto end = static_cast<int32_t>((prompt.size() - 1) / b);
+  Job job{JobKind::prefetch, true, std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(static_cast<size_t>(end) * b)), {}, {}, {}};
+  for (int32_t k = std::max(0, from_block); k < end; ++k) job.blocks.push_back(k);
+  queue(std::move(job));
+}
+
 std::set<std::thread::id> KvTiers::store_threads() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  Turn turn(*this);
   return store_threads_;
 }
 
 void KvTiers::queue(Job job) {
   if (job.blocks.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_blocks_ += job.blocks.size();
+    Turn turn(*this);
+    if (job.kind != JobKind::prefetch) pending_blocks_ += job.blocks.size();
     jobs_.push_back(std::move(job));
   }
   wake_.notify_all();
@@ -88,12 +123,22 @@ void KvTiers::io_loop() {
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || (!paused_ && !jobs_.empty()); });
     if (jobs_.empty()) return;  // stopping, and nothing left to store
-    // Stays queued (so loads still find it) until its stores are done; the
-    // lock is held throughout, so no load sees it half stored.
-    run(jobs_.front());
-    pending_blocks_ -= jobs_.front().blocks.size();
+    // The job stays queued, with its data, until every block is done, so a
+    // load finds each block in the queue or in its tier. Between blocks the
+    // lock goes to any caller waiting for it. (A reference into a deque
+    // survives the push_backs callers make meanwhile.)
+    Job& job = jobs_.front();
+    for (size_t i = 0; i < job.blocks.size(); ++i) {
+      step_aside_.wait(lock, [&] { return callers_.load() == 0; });
+      const bool more = run_block(job, i);
+      refresh_stats();
+      if (!more) break;
+    }
+    if (job.kind != JobKind::prefetch) {
+      pending_blocks_ -= job.blocks.size();
+      store_threads_.insert(std::this_thread::get_id());
+    }
     jobs_.pop_front();
-    store_threads_.insert(std::this_thread::get_id());
     if (jobs_.empty()) idle_.notify_all();
   }
 }
@@ -102,7 +147,7 @@ const KvTiers::Job* KvTiers::queued(std::span<const int32_t> prompt, int32_t blo
   const size_t end = static_cast<size_t>(block + 1) * static_cast<size_t>(block_tokens());
   if (prompt.size() < end) return nullptr;
   for (auto job = jobs_.rbegin(); job != jobs_.rend(); ++job) {
-    if (job->prompt.size() < end || !std::equal(prompt.begin(), prompt.begin() + static_cast<long>(end), job->prompt.begin())) {
+    if (job->kind == JobKind::prefetch || job->prompt.size() < end || !std::equal(prompt.begin(), prompt.begin() + static_cast<long>(end), job->prompt.begin())) {
       continue;
     }
     for (size_t i = 0; i < job->blocks.size(); ++i) {
@@ -116,19 +161,34 @@ const KvTiers::Job* KvTiers::queued(std::span<const int32_t> prompt, int32_t blo
 }
 
 std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, int32_t block) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Turn turn(*this);
   size_t at = 0;
   if (const Job* job = queued(prompt, block, &at)) {
-    const bool host = job->kind == HiCacheWritePolicy::write_back ? host_ != nullptr : job->to[at].first;
+    const bool host = job->kind == JobKind::write_back ? host_ != nullptr : job->to[at].first;
     return Loaded{job->data[at], host ? KvTier::host : KvTier::disk};
   }
-  if (host_) {
-    if (auto d = host_->load(prompt, block)) return Loaded{std::move(*d), KvTier::host};
+  const auto b = static_cast<size_t>(block_tokens());
+  if (!staged_.empty() && prompt.size() >= static_cast<size_t>(block + 1) * b) {
+    auto it = staged_.find(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(static_cast<size_t>(block + 1) * b)));
+    if (it != staged_.end()) {
+      // Taken: the pool holds it from now on.
+      Loaded out{std::move(it->second), KvTier::disk};
+      staged_bytes_ -= static_cast<int64_t>(out.data.size());
+      std::erase(staged_order_, it->first);
+      staged_.erase(it);
+      return out;
+    }
   }
-  if (!disk_) return std::nullopt;
-  auto d = disk_->load(prompt, block, nullptr);
-  if (!d) return std::nullopt;  // not there, or refused and counted by the disk tier
-  return Loaded{std::move(*d), KvTier::disk};
+  std::optional<Loaded> out;
+  if (host_) {
+    if (auto d = host_->load(prompt, block)) out = Loaded{std::move(*d), KvTier::host};
+  }
+  if (!out && disk_) {
+    // Not there, or refused and counted by the disk tier: nullopt.
+    if (auto d = disk_->load(prompt, block, nullptr)) out = Loaded{std::move(*d), KvTier::disk};
+  }
+  refresh_stats();
+  return out;
 }
 
 std::vector<std::vector<uint8_t>> KvTiers::read_blocks(Worker& worker, std::span<const int32_t> rows,
@@ -145,9 +205,9 @@ void KvTiers::after_prefill(Worker& worker, std::span<const int32_t> prompt, std
   const auto blocks = static_cast<int32_t>(std::min(prompt.size(), rows.size()) / b);
   if (blocks == 0) return;
   prompt = prompt.first(static_cast<size_t>(blocks) * b);
-  Job job{HiCacheWritePolicy::write_through, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}};
+  Job job{JobKind::write_through, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    Turn turn(*this);
     // The disk takes a block only after its parent: from the first block it
     // cannot serve, skipping those it still holds (stranded behind a damaged
     // one, reachable again once that is rewritten).
@@ -171,9 +231,9 @@ void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::Evicted
   for (const auto& p : paths) {
     const auto end = static_cast<int32_t>(p.tokens.size() / b);
     std::span<const int32_t> prompt = std::span(p.tokens).first(static_cast<size_t>(end) * b);
-    Job job{HiCacheWritePolicy::write_back, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}};
+    Job job{JobKind::write_back, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}};
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      Turn turn(*this);
       size_t at = 0;
       if (host_) {
         // The blocks that end inside the evicted node; the first may begin
@@ -194,27 +254,46 @@ void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::Evicted
   }
 }
 
-void KvTiers::run(const Job& job) {
+bool KvTiers::run_block(Job& job, size_t i) {
   const std::span<const int32_t> prompt(job.prompt);
-  if (job.kind == HiCacheWritePolicy::write_through) {
-    bool disk_ok = true;
-    for (size_t i = 0; i < job.blocks.size(); ++i) {
-      const int32_t k = job.blocks[i];
+  const int32_t k = job.blocks[i];
+  switch (job.kind) {
+    case JobKind::write_through:
       if (job.to[i].first) host_->store(prompt, k, job.data[i]);
-      // A failed write: its children cannot follow.
-      if (job.to[i].second && disk_ok && !disk_->contains(prompt, k)) disk_ok = disk_->store(prompt, k, job.data[i]);
+      if (job.to[i].second && job.disk_ok && !disk_->contains(prompt, k)) job.disk_ok = disk_->store(prompt, k, job.data[i]);
+      return true;
+    case JobKind::write_back:
+      if (host_) {
+        std::vector<KvDemotedBlock> down;
+        host_->store(prompt, k, job.data[i], disk_ ? &down : nullptr);
+        demote(std::move(down));
+        return true;
+      }
+      return disk_->contains(prompt, k) || disk_->store(prompt, k, job.data[i]);
+    case JobKind::prefetch: {
+      const auto b = static_cast<size_t>(block_tokens());
+      const std::span<const int32_t> through = prompt.first(static_cast<size_t>(k + 1) * b);
+      std::vector<int32_t> key(through.begin(), through.end());
+      size_t at = 0;
+      if (staged_.count(key) || queued(prompt, k, &at) || (host_ && host_->contains(prompt, k))) return true;
+      if (!disk_->contains(prompt, k)) return false;  // the chain ends here: a load would stop here too
+      auto data = disk_->load(prompt, k, nullptr);
+      if (!data) return false;  // damaged: refused and counted by the disk tier
+      staged_bytes_ += static_cast<int64_t>(data->size());
+      staged_.emplace(key, std::move(*data));
+      staged_order_.push_back(std::move(key));
+      while (staged_bytes_ > prefetch_capacity && !staged_order_.empty()) {
+        auto it = staged_.find(staged_order_.front());
+        if (it != staged_.end()) {
+          staged_bytes_ -= static_cast<int64_t>(it->second.size());
+          staged_.erase(it);
+        }
+        staged_order_.pop_front();
+      }
+      return true;
     }
-    return;
   }
-  std::vector<KvDemotedBlock> down;
-  for (size_t i = 0; i < job.blocks.size(); ++i) {
-    if (host_) {
-      host_->store(prompt, job.blocks[i], job.data[i], disk_ ? &down : nullptr);
-    } else if (!disk_->contains(prompt, job.blocks[i]) && !disk_->store(prompt, job.blocks[i], job.data[i])) {
-      break;
-    }
-  }
-  demote(std::move(down));
+  return false;
 }
 
 void KvTiers::demote(std::vector<KvDemotedBlock> blocks) {
@@ -242,8 +321,8 @@ void KvTiers::demote(std::vector<KvDemotedBlock> blocks) {
 }
 
 std::string KvTiers::check() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return jobs_.empty(); });
+  Turn turn(*this);
+  idle_.wait(turn.lock(), [&] { return jobs_.empty(); });
   if (host_) {
     if (std::string bad = host_->check(); !bad.empty()) return "KV host tier: " + bad;
   }

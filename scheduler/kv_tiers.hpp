@@ -23,15 +23,19 @@
 // it must do before they are reused, and queues the rest (encoding for the
 // host tier, files for the disk). A block still queued is served from the
 // queue, so a load never misses what was just written. Loads themselves
-// stay on the caller's thread: a host block is a copy, and the step that
-// needs it cannot start without it.
+// stay on the caller's thread (a host block is a copy, and the step that
+// needs it cannot start without it), but a request that has to wait for
+// admission has its disk blocks read ahead on the I/O thread (prefetch,
+// SGLang's best_effort: what has not arrived by admission is read then).
 //
 // Pure C++. One caller thread (the scheduler's) plus the I/O thread; the
 // figures (host_stats, disk_stats) may be read from any thread.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,10 +92,23 @@ class KvTiers {
     std::vector<uint8_t> data;  // the whole block, the pool's layout
     KvTier tier;
   };
-  // Block `block` of `prompt` from the store queue or the fastest tier that
-  // has it (a damaged disk block is refused and counted there); nullopt when
-  // none does. A queued block counts as its first tier's.
+  // Block `block` of `prompt` from the store queue, the prefetched blocks or
+  // the fastest tier that has it (a damaged disk block is refused and
+  // counted there); nullopt when none does. A queued block counts as its
+  // first tier's, a prefetched one as the disk's.
   std::optional<Loaded> load(std::span<const int32_t> prompt, int32_t block);
+
+  // A request that waits for admission: the I/O thread reads the disk
+  // blocks of `prompt` from `from_block` on (up to the one before its last
+  // token, as a load would, and only while the chain holds) into memory, so
+  // that its admission copies them instead of reading files. Best effort:
+  // whatever has not arrived by then is loaded as before. Blocks the host
+  // tier or the store queue has are skipped. Prefetched blocks wait, up to
+  // prefetch_capacity bytes (the oldest go first), until a load takes them.
+  void prefetch(std::span<const int32_t> prompt, int32_t from_block);
+  static constexpr int64_t prefetch_capacity = int64_t{256} << 20;
+  // Prefetched blocks waiting for their load.
+  size_t prefetched_blocks() const;
 
   // write_through: the whole blocks of `prompt` (rows: its KV, one per
   // token, at least the blocks' length) that a tier lacks are read now and
@@ -108,17 +125,35 @@ class KvTiers {
  private:
   // The blocks of one prompt (or evicted path) read out of the pool, on
   // their way down.
+  enum class JobKind { write_through, write_back, prefetch };
   struct Job {
-    HiCacheWritePolicy kind;
+    JobKind kind;
+    bool disk_ok = true;  // write_through: a failed disk write stops its children
     std::vector<int32_t> prompt;  // whole blocks
-    std::vector<int32_t> blocks;
-    std::vector<std::vector<uint8_t>> data;    // per block
+    std::vector<int32_t> blocks;               // prefetch: from its first on
+    std::vector<std::vector<uint8_t>> data;    // per block (none for prefetch)
     std::vector<std::pair<bool, bool>> to;     // write_through, per block: (host tier, disk tier)
   };
   void queue(Job job);
   void io_loop();
-  // The job's stores; under mu_, on the I/O thread.
-  void run(const Job& job);
+  // Block i of the job: its stores, or its read ahead. Under mu_, on the I/O
+  // thread; false when the job stops there (a prefetch whose chain ended).
+  bool run_block(Job& job, size_t i);
+  // Copies the tiers' figures where host_stats/disk_stats read them; under mu_.
+  void refresh_stats();
+  // mu_ for a caller of the tiers (the scheduler's thread): the I/O thread
+  // steps aside between blocks while one waits, so no caller waits for more
+  // than the block being stored or read.
+  class Turn {
+   public:
+    explicit Turn(const KvTiers& t);
+    ~Turn();
+    std::unique_lock<std::mutex>& lock() { return lock_; }
+
+   private:
+    const KvTiers& t_;
+    std::unique_lock<std::mutex> lock_;
+  };
   // A queued copy of block `block` of `prompt`; under mu_.
   const Job* queued(std::span<const int32_t> prompt, int32_t block, size_t* at) const;
 
@@ -142,10 +177,22 @@ class KvTiers {
   mutable std::mutex mu_;
   mutable std::condition_variable wake_;  // a job queued, pause lifted, stop
   mutable std::condition_variable idle_;  // the queue ran empty
+  mutable std::condition_variable step_aside_;  // no caller waits for mu_ any more
+  mutable std::atomic<int> callers_{0};         // callers waiting for mu_
+  // The figures, apart from mu_, so that a reader (every step's stats board)
+  // never waits for a store.
+  mutable std::mutex stats_mu_;
+  std::optional<KvHostStats> host_figures_;
+  std::optional<KvDiskStats> disk_figures_;
   std::deque<Job> jobs_;
   size_t pending_blocks_ = 0;
   bool paused_ = false, stopping_ = false;
   std::set<std::thread::id> store_threads_;
+  // Prefetched disk blocks by the prompt up to their end, oldest first in
+  // staged_order_.
+  std::map<std::vector<int32_t>, std::vector<uint8_t>> staged_;
+  std::deque<std::vector<int32_t>> staged_order_;
+  int64_t staged_bytes_ = 0;
   std::thread io_;  // last: started once everything above exists
 };
 

@@ -60,6 +60,7 @@ struct Request {
   int64_t arrival = 0;     // admission order (fcfs, retraction victims)
   int32_t cached_tokens = 0;
   int32_t retractions = 0;
+  bool prefetched = false;  // its disk blocks were asked for while it waited
   FinishReason finish = FinishReason::none;
   std::vector<SampleResult> prompt_scores;  // prompt_logprobs: tokens 1.. scored so far
 

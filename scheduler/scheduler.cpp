@@ -423,6 +423,26 @@ void Scheduler::load_from_tiers(Running& r) {
   stats_.disk_hit_tokens += from_disk;
 }
 
+void Scheduler::prefetch_waiting() {
+  std::vector<Request*> fresh;
+  std::vector<std::vector<int32_t>> keys;
+  const auto b = static_cast<size_t>(config_.tiers->block_tokens());
+  for (auto& q : waiting_) {
+    if (q.prefetched || q.scores_prompt() || q.retractions > 0 || q.prompt.size() <= b) continue;
+    q.prefetched = true;
+    fresh.push_back(&q);
+    keys.push_back(q.prompt);
+  }
+  if (fresh.empty()) return;
+  // From the block the pool's own cache ends in: what the pool holds
+  // already is not read from disk.
+  const std::vector<int32_t> cached = kv_.match_lengths(keys);
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    const auto from = static_cast<int32_t>(static_cast<size_t>(i < cached.size() ? cached[i] : 0) / b);
+    config_.tiers->prefetch(fresh[i]->prompt, from);
+  }
+}
+
 size_t Scheduler::newest_running() const {
   size_t victim = 0;
   for (size_t i = 1; i < running_.size(); ++i) {
@@ -545,6 +565,7 @@ std::vector<TokenEvent> Scheduler::step() {
 
 std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& events) {
   std::vector<Planned> plan = plan_prefill();
+  if (config_.tiers && config_.tiers->has_disk()) prefetch_waiting();
   if (!plan.empty() && extend(plan)) {
     memory_short_ = false;
     add_decodes(plan);

@@ -203,6 +203,9 @@ class Scheduler {
   // Loads what the tiers below the pool have of an admitted prompt beyond
   // its cached prefix.
   void load_from_tiers(Running& r);
+  // Requests left waiting by this step's admission: their disk blocks are
+  // read ahead on the tiers' I/O thread (KvTiers::prefetch), once each.
+  void prefetch_waiting();
   void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {},
               ErrorKind kind = ErrorKind::none);
   TokenEvent event_for(const Request& r) const;

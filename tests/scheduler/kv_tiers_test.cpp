@@ -345,3 +345,48 @@ TEST_CASE("The tiers store on their own thread, and a block still on its way loa
     CHECK(got->data == expected[static_cast<size_t>(k)]);
   }
 }
+
+TEST_CASE("A prefetch reads a waiting prompt's disk blocks ahead, and its load takes them from memory", "[scheduler]") {
+  TempDir dir;
+  const KvBlockLayout layout{"hash model", "f32", kLayers, kTokenBytes, 16};
+  HashWorker worker(64);
+  std::mt19937 rng(11);
+  Ids rows(64), prompt(60);
+  for (int32_t i = 0; i < 64; ++i) rows[static_cast<size_t>(i)] = i;
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+  std::vector<uint8_t> pool(rows.size() * kLayers * kTokenBytes);
+  for (auto& x : pool) x = static_cast<uint8_t>(rng());
+  worker.write_kv(rows, 0, kLayers, pool);
+  std::vector<std::vector<uint8_t>> expected;
+  for (int32_t k = 0; k < 3; ++k) expected.push_back(worker.read_kv(std::span(rows).subspan(static_cast<size_t>(k) * 16, 16), 0, kLayers));
+  {
+    KvTiers writer(nullptr, std::make_shared<KvDiskStore>(dir.path.string(), layout, int64_t{1} << 20),
+                   HiCacheWritePolicy::write_through);
+    writer.after_prefill(worker, prompt, rows);  // 3 whole blocks of the 60 tokens
+  }
+  // A restart: a disk tier over the same folder.
+  auto disk = std::make_shared<KvDiskStore>(dir.path.string(), layout, int64_t{1} << 20);
+  KvTiers tiers(nullptr, disk, HiCacheWritePolicy::write_through);
+  // The pool holds the first block already: blocks 1 and 2 are read ahead.
+  tiers.prefetch(prompt, 1);
+  tiers.drain();
+  CHECK(tiers.prefetched_blocks() == 2);
+  CHECK(disk->stats().loaded == 2);
+  // Gone from the folder now: the load is served from memory all the same.
+  for (const auto& f : fs::directory_iterator(dir.path)) fs::remove(f.path());
+  for (int32_t k = 1; k < 3; ++k) {
+    auto got = tiers.load(prompt, k);
+    REQUIRE(got);
+    CHECK(got->tier == KvTier::disk);
+    CHECK(got->data == expected[static_cast<size_t>(k)]);
+  }
+  CHECK(tiers.prefetched_blocks() == 0);
+  CHECK_FALSE(tiers.load(prompt, 0));  // never read ahead, and the file is gone
+  // A prompt whose chain the disk lacks: nothing read.
+  Ids other = prompt;
+  other[3] ^= 1;
+  tiers.prefetch(other, 0);
+  tiers.drain();
+  CHECK(tiers.prefetched_blocks() == 0);
+  CHECK(disk->stats().loaded == 2);
+}

@@ -808,3 +808,34 @@ TEST_CASE("min_new_tokens holds back EOS and the stop ids until then, and change
   CHECK(blind.scheduler.submit(bad));
   require_no_leak(e);
 }
+
+TEST_CASE("A request that waits has its disk blocks read ahead, and decodes exactly as when they were computed", "[scheduler]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("actorlm-sched-prefetch-" + std::to_string(std::random_device{}()));
+  Ids prompt = shared_prefix_prompts(1)[0];
+  const Ids more = tokenizer().encode(" And after that, tell me about the history of printing in Europe.", false, false);
+  prompt.insert(prompt.end(), more.begin(), more.end());
+  const int64_t loadable = static_cast<int64_t>((prompt.size() - 1) / 16 * 16);
+  SchedulerConfig one = config();
+  one.max_running_requests = 1;  // the second request waits for the first
+  Ids computed;
+  {
+    Engine e(4096, 1, config(), 40, {.disk_dir = dir.string()});
+    REQUIRE_FALSE(e.scheduler.submit(make(1, prompt, 6)));
+    computed = e.drain()[1].first;
+    REQUIRE(e.disk->stats().stored == static_cast<int64_t>(prompt.size() / 16));
+  }
+  Engine e(4096, 1, one, 40, {.disk_dir = dir.string()});
+  REQUIRE_FALSE(e.scheduler.submit(make(1, tokenizer().encode("Hello there", false, false), 8)));
+  REQUIRE_FALSE(e.scheduler.submit(make(2, prompt, 6)));
+  e.scheduler.step();  // request 1 runs; request 2 waits, and its blocks are asked for
+  REQUIRE(e.scheduler.waiting() == 1);
+  e.tiers->drain();
+  CHECK(e.tiers->prefetched_blocks() == static_cast<size_t>(loadable / 16));
+  auto got = e.drain();
+  CHECK(got[2].first == computed);
+  CHECK(e.scheduler.stats().disk_hit_tokens == loadable);
+  CHECK(e.tiers->prefetched_blocks() == 0);
+  CHECK(e.disk->stats().loaded == loadable / 16);  // read once, ahead
+  require_no_leak(e);
+  std::filesystem::remove_all(dir);
+}
