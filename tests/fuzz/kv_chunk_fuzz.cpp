@@ -2,7 +2,8 @@
 // decode disaggregation, cluster/transfer/kv_transfer.hpp and kv_receiver.hpp).
 // Contract: a chunk is refused with a reason or becomes the write of rows the
 // ticket reserved, of exactly its range's size; no layer-token row is written
-// twice; a commit is accepted only when every row of every layer has arrived.
+// twice; a commit is accepted only when every row of every layer has arrived;
+// a transfer dropped while a write is in flight closes only once it lands.
 // The harness keeps its own record of what was written and compares.
 //
 // Input: byte 0 even: the rest is a KvChunk's FlatBuffers payload, sealed
@@ -11,7 +12,8 @@
 // 6 bytes (up to 64 times) describe a chunk built with a correct envelope (so the checks past
 // the envelope's CRC are reached): first and last layer, first and last
 // token (signed), flags (1: another ticket, 2: a damaged data CRC, 4: another
-// transfer size, 8: commit after it), fill byte.
+// transfer size, 8: commit after it, 16: its request aborted before this
+// chunk's write lands), fill byte.
 
 #include <algorithm>
 #include <cstdint>
@@ -86,6 +88,16 @@ void transfer(const uint8_t* data, size_t size) {
       if (w.data != payload) std::abort();
       for (int32_t l = r.first_layer; l < r.last_layer; ++l) {
         for (int32_t t = r.first_token; t < r.last_token; ++t) written[static_cast<size_t>(l * tokens + t)] = true;
+      }
+      if (taken.ticket != ticket) std::abort();
+      if (flags & 16) {
+        // Its request aborted before this write lands: the transfer closes
+        // but holds the abort until the write is reported, then goes.
+        if (rx.drop_request(42) || rx.open_transfers() != 1 || !rx.landed(ticket)) std::abort();
+        open = false;
+        if (rx.open_transfers() != 0) std::abort();
+      } else if (rx.landed(ticket)) {
+        std::abort();  // written, and the transfer was not dropped: nothing waited on it
       }
     } else if (taken.error.empty()) {
       std::abort();

@@ -237,6 +237,8 @@ write("kv_chunk_fuzz", "chunk-foreign", b"\x00" + kv_chunk_payload(7, "other", "
 write("kv_chunk_fuzz", "transfer-complete", b"\x01\x03" + bytes([0, 2, 0, 4, 0, 1, 0, 2, 0, 4, 0, 2,
                                                                 2, 3, 0, 2, 0, 3, 2, 3, 2, 4, 8, 4]))
 write("kv_chunk_fuzz", "transfer-early-commit", b"\x01\x07" + bytes([0, 1, 0, 8, 8, 9]))
+# Layer 0 of a 4-token transfer whose request is aborted before its write lands, then a late chunk.
+write("kv_chunk_fuzz", "transfer-abort-in-flight", b"\x01\x03" + bytes([0, 1, 0, 4, 16, 5, 1, 2, 0, 4, 0, 6]))
 write("kv_chunk_fuzz", "transfer-refused", b"\x01\x03" + bytes([0, 3, 0, 4, 1, 0, 0, 3, 0, 4, 2, 0, 0, 3, 0, 4, 4, 0,
                                                                 0, 4, 0, 4, 0, 0, 3, 1, 0, 4, 8, 0]))
 
