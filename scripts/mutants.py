@@ -161,6 +161,12 @@ MUTANTS = [
            "  if (false) return fail(",
            CLUSTER_PD_TESTS,
            catch_runs(CLUSTER_PD_TESTS[1:], "Damaged, foreign, misfitting and repeated KV chunks are refused")),
+    Mutant("pd-fence-open",
+           "a PD transfer dropped with a chunk's write in flight lets its request go at once",
+           "cluster/transfer/kv_receiver.cpp",
+           "  if (it->second.writing > 0) {\n    it->second.dropped = true;\n",
+           "  if (false) {\n    it->second.dropped = true;\n",
+           CLUSTER_PD_TESTS, catch_runs(CLUSTER_PD_TESTS[:1])),
     # The data plane: a frame's payload must pass its tag before its
     # transfer may be committed.
     Mutant("data-tag-unchecked",
@@ -177,6 +183,14 @@ MUTANTS = [
            "  while (stats_.bytes + e.bytes > stats_.capacity_bytes) {\n",
            "  while (stats_.bytes > stats_.capacity_bytes) {\n",
            HOST_TIER_TESTS, catch_runs(HOST_TIER_TESTS)),
+    # HiCache off the scheduler's thread: a block on its way down is still
+    # there for a load.
+    Mutant("tier-load-skips-queue",
+           "a load does not look in the tiers' store queue (a block written through but not yet stored is missed)",
+           "scheduler/kv_tiers.cpp",
+           "  if (const Job* job = queued(prompt, block, &at)) {\n",
+           "  if (const Job* job = nullptr) {\n",
+           HOST_TIER_TESTS[2:], catch_runs(HOST_TIER_TESTS[2:])),
     Mutant("disk-tier-overfills",
            "the disk tier makes room for half a block only",
            "kvstore/kv_disk_store.cpp",
