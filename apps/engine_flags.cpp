@@ -15,7 +15,7 @@ const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
                        "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
                        "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
-                       "--hicache-storage-gb", "--max-step-ms", "--worker-timeout", "--stall-timeout"});
+                       "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--worker-timeout", "--stall-timeout"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -59,6 +59,13 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   } else {
     throw cli::UsageError("--hicache-write-policy must be write_through or write_back");
   }
+  const std::string prefetch = args.str("--hicache-prefetch-policy").value_or("best_effort");
+  if (auto p = prefetch_policy_from(prefetch)) {
+    ec.scheduler.prefetch_policy = *p;
+  } else {
+    throw cli::UsageError("--hicache-prefetch-policy must be best_effort, wait_complete or timeout");
+  }
+  ec.scheduler.prefetch_timeout_seconds = double(args.integer("--hicache-prefetch-timeout-ms", 1000, 1, 600'000)) / 1000.0;
   ec.hicache_storage_dir = args.str("--hicache-storage-dir").value_or("");
   ec.hicache_storage_bytes = args.integer("--hicache-storage-gb", 16, 1, 1 << 20) << 30;
   return ec;

@@ -1,6 +1,7 @@
 #include "apps/node_command.hpp"
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <csignal>
 #include <string>
 #include <cstdio>
@@ -24,6 +25,7 @@ constexpr const char* usage =
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
+    "                    [--hicache-prefetch-policy best_effort|wait_complete|timeout] [--hicache-prefetch-timeout-ms 1000]\n"
     "                    [--kv-data-port 0] [--kv-trusted-fabric]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
@@ -69,6 +71,10 @@ int node_command(int argc, char** argv, int first) {
   nc.kv_trusted_fabric = args.has("--kv-trusted-fabric");
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).
   if (const char* n = std::getenv("ACTORLM_TEST_CORRUPT_KV_CHUNK")) nc.corrupt_kv_chunk = std::atoll(n);
+  // Tests only: a slow data plane transfer, to kill a node in the middle of one.
+  if (const char* n = std::getenv("ACTORLM_TEST_ONLY_KV_SEND_PAUSE_MS")) {
+    nc.kv_send_pause_ms = std::clamp<int64_t>(std::atoll(n), 0, 60000);
+  }
   if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);
 
   caf::actor_system_config cfg;

@@ -36,6 +36,8 @@ constexpr const char* usage =
     "auto|f16|bf16]\n"
     "                     [--hicache-size GB] [--hicache-dtype same|f16|q8_0]  (KV the pool lets go kept in RAM)\n"
     "                     [--hicache-write-policy write_through|write_back]\n"
+    "                     [--hicache-prefetch-policy best_effort|wait_complete|timeout] "
+    "[--hicache-prefetch-timeout-ms 1000]\n"
     "                     [--hicache-storage-dir DIR] [--hicache-storage-gb 16]  (prompt KV kept on disk, "
     "found again after a restart)\n"
     "  limits (docs/SECURITY.md):\n"

@@ -17,6 +17,25 @@ std::optional<HiCacheWritePolicy> write_policy_from(std::string_view name) {
   return std::nullopt;
 }
 
+const char* prefetch_policy_name(HiCachePrefetchPolicy p) {
+  switch (p) {
+    case HiCachePrefetchPolicy::wait_complete:
+      return "wait_complete";
+    case HiCachePrefetchPolicy::timeout:
+      return "timeout";
+    case HiCachePrefetchPolicy::best_effort:
+      break;
+  }
+  return "best_effort";
+}
+
+std::optional<HiCachePrefetchPolicy> prefetch_policy_from(std::string_view name) {
+  for (auto p : {HiCachePrefetchPolicy::best_effort, HiCachePrefetchPolicy::wait_complete, HiCachePrefetchPolicy::timeout}) {
+    if (name == prefetch_policy_name(p)) return p;
+  }
+  return std::nullopt;
+}
+
 KvTiers::KvTiers(std::shared_ptr<KvHostStore> host, std::shared_ptr<KvDiskStore> disk, HiCacheWritePolicy policy)
     : host_(std::move(host)), disk_(std::move(disk)), policy_(policy) {
   if (!host_ && !disk_) throw std::invalid_argument("KvTiers: neither a host nor a disk tier");
@@ -93,14 +112,57 @@ size_t KvTiers::prefetched_blocks() const {
   return staged_.size();
 }
 
+// As load_from_tiers: the last prompt token is always computed, so a
+// prefetch covers the whole blocks before it.
+static std::span<const int32_t> prefetch_key(std::span<const int32_t> prompt, size_t block_tokens) {
+  if (prompt.size() < 2) return {};
+  return prompt.first((prompt.size() - 1) / block_tokens * block_tokens);
+}
+
 void KvTiers::prefetch(std::span<const int32_t> prompt, int32_t from_block) {
-  if (!disk_ || prompt.size() < 2) return;
   const auto b = static_cast<size_t>(block_tokens());
-  // As load_from_tiers: the last prompt token is always computed.
-  const auto end = static_cast<int32_t>((prompt.size() - 1) / b);
-  Job job{JobKind::prefetch, true, std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(static_cast<size_t>(end) * b)), {}, {}, {}};
-  for (int32_t k = std::max(0, from_block); k < end; ++k) job.blocks.push_back(k);
+  const std::span<const int32_t> key = prefetch_key(prompt, b);
+  Job job{JobKind::prefetch, true, std::vector<int32_t>(key.begin(), key.end()), {}, {}, {}, false};
+  for (auto k = static_cast<size_t>(std::max(0, from_block)); k < key.size() / b; ++k) job.blocks.push_back(static_cast<int32_t>(k));
   queue(std::move(job));
+}
+
+bool KvTiers::prefetching(std::span<const int32_t> prompt) const {
+  const std::span<const int32_t> key = prefetch_key(prompt, static_cast<size_t>(block_tokens()));
+  Turn turn(*this);
+  return std::any_of(jobs_.begin(), jobs_.end(), [&](const Job& j) {
+    return j.kind == JobKind::prefetch && !j.dropped && std::equal(j.prompt.begin(), j.prompt.end(), key.begin(), key.end());
+  });
+}
+
+void KvTiers::drop_prefetch(std::span<const int32_t> prompt) {
+  const auto b = static_cast<size_t>(block_tokens());
+  const std::span<const int32_t> key = prefetch_key(prompt, b);
+  Turn turn(*this);
+  // Marked, not erased: the I/O thread may be inside the job (between two
+  // of its blocks, with the lock given up).
+  for (Job& j : jobs_) {
+    if (j.kind == JobKind::prefetch && std::equal(j.prompt.begin(), j.prompt.end(), key.begin(), key.end())) j.dropped = true;
+  }
+  if (staged_.empty()) return;
+  for (size_t end = b; end <= key.size(); end += b) {
+    auto it = staged_.find(std::vector<int32_t>(key.begin(), key.begin() + static_cast<long>(end)));
+    if (it == staged_.end()) continue;
+    staged_bytes_ -= static_cast<int64_t>(it->second.data.size());
+    std::erase(staged_order_, it->first);
+    staged_.erase(it);
+  }
+}
+
+void KvTiers::wait_prefetch(std::chrono::milliseconds at_most) const {
+  Turn turn(*this);
+  if (std::none_of(jobs_.begin(), jobs_.end(), [](const Job& j) { return j.kind == JobKind::prefetch && !j.dropped; })) return;
+  prefetched_.wait_for(turn.lock(), at_most);
+}
+
+std::set<std::thread::id> KvTiers::read_threads() const {
+  Turn turn(*this);
+  return read_threads_;
 }
 
 std::set<std::thread::id> KvTiers::store_threads() const {
@@ -134,11 +196,13 @@ void KvTiers::io_loop() {
       refresh_stats();
       if (!more) break;
     }
-    if (job.kind != JobKind::prefetch) {
+    const bool prefetch = job.kind == JobKind::prefetch;
+    if (!prefetch) {
       pending_blocks_ -= job.blocks.size();
       store_threads_.insert(std::this_thread::get_id());
     }
     jobs_.pop_front();
+    if (prefetch) prefetched_.notify_all();
     if (jobs_.empty()) idle_.notify_all();
   }
 }
@@ -172,7 +236,7 @@ std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, in
     auto it = staged_.find(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(static_cast<size_t>(block + 1) * b)));
     if (it != staged_.end()) {
       // Taken: the pool holds it from now on.
-      Loaded out{std::move(it->second), KvTier::disk};
+      Loaded out{std::move(it->second.data), it->second.tier};
       staged_bytes_ -= static_cast<int64_t>(out.data.size());
       std::erase(staged_order_, it->first);
       staged_.erase(it);
@@ -187,6 +251,7 @@ std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, in
     // Not there, or refused and counted by the disk tier: nullopt.
     if (auto d = disk_->load(prompt, block, nullptr)) out = Loaded{std::move(*d), KvTier::disk};
   }
+  if (out) read_threads_.insert(std::this_thread::get_id());
   refresh_stats();
   return out;
 }
@@ -205,7 +270,7 @@ void KvTiers::after_prefill(Worker& worker, std::span<const int32_t> prompt, std
   const auto blocks = static_cast<int32_t>(std::min(prompt.size(), rows.size()) / b);
   if (blocks == 0) return;
   prompt = prompt.first(static_cast<size_t>(blocks) * b);
-  Job job{JobKind::write_through, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}};
+  Job job{JobKind::write_through, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}, false};
   {
     Turn turn(*this);
     // The disk takes a block only after its parent: from the first block it
@@ -231,7 +296,7 @@ void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::Evicted
   for (const auto& p : paths) {
     const auto end = static_cast<int32_t>(p.tokens.size() / b);
     std::span<const int32_t> prompt = std::span(p.tokens).first(static_cast<size_t>(end) * b);
-    Job job{JobKind::write_back, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}};
+    Job job{JobKind::write_back, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}, false};
     {
       Turn turn(*this);
       size_t at = 0;
@@ -271,21 +336,32 @@ bool KvTiers::run_block(Job& job, size_t i) {
       }
       return disk_->contains(prompt, k) || disk_->store(prompt, k, job.data[i]);
     case JobKind::prefetch: {
+      if (job.dropped) return false;
       const auto b = static_cast<size_t>(block_tokens());
       const std::span<const int32_t> through = prompt.first(static_cast<size_t>(k + 1) * b);
       std::vector<int32_t> key(through.begin(), through.end());
       size_t at = 0;
-      if (staged_.count(key) || queued(prompt, k, &at) || (host_ && host_->contains(prompt, k))) return true;
-      if (!disk_->contains(prompt, k)) return false;  // the chain ends here: a load would stop here too
-      auto data = disk_->load(prompt, k, nullptr);
-      if (!data) return false;  // damaged: refused and counted by the disk tier
-      staged_bytes_ += static_cast<int64_t>(data->size());
-      staged_.emplace(key, std::move(*data));
+      if (staged_.count(key) || queued(prompt, k, &at)) return true;
+      // As load(): the host tier first. A load stops where no tier has the
+      // block, and so does this.
+      Staged s{{}, KvTier::host};
+      if (host_) {
+        if (auto d = host_->load(prompt, k)) s.data = std::move(*d);
+      }
+      if (s.data.empty()) {
+        if (!disk_ || !disk_->contains(prompt, k)) return false;
+        auto d = disk_->load(prompt, k, nullptr);
+        if (!d) return false;  // damaged: refused and counted by the disk tier
+        s = Staged{std::move(*d), KvTier::disk};
+      }
+      read_threads_.insert(std::this_thread::get_id());
+      staged_bytes_ += static_cast<int64_t>(s.data.size());
+      staged_.emplace(key, std::move(s));
       staged_order_.push_back(std::move(key));
       while (staged_bytes_ > prefetch_capacity && !staged_order_.empty()) {
         auto it = staged_.find(staged_order_.front());
         if (it != staged_.end()) {
-          staged_bytes_ -= static_cast<int64_t>(it->second.size());
+          staged_bytes_ -= static_cast<int64_t>(it->second.data.size());
           staged_.erase(it);
         }
         staged_order_.pop_front();

@@ -22,16 +22,17 @@
 // path): the scheduler's thread only reads the rows out of the pool, which
 // it must do before they are reused, and queues the rest (encoding for the
 // host tier, files for the disk). A block still queued is served from the
-// queue, so a load never misses what was just written. Loads themselves
-// stay on the caller's thread (a host block is a copy, and the step that
-// needs it cannot start without it), but a request that has to wait for
-// admission has its disk blocks read ahead on the I/O thread (prefetch,
-// SGLang's best_effort: what has not arrived by admission is read then).
+// queue, so a load never misses what was just written. A request that
+// waits for admission has its blocks read ahead on the I/O thread (prefetch:
+// disk files read, host blocks decoded), so its admission only takes them;
+// what has not arrived by then is read on the caller's thread. Whether a
+// request waits for its read-ahead is the prefetch policy's call.
 //
 // Pure C++. One caller thread (the scheduler's) plus the I/O thread; the
 // figures (host_stats, disk_stats) may be read from any thread.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -56,6 +57,18 @@ enum class HiCacheWritePolicy { write_through, write_back };
 
 const char* write_policy_name(HiCacheWritePolicy p);
 std::optional<HiCacheWritePolicy> write_policy_from(std::string_view name);
+
+// Whether a waiting request's read-ahead must be done before it is admitted
+// (--hicache-prefetch-policy, SGLang's names):
+//   best_effort    admitted as soon as there is room; blocks not read ahead
+//                  by then are read at admission, on the scheduler's thread
+//   wait_complete  not admitted while its read-ahead is under way
+//   timeout        as wait_complete for at most --hicache-prefetch-timeout-ms,
+//                  then as best_effort
+enum class HiCachePrefetchPolicy { best_effort, wait_complete, timeout };
+
+const char* prefetch_policy_name(HiCachePrefetchPolicy p);
+std::optional<HiCachePrefetchPolicy> prefetch_policy_from(std::string_view name);
 
 enum class KvTier { host, disk };
 
@@ -98,17 +111,30 @@ class KvTiers {
   // first tier's, a prefetched one as the disk's.
   std::optional<Loaded> load(std::span<const int32_t> prompt, int32_t block);
 
-  // A request that waits for admission: the I/O thread reads the disk
-  // blocks of `prompt` from `from_block` on (up to the one before its last
-  // token, as a load would, and only while the chain holds) into memory, so
-  // that its admission copies them instead of reading files. Best effort:
-  // whatever has not arrived by then is loaded as before. Blocks the host
-  // tier or the store queue has are skipped. Prefetched blocks wait, up to
-  // prefetch_capacity bytes (the oldest go first), until a load takes them.
+  // A request that waits for admission: the I/O thread reads the blocks of
+  // `prompt` from `from_block` on (up to the one before its last token, as a
+  // load would, and only while some tier has the next) into memory, in the
+  // pool's layout: a host block decoded, a disk block's file read. Its
+  // admission then takes them instead of reading a tier; whatever has not
+  // arrived by then is loaded as before. Blocks the store queue has are
+  // skipped. Prefetched blocks wait, up to prefetch_capacity bytes (the
+  // oldest go first), until a load takes them.
   void prefetch(std::span<const int32_t> prompt, int32_t from_block);
   static constexpr int64_t prefetch_capacity = int64_t{256} << 20;
   // Prefetched blocks waiting for their load.
   size_t prefetched_blocks() const;
+  // A prefetch of `prompt` is queued or under way.
+  bool prefetching(std::span<const int32_t> prompt) const;
+  // `prompt` was admitted and has loaded what it could: its prefetch stops
+  // and the blocks read for it that it did not take are let go (the pool
+  // has them by now, or had no room for them).
+  void drop_prefetch(std::span<const int32_t> prompt);
+  // Returns once a prefetch ends, or after `at_most`: a caller with nothing
+  // else to do than wait for one sleeps here instead of spinning.
+  void wait_prefetch(std::chrono::milliseconds at_most) const;
+  // The threads that have read a tier for a load or a prefetch (a host
+  // block decoded, a disk file read): tests check which thread does it.
+  std::set<std::thread::id> read_threads() const;
 
   // write_through: the whole blocks of `prompt` (rows: its KV, one per
   // token, at least the blocks' length) that a tier lacks are read now and
@@ -133,6 +159,7 @@ class KvTiers {
     std::vector<int32_t> blocks;               // prefetch: from its first on
     std::vector<std::vector<uint8_t>> data;    // per block (none for prefetch)
     std::vector<std::pair<bool, bool>> to;     // write_through, per block: (host tier, disk tier)
+    bool dropped = false;                      // prefetch: no longer wanted (drop_prefetch)
   };
   void queue(Job job);
   void io_loop();
@@ -178,6 +205,7 @@ class KvTiers {
   mutable std::condition_variable wake_;  // a job queued, pause lifted, stop
   mutable std::condition_variable idle_;  // the queue ran empty
   mutable std::condition_variable step_aside_;  // no caller waits for mu_ any more
+  mutable std::condition_variable prefetched_;  // a prefetch job ended
   mutable std::atomic<int> callers_{0};         // callers waiting for mu_
   // The figures, apart from mu_, so that a reader (every step's stats board)
   // never waits for a store.
@@ -188,9 +216,14 @@ class KvTiers {
   size_t pending_blocks_ = 0;
   bool paused_ = false, stopping_ = false;
   std::set<std::thread::id> store_threads_;
-  // Prefetched disk blocks by the prompt up to their end, oldest first in
+  mutable std::set<std::thread::id> read_threads_;
+  // Prefetched blocks by the prompt up to their end, oldest first in
   // staged_order_.
-  std::map<std::vector<int32_t>, std::vector<uint8_t>> staged_;
+  struct Staged {
+    std::vector<uint8_t> data;
+    KvTier tier;
+  };
+  std::map<std::vector<int32_t>, Staged> staged_;
   std::deque<std::vector<int32_t>> staged_order_;
   int64_t staged_bytes_ = 0;
   std::thread io_;  // last: started once everything above exists

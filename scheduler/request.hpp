@@ -60,7 +60,8 @@ struct Request {
   int64_t arrival = 0;     // admission order (fcfs, retraction victims)
   int32_t cached_tokens = 0;
   int32_t retractions = 0;
-  bool prefetched = false;  // its disk blocks were asked for while it waited
+  bool prefetched = false;  // its tiers' blocks were asked for while it waited
+  double prefetch_at = 0;   // when (Scheduler's clock, seconds)
   FinishReason finish = FinishReason::none;
   std::vector<SampleResult> prompt_scores;  // prompt_logprobs: tokens 1.. scored so far
 

@@ -349,6 +349,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   int64_t estimate = budget;
   for (size_t i : order) {
     if (chosen.size() == room || estimate <= 0) break;
+    if (awaits_prefetch(waiting_[i])) continue;
     int64_t need = static_cast<int64_t>(fills[i].size()) - cached[i];
     if (config_.chunked_prefill_size == 0 && need > estimate && !chosen.empty()) break;
     chosen.push_back(i);
@@ -378,7 +379,10 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     stats_.cached_tokens += r.req.retractions == 0 ? r.req.kv.prefix_len : 0;
     running_.push_back(std::move(r));
     Running& back = running_.back();
-    if (config_.tiers) load_from_tiers(back);
+    if (config_.tiers) {
+      load_from_tiers(back);
+      if (back.req.prefetched) config_.tiers->drop_prefetch(back.req.prompt);
+    }
     auto fill = back.req.fill_ids();
     size_t n = chunk_of(fill.size() - back.prefilled);
     if (n == 0) continue;  // out of budget: it waits in running for the next step
@@ -423,6 +427,14 @@ void Scheduler::load_from_tiers(Running& r) {
   stats_.disk_hit_tokens += from_disk;
 }
 
+bool Scheduler::awaits_prefetch(const Request& q) const {
+  if (!config_.tiers || !q.prefetched || config_.prefetch_policy == HiCachePrefetchPolicy::best_effort) return false;
+  if (config_.prefetch_policy == HiCachePrefetchPolicy::timeout && now() - q.prefetch_at >= config_.prefetch_timeout_seconds) {
+    return false;
+  }
+  return config_.tiers->prefetching(q.prompt);
+}
+
 void Scheduler::prefetch_waiting() {
   std::vector<Request*> fresh;
   std::vector<std::vector<int32_t>> keys;
@@ -430,6 +442,7 @@ void Scheduler::prefetch_waiting() {
   for (auto& q : waiting_) {
     if (q.prefetched || q.scores_prompt() || q.retractions > 0 || q.prompt.size() <= b) continue;
     q.prefetched = true;
+    q.prefetch_at = now();
     fresh.push_back(&q);
     keys.push_back(q.prompt);
   }
@@ -564,8 +577,16 @@ std::vector<TokenEvent> Scheduler::step() {
 }
 
 std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& events) {
+  // A policy that waits for the read-ahead asks for it before admission, so
+  // a request that arrives to an idle engine has its blocks read on the
+  // tiers' thread too; best effort asks only for those left waiting.
+  const bool waits = config_.tiers && config_.prefetch_policy != HiCachePrefetchPolicy::best_effort;
+  if (waits) prefetch_waiting();
   std::vector<Planned> plan = plan_prefill();
-  if (config_.tiers && config_.tiers->has_disk()) prefetch_waiting();
+  if (config_.tiers) prefetch_waiting();
+  // Nothing runs and what waits, waits for its blocks: sleep until one
+  // read-ahead ends (or briefly) rather than spin through empty steps.
+  if (waits && plan.empty() && running_.empty() && !waiting_.empty()) config_.tiers->wait_prefetch(std::chrono::milliseconds(20));
   if (!plan.empty() && extend(plan)) {
     memory_short_ = false;
     add_decodes(plan);

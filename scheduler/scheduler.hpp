@@ -51,6 +51,11 @@ struct SchedulerConfig {
   // prompt loads what they have beyond its cached prefix instead of
   // computing it; they are fed as the tiers' write policy says.
   std::shared_ptr<KvTiers> tiers;
+  // Whether a waiting request is admitted before its blocks have been read
+  // ahead (--hicache-prefetch-policy, --hicache-prefetch-timeout-ms; see
+  // HiCachePrefetchPolicy), and for timeout how long it may wait.
+  HiCachePrefetchPolicy prefetch_policy = HiCachePrefetchPolicy::best_effort;
+  double prefetch_timeout_seconds = 1.0;
   // The time one step should take (--max-step-ms), in seconds; 0: no time
   // budget. A prefill step then carries no more prompt tokens than the
   // measured cost per token says fit (scheduler/step_budget.hpp), so that a
@@ -206,6 +211,8 @@ class Scheduler {
   // Requests left waiting by this step's admission: their disk blocks are
   // read ahead on the tiers' I/O thread (KvTiers::prefetch), once each.
   void prefetch_waiting();
+  // The prefetch policy keeps `q` waiting for its read-ahead.
+  bool awaits_prefetch(const Request& q) const;
   void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {},
               ErrorKind kind = ErrorKind::none);
   TokenEvent event_for(const Request& r) const;

@@ -143,6 +143,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     kc.security = config.security;
     kc.worker = kv_worker;
     kc.corrupt_chunk = config.corrupt_kv_chunk;
+    kc.pause_per_chunk = std::chrono::milliseconds(config.kv_send_pause_ms);
     kc.data_plane = data_plane;
     kc.data_protection = protection;
     kc.name = label;

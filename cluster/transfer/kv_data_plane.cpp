@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -90,6 +91,21 @@ int dial(const std::string& host, uint16_t port, std::chrono::milliseconds timeo
   ::freeaddrinfo(found);
   if (fd < 0) throw DataChannelError("cannot connect to the decode node's data plane at " + host + ":" + std::to_string(port));
   return fd;
+}
+
+// The test knob KvDataSend::pause_per_chunk: the first pause of a transfer
+// is logged (a test waits for that line before it kills a node), and a
+// cancelled transfer stops waiting at once.
+void pause(const KvDataSend& send, const KvDataTarget& target, size_t chunk) {
+  if (chunk == 0) {
+    std::fprintf(stderr, "actorlm kv sender: (test) transfer to %s:%u pauses %lld ms after each chunk\n",
+                 target.host.c_str(), unsigned{target.port}, static_cast<long long>(send.pause_per_chunk.count()));
+  }
+  const auto until = std::chrono::steady_clock::now() + send.pause_per_chunk;
+  while (std::chrono::steady_clock::now() < until) {
+    if (send.cancel && send.cancel->cancelled()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace
@@ -360,6 +376,7 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       out.send(chunk_header(send.ticket, tokens, r), pieces);
       result.bytes += static_cast<int64_t>(data.size());
       if (i + 1 - acked > kWindow) take_ack();
+      if (send.pause_per_chunk.count() > 0) pause(send, target, i);
     }
     while (acked < send.plan.size()) take_ack();
   } catch (const std::exception& e) {

@@ -130,6 +130,7 @@ struct KvDataSend {
   caf::actor worker;          // reads them (kv_read_raw_atom)
   std::chrono::milliseconds timeout{30000};
   int64_t corrupt_chunk = -1;  // tests: damage this chunk's bytes on the wire
+  std::chrono::milliseconds pause_per_chunk{0};  // tests: wait after each chunk (KvSenderConfig)
   std::shared_ptr<KvDataCancel> cancel;  // optional
 };
 

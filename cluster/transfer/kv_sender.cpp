@@ -174,6 +174,7 @@ void start(Self* self, uint64_t id) {
   send.plan = t.plan;
   send.worker = s.cfg.worker;
   send.timeout = s.cfg.timeout;
+  send.pause_per_chunk = s.cfg.pause_per_chunk;
   // The test knob counts chunks across transfers, as the middleman path does.
   if (s.cfg.corrupt_chunk >= s.chunks_sent && s.cfg.corrupt_chunk < s.chunks_sent + static_cast<int64_t>(t.plan.size())) {
     send.corrupt_chunk = s.cfg.corrupt_chunk - s.chunks_sent;

@@ -42,6 +42,10 @@ struct KvSenderConfig {
   // from 0), as a damaged link or buffer would; -1 never. `actorlm node`
   // takes it from ACTORLM_TEST_CORRUPT_KV_CHUNK.
   int64_t corrupt_chunk = -1;
+  // Tests only: on the data plane, wait this long after each chunk sent, so
+  // a test can kill either node in the middle of a transfer. `actorlm node`
+  // takes it from ACTORLM_TEST_ONLY_KV_SEND_PAUSE_MS.
+  std::chrono::milliseconds pause_per_chunk{0};
   // Send the bytes over a decode node's data port when it has one and the
   // join has a session key (cluster/transfer/kv_data_plane.hpp); else, or
   // when false, as chunk messages over the middleman.

@@ -20,6 +20,9 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     request is retried and answered correctly, nothing leaks (both paths);
   - killing a prefill node mid-prefill or mid-transfer retries its requests on
     the other prefill node within 5 s, and they answer as before;
+  - killing the decode node a prompt's KV is going to, or the prefill node sending it, in the
+    middle of a data plane transfer retries the request on the nodes left; it answers as
+    before and no survivor holds anything;
   - killing a decode node fails only the requests it was decoding (503 within
     5 s), the others finish, and the prefill node holds nothing afterwards.
 
@@ -266,6 +269,51 @@ def check_prefill_death(reference):
             n.stop()
 
 
+def check_death_mid_transfer(reference):
+    """A node killed while a prompt's KV is on the data plane (the prefill nodes pause after each
+    chunk, so the transfer of a 1,500-token prompt takes seconds): first the decode node it goes
+    to, then the prefill node sending it. The request is tried again on the nodes left and
+    answers as before; no survivor holds anything."""
+    slow = {"ACTORLM_TEST_ONLY_KV_SEND_PAUSE_MS": "300"}
+    prefills = [pd_node("prefill", slow), pd_node("prefill", slow)]
+    decodes = [pd_node("decode"), pd_node("decode")]
+    everyone = prefills + decodes
+
+    def pauses(n):
+        return sum("(test) transfer to" in x for x in list(n.lines))
+
+    try:
+        with head(everyone) as h:
+            wait_for("four nodes joined", lambda: len(nodes(h.port)) == 4 and
+                     all(n["alive"] for n in nodes(h.port).values()), 30)
+            for side, prompt in (("decode", KILL_PROMPTS[0]), ("prefill", KILL_PROMPTS[1])):
+                alive = [n for n in everyone if n.proc.poll() is None]
+                before = {n.address: pauses(n) for n in alive}
+                results = {}
+                threads = run_concurrently(h.port, [prompt], 12, results)
+                wait_for("a transfer under way", lambda: any(pauses(n) > before[n.address] for n in alive), 120)
+                view = nodes(h.port)
+                if side == "decode":
+                    victims = [d for d in decodes if d in alive and view[d.address]["in_flight"] >= 1]
+                else:
+                    victims = [p for p in prefills if p in alive and pauses(p) > before[p.address]]
+                check(len(victims) == 1, f"cannot tell which {side} node has the transfer: {view}")
+                killed_at = time.time()
+                victims[0].kill()
+                threads[0].join(300)
+                code, body, _ = results[0]
+                check(code == 200, (code, body))
+                check(body["choices"][0]["text"] == reference[prompt], f"answered differently after the {side} node died")
+                retried = [at for at, x in h.lines if "trying again" in x and at >= killed_at]
+                check(retried, f"no request was retried after the {side} node died mid-transfer")
+                check_pools(h.port, f"after a {side} node died mid-transfer")
+                print(f"ok: a {side} node killed mid-transfer: retried {max(retried) - killed_at:.2f} s later, "
+                      f"answered as before; every node left idle with its pool whole")
+    finally:
+        for n in everyone:
+            n.stop()
+
+
 def check_decode_death():
     prefill, d1, d2 = pd_node("prefill"), pd_node("decode"), pd_node("decode")
     try:
@@ -308,6 +356,7 @@ def main():
     check_corrupt_chunk(reference, ["--kv-data-port", "-1"])
     check_trusted_fabric(reference)
     check_prefill_death(reference)
+    check_death_mid_transfer(reference)
     check_decode_death()
     print("cluster pd: all checks passed")
 

@@ -390,3 +390,61 @@ TEST_CASE("A prefetch reads a waiting prompt's disk blocks ahead, and its load t
   CHECK(tiers.prefetched_blocks() == 0);
   CHECK(disk->stats().loaded == 2);
 }
+
+TEST_CASE("A prefetch decodes a waiting prompt's host blocks on the I/O thread, and an admitted prompt's is dropped", "[scheduler]") {
+  const KvBlockLayout layout{"hash model", "f32", kLayers, kTokenBytes, 16};
+  HashWorker worker(64);
+  std::mt19937 rng(12);
+  Ids rows(64), prompt(60);
+  for (int32_t i = 0; i < 64; ++i) rows[static_cast<size_t>(i)] = i;
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+  std::vector<uint8_t> pool(rows.size() * kLayers * kTokenBytes);
+  for (auto& x : pool) x = static_cast<uint8_t>(rng());
+  worker.write_kv(rows, 0, kLayers, pool);
+  std::vector<std::vector<uint8_t>> expected;
+  for (int32_t k = 0; k < 3; ++k) expected.push_back(worker.read_kv(std::span(rows).subspan(static_cast<size_t>(k) * 16, 16), 0, kLayers));
+  KvTiers tiers(std::make_shared<KvHostStore>(layout, int64_t{1} << 20, KvHostDtype::same), nullptr,
+                HiCacheWritePolicy::write_through);
+  tiers.after_prefill(worker, prompt, rows);
+  tiers.drain();
+
+  // Queued behind a paused I/O thread: under way as far as a policy cares.
+  tiers.pause_io(true);
+  tiers.prefetch(prompt, 0);
+  CHECK(tiers.prefetching(prompt));
+  Ids other = prompt;
+  other[3] ^= 1;
+  CHECK_FALSE(tiers.prefetching(other));
+  tiers.pause_io(false);
+  tiers.drain();
+  CHECK_FALSE(tiers.prefetching(prompt));
+  CHECK(tiers.prefetched_blocks() == 3);
+  // Decoded there, not here; and a load takes the staged block, reading no tier.
+  auto readers = tiers.read_threads();
+  REQUIRE(readers.size() == 1);
+  CHECK(*readers.begin() != std::this_thread::get_id());
+  auto got = tiers.load(prompt, 0);
+  REQUIRE(got);
+  CHECK(got->tier == KvTier::host);
+  CHECK(got->data == expected[0]);
+  CHECK(tiers.read_threads() == readers);
+  // Admitted: what it did not take is let go, and the next load reads the tier here.
+  tiers.drop_prefetch(prompt);
+  CHECK(tiers.prefetched_blocks() == 0);
+  got = tiers.load(prompt, 1);
+  REQUIRE(got);
+  CHECK(got->data == expected[1]);
+  CHECK(tiers.read_threads().count(std::this_thread::get_id()) == 1);
+
+  // A prefetch dropped before it ran reads nothing.
+  const int64_t loaded = tiers.host_stats()->loaded;
+  tiers.pause_io(true);
+  tiers.prefetch(prompt, 0);
+  tiers.drop_prefetch(prompt);
+  CHECK_FALSE(tiers.prefetching(prompt));
+  tiers.pause_io(false);
+  tiers.drain();
+  CHECK(tiers.prefetched_blocks() == 0);
+  CHECK(tiers.host_stats()->loaded == loaded);
+  CHECK(tiers.check() == "");
+}

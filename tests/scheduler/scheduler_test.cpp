@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "kernels/cpu/cpu_backend.hpp"
@@ -650,6 +651,60 @@ TEST_CASE("A prompt the pool let go of comes back from the host tier exactly as 
   CHECK(again.cached == loadable);
   CHECK(e.scheduler.stats().host_hit_tokens > 0);
   CHECK(e.host->check().empty());
+  require_no_leak(e);
+}
+
+TEST_CASE("Prefetch policies: wait_complete admits a prompt once the tiers' thread has read its blocks; timeout, after the timeout without them", "[scheduler]") {
+  const Ids prompt = tier_prompt(), other = other_prompt();
+  const int64_t loadable = static_cast<int64_t>((prompt.size() - 1) / 16 * 16);
+  Outcome computed;
+  {
+    Engine e(4096, 1, config());
+    computed = run_one(e, 1, prompt);
+  }
+  const auto policy = GENERATE(HiCachePrefetchPolicy::wait_complete, HiCachePrefetchPolicy::timeout);
+  INFO(prefetch_policy_name(policy));
+  double clock = 0;
+  SchedulerConfig c = config();
+  c.prefetch_policy = policy;
+  c.prefetch_timeout_seconds = 5;
+  c.clock = [&clock] { return clock; };
+  Engine e(160, 1, c, 40, {.host_bytes = int64_t{1} << 28});
+  CHECK(run_one(e, 1, prompt).tokens == computed.tokens);
+  CHECK(run_one(e, 2, other).tokens.size() == 6);  // pushes the first out of the pool
+  REQUIRE(e.scheduler.stats().host_hit_tokens == 0);
+  REQUIRE(e.tiers->read_threads().empty());
+  const int64_t cached_before = e.scheduler.stats().cached_tokens;
+
+  // The tiers' thread held back: the prompt waits for its read-ahead.
+  e.tiers->pause_io(true);
+  Request r = make(3, prompt, 6);
+  r.stop.ignore_eos = true;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+  for (int i = 0; i < 3; ++i) CHECK(e.scheduler.step().empty());
+  CHECK(e.scheduler.waiting() == 1);
+  CHECK(e.tiers->prefetching(prompt));
+  std::map<uint64_t, std::pair<Ids, FinishReason>> got;
+  if (policy == HiCachePrefetchPolicy::wait_complete) {
+    e.tiers->pause_io(false);
+    got = e.drain();
+    // Every block came from the host tier, decoded on the tiers' thread.
+    const auto readers = e.tiers->read_threads();
+    REQUIRE(readers.size() == 1);
+    CHECK(*readers.begin() != std::this_thread::get_id());
+  } else {
+    clock += 6;  // past the timeout: admitted without its read-ahead, read here
+    for (const auto& ev : e.scheduler.step()) got[ev.id].first.push_back(ev.token);
+    CHECK(e.tiers->read_threads() == std::set<std::thread::id>{std::this_thread::get_id()});
+    e.tiers->pause_io(false);
+    for (auto& [id, out] : e.drain()) got[id].first.insert(got[id].first.end(), out.first.begin(), out.first.end());
+  }
+  CHECK(got[3].first == computed.tokens);
+  // Every whole block before the last token is cached: what the pool kept of
+  // it (a token or so the other prompt shares), the rest from the host tier.
+  CHECK(e.scheduler.stats().cached_tokens - cached_before == loadable);
+  CHECK(e.scheduler.stats().host_hit_tokens > loadable - 16);
+  CHECK(e.tiers->prefetched_blocks() == 0);  // nothing left behind for a prompt admitted
   require_no_leak(e);
 }
 
