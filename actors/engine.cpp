@@ -259,7 +259,12 @@ void Engine::abort(uint64_t request_id) {
   fb::AbortT a;
   a.request_ids = {request_id};
   a.reason = "aborted by the client";
-  caf::anon_send(impl_->scheduler, abort_atom::value, WireMessage{msg::pack(a)});
+  // From an actor, not anonymously: a head's router takes cancellations only
+  // from an actor of its own process (cluster/transport/local_sender.hpp),
+  // and dropped an anonymous one, so a client that left a head went on
+  // costing its nodes the whole generation.
+  caf::scoped_actor self{impl_->system};
+  self->send(impl_->scheduler, abort_atom::value, WireMessage{msg::pack(a)});
 }
 
 std::pair<int, int> Engine::nodes_joined() {

@@ -48,6 +48,11 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
                         .max_context = max_context});
   core.kv_dtype = runner->kv_dtype();
   core.kv_token_bytes = runner->kv_token_bytes();
+  std::vector<std::span<uint8_t>> probe;
+  if (core.kv_token_bytes > 0 && runner->kv_spans({}, 0, 1, probe)) {
+    core.kv_spans = [runner](std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                             std::vector<std::span<uint8_t>>& out) { return runner->kv_spans(rows, first_layer, last_layer, out); };
+  }
   core.worker = spawn_worker(system, runner);
   return core;
 }
@@ -122,6 +127,7 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
   core.device = w.device;
   core.kv_dtype = w.kv_dtype;
   core.kv_token_bytes = w.kv_token_bytes;
+  core.kv_spans = w.kv_spans;
   return core;
 }
 

@@ -13,6 +13,7 @@
 #include "actors/engine.hpp"
 #include "grammar/token_bytes.hpp"
 #include "kvstore/kv_store.hpp"
+#include "model/model_runner.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actorlm {
@@ -31,6 +32,9 @@ struct EngineCore {
   // (what a KV transfer moves, cluster/transfer/kv_transfer.hpp).
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
+  // The pool's rows in place, for the KV data plane's copies; empty when the
+  // pool is on a device or in another process (a worker node's).
+  KvRowSpans kv_spans;
   // The scheduler's figures after each step (scheduler/stats_board.hpp).
   std::shared_ptr<StatsBoard> board;
 };
@@ -44,6 +48,7 @@ struct WorkerCore {
   KvStoreConfig kv;
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
+  KvRowSpans kv_spans;  // see EngineCore
 };
 
 // The tokenizer of a GGUF file or Hugging Face folder (tokenizer.json).

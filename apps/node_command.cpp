@@ -71,6 +71,9 @@ int node_command(int argc, char** argv, int first) {
   nc.kv_trusted_fabric = args.has("--kv-trusted-fabric");
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).
   if (const char* n = std::getenv("ACTORLM_TEST_CORRUPT_KV_CHUNK")) nc.corrupt_kv_chunk = std::atoll(n);
+  // Benchmarks and tests: KV rows through the worker actor even where the pool
+  // could be read and written in place (the path a device pool takes).
+  nc.kv_through_worker = std::getenv("ACTORLM_TEST_ONLY_KV_THROUGH_WORKER") != nullptr;
   // Tests only: a slow data plane transfer, to kill a node in the middle of one.
   if (const char* n = std::getenv("ACTORLM_TEST_ONLY_KV_SEND_PAUSE_MS")) {
     nc.kv_send_pause_ms = std::clamp<int64_t>(std::atoll(n), 0, 60000);

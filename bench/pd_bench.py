@@ -14,7 +14,9 @@
 The transfer table is made for each KV plane asked for (--planes), in alternated rounds:
 `middleman` (chunk messages through CAF, the decode node with --kv-data-port -1), `sealed` (the
 data plane, AES-256-GCM, the default) and `trusted` (the data plane, --kv-trusted-fabric on both
-nodes); it adds each prompt's time to first token through the pair, against the plain node's.
+nodes), and `sealed-worker` / `trusted-worker` (the same with the rows copied through each node's
+worker actor, as a device pool's are, instead of in place); it adds each prompt's time to first
+token through the pair, against the plain node's.
 
 usage: pd_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--planes sealed] [--no-itl]
                    [--out docs/bench/pd.json]
@@ -37,8 +39,9 @@ SECRET = os.path.join(tempfile.mkdtemp(prefix="actorlm-pd-bench-"), "secret")
 
 
 class Proc:
-    def __init__(self, args, pattern):
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    def __init__(self, args, pattern, env=None):
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, **env) if env else None)
         self.lines = []
         while True:
             line = self.proc.stderr.readline()
@@ -56,14 +59,20 @@ class Proc:
         self.proc.wait(30)
 
 
-PLANES = {"middleman": ([], ["--kv-data-port", "-1"]), "sealed": ([], []),
-          "trusted": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"])}
+# Each: the prefill node's flags, the decode node's, and the environment of both. The
+# "-worker" planes copy rows through the worker actors instead of in place (what a device
+# pool does), for an A/B of the in-place copies in one run.
+THROUGH_WORKER = {"ACTORLM_TEST_ONLY_KV_THROUGH_WORKER": "1"}
+PLANES = {"middleman": ([], ["--kv-data-port", "-1"], None), "sealed": ([], [], None),
+          "trusted": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"], None),
+          "sealed-worker": ([], [], THROUGH_WORKER),
+          "trusted-worker": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"], THROUGH_WORKER)}
 
 
-def node(binary, core, mode=None, extra=()):
+def node(binary, core, mode=None, extra=(), env=None):
     args = ["taskset", "-c", str(core), binary, "node", "--port", "0", "--threads", "1", "--kv-tokens", "16384",
             "--secret-file", SECRET] + (["--disaggregation-mode", mode] if mode else []) + list(extra)
-    return Proc(args, r"listening on 127\.0\.0\.1:(\d+)")
+    return Proc(args, r"listening on 127\.0\.0\.1:(\d+)", env)
 
 
 def head(binary, nodes):
@@ -136,8 +145,8 @@ SIZES = (256, 512, 1000, 2000)
 def transfer_table(binary, plane, prefill_s):
     rng = random.Random(5)
     rows = []
-    p_extra, d_extra = PLANES[plane]
-    p, d = node(binary, 0, "prefill", p_extra), node(binary, 1, "decode", d_extra)
+    p_extra, d_extra, env = PLANES[plane]
+    p, d = node(binary, 0, "prefill", p_extra, env), node(binary, 1, "decode", d_extra, env)
     h = head(binary, [p, d])
     stream(h.port, fresh_prompt(16, rng), 2)  # the prefill node joins the decode node
     for n in SIZES:
@@ -208,7 +217,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--actorlm", default="build/apps/actorlm")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--planes", default="sealed", help="comma-separated: middleman, sealed, trusted")
+    ap.add_argument("--planes", default="sealed",
+                    help="comma-separated: middleman, sealed, trusted, sealed-worker, trusted-worker")
     ap.add_argument("--no-itl", action="store_true", help="the transfer table only")
     ap.add_argument("--out", default="docs/bench/pd.json")
     a = ap.parse_args()

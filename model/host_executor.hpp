@@ -29,6 +29,8 @@ class HostExecutor final : public ModelExecutor {
                std::span<uint8_t> out) const override;
   void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                 std::span<const uint8_t> in) override;
+  bool kv_spans(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                std::vector<std::span<uint8_t>>& out) override;
 
  private:
   std::unique_ptr<Backend> backend_;

@@ -62,6 +62,12 @@ class ModelExecutor {
                        std::span<uint8_t> out) const;
   virtual void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                         std::span<const uint8_t> in);
+  // Where those bytes live, for a copy that skips the executor: the pool's
+  // own memory as spans in read_kv's order (a run of consecutive rows is one
+  // span). False when the pool is not in this process's memory (a device
+  // executor's), so there is nothing to point at.
+  virtual bool kv_spans(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                        std::vector<std::span<uint8_t>>& out);
 };
 
 }  // namespace actorlm

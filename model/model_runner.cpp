@@ -60,6 +60,12 @@ std::vector<uint8_t> ModelRunner::read_kv(std::span<const int32_t> rows, int32_t
   return out;
 }
 
+bool ModelRunner::kv_spans(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                           std::vector<std::span<uint8_t>>& out) {
+  kv_copy_bytes(rows, first_layer, last_layer);
+  return executor_->kv_spans(rows, first_layer, last_layer, out);
+}
+
 void ModelRunner::write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                            std::span<const uint8_t> bytes) {
   const size_t want = kv_copy_bytes(rows, first_layer, last_layer);

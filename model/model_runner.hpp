@@ -5,6 +5,7 @@
 // writes, plans attention and hands the batch to the executor. Single-threaded
 // use (the worker actor); executors parallelise inside each op.
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +23,12 @@ struct ModelRunnerConfig {
   int32_t max_requests = 0;   // rows of req_to_token
   int32_t max_context = 0;    // columns of req_to_token; 0 = the model's context length
 };
+
+// A runner's kv_spans, for code that copies KV rows off the worker's thread
+// (the KV data plane) and must not hold the runner itself. Empty where the
+// pool is not in this process's memory.
+using KvRowSpans = std::function<bool(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                                      std::vector<std::span<uint8_t>>& out)>;
 
 class ModelRunner {
  public:
@@ -50,6 +57,13 @@ class ModelRunner {
   std::string kv_dtype() const { return executor_->kv_dtype(); }
   std::vector<uint8_t> read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) const;
   void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer, std::span<const uint8_t> bytes);
+  // The same bytes in place (ModelExecutor::kv_spans), checked as read_kv
+  // checks; false when the executor's pool is not in this process's memory.
+  // For a copy made off the worker's thread: the caller must make sure no
+  // step reads or writes those rows meanwhile (they belong to a request that
+  // is not running) and that the runner outlives the copy.
+  bool kv_spans(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
+                std::vector<std::span<uint8_t>>& out);
 
   // One token per row of out (in request order), on the backend (on the
   // host when the pass scored prompt tokens); each result carries its

@@ -107,6 +107,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     d.port = static_cast<uint16_t>(config.kv_data_port);
     d.protection = protection;
     d.worker = kv_worker;
+    if (!config.kv_through_worker) d.spans = m.core->kv_spans;
     d.receiver = m.decode->receiver;
     d.sessions = m.decode->sessions;
     d.gateway = m.gateway;
@@ -142,6 +143,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     kc.model = described;
     kc.security = config.security;
     kc.worker = kv_worker;
+    if (!config.kv_through_worker) kc.spans = m.core->kv_spans;
     kc.corrupt_chunk = config.corrupt_kv_chunk;
     kc.pause_per_chunk = std::chrono::milliseconds(config.kv_send_pause_ms);
     kc.data_plane = data_plane;

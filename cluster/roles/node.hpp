@@ -31,6 +31,9 @@ struct NodeConfig {
   int64_t corrupt_kv_chunk = -1;
   // Prefill: tests only, see KvSenderConfig::pause_per_chunk.
   int64_t kv_send_pause_ms = 0;
+  // Benchmarks and tests: the data plane copies rows through the worker
+  // actor even where the pool is in this process's memory.
+  bool kv_through_worker = false;
   // The KV data plane (cluster/transfer/kv_data_plane.hpp), used when the
   // cluster has a shared secret: a decode node listens on this port of its
   // host (0: any free port, told to prefill nodes in its welcome; -1: no data

@@ -42,6 +42,7 @@ struct Handoff {
   std::string address;
   uint64_t ticket = 0;
   int32_t skip = 0;  // leading rows the decode node has already
+  bool sending = false;  // its transfer is under way: the sender may be reading its rows
 };
 
 struct GatewayState {
@@ -59,8 +60,10 @@ struct GatewayState {
   // Why the gateway aborted a request (a failed KV transfer, say): the
   // scheduler's abort carries no text, so the head hears it from here.
   std::map<uint64_t, std::string> abort_reasons;
-  // Decode: cancellations held back until the request's KV writes in flight
-  // land (KvReceiver's fence), by node-local id.
+  // Cancellations held back, by node-local id: on a decode node until the
+  // request's KV writes in flight land (KvReceiver's fence), on a prefill
+  // node until its transfer has stopped reading its rows (the sender's
+  // answer).
   struct Fenced {
     bool stop = false;
     std::string reason;
@@ -136,13 +139,21 @@ uint64_t admit(GatewayState& s, const caf::actor_addr& from, Head& head, uint64_
 // Aborts (or stops) local requests at the scheduler. A decode node's
 // request may have KV writes in flight (admitted chunks the worker has not
 // written yet): its cancellation waits until they land, since the scheduler
-// frees its rows and a late write would land in another request's.
+// frees its rows and a late write would land in another request's. A
+// prefill node's held request may be on its way (the data plane reads its
+// rows in place): the transfer is stopped, and the cancellation waits for
+// its answer.
 void cancel_at_scheduler(Self* self, bool stop, const std::vector<uint64_t>& ids, const std::string& reason) {
   auto& s = self->state;
   fb::AbortT now;
   now.reason = reason;
   for (uint64_t id : ids) {
-    if (s.receiver && !s.receiver->drop_request(id)) {
+    auto h = s.handoffs.find(id);
+    if (h != s.handoffs.end() && h->second.sending) {
+      if (s.fenced.emplace(id, GatewayState::Fenced{stop, reason}).second) {
+        self->send(s.kv_sender, kv_send_stop_atom::value, h->second.ticket);
+      }
+    } else if (s.receiver && !s.receiver->drop_request(id)) {
       s.fenced.emplace(id, GatewayState::Fenced{stop, reason});
     } else {
       now.request_ids.push_back(id);
@@ -252,10 +263,20 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
   order.first_token = item.token_ids[0];
   order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
   order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
+  h->second.sending = true;
+  // Until the answer, nothing else may let the held rows go.
+  auto answered = [self, local] {
+    auto& s = self->state;
+    if (auto h = s.handoffs.find(local); h != s.handoffs.end()) h->second.sending = false;
+    if (!s.fenced.count(local)) return false;
+    release_fence(self, local);  // aborted meanwhile: the abort goes through now
+    return true;
+  };
   self->request(s.kv_sender, caf::infinite, kv_send_atom::value, WireMessage{msg::pack(order)})
       .then(
-          [self, local](const std::string& error) {
+          [self, local, answered](const std::string& error) {
             auto& s = self->state;
+            if (answered()) return;
             if (!error.empty()) return abort_local(self, local, "KV transfer failed: " + error);
             fb::KvHandoffT release;
             release.request_id = local;
@@ -270,7 +291,10 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
             if (head != s.heads.end()) self->send(head->second.router, stream_atom::value, WireMessage{msg::pack(done)});
             forget(s, local);
           },
-          [self, local](const caf::error& e) { abort_local(self, local, "KV transfer failed: " + self->system().render(e)); });
+          [self, local, answered](const caf::error& e) {
+            if (answered()) return;
+            abort_local(self, local, "KV transfer failed: " + self->system().render(e));
+          });
 }
 
 // The scheduler's TokenStream, split by head, with the heads' own ids.

@@ -266,6 +266,7 @@ void KvDataServer::serve(int fd) {
     DataReceiver in(fd, protection, keys.dialer_to_acceptor, kMaxChunk);
     DataSender out(fd, protection, keys.acceptor_to_dialer);
     std::vector<uint8_t> header;
+    std::vector<std::span<uint8_t>> in_place;
     uint64_t bytes = 0;
     while (!stopping_ && in.next(header, bytes)) {
       if (header.size() != kChunkHeader) throw DataChannelError("a malformed KV chunk header");
@@ -281,8 +282,8 @@ void KvDataServer::serve(int fd) {
       }
       request = taken.request_id;
       // Admitted: the receiver's fence holds this request's abort until the
-      // write is queued at the worker, or abandoned when the payload never
-      // comes (KvReceiver::landed).
+      // write is done in place or queued at the worker, or abandoned when the
+      // payload never comes (KvReceiver::landed).
       struct Landing {
         KvReceiver& receiver;
         caf::scoped_actor& self;
@@ -295,13 +296,26 @@ void KvDataServer::serve(int fd) {
       std::string error;
       {
         Landing landing{*cfg_.receiver, self, cfg_.gateway, ticket, request};
-        std::vector<uint8_t> data(bytes);
-        const std::span<uint8_t> into[] = {{data.data(), data.size()}};
-        in.read_payload(into);
-        self->request(cfg_.worker, cfg_.timeout, kv_write_raw_atom::value, std::move(taken.write->rows), range.first_layer,
-                      range.last_layer, std::move(data))
-            .receive([&](const std::string& e) { error = e; },
-                     [&](const caf::error& e) { error = "writing KV: " + system_.render(e); });
+        if (cfg_.spans) {
+          // Straight into the reserved rows. A payload that fails its tag
+          // leaves garbage there, in rows no request reads before this
+          // transfer commits, which it then never does.
+          if (!cfg_.spans(taken.write->rows, range.first_layer, range.last_layer, in_place)) {
+            throw DataChannelError("writing KV: no pool in place");
+          }
+          uint64_t room = 0;
+          for (auto s : in_place) room += s.size();
+          if (room != bytes) throw DataChannelError("writing KV: the rows hold " + std::to_string(room) + " bytes, not " + std::to_string(bytes));
+          in.read_payload(in_place);
+        } else {
+          std::vector<uint8_t> data(bytes);
+          const std::span<uint8_t> into[] = {{data.data(), data.size()}};
+          in.read_payload(into);
+          self->request(cfg_.worker, cfg_.timeout, kv_write_raw_atom::value, std::move(taken.write->rows), range.first_layer,
+                        range.last_layer, std::move(data))
+              .receive([&](const std::string& e) { error = e; },
+                       [&](const caf::error& e) { error = "writing KV: " + system_.render(e); });
+        }
       }
       if (!error.empty()) {
         fail(request, error);
@@ -361,20 +375,30 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
     // At most a few chunks unacknowledged, so neither side's socket buffer
     // fills with what the other is not reading.
     constexpr size_t kWindow = 4;
+    std::vector<std::span<uint8_t>> in_place;
+    std::vector<std::span<const uint8_t>> pieces;
+    std::vector<uint8_t> data;
     for (size_t i = 0; i < send.plan.size(); ++i) {
       if (send.cancel && send.cancel->cancelled()) throw DataChannelError("cancelled");
       const KvChunkRange& r = send.plan[i];
-      std::vector<int32_t> rows(send.rows.begin() + r.first_token, send.rows.begin() + r.last_token);
-      std::vector<uint8_t> data;
-      std::string error;
-      self->request(send.worker, send.timeout, kv_read_raw_atom::value, std::move(rows), r.first_layer, r.last_layer)
-          .receive([&](std::vector<uint8_t>& d) { data = std::move(d); },
-                   [&](const caf::error& e) { error = "reading KV: " + system.render(e); });
-      if (!error.empty()) throw DataChannelError(error);
+      const std::span<const int32_t> rows = std::span(send.rows).subspan(static_cast<size_t>(r.first_token),
+                                                                         static_cast<size_t>(r.last_token - r.first_token));
+      pieces.clear();
+      if (send.spans) {
+        if (!send.spans(rows, r.first_layer, r.last_layer, in_place)) throw DataChannelError("reading KV: no pool in place");
+        pieces.assign(in_place.begin(), in_place.end());
+      } else {
+        std::string error;
+        self->request(send.worker, send.timeout, kv_read_raw_atom::value, std::vector<int32_t>(rows.begin(), rows.end()),
+                      r.first_layer, r.last_layer)
+            .receive([&](std::vector<uint8_t>& d) { data = std::move(d); },
+                     [&](const caf::error& e) { error = "reading KV: " + system.render(e); });
+        if (!error.empty()) throw DataChannelError(error);
+        pieces.emplace_back(data.data(), data.size());
+      }
       if (static_cast<int64_t>(i) == send.corrupt_chunk) out.damage_next_payload();
-      const std::span<const uint8_t> pieces[] = {{data.data(), data.size()}};
       out.send(chunk_header(send.ticket, tokens, r), pieces);
-      result.bytes += static_cast<int64_t>(data.size());
+      for (auto p : pieces) result.bytes += static_cast<int64_t>(p.size());
       if (i + 1 - acked > kWindow) take_ack();
       if (send.pause_per_chunk.count() > 0) pause(send, target, i);
     }

@@ -17,9 +17,17 @@
 // ends know it). The acceptor takes no frame from a dialer whose proof fails,
 // whose session it does not hold, or whose protection is not its own.
 //
-// Rows are read and written by the node's own worker actor (kv_read_raw_atom,
-// kv_write_raw_atom), between its forward passes, so a transfer never races
-// a step over the same memory.
+// Where the pool is in this process's memory (the CPU backend), rows are
+// gathered into the send buffer and scattered out of the receive buffer in
+// place (KvRowSpans): no copy through the worker. That is safe because no
+// step touches them meanwhile: a prefill node's held request runs no more,
+// and its rows are released or aborted only once its transfer has stopped
+// (the gateway waits for that); a decode node's reserved rows belong to a
+// request that does not run until its commit, which the receiver refuses
+// while a write is in flight, and an abort waits for those writes
+// (KvReceiver's fence). Elsewhere (a device pool) the node's own worker actor
+// reads and writes them (kv_read_raw_atom, kv_write_raw_atom) between its
+// forward passes.
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -65,7 +73,8 @@ struct KvDataServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: any free port
   DataProtection protection = DataProtection::sealed;
-  caf::actor worker;  // writes the rows (kv_write_raw_atom)
+  caf::actor worker;  // writes the rows (kv_write_raw_atom) where `spans` cannot
+  KvRowSpans spans;   // the pool's rows in place; empty: through the worker
   std::shared_ptr<KvReceiver> receiver;
   std::shared_ptr<DataSessions> sessions;
   // Told (from this process) about a request whose transfer failed here:
@@ -127,7 +136,8 @@ struct KvDataSend {
   uint64_t ticket = 0;
   std::vector<int32_t> rows;  // the prompt's rows in this node's pool
   std::vector<KvChunkRange> plan;
-  caf::actor worker;          // reads them (kv_read_raw_atom)
+  caf::actor worker;          // reads them (kv_read_raw_atom) where `spans` cannot
+  KvRowSpans spans;           // the pool's rows in place; empty: through the worker
   std::chrono::milliseconds timeout{30000};
   int64_t corrupt_chunk = -1;  // tests: damage this chunk's bytes on the wire
   std::chrono::milliseconds pause_per_chunk{0};  // tests: wait after each chunk (KvSenderConfig)

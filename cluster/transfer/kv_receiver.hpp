@@ -19,8 +19,9 @@
 // has been read; were its request aborted in between, the scheduler would
 // free the rows and the late write would land in rows another request owns
 // by then. So every admitted chunk counts until its caller reports it
-// landed() (its write queued at the worker, whose mailbox puts it before any
-// step the scheduler sends later; or abandoned), and a transfer dropped with
+// landed() (written in place; or its write queued at the worker, whose
+// mailbox puts it before any step the scheduler sends later; or abandoned),
+// and a transfer dropped with
 // writes in flight stays, refusing new chunks, until the last one lands:
 // only then may its request be aborted and its rows reused.
 

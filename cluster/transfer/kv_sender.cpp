@@ -4,6 +4,7 @@
 #include <caf/all.hpp>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "actors/wire.hpp"
@@ -37,6 +38,9 @@ struct Transfer {
   caf::typed_response_promise<std::string> promise;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool data_plane = false;
+  // Ended while its data plane thread still ran: the outcome, delivered
+  // once that thread is done with the rows.
+  std::optional<std::string> ending;
 };
 
 // A transfer over the data plane runs on a thread of its own.
@@ -69,10 +73,17 @@ struct SenderState {
 using Self = caf::stateful_actor<SenderState>;
 
 // Ends a transfer with `error` (empty: done). Later answers for it find
-// nothing and are ignored.
+// nothing and are ignored. A transfer whose data plane thread still runs is
+// cut short and answered when that thread is done (kv_data_done): the
+// gateway must not let the rows go while the thread may read them.
 void finish(Self* self, uint64_t id, const std::string& error) {
   auto it = self->state.transfers.find(id);
   if (it == self->state.transfers.end()) return;
+  if (auto d = self->state.data_threads.find(id); d != self->state.data_threads.end()) {
+    if (!it->second.ending) it->second.ending = error;
+    d->second.cancel->cancel();
+    return;
+  }
   const Transfer& t = it->second;
   if (!error.empty()) {
     std::fprintf(stderr, "actorlm kv sender: transfer to %s failed: %s\n", t.link.c_str(), error.c_str());
@@ -88,8 +99,6 @@ void finish(Self* self, uint64_t id, const std::string& error) {
   }
   it->second.promise.deliver(error);
   self->state.transfers.erase(it);
-  // A transfer ended here (a lost link, say) while its thread still sends.
-  if (auto d = self->state.data_threads.find(id); d != self->state.data_threads.end()) d->second.cancel->cancel();
 }
 
 void commit(Self* self, uint64_t id) {
@@ -173,6 +182,7 @@ void start(Self* self, uint64_t id) {
   send.rows = t.order.rows;
   send.plan = t.plan;
   send.worker = s.cfg.worker;
+  send.spans = s.cfg.spans;
   send.timeout = s.cfg.timeout;
   send.pause_per_chunk = s.cfg.pause_per_chunk;
   // The test knob counts chunks across transfers, as the middleman path does.
@@ -310,9 +320,19 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
           d->second.thread.join();  // it sent this as its last act
           s.data_threads.erase(d);
         }
-        if (!s.transfers.count(id)) return;
+        auto t = s.transfers.find(id);
+        if (t == s.transfers.end()) return;
+        if (t->second.ending) return finish(self, id, *t->second.ending);
         if (!error.empty()) return finish(self, id, "over the data plane: " + error);
         commit(self, id);
+      },
+      [self](kv_send_stop_atom, uint64_t ticket) {
+        if (!from_this_process(self)) return;
+        std::vector<uint64_t> ids;
+        for (const auto& [id, t] : self->state.transfers) {
+          if (t.order.ticket == ticket) ids.push_back(id);
+        }
+        for (uint64_t id : ids) finish(self, id, "stopped: its request was aborted");
       },
       [self](shutdown_atom, uint64_t token) {
         if (token == self->state.stop_token) self->quit();

@@ -13,8 +13,11 @@
 //
 // (kv_send_atom, WireMessage KvSendOrder) -> std::string: empty once the
 // decode node has every chunk and has started the request, else why not (the
-// gateway then aborts the held request). Orders come from this process only;
-// (shutdown_atom, stop_token) stops it.
+// gateway then aborts the held request). Over the data plane the answer
+// comes only once the transfer's thread has stopped reading the rows, which
+// it may read in place. (kv_send_stop_atom, ticket) cuts that transfer
+// short. Orders come from this process only; (shutdown_atom, stop_token)
+// stops it.
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -34,6 +37,7 @@ struct KvSenderConfig {
   NodeModel model;          // a decode node must serve the same
   RemoteSecurity security;  // as the node's own
   caf::actor worker;        // reads the rows (kv_read_atom)
+  KvRowSpans spans;         // or, on the data plane, the pool's rows in place
   std::string name;         // how decode nodes' logs name this node
   int64_t chunk_bytes = 4 << 20;
   int window = 4;           // chunks read or sent and not yet answered, per transfer

@@ -36,5 +36,9 @@ using kv_data_done_atom = caf::atom_constant<caf::atom("kvdatadone")>;
 // last write in flight of a dropped transfer has landed (KvReceiver::landed):
 // its request's deferred abort may go to the scheduler now.
 using kv_landed_atom = caf::atom_constant<caf::atom("kvlanded")>;
+// A prefill node's gateway tells its KV sender, in this process, to stop the
+// transfer under a ticket (its request is being aborted); the transfer's
+// answer comes once nothing reads its rows any more.
+using kv_send_stop_atom = caf::atom_constant<caf::atom("kvsendstop")>;
 
 }  // namespace actorlm

@@ -20,15 +20,18 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     request is retried and answered correctly, nothing leaks (both paths);
   - killing a prefill node mid-prefill or mid-transfer retries its requests on
     the other prefill node within 5 s, and they answer as before;
-  - killing the decode node a prompt's KV is going to, or the prefill node sending it, in the
-    middle of a data plane transfer retries the request on the nodes left; it answers as
-    before and no survivor holds anything;
+  - a client that hangs up while its prompt's KV is on the data plane stops the transfer;
+    killing the decode node the KV is going to, or the prefill node sending it, in the middle
+    of a transfer retries the request on the nodes left; it answers as before; no node holds
+    anything after;
   - killing a decode node fails only the requests it was decoding (503 within
     5 s), the others finish, and the prefill node holds nothing afterwards.
 
 Usage: python3 tests/cluster/cluster_pd_test.py path/to/actorlm
 """
+import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -269,11 +272,20 @@ def check_prefill_death(reference):
             n.stop()
 
 
+def abandon(port, prompt):
+    """A request whose client will hang up: the open socket."""
+    body = json.dumps({"prompt": prompt, "max_tokens": 12}).encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return s
+
+
 def check_death_mid_transfer(reference):
-    """A node killed while a prompt's KV is on the data plane (the prefill nodes pause after each
-    chunk, so the transfer of a 1,500-token prompt takes seconds): first the decode node it goes
-    to, then the prefill node sending it. The request is tried again on the nodes left and
-    answers as before; no survivor holds anything."""
+    """A prompt's KV on the data plane (the prefill nodes pause after each chunk, so the transfer
+    of a 1,500-token prompt takes seconds) when its client hangs up, then when the decode node it
+    goes to is killed, then the prefill node sending it. Killed, the request is tried again on
+    the nodes left and answers as before; no survivor holds anything."""
     slow = {"ACTORLM_TEST_ONLY_KV_SEND_PAUSE_MS": "300"}
     prefills = [pd_node("prefill", slow), pd_node("prefill", slow)]
     decodes = [pd_node("decode"), pd_node("decode")]
@@ -286,6 +298,16 @@ def check_death_mid_transfer(reference):
         with head(everyone) as h:
             wait_for("four nodes joined", lambda: len(nodes(h.port)) == 4 and
                      all(n["alive"] for n in nodes(h.port).values()), 30)
+            # The client goes away mid-transfer: the transfer stops before the prefill node lets
+            # the rows it reads go (they are read in place), and nothing is left anywhere.
+            before = {n.address: pauses(n) for n in prefills}
+            client = abandon(h.port, KILL_PROMPTS[2])
+            wait_for("a transfer under way", lambda: any(pauses(n) > before[n.address] for n in prefills), 120)
+            client.close()
+            sender = [n for n in prefills if pauses(n) > before[n.address]][0]
+            wait_for("the transfer stopped", lambda: any("stopped: its request was aborted" in x for x in list(sender.lines)), 30)
+            check_pools(h.port, "after a client left mid-transfer")
+            print("ok: a client gone mid-transfer stops the transfer; every node idle with its pool whole")
             for side, prompt in (("decode", KILL_PROMPTS[0]), ("prefill", KILL_PROMPTS[1])):
                 alive = [n for n in everyone if n.proc.poll() is None]
                 before = {n.address: pauses(n) for n in alive}

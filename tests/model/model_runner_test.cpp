@@ -90,3 +90,31 @@ TEST_CASE("Inconsistent batches are rejected with a reason and change nothing", 
   // Same table, same KV: the probe's logits are bit for bit the same.
   CHECK(runner.forward(probe).logits == before);
 }
+
+TEST_CASE("KV rows copied out, in, and pointed at in place agree, over runs and scattered rows", "[model]") {
+  ModelRunner& runner = test::default_runner();
+  // Runs (consecutive rows copy as one piece), single rows, a descending pair.
+  const Ids rows = {40, 41, 42, 43, 7, 300, 301, 12, 11, 500};
+  const int32_t first = 3, last = 6;
+  std::vector<uint8_t> bytes(rows.size() * (last - first) * static_cast<size_t>(runner.kv_token_bytes()));
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + 7);
+  runner.write_kv(rows, first, last, bytes);
+  CHECK(runner.read_kv(rows, first, last) == bytes);
+  // In place: the same bytes in the same order, one span per run, per layer, per K and V.
+  std::vector<std::span<uint8_t>> spans;
+  REQUIRE(runner.kv_spans(rows, first, last, spans));
+  CHECK(spans.size() == size_t{6} * (last - first) * 2);
+  std::vector<uint8_t> gathered;
+  for (auto s : spans) gathered.insert(gathered.end(), s.begin(), s.end());
+  CHECK(gathered == bytes);
+  // Written through the spans, read back by read_kv.
+  size_t at = 0;
+  for (auto s : spans) {
+    for (auto& b : s) b = static_cast<uint8_t>(at++ * 17 + 3);
+  }
+  const std::vector<uint8_t> after = runner.read_kv(rows, first, last);
+  for (size_t i = 0; i < after.size(); ++i) REQUIRE(after[i] == static_cast<uint8_t>(i * 17 + 3));
+  // Checked as the copies are.
+  CHECK_THROWS_AS(runner.kv_spans(Ids{1, 1 << 30}, 0, 1, spans), std::invalid_argument);
+  CHECK_THROWS_AS(runner.kv_spans(rows, 0, 31, spans), std::invalid_argument);
+}

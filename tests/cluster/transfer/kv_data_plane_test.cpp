@@ -11,8 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -66,6 +68,23 @@ caf::behavior stand_in_worker(caf::event_based_actor*, std::shared_ptr<Pool> poo
   };
 }
 
+// A pool in this process's memory, as the CPU backend's is: one token's
+// bytes per (layer, row), handed out in place (KvRowSpans).
+struct FlatPool {
+  static constexpr int32_t kRows = 1024;
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(static_cast<size_t>(kLayers) * kRows * kTokenBytes);
+  uint8_t* row(int32_t layer, int32_t r) { return bytes.data() + (static_cast<size_t>(layer) * kRows + r) * kTokenBytes; }
+  KvRowSpans spans() {
+    return [this](std::span<const int32_t> rows, int32_t first, int32_t last, std::vector<std::span<uint8_t>>& out) {
+      out.clear();
+      for (int32_t l = first; l < last; ++l) {
+        for (int32_t r : rows) out.emplace_back(row(l, r), kTokenBytes);
+      }
+      return true;
+    };
+  }
+};
+
 struct Failures {
   std::mutex mu;
   std::vector<std::pair<uint64_t, std::string>> got;
@@ -111,13 +130,15 @@ struct Fixture {
   caf::actor prefill_worker = system.spawn(stand_in_worker, std::make_shared<Pool>());
   caf::actor decode_worker = system.spawn(stand_in_worker, decode_pool);
   caf::actor gateway = system.spawn(stand_in_gateway, failures);
+  FlatPool decode_flat;
   std::unique_ptr<KvDataServer> server;
 
-  explicit Fixture(DataProtection protection = DataProtection::sealed) {
+  explicit Fixture(DataProtection protection = DataProtection::sealed, bool in_place = false) {
     sessions->add(key);
     KvDataServerConfig c;
     c.protection = protection;
     c.worker = decode_worker;
+    if (in_place) c.spans = decode_flat.spans();
     c.receiver = receiver;
     c.sessions = sessions;
     c.gateway = gateway;
@@ -172,6 +193,39 @@ TEST_CASE("A transfer over the data plane fills exactly the reserved rows", "[kv
         for (int64_t i = 0; i < kTokenBytes; ++i) REQUIRE(got[static_cast<size_t>(i)] == byte_of(l, 100 + t, i));
       }
     }
+    const KvReceiver::Committed c = f.receiver->commit(ticket);
+    CHECK(c.error.empty());
+    CHECK(c.request_id == 77);
+    CHECK(f.failures->size() == 0);
+  }
+}
+
+TEST_CASE("In place, a transfer gathers from the prefill pool and scatters into the reserved rows, through neither worker", "[kv_data_plane]") {
+  for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+    CAPTURE(static_cast<int>(p));
+    Fixture f(p, true);
+    FlatPool prefill;
+    for (int32_t l = 0; l < kLayers; ++l) {
+      for (int32_t r = 100; r < 140; ++r) {
+        for (int64_t i = 0; i < kTokenBytes; ++i) prefill.row(l, r)[i] = byte_of(l, r, i);
+      }
+    }
+    const uint64_t ticket = f.reserve();
+    KvDataSend s = f.transfer(ticket);
+    s.worker = caf::actor{};  // used, it would fail the transfer
+    s.spans = prefill.spans();
+    const KvDataResult r = send_kv_over_data_plane(f.system, f.target(p), s);
+    REQUIRE(r.error.empty());
+    CHECK(r.bytes == 40 * kLayers * kTokenBytes);
+    CHECK(f.rows_written() == 0);  // nothing went through the decode node's worker
+    for (int32_t l = 0; l < kLayers; ++l) {
+      for (int32_t t = 0; t < 40; ++t) {
+        REQUIRE(std::memcmp(f.decode_flat.row(l, 500 + t), prefill.row(l, 100 + t), kTokenBytes) == 0);
+      }
+    }
+    // Nothing outside the reserved rows was touched.
+    CHECK(std::all_of(f.decode_flat.row(0, 0), f.decode_flat.row(0, 500), [](uint8_t b) { return b == 0; }));
+    CHECK(f.receiver->writes_in_flight() == 0);
     const KvReceiver::Committed c = f.receiver->commit(ticket);
     CHECK(c.error.empty());
     CHECK(c.request_id == 77);
