@@ -14,7 +14,9 @@ Scenarios, each in a fresh `actorlm serve`, alternated (reversed every other rou
   wait_complete  loads, --hicache-prefetch-policy wait_complete
 
 Reported per scenario: the streams' inter-token gaps (p50, p99, max), the loader's requests
-and their time to first token (p50), and the prompt tokens the host tier served.
+and their time to first token (p50), and the prompt tokens the host tier served. The loader's
+prompts end one token past a whole 64-token block, so a load leaves one token to compute, as a
+pool hit does: what differs between "pool hits" and the load rows is the load.
 
 usage: hicache_itl_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--threads 2]
           [--streams 3] [--stream-tokens 200] [--prompts 4] [--prompt-words 1100]
@@ -68,6 +70,28 @@ def host_hits(port):
             if line.startswith("actorlm_hicache_host_hit_tokens_total"):
                 return int(float(line.split()[-1]))
     return 0
+
+
+def token_count(port, text):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize", data=json.dumps({"text": text}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())["count"]
+
+
+def block_aligned(binary, prompts, block=64):
+    """Each prompt cut, a word at a time, to one token past a whole number of 64-token blocks: the
+    tiers hold whole blocks, and the last prompt token is always computed, so a prompt loaded
+    from a tier then computes one token, as a prompt the pool holds does."""
+    out = []
+    with ServerProcess(binary, []) as s:
+        for p in prompts:
+            head, tail = p.rsplit("\n", 1)
+            words = head.split(" ")
+            while token_count(s.port, " ".join(words) + "\n" + tail) % block != 1:
+                words.pop()
+            out.append(" ".join(words) + "\n" + tail)
+    return out
 
 
 def run(binary, scenario, args, loader_prompts, stream_prompts):
@@ -129,6 +153,7 @@ def main():
     rng = random.Random(7)
     loader_prompts = [f"Record {i}: " + " ".join(rng.choice(WORDS) for _ in range(args.prompt_words)) + "\nLast word:"
                       for i in range(args.prompts)]
+    loader_prompts = block_aligned(args.actorlm, loader_prompts)
     stream_prompts = [f"Story {i}: once upon a time, in a town by the sea," for i in range(args.streams)]
     scenarios = ["alone", "pool hits", "best_effort", "wait_complete"]
     results = []

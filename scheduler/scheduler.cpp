@@ -316,9 +316,14 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     return std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>(budget, 0)));
   };
 
-  // A request in the middle of a chunked prefill goes first.
+  // A request in the middle of a chunked prefill goes first; one still
+  // loading from the tiers loads more, and computes once that is done.
   for (auto& r : running_) {
     if (r.decoding) continue;
+    if (r.loading) {
+      load_from_tiers(r);
+      if (r.loading) continue;
+    }
     auto fill = r.req.fill_ids();
     size_t n = chunk_of(fill.size() - r.prefilled);
     if (n == 0) return plan;
@@ -380,8 +385,9 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     running_.push_back(std::move(r));
     Running& back = running_.back();
     if (config_.tiers) {
+      back.loading = true;
       load_from_tiers(back);
-      if (back.req.prefetched) config_.tiers->drop_prefetch(back.req.prompt);
+      if (back.loading) continue;  // more blocks next step; it computes after
     }
     auto fill = back.req.fill_ids();
     size_t n = chunk_of(fill.size() - back.prefilled);
@@ -397,16 +403,32 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   return plan;
 }
 
+int64_t Scheduler::load_budget() const {
+  const bool streams = std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
+  if (!streams) return std::numeric_limits<int64_t>::max();
+  // Until a copy has been timed: one block this step (load_from_tiers takes
+  // at least one whatever the budget).
+  if (last_step_seconds_ <= 0 || load_seconds_per_byte_ <= 0) return 0;
+  return static_cast<int64_t>(0.1 * last_step_seconds_ / load_seconds_per_byte_);
+}
+
 void Scheduler::load_from_tiers(Running& r) {
   KvTiers& tiers = *config_.tiers;
   Request& q = r.req;
+  r.loading = false;
   if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2) return;
   const auto b = static_cast<size_t>(tiers.block_tokens());
   // The last prompt token is always computed: its logits give the first token.
   const size_t limit = q.prompt.size() - 1;
   size_t at = r.prefilled;
   int64_t from_host = 0, from_disk = 0;
+  bool more = false;  // stopped by the budget with blocks left
   while ((at / b + 1) * b <= limit) {
+    // At least one block a step, so a load always ends.
+    if (load_budget_ < tiers.layout().block_bytes() && (from_host + from_disk) > 0) {
+      more = true;
+      break;
+    }
     const size_t block = at / b, first = at - block * b, count = b - first;
     auto got = tiers.load(q.prompt, static_cast<int32_t>(block));
     if (!got) break;  // no tier has it (or the disk refused it, counted there): compute the rest
@@ -414,11 +436,19 @@ void Scheduler::load_from_tiers(Running& r) {
                                 q.prompt.begin() + static_cast<ptrdiff_t>(at + count));
     RequestKv* kv[] = {&q.kv};
     if (!extend(kv, std::span(&tokens, 1))) break;  // no room now: compute it later instead
-    worker_.write_kv(std::span(q.kv.kv).last(count), 0, tiers.layout().n_layers,
-                     kv_block_slice(got->data, tiers.layout(), first, count));
+    const double started = now();
+    const std::vector<uint8_t> bytes = kv_block_slice(got->data, tiers.layout(), first, count);
+    worker_.write_kv(std::span(q.kv.kv).last(count), 0, tiers.layout().n_layers, bytes);
+    const double per_byte = (now() - started) / static_cast<double>(std::max<size_t>(bytes.size(), 1));
+    load_seconds_per_byte_ = load_seconds_per_byte_ > 0 ? 0.8 * load_seconds_per_byte_ + 0.2 * per_byte : per_byte;
+    load_budget_ -= static_cast<int64_t>(bytes.size());
     (got->tier == KvTier::host ? from_host : from_disk) += static_cast<int64_t>(count);
     at += count;
   }
+  r.loading = more;
+  // Loaded what it will: what its read-ahead staged and it did not take is
+  // let go.
+  if (!more && q.prefetched) tiers.drop_prefetch(q.prompt);
   if (at == r.prefilled) return;
   r.prefilled = at;
   q.cached_tokens = static_cast<int32_t>(at);
@@ -571,7 +601,8 @@ std::vector<TokenEvent> Scheduler::step() {
   for (const auto& p : plan) (p.run->decoding ? decode_rows : prefill_tokens) += static_cast<int64_t>(p.tokens.size());
   const double started = now();
   std::vector<SampleResult> results = worker_.run(in.batch, in.sampling);
-  budget_.observe(prefill_tokens, decode_rows, now() - started);
+  last_step_seconds_ = now() - started;
+  budget_.observe(prefill_tokens, decode_rows, last_step_seconds_);
   take_results(plan, results, events);
   return events;
 }
@@ -582,6 +613,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
   // tiers' thread too; best effort asks only for those left waiting.
   const bool waits = config_.tiers && config_.prefetch_policy != HiCachePrefetchPolicy::best_effort;
   if (waits) prefetch_waiting();
+  if (config_.tiers) load_budget_ = load_budget();
   std::vector<Planned> plan = plan_prefill();
   if (config_.tiers) prefetch_waiting();
   // Nothing runs and what waits, waits for its blocks: sleep until one

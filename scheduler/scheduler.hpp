@@ -164,6 +164,7 @@ class Scheduler {
     size_t prefilled = 0;      // tokens of fill_ids with KV (prefill progress)
     int32_t table_synced = 0;  // leading req_to_token entries the worker already has
     bool decoding = false;
+    bool loading = false;      // its blocks come from the tiers over several steps (load_budget_)
   };
   struct Planned {
     Running* run;
@@ -206,8 +207,14 @@ class Scheduler {
   bool extend(std::span<RequestKv* const> kvs, std::span<const std::vector<int32_t>> tokens);
   bool extend(const std::vector<Planned>& plan);  // each planned request's new tokens
   // Loads what the tiers below the pool have of an admitted prompt beyond
-  // its cached prefix.
+  // its cached prefix, as far as this step's load budget goes: r.loading
+  // stays set while blocks are left for a later step.
   void load_from_tiers(Running& r);
+  // This step's bytes for tier loads: unbounded while nothing decodes; else
+  // a tenth of the last step's time at the measured copy speed (at least
+  // one block; one until a copy has been timed), so a stream's next token
+  // never waits for a whole prompt's KV to be copied into the pool.
+  int64_t load_budget() const;
   // Requests left waiting by this step's admission: their disk blocks are
   // read ahead on the tiers' I/O thread (KvTiers::prefetch), once each.
   void prefetch_waiting();
@@ -236,6 +243,9 @@ class Scheduler {
   std::vector<uint64_t> aborts_, stops_;
   int64_t next_arrival_ = 0;
   bool memory_short_ = false;  // the last prefill did not fit: finish what is running first
+  int64_t load_budget_ = 0;           // bytes tier loads may still copy in this step
+  double last_step_seconds_ = 0;      // the worker's time for the latest step
+  double load_seconds_per_byte_ = 0;  // measured tier loads; 0 until the first
   SchedulerStats stats_;
 };
 

@@ -708,6 +708,55 @@ TEST_CASE("Prefetch policies: wait_complete admits a prompt once the tiers' thre
   require_no_leak(e);
 }
 
+TEST_CASE("While streams decode, a prompt's blocks load from the host tier a step at a time, and decode as computed", "[scheduler]") {
+  const Ids prompt = tier_prompt(), other = other_prompt(), hello = tokenizer().encode("Hello there", false, false);
+  const int64_t loadable = static_cast<int64_t>((prompt.size() - 1) / 16 * 16);
+  Outcome computed, stream_alone;
+  {
+    Engine e(4096, 1, config());
+    computed = run_one(e, 1, prompt);
+    stream_alone = run_one(e, 2, hello, 40);
+  }
+  // Every reading of this clock is a second later: each step takes as long
+  // as each block copy, so a step's load budget (a tenth of a step) is one block.
+  double tick = 0;
+  SchedulerConfig c = config();
+  c.clock = [&tick] { return tick += 1.0; };
+  Engine e(160, 1, c, 40, {.host_bytes = int64_t{1} << 28});
+  CHECK(run_one(e, 1, prompt).tokens == computed.tokens);
+  CHECK(run_one(e, 2, other).tokens.size() == 6);  // pushes the first out of the pool
+  const int64_t host_before = e.scheduler.stats().host_hit_tokens;
+  Request s = make(10, hello, 40);
+  s.stop.ignore_eos = true;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(s)));
+  std::map<uint64_t, Ids> got;
+  auto step = [&] {
+    for (const auto& ev : e.scheduler.step()) {
+      if (ev.token >= 0) got[ev.id].push_back(ev.token);
+    }
+  };
+  step();
+  step();  // the stream decodes
+  Request r = make(3, prompt, 6);
+  r.stop.ignore_eos = true;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+  int steps = 0;
+  while (got[3].empty()) {
+    REQUIRE(++steps < 100);
+    const size_t before = got[10].size();
+    step();
+    CHECK(got[10].size() == before + 1);  // the stream gets a token every step meanwhile
+  }
+  // One block a step (the first partly held by the pool), then its first token.
+  CHECK(steps >= static_cast<int>(loadable / 16) - 1);
+  while (!e.scheduler.idle()) step();
+  CHECK(got[3] == computed.tokens);
+  CHECK(got[10] == stream_alone.tokens);
+  CHECK(e.scheduler.stats().host_hit_tokens - host_before > loadable - 16);
+  if (e.tiers) e.tiers->drain();
+  require_no_leak(e);
+}
+
 TEST_CASE("A host tier in q8_0 holds a prompt in a quarter of the room and drifts only slightly", "[scheduler]") {
   const Ids prompt = tier_prompt(), other = other_prompt();
   const int32_t loadable = static_cast<int32_t>((prompt.size() - 1) / 16 * 16);
