@@ -654,7 +654,7 @@ TEST_CASE("A prompt the pool let go of comes back from the host tier exactly as 
   require_no_leak(e);
 }
 
-TEST_CASE("Prefetch policies: wait_complete admits a prompt once the tiers' thread has read its blocks; timeout, after the timeout without them", "[scheduler]") {
+TEST_CASE("Prefetch policies: wait_complete admits a prompt once the tiers' thread has read its blocks, timeout after the timeout without them", "[scheduler]") {
   const Ids prompt = tier_prompt(), other = other_prompt();
   const int64_t loadable = static_cast<int64_t>((prompt.size() - 1) / 16 * 16);
   Outcome computed;
