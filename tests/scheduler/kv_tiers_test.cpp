@@ -145,6 +145,25 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
+// A 60-token prompt whose KV is random bytes in rows 0..63 of a stand-in
+// worker's pool, and what each of its three whole blocks holds.
+struct PromptInPool {
+  HashWorker worker{64};
+  Ids rows = Ids(64), prompt = Ids(60);
+  std::vector<std::vector<uint8_t>> expected;
+  explicit PromptInPool(uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (int32_t i = 0; i < 64; ++i) rows[static_cast<size_t>(i)] = i;
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+    std::vector<uint8_t> pool(rows.size() * kLayers * kTokenBytes);
+    for (auto& x : pool) x = static_cast<uint8_t>(rng());
+    worker.write_kv(rows, 0, kLayers, pool);
+    for (int32_t k = 0; k < 3; ++k) {
+      expected.push_back(worker.read_kv(std::span(rows).subspan(static_cast<size_t>(k) * 16, 16), 0, kLayers));
+    }
+  }
+};
+
 }  // namespace
 
 TEST_CASE("10,000 random operations over the pool, host and disk tiers keep every invariant and every output right",
@@ -349,16 +368,8 @@ TEST_CASE("The tiers store on their own thread, and a block still on its way loa
 TEST_CASE("A prefetch reads a waiting prompt's disk blocks ahead, and its load takes them from memory", "[scheduler]") {
   TempDir dir;
   const KvBlockLayout layout{"hash model", "f32", kLayers, kTokenBytes, 16};
-  HashWorker worker(64);
-  std::mt19937 rng(11);
-  Ids rows(64), prompt(60);
-  for (int32_t i = 0; i < 64; ++i) rows[static_cast<size_t>(i)] = i;
-  for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
-  std::vector<uint8_t> pool(rows.size() * kLayers * kTokenBytes);
-  for (auto& x : pool) x = static_cast<uint8_t>(rng());
-  worker.write_kv(rows, 0, kLayers, pool);
-  std::vector<std::vector<uint8_t>> expected;
-  for (int32_t k = 0; k < 3; ++k) expected.push_back(worker.read_kv(std::span(rows).subspan(static_cast<size_t>(k) * 16, 16), 0, kLayers));
+  PromptInPool in_pool(11);
+  auto& [worker, rows, prompt, expected] = in_pool;
   {
     KvTiers writer(nullptr, std::make_shared<KvDiskStore>(dir.path.string(), layout, int64_t{1} << 20),
                    HiCacheWritePolicy::write_through);
@@ -393,16 +404,8 @@ TEST_CASE("A prefetch reads a waiting prompt's disk blocks ahead, and its load t
 
 TEST_CASE("A prefetch decodes a waiting prompt's host blocks on the I/O thread, and an admitted prompt's is dropped", "[scheduler]") {
   const KvBlockLayout layout{"hash model", "f32", kLayers, kTokenBytes, 16};
-  HashWorker worker(64);
-  std::mt19937 rng(12);
-  Ids rows(64), prompt(60);
-  for (int32_t i = 0; i < 64; ++i) rows[static_cast<size_t>(i)] = i;
-  for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
-  std::vector<uint8_t> pool(rows.size() * kLayers * kTokenBytes);
-  for (auto& x : pool) x = static_cast<uint8_t>(rng());
-  worker.write_kv(rows, 0, kLayers, pool);
-  std::vector<std::vector<uint8_t>> expected;
-  for (int32_t k = 0; k < 3; ++k) expected.push_back(worker.read_kv(std::span(rows).subspan(static_cast<size_t>(k) * 16, 16), 0, kLayers));
+  PromptInPool in_pool(12);
+  auto& [worker, rows, prompt, expected] = in_pool;
   KvTiers tiers(std::make_shared<KvHostStore>(layout, int64_t{1} << 20, KvHostDtype::same), nullptr,
                 HiCacheWritePolicy::write_through);
   tiers.after_prefill(worker, prompt, rows);
