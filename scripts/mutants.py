@@ -191,6 +191,14 @@ MUTANTS = [
            "  if (const Job* job = queued(prompt, block, &at)) {\n",
            "  if (const Job* job = nullptr) {\n",
            HOST_TIER_TESTS[2:], catch_runs(HOST_TIER_TESTS[2:])),
+    # HiCache loads beside running streams: each step copies a budget of
+    # blocks, so no stream waits for a whole prompt's KV.
+    Mutant("tier-load-unbudgeted",
+           "once a copy is timed, tier loads get no per-step budget (a prompt's blocks land in one step while streams decode)",
+           "scheduler/scheduler.cpp",
+           "  return static_cast<int64_t>(0.1 * last_step_seconds_ / load_seconds_per_byte_);\n",
+           "  return std::numeric_limits<int64_t>::max();\n",
+           ["scheduler_scheduler_test"], catch_runs(["scheduler_scheduler_test"], "While streams decode*")),
     Mutant("disk-tier-overfills",
            "the disk tier makes room for half a block only",
            "kvstore/kv_disk_store.cpp",
