@@ -51,6 +51,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.top_logprobs = m.top_logprobs();
   r.prompt_logprobs = m.prompt_logprobs();
   r.hold_after_prefill = m.hold_after_prefill();
+  if (m.resume_output()) r.output.assign(m.resume_output()->begin(), m.resume_output()->end());
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
     if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {
       err = "unknown structured-output constraint kind " + std::to_string(c->kind());

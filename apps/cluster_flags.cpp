@@ -55,6 +55,7 @@ ClusterConfig cluster_from_flags(const cli::Args& args) {
   if (!c.remote_worker.host.empty() && !c.nodes.empty()) throw cli::UsageError("--remote-worker and --node exclude each other");
   apply_security(args, c.security);
   c.connect_timeout_s = args.number("--connect-timeout", c.connect_timeout_s, 0, 3600);
+  c.failover_attempts = static_cast<int32_t>(args.integer("--failover-attempts", c.failover_attempts, 0, 100));
   std::vector<NodeAddress> peers = c.nodes;
   if (!c.remote_worker.host.empty()) peers.push_back(c.remote_worker);
   for (const auto& n : peers) {

@@ -7,6 +7,7 @@
 //   --allow-plain-remote                        plain TCP beyond loopback
 //   --max-message-bytes N                       largest CAF message a peer may announce
 //   --connect-timeout S                         head: wait for the nodes
+//   --failover-attempts N                       head: moves of a request whose node is lost (0: it fails)
 
 #include <set>
 #include <string>
@@ -18,7 +19,8 @@ namespace actorlm {
 
 inline const std::set<std::string> security_flags{"--tls-cert", "--tls-key", "--tls-ca", "--secret-file",
                                                   "--max-message-bytes"};
-inline const std::set<std::string> head_flags{"--node", "--topology", "--connect-timeout", "--remote-worker"};
+inline const std::set<std::string> head_flags{"--node", "--topology", "--connect-timeout", "--failover-attempts",
+                                              "--remote-worker"};
 inline const char* const allow_plain_switch = "--allow-plain-remote";
 
 // The security flags alone (a node).

@@ -51,7 +51,7 @@ constexpr const char* usage =
     "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | "
     "--topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
-    "                     [--allow-plain-remote] [--connect-timeout S]\n"
+    "                     [--allow-plain-remote] [--connect-timeout S] [--failover-attempts N]\n"
     "  --special-tokens-in-content: chat messages may hold control tokens such as <|im_start|>\n"
     "  (by default they are plain text, so a client cannot forge system or assistant turns).\n"
     "  --chat-template-file FILE: a Jinja chat template used instead of the model's own.\n"

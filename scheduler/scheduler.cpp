@@ -74,6 +74,20 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
     for (const auto& [t, bias] : r.sampling.logit_bias) {
       if (outside(t)) return "logit_bias names token " + std::to_string(t) + ", outside the vocabulary of " + std::to_string(v);
     }
+    if (auto t = std::find_if(r.output.begin(), r.output.end(), outside); t != r.output.end()) {
+      return "the output to resume from holds token id " + std::to_string(*t) + ", outside the vocabulary of " +
+             std::to_string(v);
+    }
+  }
+  // A request resumed from another engine (failover) brings the tokens it
+  // produced there; it must still have a token to produce.
+  if (!r.output.empty()) {
+    if (r.hold_after_prefill) return "a request resumed from its output cannot also be held for a KV transfer";
+    if (static_cast<int32_t>(r.output.size()) >= r.stop.max_new_tokens ||
+        static_cast<int64_t>(r.prompt.size() + r.output.size()) >= config_.max_context) {
+      return "the output to resume from (" + std::to_string(r.output.size()) +
+             " tokens) leaves nothing to generate within max_new_tokens and the context";
+    }
   }
   auto same = [&](uint64_t id) { return id == r.id; };
   auto holds = [&](const std::deque<Running>& q) {
@@ -94,6 +108,16 @@ std::optional<std::string> Scheduler::submit(Request r) {
       r.constraint = config_.constraints->start(r.constraint_spec);
     } catch (const ConstraintError& e) {
       return std::string("the structured-output constraint does not compile: ") + e.what();
+    }
+    // A resumed request's constraint walks the output it already has, as
+    // the engine that produced it did.
+    for (size_t i = 0; i < r.output.size(); ++i) {
+      if (r.constraint->complete() || !r.constraint->accept(r.output[i])) {
+        return "the output to resume from does not fit the structured-output constraint at token " + std::to_string(i);
+      }
+    }
+    if (!r.output.empty() && r.constraint->complete()) {
+      return "the output to resume from already completes the structured-output constraint";
     }
   }
   r.arrival = next_arrival_++;
@@ -379,9 +403,12 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     r.req = std::move(waiting_[chosen[k]]);
     r.req.kv = std::move(kvs[k]);
     r.prefilled = static_cast<size_t>(r.req.kv.prefix_len);
-    if (r.req.retractions == 0) r.req.cached_tokens = r.req.kv.prefix_len;
+    // A resumed request's match may run into its output: cached_tokens
+    // counts prompt tokens.
+    const int32_t cached = std::min(r.req.kv.prefix_len, static_cast<int32_t>(r.req.prompt.size()));
+    if (r.req.retractions == 0) r.req.cached_tokens = cached;
     stats_.prompt_tokens += r.req.retractions == 0 ? static_cast<int64_t>(r.req.prompt.size()) : 0;
-    stats_.cached_tokens += r.req.retractions == 0 ? r.req.kv.prefix_len : 0;
+    stats_.cached_tokens += r.req.retractions == 0 ? cached : 0;
     running_.push_back(std::move(r));
     Running& back = running_.back();
     if (config_.tiers) {

@@ -74,6 +74,13 @@ ClusterConfig load_topology(const std::string& path) {
   if (j.contains("secret_file")) c.security.secret = read_secret_file(file(j["secret_file"], "secret_file"));
   if (j.contains("allow_plain_remote")) c.security.allow_plain_remote = j["allow_plain_remote"].is_boolean() && j["allow_plain_remote"].get<bool>();
   c.connect_timeout_s = number(j, "connect_timeout_s", 0, 3600, c.connect_timeout_s);
+  if (j.contains("failover_attempts")) {
+    const auto& v = j["failover_attempts"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 100) {
+      throw fail("failover_attempts must be an integer in [0, 100]");
+    }
+    c.failover_attempts = v.get<int32_t>();
+  }
   if (j.contains("routing")) {
     const auto& r = j["routing"];
     if (!r.is_object()) throw fail("\"routing\" must be an object");

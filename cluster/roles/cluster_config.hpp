@@ -21,6 +21,10 @@ struct ClusterConfig {
   RemoteSecurity security;
   double connect_timeout_s = 30;   // the head's constructor waits this long for its nodes
   double retry_interval_s = 1;     // how often a lost node is dialled again
+  // How many times one request may move to another node when the node it
+  // runs on is lost, going on from the tokens its client already has; 0:
+  // it fails with its node (503).
+  int32_t failover_attempts = 3;
   RouterConfig routing;
 
   bool remote() const { return !nodes.empty() || !remote_worker.host.empty(); }
@@ -29,7 +33,7 @@ struct ClusterConfig {
 // A topology file (JSON):
 //   {"nodes": ["10.0.0.2:7100", {"address": "10.0.0.3:7100"}],   (or "remote_worker": "10.0.0.2:7100")
 //    "tls": {"cert": "head.pem", "key": "head.key", "ca": "ca.pem"},
-//    "secret_file": "cluster.secret", "connect_timeout_s": 30,
+//    "secret_file": "cluster.secret", "connect_timeout_s": 30, "failover_attempts": 3,
 //    "routing": {"cache_threshold": 0.5, "balance_abs_threshold": 16, "balance_rel_threshold": 1.5}}
 // Relative paths are taken from the file's folder. Throws std::runtime_error
 // naming the file and the offending entry.

@@ -61,8 +61,20 @@ struct PdRequest {
   std::vector<uint8_t> bytes;  // the TokenizedRequest, for retries
   uint64_t wire = 0;
   int prefill = -1, decode = -1;  // where this attempt is; -1: done there, or not placed
-  bool streamed = false;          // the decode node has sent tokens: past retrying
+  bool streamed = false;          // the decode node has sent tokens: past retrying as a pair
+  std::vector<int32_t> tokens;    // what it sent, to go on from if it is lost
   int attempts = 0;
+  int moves = 0;                  // failovers before this pair
+};
+
+// A request on one node, with what the head needs to go on with it on
+// another if that node is lost: the request as first sent (seeded by the
+// head) and every token its client has been sent.
+struct Placement {
+  int node = -1;
+  std::vector<uint8_t> bytes;     // the TokenizedRequest
+  std::vector<int32_t> streamed;  // tokens passed on to the client
+  int moves = 0;                  // failovers so far
 };
 
 struct RouterState {
@@ -72,7 +84,7 @@ struct RouterState {
   caf::actor detokenizer;
   std::unique_ptr<PrefixRouter> policy;
   std::vector<NodeLink> nodes;
-  std::map<uint64_t, int> placed;  // request id -> node index
+  std::map<uint64_t, Placement> placed;  // by request id
   std::map<uint64_t, PdRequest> pd;      // disaggregated requests, by the head's id
   std::map<uint64_t, uint64_t> pd_wire;  // their current wire ids -> the head's id
   uint64_t next_wire = first_wire_id;
@@ -102,23 +114,32 @@ void dial_failed(Self* self, int i, const std::string& why) {
 }
 
 void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why);
+bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why);
 
-// The node's in-flight requests end with `why`; the node leaves the rotation.
+// The node leaves the rotation; its requests go on elsewhere (fail_over)
+// or end with `why`.
 void lose_node(Self* self, int i, const std::string& why) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   std::vector<uint64_t> ids, pairs;
   for (uint64_t id : n.requests) (id >= first_wire_id ? pairs : ids).push_back(id);
-  for (uint64_t id : ids) s.placed.erase(id);
   n.requests.clear();
   n.gateway = caf::actor{};
   n.gone_token = 0;
   n.error = why;
   s.policy->set_alive(i, false);
-  log_node(self, i, "lost (" + why + "); failing its " + std::to_string(ids.size()) + " request(s)" +
-                        (pairs.empty() ? "" : ", retrying " + std::to_string(pairs.size()) + " disaggregated one(s)"));
+  log_node(self, i, "lost (" + why + "); " + std::to_string(ids.size()) + " request(s) on it" +
+                        (pairs.empty() ? "" : ", " + std::to_string(pairs.size()) + " disaggregated one(s)"));
   const std::string what = "worker node " + n.address.str() + " was lost: " + why;
-  if (!ids.empty()) self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream(ids, ErrorKind::unavailable, what)});
+  std::vector<uint64_t> failed;
+  for (uint64_t id : ids) {
+    auto it = s.placed.find(id);
+    if (it == s.placed.end()) continue;
+    Placement p = std::move(it->second);
+    s.placed.erase(it);
+    if (!fail_over(self, id, std::move(p), what)) failed.push_back(id);
+  }
+  if (!failed.empty()) self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream(failed, ErrorKind::unavailable, what)});
   for (uint64_t wire : pairs) pd_node_failed(self, i, wire, what);
   schedule_dial(self, i);
 }
@@ -274,12 +295,23 @@ void fail_pd(Self* self, uint64_t id, ErrorKind kind, const std::string& why) {
   end_pd(self, id, std::move(e));
 }
 
-void send_plain(Self* self, uint64_t id, int node, const std::vector<uint8_t>& bytes) {
+// The request as a node continuing it gets it: with the tokens it has
+// produced so far, which that node takes as its output.
+std::vector<uint8_t> resumed(const std::vector<uint8_t>& bytes, const std::vector<int32_t>& streamed) {
+  if (streamed.empty()) return bytes;
+  auto req = msg::unpack<fb::TokenizedRequest>(bytes, nullptr);
+  req->resume_output = streamed;
+  return msg::pack(*req);
+}
+
+// Sends the request to one node, which runs it whole (no pair).
+void send_plain(Self* self, uint64_t id, int node, Placement p) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(node)];
-  s.placed[id] = node;
+  p.node = node;
   n.requests.insert(id);
-  self->send(n.gateway, generate_atom::value, WireMessage{n.session.seal(RequestKind::generate, bytes)});
+  self->send(n.gateway, generate_atom::value, WireMessage{n.session.seal(RequestKind::generate, resumed(p.bytes, p.streamed))});
+  s.placed[id] = std::move(p);
 }
 
 void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m);
@@ -328,9 +360,9 @@ void retry_pd(Self* self, uint64_t id, ErrorKind kind, const std::string& why) {
       std::fprintf(stderr, "actorlm head: request %llu: %s; trying again (attempt %d)\n",
                    static_cast<unsigned long long>(id), why.c_str(), r.attempts + 1);
       if (s.nodes[static_cast<size_t>(d.node)].mode == "prefill") return start_pd(self, id, d.node);
-      std::vector<uint8_t> bytes = std::move(r.bytes);
+      Placement p{-1, std::move(r.bytes), {}, r.moves};
       s.pd.erase(it);
-      return send_plain(self, id, d.node, bytes);
+      return send_plain(self, id, d.node, std::move(p));
     }
   }
   fail_pd(self, id, kind, why);
@@ -376,8 +408,45 @@ void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
   PdRequest& r = s.pd.at(id);
   if (r.prefill == i) r.prefill = -1;  // its node forgets it
   if (r.decode == i) r.decode = -1;
-  if (r.streamed) return fail_pd(self, id, ErrorKind::unavailable, why);
-  retry_pd(self, id, ErrorKind::unavailable, why);
+  if (!r.streamed) return retry_pd(self, id, ErrorKind::unavailable, why);
+  // Past its first token the pair is done with: it goes on as a plain
+  // request on a node that takes prompts.
+  Placement p{-1, r.bytes, r.tokens, r.moves};
+  abandon_attempt(self, r, why);
+  s.pd.erase(id);
+  if (!fail_over(self, id, std::move(p), why)) {
+    self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream({id}, ErrorKind::unavailable, why)});
+  }
+}
+
+// Request `id` lost its node (`why`): it goes on on another node, which
+// computes again the KV of its prompt and of the tokens its client already
+// has and continues from there: the sampler's counter, penalties, min and
+// max tokens and the constraint take those tokens as its output, and the
+// head's detokenizer holds the stop strings' tail, so the client gets the
+// tokens the first node would have sent, none twice or missing. False (the
+// request fails) when it has moved failover_attempts times or no node can
+// take it.
+bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
+  auto& s = self->state;
+  if (p.moves >= s.config.failover_attempts) return false;
+  std::vector<int32_t> ids = prompt_of(p.bytes);
+  ids.insert(ids.end(), p.streamed.begin(), p.streamed.end());
+  RouteDecision d = s.policy->route(ids);
+  if (d.node < 0) return false;
+  ++p.moves;
+  std::fprintf(stderr, "actorlm head: request %llu: %s; going on at node %s after %zu token(s) (move %d)\n",
+               static_cast<unsigned long long>(id), why.c_str(), s.nodes[static_cast<size_t>(d.node)].address.str().c_str(),
+               p.streamed.size(), p.moves);
+  if (p.streamed.empty() && s.nodes[static_cast<size_t>(d.node)].mode == "prefill") {
+    PdRequest& r = s.pd[id];
+    r.bytes = std::move(p.bytes);
+    r.moves = p.moves;
+    start_pd(self, id, d.node);
+    return true;
+  }
+  send_plain(self, id, d.node, std::move(p));
+  return true;
 }
 
 // A client's abort or stop of a disaggregated request.
@@ -434,6 +503,7 @@ void on_pd_item(Self* self, int i, std::unique_ptr<fb::TokenStreamItemT> item, f
   } else if (i == r.decode) {
     if (failed && !r.streamed) return retry_pd(self, id, kind, "decode node " + n.address.str() + ": " + item->error);
     r.streamed = true;
+    r.tokens.insert(r.tokens.end(), item->token_ids.begin(), item->token_ids.end());
     if (finished) {
       n.requests.erase(wire);
       r.decode = -1;
@@ -445,6 +515,18 @@ void on_pd_item(Self* self, int i, std::unique_ptr<fb::TokenStreamItemT> item, f
   }
   item->request_id = id;
   kept.items.push_back(std::move(item));
+}
+
+// The request with a seed: one the head draws when the client gave none, so
+// that a node continuing it after a failover draws what the first would have.
+std::vector<uint8_t> seeded(const std::vector<uint8_t>& bytes) {
+  auto req = msg::unpack<fb::TokenizedRequest>(bytes, nullptr);
+  if (!req) return bytes;
+  if (!req->sampling) req->sampling = std::make_unique<fb::SamplingParamsT>();
+  if (req->sampling->has_seed) return bytes;
+  req->sampling->seed = random_token();
+  req->sampling->has_seed = true;
+  return msg::pack(*req);
 }
 
 void on_generate(Self* self, const WireMessage& in) {
@@ -461,11 +543,12 @@ void on_generate(Self* self, const WireMessage& in) {
     self->send(s.detokenizer, stream_atom::value, WireMessage{error_stream({id}, ErrorKind::unavailable, why)});
     return;
   }
+  std::vector<uint8_t> bytes = seeded(in.bytes);
   if (s.nodes[static_cast<size_t>(d.node)].mode == "prefill") {
-    s.pd[id].bytes = in.bytes;
+    s.pd[id].bytes = std::move(bytes);
     return start_pd(self, id, d.node);
   }
-  send_plain(self, id, d.node, in.bytes);
+  send_plain(self, id, d.node, Placement{-1, std::move(bytes), {}, 0});
 }
 
 template <class Atom>
@@ -481,8 +564,8 @@ void on_cancel(Self* self, Atom atom, const WireMessage& in) {
     }
     auto it = s.placed.find(id);
     if (it == s.placed.end()) continue;
-    per_node[it->second].request_ids.push_back(id);
-    per_node[it->second].reason = a->reason;
+    per_node[it->second.node].request_ids.push_back(id);
+    per_node[it->second.node].reason = a->reason;
   }
   constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
   for (auto& [i, abort] : per_node) {
@@ -554,6 +637,8 @@ void on_stream(Self* self, const WireMessage& in) {
       n.requests.erase(item->request_id);
       s.placed.erase(item->request_id);
       s.policy->finished(node);
+    } else if (auto p = s.placed.find(item->request_id); p != s.placed.end()) {
+      p->second.streamed.insert(p->second.streamed.end(), item->token_ids.begin(), item->token_ids.end());
     }
     kept.items.push_back(std::move(item));
   }

@@ -4,8 +4,10 @@
 Checks, on the default model:
   - greedy outputs through the cluster equal the single-process engine's;
   - requests sharing a prefix land on the same node, a new prefix group on the other;
-  - killing a node mid-run fails only its in-flight requests (503, within seconds),
-    the rest finish, later requests succeed, and the node rejoins when restarted;
+  - killing a node mid-run moves its in-flight requests to the other node, where they go on
+    from the tokens already sent: greedy and seeded, streamed and not, each client gets exactly
+    the text and usage of a run without the failure; the node rejoins when restarted; with
+    --failover-attempts 0 its requests fail instead (503, within seconds);
   - a head that dies has its requests aborted on the nodes (their KV freed);
   - a head driving a worker node (--role worker, --remote-worker) gives the same outputs,
     owns the node until it dies, and fails its requests at once when the node is lost;
@@ -15,6 +17,7 @@ Checks, on the default model:
 
 Usage: python3 tests/cluster/cluster_test.py path/to/actorlm
 """
+import http.client
 import json
 import os
 import re
@@ -177,40 +180,89 @@ def check_prefix_affinity(port):
     print(f"ok: each prefix group stayed on one node ({landed}); per-node cache hit rates {rates}")
 
 
-def check_node_failure(port, node_a, node_b):
-    results = {}
+def stream_completion(port, body, progress, timeout=300, stamps=None):
+    """POSTs a streamed completion; progress[0] counts the text chunks as they
+    arrive (and `stamps` gets their arrival times). Returns (status, text,
+    finish_reason, usage)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("POST", "/v1/completions", json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}),
+                 {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        return r.status, json.loads(r.read()), None, None
+    text, finish, usage = [], None, None
+    for raw in r:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        check("error" not in chunk, f"the stream carried an error: {chunk}")
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for c in chunk.get("choices", []):
+            if c.get("text"):
+                text.append(c["text"])
+                progress[0] += 1
+                if stamps is not None:
+                    stamps.append(time.time())
+            finish = c.get("finish_reason") or finish
+    conn.close()
+    return 200, "".join(text), finish, usage
 
+
+# Failover: greedy and seeded sampling, streamed and not.
+FAILOVER = [{"prompt": f"Story {i}: once upon a time, in a land far away,", "max_tokens": 400, "ignore_eos": True,
+             **({"temperature": 0} if i % 2 == 0 else {"temperature": 0.8, "top_p": 0.95, "seed": 100 + i}),
+             "stream": i < 2} for i in range(4)]
+
+
+def run_failover_requests(port, results, progress):
     def run(i):
-        t0 = time.time()
-        code, body = complete(port, f"Story {i}: once upon a time, in a land far away,", max_tokens=400, ignore_eos=True)
-        results[i] = (code, body, time.time())
+        body = dict(FAILOVER[i])
+        if body.pop("stream"):
+            results[i] = stream_completion(port, body, progress[i])
+        else:
+            code, out = post(port, "/v1/completions", body)
+            results[i] = (code, out["choices"][0]["text"] if code == 200 else out,
+                          out["choices"][0]["finish_reason"] if code == 200 else None, out.get("usage"))
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(FAILOVER))]
     for t in threads:
         t.start()
-    wait_for("requests on both nodes", lambda: all(n["in_flight"] >= 1 for n in nodes(port).values()), 60)
+    return threads
+
+
+def check_node_failure(port, head_proc, node_a, node_b):
+    # Each request once with both nodes up and nothing lost: what a client
+    # must get whatever happens below.
+    reference, progress = {}, [[0] for _ in FAILOVER]
+    for t in run_failover_requests(port, reference, progress):
+        t.join(300)
+    check(all(r[0] == 200 for r in reference.values()), reference)
+    results, progress = {}, [[0] for _ in FAILOVER]
+    threads = run_failover_requests(port, results, progress)
+    wait_for("requests on both nodes, the streams 20 chunks in",
+             lambda: all(n["in_flight"] >= 1 for n in nodes(port).values()) and all(p[0] >= 20 for p in progress[:2]), 60)
     on_b = nodes(port)[node_b.address]["in_flight"]
-    killed_at = time.time()
+    mark = len(head_proc.lines)
     node_b.kill()
     for t in threads:
         t.join(300)
-    failed = [r for r in results.values() if r[0] != 200]
-    ok = [r for r in results.values() if r[0] == 200]
-    check(len(failed) == on_b, f"{on_b} requests were on the killed node, {len(failed)} failed: {results}")
-    for code, body, at in failed:
-        check(code == 503, (code, body))
-        check("was lost" in body["error"]["message"], body)
-        check(at - killed_at < 5, f"a failed request took {at - killed_at:.1f} s to end")
-    for code, body, _ in ok:
-        check(body["choices"][0]["finish_reason"] == "length", body)
+    check(len(results) == len(FAILOVER), f"a request never ended: {sorted(results)}")
+    for i, (code, text, finish, usage) in sorted(results.items()):
+        check(code == 200, f"request {i} failed: {code} {text}")
+        check(text == reference[i][1], f"request {i} ({FAILOVER[i]}) differs from its run without a failure:\n"
+                                       f"{text!r}\n---\n{reference[i][1]!r}")
+        check(finish == "length" and usage["completion_tokens"] == 400 and
+              usage["prompt_tokens"] == reference[i][3]["prompt_tokens"], (i, finish, usage, reference[i][3]))
+    moves = [re.search(r"going on at node \S+ after (\d+) token", line) for _, line in head_proc.lines[mark:]]
+    after = sorted(int(m.group(1)) for m in moves if m)
+    check(len(after) == on_b, f"{on_b} requests were on the killed node, {len(after)} moved: {after}")
+    check(any(n > 0 for n in after), f"no request was mid-stream when its node died: moved after {after} tokens")
     view = nodes(port)
     check(not view[node_b.address]["alive"] and view[node_a.address]["alive"], view)
-    for i in range(3):
-        code, body = complete(port, f"After the failure {i}:", max_tokens=8)
-        check(code == 200, body)
-    print(f"ok: killing a node failed its {len(failed)} in-flight request(s) with 503 within 5 s; "
-          f"{len(ok)} on the other node finished; later requests succeed")
-    # The node comes back on the same port and rejoins.
+    print(f"ok: killing a node moved its {on_b} in-flight request(s) (after {after} tokens) to the other node; "
+          "all 4 (greedy and seeded, streamed and not) gave exactly the text and usage of a run without the failure")
     node_b.args[node_b.args.index("--port") + 1] = str(node_b.port)
     node_b.start()
     wait_for("the restarted node to rejoin", lambda: nodes(port)[node_b.address]["alive"], 30)
@@ -220,6 +272,34 @@ def check_node_failure(port, node_a, node_b):
         check(code == 200, body)
     check(nodes(port)[node_b.address]["routed"] > routed, "the rejoined node gets no requests")
     print("ok: the restarted node rejoined and receives requests again")
+
+
+def check_no_failover(node_a, node_b):
+    """--failover-attempts 0: a request fails with its node (503, within seconds)."""
+    with head([node_a, node_b], ["--failover-attempts", "0"]) as h:
+        wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+        results = {}
+
+        def run(i):
+            code, body = complete(h.port, f"Saga {i}: in the north, where the rivers freeze,", max_tokens=400,
+                                  ignore_eos=True)
+            results[i] = (code, body, time.time())
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        wait_for("requests on both nodes", lambda: all(n["in_flight"] >= 1 for n in nodes(h.port).values()), 60)
+        on_b = nodes(h.port)[node_b.address]["in_flight"]
+        killed_at = time.time()
+        node_b.kill()
+        for t in threads:
+            t.join(300)
+        failed = [r for r in results.values() if r[0] != 200]
+        check(len(failed) == on_b, f"{on_b} requests were on the killed node, {len(failed)} failed: {results}")
+        for code, body, at in failed:
+            check(code == 503 and "was lost" in body["error"]["message"], (code, body))
+            check(at - killed_at < 5, f"a failed request took {at - killed_at:.1f} s to end")
+        print(f"ok: with --failover-attempts 0, killing a node failed its {on_b} request(s) with 503 within 5 s")
 
 
 def check_head_death(node_a, node_b):
@@ -357,8 +437,9 @@ def main():
         with head([node_a, node_b]) as h:
             check_greedy_equals_single_process(h.port, "a head and two nodes")
             check_prefix_affinity(h.port)
-            check_node_failure(h.port, node_a, node_b)
+            check_node_failure(h.port, h, node_a, node_b)
         check_head_death(node_a, node_b)
+        check_no_failover(node_a, node_b)
         check_refusals(node_a)
     finally:
         node_a.stop()

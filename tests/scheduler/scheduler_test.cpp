@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "grammar/token_bytes.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/default_model.hpp"
 #include "model/gguf_file.hpp"
@@ -942,4 +943,99 @@ TEST_CASE("A request that waits has its disk blocks read ahead, and decodes exac
   CHECK(e.disk->stats().loaded == loadable / 16);  // read once, ahead
   require_no_leak(e);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+// Every token a request streams, and its last event's usage.
+struct Streamed {
+  Ids tokens;
+  FinishReason finish = FinishReason::none;
+  int32_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+Streamed run_alone(Engine& e, Request r) {
+  const uint64_t id = r.id;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+  Streamed s;
+  while (!e.scheduler.idle()) {
+    for (const auto& ev : e.scheduler.step()) {
+      REQUIRE(ev.id == id);
+      if (ev.token >= 0) s.tokens.push_back(ev.token);
+      if (ev.finish == FinishReason::none) continue;
+      s.finish = ev.finish;
+      s.prompt_tokens = ev.prompt_tokens;
+      s.completion_tokens = ev.completion_tokens;
+    }
+  }
+  return s;
+}
+}  // namespace
+
+TEST_CASE("A request resumed from part of its output (failover) streams exactly the tokens it had left", "[scheduler]") {
+  SchedulerConfig c = config(48);
+  c.vocab_size = weights().config.vocab_size;
+  c.constraints = make_constraint_compiler(tokenizer(), c.vocab_size, 1);
+  const Ids prompt = shared_prefix_prompts(2)[1];
+  // Greedy; sampled with a seed, penalties (which read the output) and a
+  // minimum length; and a JSON object (the constraint walks the output).
+  Request greedy = make(1, prompt, 40);
+  greedy.stop.ignore_eos = true;
+  Request sampled = make(1, prompt, 40);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.seed = 1234;
+  sampled.sampling.has_seed = true;
+  sampled.sampling.frequency_penalty = 0.5f;
+  sampled.sampling.repetition_penalty = 1.1f;
+  sampled.stop.min_new_tokens = 30;
+  Request json = make(1, tokenizer().encode("Describe a cat as JSON:", false, true), 40);
+  json.constraint_spec = {ConstraintKind::json_object, ""};
+  for (const Request& asked : {greedy, sampled, json}) {
+    // Where it started: one engine, pages of 1.
+    Engine first(4096, 1, c);
+    const Streamed whole = run_alone(first, asked);
+    REQUIRE(whole.tokens.size() >= 12);
+    for (size_t k : {size_t{1}, size_t{5}, whole.tokens.size() - 1}) {
+      INFO("resumed after " << k << " of " << whole.tokens.size() << " tokens, temperature " << asked.sampling.temperature);
+      // Where it goes on: another engine, pages of 16, chunks of 48, with a
+      // cache that has never seen it.
+      Engine other(4096, 16, c);
+      Request resumed = asked;
+      resumed.id = 2;
+      resumed.output.assign(whole.tokens.begin(), whole.tokens.begin() + static_cast<ptrdiff_t>(k));
+      const Streamed rest = run_alone(other, resumed);
+      CHECK(rest.tokens == Ids(whole.tokens.begin() + static_cast<ptrdiff_t>(k), whole.tokens.end()));
+      CHECK(rest.finish == whole.finish);
+      CHECK(rest.prompt_tokens == whole.prompt_tokens);
+      CHECK(rest.completion_tokens == whole.completion_tokens);
+      require_no_leak(other);
+    }
+  }
+}
+
+TEST_CASE("A resumed output the request could not have produced is refused with a reason", "[scheduler]") {
+  SchedulerConfig c = config();
+  c.vocab_size = weights().config.vocab_size;
+  c.constraints = make_constraint_compiler(tokenizer(), c.vocab_size, 1);
+  Engine e(4096, 1, c);
+  const Ids prompt = tokenizer().encode("Describe a cat as JSON:", false, true);
+  Request r = make(1, prompt, 8);
+  r.output = {5, c.vocab_size};
+  CHECK(*e.scheduler.submit(r) == "the output to resume from holds token id " + std::to_string(c.vocab_size) +
+                                      ", outside the vocabulary of " + std::to_string(c.vocab_size));
+  r.output = Ids(8, 5);  // max_new_tokens already reached
+  CHECK(e.scheduler.submit(r)->find("leaves nothing to generate") != std::string::npos);
+  r.output = {5};
+  r.hold_after_prefill = true;
+  CHECK(e.scheduler.submit(r));
+  r.hold_after_prefill = false;
+  // A JSON object cannot start with what "hello" encodes to.
+  r.constraint_spec = {ConstraintKind::json_object, ""};
+  r.output = tokenizer().encode("hello", false, false);
+  CHECK(e.scheduler.submit(r)->find("does not fit the structured-output constraint at token 0") != std::string::npos);
+  // A transfer's reservation takes no output either.
+  Request reserved = make(2, prompt, 8);
+  reserved.output = {5};
+  CHECK_FALSE(e.scheduler.reserve(reserved).error.empty());
+  require_no_leak(e);
 }

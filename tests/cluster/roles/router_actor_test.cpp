@@ -33,7 +33,8 @@ namespace {
 constexpr auto reply_timeout = std::chrono::seconds(10);
 
 // A node's gateway reduced to what the router sees of it. It tells `probe`
-// (in its own system) what arrives: (generate_atom, node, request id) and
+// (in its own system) what arrives: (generate_atom, node, request id,
+// resume_output, seed or 0) and
 // (abort_atom, node, WireMessage{Abort}). From `probe` it takes
 // (stream_atom, bytes) to send to the router as its own token stream, and
 // (status_atom) -> the router's handle. Stats are answered with `stats_reply`.
@@ -73,7 +74,8 @@ caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t 
         std::optional<fb::TokenizedRequestT> req;
         if (opened) req = msg::unpack<fb::TokenizedRequest>(*opened, nullptr);
         if (!req) return;  // the test then times out waiting for it
-        self->send(self->state.probe, generate_atom::value, self->state.index, req->request_id);
+        self->send(self->state.probe, generate_atom::value, self->state.index, req->request_id, req->resume_output,
+                   req->sampling && req->sampling->has_seed ? req->sampling->seed : uint64_t{0});
       },
       [self](abort_atom, const WireMessage& sealed) {
         auto opened = self->state.session.open(RequestKind::abort, sealed.bytes);
@@ -107,6 +109,13 @@ WireMessage stream_item(uint64_t id, fb::FinishReason finish = fb::FinishReason:
   ts.items.push_back(std::move(item));
   return {msg::pack(ts)};
 }
+
+// What a fake node got: which node, and the request's resume_output and seed.
+struct Arrival {
+  int32_t node = -1;
+  std::vector<int32_t> resume;
+  uint64_t seed = 0;
+};
 
 // (joined, total) as the router reports them.
 std::pair<int32_t, int32_t> router_status(caf::scoped_actor& self, const caf::actor& router) {
@@ -195,11 +204,21 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
 
   // Two requests: the second goes to the other node (load first).
   std::map<uint64_t, int32_t> placed;
+  std::map<uint64_t, Arrival> first;
   for (uint64_t id : {uint64_t{1}, uint64_t{2}}) {
     detok->send(router, generate_atom::value, tokenized(id), caf::actor_cast<caf::actor>(detok));
-    probe->receive([&](generate_atom, int32_t node, uint64_t got) { placed[got] = node; },
-                   caf::after(reply_timeout) >> [] { FAIL("a request did not reach a node"); });
+    probe->receive(
+        [&](generate_atom, int32_t node, uint64_t got, const std::vector<int32_t>& resume, uint64_t seed) {
+          placed[got] = node;
+          first[got] = {node, resume, seed};
+        },
+        caf::after(reply_timeout) >> [] { FAIL("a request did not reach a node"); });
   }
+  // The client gave no seed: the head drew one, so that a node taking the
+  // request over draws the same numbers.
+  CHECK(first[1].seed != 0);
+  CHECK(first[1].seed != first[2].seed);
+  CHECK(first[1].resume.empty());
   REQUIRE(placed.size() == 2);
   REQUIRE(placed[1] != placed[2]);
   const caf::actor& node_a = fakes[static_cast<size_t>(placed[1])];  // serves request 1
@@ -267,12 +286,27 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
             [](const caf::error&) { FAIL("no stats"); });
   }
 
-  SECTION("a node that really goes fails its requests, from the proxy's notice in the head's process") {
+  SECTION("a node that really goes has its requests go on on another, from the proxy's notice in the head's process") {
     caf::anon_send_exit(node_a, caf::exit_reason::user_shutdown);
+    // Request 1 moves to B with the one token its client has and its seed.
+    Arrival moved;
+    uint64_t moved_id = 0;
+    probe->receive(
+        [&](generate_atom, int32_t node, uint64_t got, const std::vector<int32_t>& resume, uint64_t seed) {
+          moved_id = got;
+          moved = {node, resume, seed};
+        },
+        caf::after(reply_timeout) >> [] { FAIL("the lost node's request went nowhere"); });
+    CHECK(moved_id == 1);
+    CHECK(moved.node == placed[2]);
+    CHECK(moved.resume == std::vector<int32_t>{42});
+    CHECK(moved.seed == first[1].seed);
+    CHECK(router_status(detok, router).first == 1);
+    // B's tokens for it reach the client; nothing about it failed.
+    probe->send(node_b, stream_atom::value, stream_item(1, fb::FinishReason::Length));
     receive_streams(detok, seen, [&] { return seen[1].size() > 1; });
     REQUIRE(seen[1].size() == 2);
-    CHECK(seen[1][1].finish_reason == fb::FinishReason::Error);
-    CHECK(seen[1][1].error.find("was lost") != std::string::npos);
-    CHECK(router_status(detok, router).first == 1);
+    CHECK(seen[1][1].finish_reason == fb::FinishReason::Length);
+    CHECK(seen[1][1].error.empty());
   }
 }
