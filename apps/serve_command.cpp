@@ -47,6 +47,9 @@ constexpr const char* usage =
     "                     [--keep-alive-timeout 30] [--write-timeout 30] [--shutdown-timeout 10]\n"
     "                     [--allowed-host NAME ...]  (names a keyless server answers besides "
     "localhost and IPs)\n"
+    "                     [--stream-resume-window 0] [--stream-resume-max-mib 4] [--stream-resume-total-mib 256]\n"
+    "                     (seconds a stream waits for a client that lost it to come back with Last-Event-ID; "
+    "0: off)\n"
     "  as a cluster head (the nodes run the model; see docs/CLUSTER.md):\n"
     "                     --node HOST:PORT [--node HOST:PORT ...] | --remote-worker HOST:PORT | "
     "--topology FILE.json\n"
@@ -92,6 +95,7 @@ int serve_command(int argc, char** argv, int first) {
                                     "--max-body-bytes", "--max-connections", "--max-header-bytes",
                                     "--header-timeout", "--body-timeout", "--keep-alive-timeout",
                                     "--write-timeout", "--shutdown-timeout", "--allowed-host",
+                                    "--stream-resume-window", "--stream-resume-max-mib", "--stream-resume-total-mib",
                                     chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
       {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
@@ -140,6 +144,11 @@ int serve_command(int argc, char** argv, int first) {
   sc.keep_alive_timeout = seconds_flag(args, "--keep-alive-timeout", 30);
   sc.write_timeout = seconds_flag(args, "--write-timeout", 30);
   sc.shutdown_timeout = seconds_flag(args, "--shutdown-timeout", 10);
+  sc.stream_resume.window =
+      std::chrono::milliseconds(static_cast<int64_t>(args.number("--stream-resume-window", 0, 0, 3600) * 1000));
+  sc.stream_resume.max_stream_bytes = static_cast<size_t>(args.integer("--stream-resume-max-mib", 4, 1, 1024)) << 20;
+  sc.stream_resume.max_total_bytes = static_cast<size_t>(args.integer("--stream-resume-total-mib", 256, 1, 1 << 20))
+                                     << 20;
   if (!sc.api_key.empty() &&
       sc.api_key.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
     throw cli::UsageError("the API key must not contain control characters");

@@ -47,9 +47,10 @@ void read_tool_calls(std::vector<api::ChoiceResult>& results, const ResponseShap
   }
 }
 
-CompletionStream::CompletionStream(std::shared_ptr<http::Connection> connection,
+CompletionStream::CompletionStream(std::shared_ptr<http::Connection> connection, std::shared_ptr<EventSink> sink,
                                    const ResponseShape& shape, int choices)
     : connection_(std::move(connection)),
+      sink_(std::move(sink)),
       shape_(shape),
       first_(static_cast<size_t>(choices), true),
       offset_(static_cast<size_t>(choices), 0),
@@ -65,8 +66,8 @@ bool CompletionStream::forward(const TextDeltaEvent& d, int index) {
       if (!refused_) refused_ = d;
       return false;  // the other choices are aborted
     }
-    if (refused_ || connection_->gone()) return false;
-    connection_->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
+    if (refused_ || !sink_->open()) return false;
+    sink_->begin();
     began_ = true;
   }
   std::string out;
@@ -92,7 +93,7 @@ bool CompletionStream::forward(const TextDeltaEvent& d, int index) {
   }
   for (const auto& t : with_prompt(d)) offset_[i] += t.piece.size();
   first_[i] = false;
-  return out.empty() ? !connection_->gone() : connection_->stream_write(std::move(out));
+  return out.empty() ? sink_->open() : sink_->write(std::move(out));
 }
 
 void CompletionStream::finish(std::vector<api::ChoiceResult>& results, const api::ToolRequest& tools,
@@ -101,8 +102,8 @@ void CompletionStream::finish(std::vector<api::ChoiceResult>& results, const api
   const ResponseShape& s = shape_;
   if (!began_) {
     if (refused_) return connection_->respond(error_response(engine_error(*refused_)));
-    if (connection_->gone()) return;
-    connection_->stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}});
+    if (!sink_->open()) return;
+    sink_->begin();
   }
   std::string tail;
   if (s.reads_calls) {
@@ -120,8 +121,8 @@ void CompletionStream::finish(std::vector<api::ChoiceResult>& results, const api
                                   [](const api::ChoiceResult& c) { return c.last.finish == FinishReason::error; });
   if (include_usage && !failed) tail += api::usage_chunk(s.id, s.model, s.chat, results, s.n, s.created);
   tail += "data: [DONE]\n\n";
-  connection_->stream_write(std::move(tail));
-  connection_->stream_end();
+  sink_->write(std::move(tail));
+  sink_->end();
 }
 
 }  // namespace actorlm

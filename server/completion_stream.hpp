@@ -17,6 +17,7 @@
 #include "actors/engine.hpp"
 #include "server/http_connection.hpp"
 #include "server/openai_api.hpp"
+#include "server/stream_journal.hpp"
 #include "tokenizer/tool_calls.hpp"
 
 namespace actorlm {
@@ -53,8 +54,10 @@ void read_tool_calls(std::vector<api::ChoiceResult>& results, const ResponseShap
 
 class CompletionStream {
  public:
-  CompletionStream(std::shared_ptr<http::Connection> connection, const ResponseShape& shape,
-                   int choices);
+  // Events go to `sink` (the connection, or a journal a client can come
+  // back to); an outright refusal is answered on `connection`.
+  CompletionStream(std::shared_ptr<http::Connection> connection, std::shared_ptr<EventSink> sink,
+                   const ResponseShape& shape, int choices);
 
   // Writes choice `index`'s delta; false when the client is gone or the
   // request was refused, so that choice should be aborted.
@@ -67,6 +70,7 @@ class CompletionStream {
 
  private:
   std::shared_ptr<http::Connection> connection_;
+  std::shared_ptr<EventSink> sink_;
   const ResponseShape& shape_;
   std::mutex mu_;
   bool began_ = false;

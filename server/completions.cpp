@@ -19,7 +19,7 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Completions::Completions(Engine& engine, std::string model_id, int max_concurrent)
+Completions::Completions(Engine& engine, std::string model_id, int max_concurrent, ResumeLimits resume)
     : engine_(engine),
       model_id_(std::move(model_id)),
       max_concurrent_(max_concurrent),
@@ -28,7 +28,8 @@ Completions::Completions(Engine& engine, std::string model_id, int max_concurren
             {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}},
       itl_{"actorlm_inter_token_latency_seconds",
            "Time between successive deltas of one request.",
-           {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}} {}
+           {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}},
+      journals_(resume) {}
 
 Completions::~Completions() {
   abort_all();
@@ -36,7 +37,21 @@ Completions::~Completions() {
 }
 
 void Completions::start(const std::shared_ptr<http::Connection>& connection, Route route,
-                        std::string body) {
+                        std::string body, const std::string& last_event_id) {
+  if (!last_event_id.empty()) {
+    // No new generation: no place taken.
+    if (!journals_.enabled()) {
+      return connection->respond(error_response(
+          {400, "this server keeps no stream to come back to (it runs with --stream-resume-window 0)",
+           "invalid_request_error", ""}));
+    }
+    if (auto refused = journals_.resume(connection, last_event_id, request_digest(static_cast<int>(route), body))) {
+      return connection->respond(
+          error_response({refused->first, refused->second, refused->first == 404 ? "not_found_error" : "invalid_request_error", ""}));
+    }
+    ++resumed_;
+    return;
+  }
   if (++active_ > max_concurrent_) {
     --active_;
     ++rejected_;
@@ -121,12 +136,31 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
       for (uint64_t i : ids) self->running_ids_.erase(i);
     }
   } forget{this, ids};
-  connection->set_on_gone([this, ids] {
-    for (uint64_t i : ids) engine_.abort(i);
-  });
+  // A stream kept for its client to come back to outlives the connection;
+  // any other request ends with it.
+  std::shared_ptr<StreamJournal> journal;
+  if (r.stream && journals_.enabled()) {
+    journal = journals_.open(connection, request_digest(static_cast<int>(route), body), shape.chat ? "chatcmpl-" : "cmpl-");
+  }
+  if (journal) {
+    shape.id = journal->id();
+  } else {
+    connection->set_on_gone([this, ids] {
+      for (uint64_t i : ids) engine_.abort(i);
+    });
+  }
+  struct End {  // a journal is ended on every way out, so that it expires
+    std::shared_ptr<StreamJournal> journal;
+    ~End() {
+      if (journal) journal->end();
+    }
+  } end{journal};
 
   std::optional<CompletionStream> stream;
-  if (r.stream) stream.emplace(connection, shape, choices);
+  if (r.stream) {
+    std::shared_ptr<EventSink> sink = journal ? std::shared_ptr<EventSink>(journal) : std::make_shared<ConnectionSink>(connection);
+    stream.emplace(connection, std::move(sink), shape, choices);
+  }
   const Forward forward = [&](const TextDeltaEvent& d, int index) {
     return stream ? stream->forward(d, index) : !connection->gone();
   };
@@ -219,6 +253,11 @@ std::string Completions::exposition() const {
   counter("actorlm_requests_total", "Generation requests accepted.", accepted_);
   counter("actorlm_requests_rejected_total",
           "Generation requests rejected as invalid or over the limit.", rejected_);
+  counter("actorlm_streams_resumed_total", "Clients that came back to a stream they lost (Last-Event-ID).", resumed_);
+  out += "# HELP actorlm_streams_kept Streams kept for clients to come back to.\n# TYPE actorlm_streams_kept gauge\n"
+         "actorlm_streams_kept " + std::to_string(journals_.streams()) + "\n";
+  out += "# HELP actorlm_streams_kept_bytes Bytes of the events those streams keep.\n# TYPE actorlm_streams_kept_bytes gauge\n"
+         "actorlm_streams_kept_bytes " + std::to_string(journals_.bytes()) + "\n";
   return out + ttft_.exposition() + itl_.exposition();
 }
 

@@ -28,12 +28,15 @@ class Completions {
  public:
   enum class Route { chat, completion, native };
 
-  Completions(Engine& engine, std::string model_id, int max_concurrent);
+  Completions(Engine& engine, std::string model_id, int max_concurrent, ResumeLimits resume = {});
   ~Completions();
 
   // Takes one of the max_concurrent places and runs the request on its own
-  // thread; answers 503 at once when all are taken.
-  void start(const std::shared_ptr<http::Connection>& connection, Route route, std::string body);
+  // thread; answers 503 at once when all are taken. With `last_event_id`
+  // (the Last-Event-ID header), the client comes back to a stream it lost
+  // instead: the events after that one, then the rest (stream_journal.hpp).
+  void start(const std::shared_ptr<http::Connection>& connection, Route route, std::string body,
+             const std::string& last_event_id = {});
 
   // Server shutdown: every running request ends now with finish reason
   // "abort" (streams get their last event and [DONE]).
@@ -45,6 +48,8 @@ class Completions {
 
   // Prometheus text for the server's own counters and latency histograms.
   std::string exposition() const;
+  // The streams kept for clients to come back to.
+  const StreamJournals& journals() const { return journals_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -65,12 +70,13 @@ class Completions {
   std::string model_id_;
   int max_concurrent_;
   std::atomic<uint64_t> next_id_{1};
-  std::atomic<int64_t> accepted_{0}, rejected_{0};
+  std::atomic<int64_t> accepted_{0}, rejected_{0}, resumed_{0};
   std::atomic<int> active_{0};
   mutable std::mutex mu_;
   std::condition_variable idle_;
   std::set<uint64_t> running_ids_;  // engine request ids, for abort_all
   LatencyHistogram ttft_, itl_;
+  StreamJournals journals_;
 };
 
 }  // namespace actorlm

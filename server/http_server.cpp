@@ -56,7 +56,7 @@ struct HttpServer::Impl final : http::RequestHandler {
   Impl(Engine& e, ServerConfig c)
       : engine(e),
         config(std::move(c)),
-        completions(e, config.model_id, config.max_concurrent_requests) {
+        completions(e, config.model_id, config.max_concurrent_requests, config.stream_resume) {
     limits.max_header_bytes = config.max_header_bytes;
     limits.max_header_fields = config.max_header_fields;
     limits.max_body_bytes = config.max_body_bytes;
@@ -184,7 +184,7 @@ struct HttpServer::Impl final : http::RequestHandler {
                                  route->id == http::RouteId::chat         ? Completions::Route::chat
                                  : route->id == http::RouteId::completion ? Completions::Route::completion
                                                                     : Completions::Route::native,
-                                 std::move(request.body()));
+                                 std::move(request.body()), std::string(request["Last-Event-ID"]));
     }
   }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
+#include "server/resume_limits.hpp"
 
 namespace actorlm {
 
@@ -40,6 +41,7 @@ struct ServerConfig {
   std::chrono::milliseconds keep_alive_timeout{30'000};  // idle between requests
   std::chrono::milliseconds write_timeout{30'000};       // one write to a client not reading
   std::chrono::milliseconds shutdown_timeout{10'000};    // drain before aborting what runs
+  ResumeLimits stream_resume;  // streams a client may come back to (window 0: none)
   int io_threads = 2;
 };
 

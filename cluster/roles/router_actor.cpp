@@ -216,6 +216,14 @@ std::vector<int32_t> prompt_of(const std::vector<uint8_t>& bytes) {
   return ids;
 }
 
+// Whether a request may run as a prefill/decode pair. A constrained one may
+// not (a decode node refuses to reserve for it: its constraint state would
+// have to move with the KV): a prefill node runs it whole.
+bool splits(const std::vector<uint8_t>& bytes) {
+  auto req = msg::open<fb::TokenizedRequest>(bytes);
+  return req && !(req.message->constraint() && req.message->constraint()->kind() != 0);
+}
+
 // The request as one node of a pair gets it: under the attempt's wire id,
 // and for the prefill node held, with where its KV goes.
 std::vector<uint8_t> for_node(const std::vector<uint8_t>& bytes, uint64_t wire, const std::string& address,
@@ -438,7 +446,7 @@ bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
   std::fprintf(stderr, "actorlm head: request %llu: %s; going on at node %s after %zu token(s) (move %d)\n",
                static_cast<unsigned long long>(id), why.c_str(), s.nodes[static_cast<size_t>(d.node)].address.str().c_str(),
                p.streamed.size(), p.moves);
-  if (p.streamed.empty() && s.nodes[static_cast<size_t>(d.node)].mode == "prefill") {
+  if (p.streamed.empty() && s.nodes[static_cast<size_t>(d.node)].mode == "prefill" && splits(p.bytes)) {
     PdRequest& r = s.pd[id];
     r.bytes = std::move(p.bytes);
     r.moves = p.moves;
@@ -544,7 +552,7 @@ void on_generate(Self* self, const WireMessage& in) {
     return;
   }
   std::vector<uint8_t> bytes = seeded(in.bytes);
-  if (s.nodes[static_cast<size_t>(d.node)].mode == "prefill") {
+  if (s.nodes[static_cast<size_t>(d.node)].mode == "prefill" && splits(bytes)) {
     s.pd[id].bytes = std::move(bytes);
     return start_pd(self, id, d.node);
   }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Chaos: a head and three engine nodes as real processes on loopback, 48 clients
-sending requests back to back for at least CHAOS_S seconds, while every few seconds a
-random node is killed (SIGKILL) or hung (SIGSTOP past the heartbeat timeout) and then
-brought back. One node at most is down at a time.
+"""Chaos: a head and engine nodes as real processes on loopback, 48 clients sending
+requests back to back for at least CHAOS_S seconds, while every few seconds a random node
+is killed (SIGKILL) or hung (SIGSTOP past the heartbeat timeout) and then brought back.
+One node at most is down at a time. Two clusters, one after the other: three
+data-parallel nodes, then two prefill/decode pairs (prefill and decode nodes killed).
 
 Requests: greedy, seeded sampling (with penalties) and JSON schema; two in three
 streamed. Checks:
@@ -29,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_test import BIN, SECRET, NodeProcess, check, head, nodes, post, stream_completion, wait_for  # noqa: E402
-from cluster_pd_test import check_pools  # noqa: E402
+from cluster_pd_test import check_pools, pd_node  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 CLIENTS = 48
@@ -111,12 +112,13 @@ def chaos(h, node_list, deadline, log):
         wait_for(f"{n.address} to rejoin", lambda: nodes(h.port)[n.address]["alive"], 60)
 
 
-def main():
-    node_list = [NodeProcess(["--secret-file", SECRET]).start() for _ in range(3)]
+def run_chaos(what, node_list):
+    """The clients and the chaos over `node_list`; returns every request's (body, streamed,
+    result)."""
     done, log = {}, []
     try:
         with head(node_list) as h:
-            wait_for("three nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            wait_for("every node joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
             t0 = time.time()
             deadline = t0 + CHAOS_S
             threads = clients(h.port, deadline, done)
@@ -129,7 +131,8 @@ def main():
             check(not failed, f"{len(failed)} of {len(done)} requests failed: {list(failed.items())[:5]}")
             moves = [re.search(r"going on at node \S+ after (\d+) token", line) for _, line in h.lines]
             after = [int(m.group(1)) for m in moves if m]
-            check(any(a > 0 for a in after), f"no request moved mid-stream: {after}")
+            retried = sum(1 for _, line in h.lines if "trying again" in line)
+            check(any(a > 0 for a in after), f"no request moved mid-stream: {after} ({retried} retried)")
             check_pools(h.port, "after the chaos")
     finally:
         for n in node_list:
@@ -137,10 +140,14 @@ def main():
                 n.proc.send_signal(signal.SIGCONT)
             n.stop()
     kills = sum(1 for a in log if a[0] == "kill")
-    print(f"chaos: {len(done)} requests from {CLIENTS} clients in {took:.0f} s; {kills} kills and "
-          f"{len(log) - kills} hangs; {len(after)} moves ({sum(1 for a in after if a > 0)} mid-stream); 0 failed")
+    print(f"chaos ({what}): {len(done)} requests from {CLIENTS} clients in {took:.0f} s; {kills} kills and "
+          f"{len(log) - kills} hangs; {len(after)} moves ({sum(1 for a in after if a > 0)} mid-stream), "
+          f"{retried} retries before a first token; 0 failed")
+    return done
 
-    # The same requests in one process, with no failure.
+
+def check_outputs(what, done):
+    """The same requests in one process, with no failure, give the same outputs."""
     with ServerProcess(BIN, ["--kv-tokens", "16384"]) as local:
         keys = sorted(done)
         reference = {}
@@ -166,9 +173,16 @@ def main():
     check(not differ, f"{len(differ)} of {len(keys)} outputs differ from the one-process run; first: {differ[:2]}")
     gaps = sorted(v[2][4] for v in done.values() if v[2][4] is not None)
     p = lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]  # noqa: E731
-    print(f"ok: all {len(keys)} outputs equal the one-process run's (texts and usage); "
+    print(f"ok ({what}): all {len(keys)} outputs equal the one-process run's (texts and usage); "
           f"every node's pool whole after; longest gap per stream p50 {p(0.5):.2f} s, p99 {p(0.99):.2f} s, "
           f"max {gaps[-1]:.2f} s")
+
+
+def main():
+    data_parallel = [NodeProcess(["--secret-file", SECRET]).start() for _ in range(3)]
+    check_outputs("three nodes", run_chaos("three nodes", data_parallel))
+    pairs = [pd_node(mode) for mode in ("prefill", "prefill", "decode", "decode")]
+    check_outputs("two prefill and two decode nodes", run_chaos("two prefill and two decode nodes", pairs))
     print("cluster chaos: all checks passed")
 
 

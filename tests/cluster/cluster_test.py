@@ -5,8 +5,9 @@ Checks, on the default model:
   - greedy outputs through the cluster equal the single-process engine's;
   - requests sharing a prefix land on the same node, a new prefix group on the other;
   - killing a node mid-run moves its in-flight requests to the other node, where they go on
-    from the tokens already sent: greedy and seeded, streamed and not, each client gets exactly
-    the text and usage of a run without the failure; the node rejoins when restarted; with
+    from the tokens already sent: greedy and seeded, streamed and not (one client dropping its
+    connection twice and coming back with Last-Event-ID), each client gets exactly the text and
+    usage of a run without the failure; the node rejoins when restarted; with
     --failover-attempts 0 its requests fail instead (503, within seconds);
   - a head that dies has its requests aborted on the nodes (their KV freed);
   - a head driving a worker node (--role worker, --remote-worker) gives the same outputs,
@@ -32,6 +33,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from server_process import ServerProcess, stop_process  # noqa: E402
+from stream_resume_test import read_events, text_of  # noqa: E402
 
 
 def check(cond, msg):
@@ -216,11 +218,41 @@ FAILOVER = [{"prompt": f"Story {i}: once upon a time, in a land far away,", "max
              "stream": i < 2} for i in range(4)]
 
 
-def run_failover_requests(port, results, progress):
+def stream_with_drops(port, body, drops, progress):
+    """A streamed completion whose client drops its connection after each count of events
+    in `drops` and comes back with Last-Event-ID (the head runs with a resume window).
+    Returns what stream_completion does."""
+    events, last = [], ""
+    for stop in [*drops, None]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        conn.request("POST", "/v1/completions",
+                     json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}),
+                     {"Content-Type": "application/json", **({"Last-Event-ID": last} if last else {})})
+        r = conn.getresponse()
+        if r.status != 200:
+            return r.status, json.loads(r.read()), None, None
+        got, ended = read_events(r, stop_after=None if stop is None else stop - len(events))
+        events += got
+        progress[0] = len(events)
+        if ended:
+            break
+        conn.sock.shutdown(2)
+        conn.close()
+        last = events[-1][0]
+    chunks = [json.loads(d) for _, d in events if d != "[DONE]"]
+    finish = next((c["finish_reason"] for ch in chunks for c in ch.get("choices", []) if c.get("finish_reason")), None)
+    usage = next((ch["usage"] for ch in chunks if ch.get("usage")), None)
+    return 200, text_of(events), finish, usage
+
+
+def run_failover_requests(port, results, progress, drops=()):
+    """Each FAILOVER request on a thread of its own; with `drops`, request 0's client drops its
+    connection after those counts of events and comes back."""
     def run(i):
         body = dict(FAILOVER[i])
         if body.pop("stream"):
-            results[i] = stream_completion(port, body, progress[i])
+            results[i] = (stream_with_drops(port, body, list(drops), progress[i]) if i == 0 and drops
+                          else stream_completion(port, body, progress[i]))
         else:
             code, out = post(port, "/v1/completions", body)
             results[i] = (code, out["choices"][0]["text"] if code == 200 else out,
@@ -240,7 +272,9 @@ def check_node_failure(port, head_proc, node_a, node_b):
         t.join(300)
     check(all(r[0] == 200 for r in reference.values()), reference)
     results, progress = {}, [[0] for _ in FAILOVER]
-    threads = run_failover_requests(port, results, progress)
+    # Request 0's client drops its connection twice, before the kill and (likely) while the
+    # request moves, and comes back with Last-Event-ID.
+    threads = run_failover_requests(port, results, progress, drops=(12, 30))
     wait_for("requests on both nodes, the streams 20 chunks in",
              lambda: all(n["in_flight"] >= 1 for n in nodes(port).values()) and all(p[0] >= 20 for p in progress[:2]), 60)
     on_b = nodes(port)[node_b.address]["in_flight"]
@@ -262,7 +296,8 @@ def check_node_failure(port, head_proc, node_a, node_b):
     view = nodes(port)
     check(not view[node_b.address]["alive"] and view[node_a.address]["alive"], view)
     print(f"ok: killing a node moved its {on_b} in-flight request(s) (after {after} tokens) to the other node; "
-          "all 4 (greedy and seeded, streamed and not) gave exactly the text and usage of a run without the failure")
+          "all 4 (greedy and seeded, streamed and not, one client dropping and resuming its stream twice) gave "
+          "exactly the text and usage of a run without the failure")
     node_b.args[node_b.args.index("--port") + 1] = str(node_b.port)
     node_b.start()
     wait_for("the restarted node to rejoin", lambda: nodes(port)[node_b.address]["alive"], 30)
@@ -434,7 +469,7 @@ def main():
     node_a = NodeProcess(["--secret-file", SECRET]).start()
     node_b = NodeProcess(["--secret-file", SECRET]).start()
     try:
-        with head([node_a, node_b]) as h:
+        with head([node_a, node_b], ["--stream-resume-window", "10"]) as h:
             check_greedy_equals_single_process(h.port, "a head and two nodes")
             check_prefix_affinity(h.port)
             check_node_failure(h.port, h, node_a, node_b)
