@@ -65,6 +65,7 @@ struct PdRequest {
   std::vector<int32_t> tokens;    // what it sent, to go on from if it is lost
   int attempts = 0;
   int moves = 0;                  // failovers before this pair
+  bool ending = false;            // the client aborted or stopped it while it decoded
 };
 
 // A request on one node, with what the head needs to go on with it on
@@ -75,6 +76,7 @@ struct Placement {
   std::vector<uint8_t> bytes;     // the TokenizedRequest
   std::vector<int32_t> streamed;  // tokens passed on to the client
   int moves = 0;                  // failovers so far
+  bool ending = false;            // the client aborted or stopped it: it does not move
 };
 
 struct RouterState {
@@ -419,7 +421,7 @@ void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
   if (!r.streamed) return retry_pd(self, id, ErrorKind::unavailable, why);
   // Past its first token the pair is done with: it goes on as a plain
   // request on a node that takes prompts.
-  Placement p{-1, r.bytes, r.tokens, r.moves};
+  Placement p{-1, r.bytes, r.tokens, r.moves, r.ending};
   abandon_attempt(self, r, why);
   s.pd.erase(id);
   if (!fail_over(self, id, std::move(p), why)) {
@@ -437,7 +439,7 @@ void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
 // take it.
 bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
   auto& s = self->state;
-  if (p.moves >= s.config.failover_attempts) return false;
+  if (p.ending || p.moves >= s.config.failover_attempts) return false;
   std::vector<int32_t> ids = prompt_of(p.bytes);
   ids.insert(ids.end(), p.streamed.begin(), p.streamed.end());
   RouteDecision d = s.policy->route(ids);
@@ -464,6 +466,7 @@ void cancel_pd(Self* self, Atom atom, uint64_t id, const std::string& reason) {
   PdRequest& r = s.pd.at(id);
   if (r.streamed && r.decode >= 0) {
     // Decoding: the decode node ends it as a local engine would.
+    r.ending = true;
     NodeLink& d = s.nodes[static_cast<size_t>(r.decode)];
     constexpr RequestKind kind = std::is_same_v<Atom, abort_atom> ? RequestKind::abort : RequestKind::stop;
     fb::AbortT a;
@@ -572,6 +575,7 @@ void on_cancel(Self* self, Atom atom, const WireMessage& in) {
     }
     auto it = s.placed.find(id);
     if (it == s.placed.end()) continue;
+    it->second.ending = true;
     per_node[it->second.node].request_ids.push_back(id);
     per_node[it->second.node].reason = a->reason;
   }
