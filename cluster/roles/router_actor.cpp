@@ -31,6 +31,8 @@ constexpr uint64_t first_wire_id = 1ull << 62;
 
 // Asks a decode node again for a request's reservation (from the router itself).
 using pd_reserve_atom = caf::atom_constant<caf::atom("pdreserve")>;
+// Tries again to place the requests waiting for a node (from the router itself).
+using failover_retry_atom = caf::atom_constant<caf::atom("failretry")>;
 
 struct NodeLink {
   NodeAddress address;
@@ -77,6 +79,8 @@ struct Placement {
   std::vector<int32_t> streamed;  // tokens passed on to the client
   int moves = 0;                  // failovers so far
   bool ending = false;            // the client aborted or stopped it: it does not move
+  // Lost its node while no other could take it: it waits for one until then.
+  std::chrono::steady_clock::time_point waits_until{};
 };
 
 struct RouterState {
@@ -87,6 +91,11 @@ struct RouterState {
   std::unique_ptr<PrefixRouter> policy;
   std::vector<NodeLink> nodes;
   std::map<uint64_t, Placement> placed;  // by request id
+  // Requests whose node was lost while no other could take them, by id:
+  // placed as soon as a node can (a join, or every retry interval), failed
+  // once they have waited connect_timeout_s.
+  std::map<uint64_t, std::pair<Placement, std::string>> parked;
+  bool retry_scheduled = false;
   std::map<uint64_t, PdRequest> pd;      // disaggregated requests, by the head's id
   std::map<uint64_t, uint64_t> pd_wire;  // their current wire ids -> the head's id
   uint64_t next_wire = first_wire_id;
@@ -117,6 +126,7 @@ void dial_failed(Self* self, int i, const std::string& why) {
 
 void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why);
 bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why);
+void place_parked(Self* self);
 
 // The node leaves the rotation; its requests go on elsewhere (fail_over)
 // or end with `why`.
@@ -186,6 +196,7 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
   log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens" +
                         (n.mode.empty() ? "" : ", " + n.mode) + ")");
+  if (!s.parked.empty()) place_parked(self);
 }
 
 void dial(Self* self, int i) {
@@ -443,7 +454,26 @@ bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
   std::vector<int32_t> ids = prompt_of(p.bytes);
   ids.insert(ids.end(), p.streamed.begin(), p.streamed.end());
   RouteDecision d = s.policy->route(ids);
-  if (d.node < 0) return false;
+  if (d.node < 0) {
+    // No node now (the others lost too, or not yet back): it waits for one.
+    const auto now = std::chrono::steady_clock::now();
+    if (p.waits_until == std::chrono::steady_clock::time_point{}) {
+      p.waits_until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(s.config.connect_timeout_s));
+      std::fprintf(stderr, "actorlm head: request %llu: %s; no node can take it now: it waits for one\n",
+                   static_cast<unsigned long long>(id), why.c_str());
+    }
+    if (now >= p.waits_until) return false;
+    s.parked[id] = {std::move(p), why};
+    if (!s.retry_scheduled) {
+      s.retry_scheduled = true;
+      self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::duration<double>(s.config.retry_interval_s)),
+                         failover_retry_atom::value);
+    }
+    return true;
+  }
+  p.waits_until = {};
   ++p.moves;
   std::fprintf(stderr, "actorlm head: request %llu: %s; going on at node %s after %zu token(s) (move %d)\n",
                static_cast<unsigned long long>(id), why.c_str(), s.nodes[static_cast<size_t>(d.node)].address.str().c_str(),
@@ -457,6 +487,26 @@ bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
   }
   send_plain(self, id, d.node, std::move(p));
   return true;
+}
+
+// Places the requests waiting for a node where one can take them now; fails
+// those that waited too long.
+void place_parked(Self* self) {
+  auto& s = self->state;
+  auto waiting = std::move(s.parked);
+  s.parked.clear();
+  std::vector<uint64_t> failed;
+  std::string why;
+  for (auto& [id, e] : waiting) {
+    if (!fail_over(self, id, std::move(e.first), e.second)) {
+      failed.push_back(id);
+      why = e.second;
+    }
+  }
+  if (!failed.empty()) {
+    self->send(s.detokenizer, stream_atom::value,
+               WireMessage{error_stream(failed, ErrorKind::unavailable, why + "; no node could take it in time")});
+  }
 }
 
 // A client's abort or stop of a disaggregated request.
@@ -571,6 +621,15 @@ void on_cancel(Self* self, Atom atom, const WireMessage& in) {
   for (uint64_t id : a->request_ids) {
     if (s.pd.count(id)) {
       cancel_pd(self, atom, id, a->reason);
+      continue;
+    }
+    if (auto w = s.parked.find(id); w != s.parked.end()) {
+      s.parked.erase(w);
+      TokenEvent e;
+      e.id = id;
+      e.finish = FinishReason::abort;
+      e.error = a->reason;
+      self->send(s.detokenizer, stream_atom::value, WireMessage{token_stream({e})});
       continue;
     }
     auto it = s.placed.find(id);
@@ -766,6 +825,12 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         if (!from_this_process(self)) return;
         auto it = self->state.pd.find(id);
         if (it != self->state.pd.end() && it->second.decode < 0 && it->second.prefill >= 0) reserve(self, id);
+      },
+      [self](failover_retry_atom) {
+        if (!from_this_process(self)) return;
+        auto& s = self->state;
+        s.retry_scheduled = false;
+        if (!s.parked.empty()) place_parked(self);
       },
       [self](dial_atom, int32_t i) {
         if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);

@@ -7,6 +7,8 @@
   - a hung node (SIGSTOP while requests run) is taken for lost within the
     heartbeat timeout and its requests go on on the other node, every one
     answered whole; after SIGCONT the node is joined again and gets requests;
+  - every node lost with requests running: they wait for a node and finish on the first
+    one back, with the text of a run without the failure;
   - all nodes dead at once: requests get 503 at once, /health answers 503 and
     /nodes lists every node as not alive.
 
@@ -175,6 +177,48 @@ def check_hung_node(node_a, node_b):
               "finished there; after SIGCONT it was joined again, got requests, and held no KV")
 
 
+def check_all_lost_then_one_back(node_a, node_b):
+    """Every node lost with requests running: they wait for a node (up to --connect-timeout)
+    and finish on the first that comes back, with the text of a run without the failure."""
+    prompts = [f"Chronicle {i}: the valley before the flood," for i in range(2)]
+    with head([node_a, node_b]) as h:
+        poll("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+        clean = {}
+
+        def run(store, i):
+            code, body = complete(h.port, prompts[i], max_tokens=300, ignore_eos=True)
+            store[i] = (code, body)
+
+        for t in [threading.Thread(target=run, args=(clean, i)) for i in range(2)]:
+            t.start()
+            t.join(300)
+        results = {}
+        threads = [threading.Thread(target=run, args=(results, i), daemon=True) for i in range(2)]
+        for t in threads:
+            t.start()
+        poll("a request on each node", lambda: all(n["in_flight"] >= 1 for n in nodes(h.port).values()), 60)
+        time.sleep(1)  # some tokens out
+        node_a.kill()
+        node_b.kill()
+        poll("the head to see both nodes gone", lambda: not any(n["alive"] for n in nodes(h.port).values()), 10)
+        time.sleep(2)
+        node_a.args[node_a.args.index("--port") + 1] = str(node_a.port)
+        node_a.start()
+        for t in threads:
+            t.join(300)
+        for i in range(2):
+            code, body = results[i]
+            check(code == 200, (code, body))
+            check(body["choices"][0]["text"] == clean[i][1]["choices"][0]["text"],
+                  f"request {i} differs from its run without the failure")
+        waited = sum(1 for _, line in h.lines if "no node can take it now" in line)
+        check(waited == 2, f"{waited} requests waited for a node")
+        print("ok: with every node lost mid-request, both requests waited, went on on the first node back, "
+              "and answered exactly as without the failure")
+    node_b.args[node_b.args.index("--port") + 1] = str(node_b.port)
+    node_b.start()
+
+
 def check_all_nodes_dead(node_a, node_b):
     with head([node_a, node_b]) as h:
         poll("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
@@ -201,6 +245,7 @@ def main():
     try:
         check_different_model(node_a)
         check_hung_node(node_a, node_b)
+        check_all_lost_then_one_back(node_a, node_b)
         check_all_nodes_dead(node_a, node_b)
     finally:
         for n in (node_a, node_b):
