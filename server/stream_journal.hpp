@@ -122,9 +122,9 @@ class StreamJournals {
   void sweep_locked() const;
 
   const ResumeLimits limits_;
+  std::atomic<size_t> bytes_{0};  // StreamJournal keeps it up to date (declared first: the journals in streams_ touch it as they go)
   mutable std::mutex mu_;
   mutable std::map<std::string, std::shared_ptr<StreamJournal>> streams_;  // swept on every use
-  std::atomic<size_t> bytes_{0};  // StreamJournal keeps it up to date
 };
 
 // The digest a resumed request must match: its route and body.
