@@ -100,26 +100,30 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
   return std::nullopt;
 }
 
-std::optional<std::string> Scheduler::submit(Request r) {
-  if (auto why = refusal(r)) return why;
-  if (r.constraint_spec.active()) {
-    if (!config_.constraints) return "structured output is not available on this engine";
-    try {
-      r.constraint = config_.constraints->start(r.constraint_spec);
-    } catch (const ConstraintError& e) {
-      return std::string("the structured-output constraint does not compile: ") + e.what();
-    }
-    // A resumed request's constraint walks the output it already has, as
-    // the engine that produced it did.
-    for (size_t i = 0; i < r.output.size(); ++i) {
-      if (r.constraint->complete() || !r.constraint->accept(r.output[i])) {
-        return "the output to resume from does not fit the structured-output constraint at token " + std::to_string(i);
-      }
-    }
-    if (!r.output.empty() && r.constraint->complete()) {
-      return "the output to resume from already completes the structured-output constraint";
+std::optional<std::string> Scheduler::start_constraint(Request& r) const {
+  if (!r.constraint_spec.active()) return std::nullopt;
+  if (!config_.constraints) return "structured output is not available on this engine";
+  try {
+    r.constraint = config_.constraints->start(r.constraint_spec);
+  } catch (const ConstraintError& e) {
+    return std::string("the structured-output constraint does not compile: ") + e.what();
+  }
+  // A resumed request's constraint walks the output it already has, as the
+  // engine that produced it did.
+  for (size_t i = 0; i < r.output.size(); ++i) {
+    if (r.constraint->complete() || !r.constraint->accept(r.output[i])) {
+      return "the output to resume from does not fit the structured-output constraint at token " + std::to_string(i);
     }
   }
+  if (!r.output.empty() && r.constraint->complete()) {
+    return "the output to resume from already completes the structured-output constraint";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Scheduler::submit(Request r) {
+  if (auto why = refusal(r)) return why;
+  if (auto why = start_constraint(r)) return why;
   r.arrival = next_arrival_++;
   waiting_.push_back(std::move(r));
   return std::nullopt;
@@ -174,38 +178,44 @@ void Scheduler::release(uint64_t id) {
   auto h = std::find_if(held_.begin(), held_.end(), [&](const Running& r) { return r.req.id == id; });
   if (h == held_.end()) return;
   RequestKv* kv[] = {&h->req.kv};
-  kv_.finish(kv);  // the prompt stays cached for later requests
-  ++stats_.finished;
+  kv_.finish(kv);  // the prompt (and a migrated request's output) stays cached for later requests
+  ++(h->frozen ? stats_.migrated_out : stats_.finished);
   held_.erase(h);
 }
 
 Scheduler::Reserved Scheduler::reserve(Request r) {
   Reserved out;
-  if (!r.output.empty()) {
-    out.error = "a transferred request gets its first token at activation";
-    return out;
-  }
   if (auto why = refusal(r)) {
     out.error = *why;
     return out;
   }
-  if (r.constraint_spec.active()) {
+  // A migrated request (one with output) brings its constraint's place; a
+  // PD request's first token comes at activation, and its constraint state
+  // would have to come with it.
+  if (r.output.empty() && r.constraint_spec.active()) {
     out.error = "structured output cannot be combined with a KV transfer";
+    return out;
+  }
+  if (auto why = start_constraint(r)) {
+    out.error = *why;
     return out;
   }
   Running run;
   run.req = std::move(r);
   RequestKv* kv[] = {&run.req.kv};
-  // The prompt's prefix this engine's cache holds stays (locked); the
-  // transfer writes only the rows after it.
-  const std::vector<int32_t>& prompt = run.req.prompt;
-  if (kv_.admit(kv, std::span(&prompt, 1)) == 0) {
+  // The tokens with KV: the prompt, and a migrated request's output but its
+  // last token (fill minus one; admit matches all but the last token too).
+  // The prefix this engine's cache holds stays (locked); the transfer writes
+  // only the rows after it.
+  const std::vector<int32_t> fill = run.req.fill_ids();
+  if (kv_.admit(kv, std::span(&fill, 1)) == 0) {
     out.error = "no request slot is free";
     out.no_room = true;
     return out;
   }
   out.cached = run.req.kv.prefix_len;
-  const std::vector<int32_t> rest(prompt.begin() + out.cached, prompt.end());
+  const size_t rows = run.req.output.empty() ? fill.size() : fill.size() - 1;
+  const std::vector<int32_t> rest(fill.begin() + out.cached, fill.begin() + static_cast<ptrdiff_t>(rows));
   if (!extend(kv, std::span(&rest, 1))) {
     kv_.abort(kv);
     out.error = "the KV pool has no room for " + std::to_string(rest.size()) + " tokens now";
@@ -220,25 +230,36 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
 
 bool Scheduler::activate(uint64_t id, int32_t first_token, float first_logprob, int32_t cached_tokens) {
   auto it = std::find_if(reserved_.begin(), reserved_.end(), [&](const Running& r) { return r.req.id == id; });
-  if (it == reserved_.end() || first_token < 0 || (config_.vocab_size > 0 && first_token >= config_.vocab_size)) {
+  if (it == reserved_.end()) return false;
+  const bool migrated = !it->req.output.empty();
+  if (migrated ? first_token != -1 : (first_token < 0 || (config_.vocab_size > 0 && first_token >= config_.vocab_size))) {
     return false;
   }
   Running r = std::move(*it);
   reserved_.erase(it);
   Request& q = r.req;
+  RequestKv* kv[] = {&q.kv};
+  r.decoding = true;
+  r.table_synced = 0;
+  r.prefilled = q.kv.kv.size();
+  if (migrated) {
+    // It goes on from its last token; its client has everything before it,
+    // and its usage counts what the engine it started on found cached.
+    q.cached_tokens = std::clamp<int32_t>(cached_tokens, 0, static_cast<int32_t>(q.prompt.size()));
+    ++stats_.migrated_in;
+    kv_.cache_unfinished(kv);
+    running_.push_back(std::move(r));
+    return true;
+  }
   q.output = {first_token};
   q.cached_tokens = std::clamp<int32_t>(std::max(cached_tokens, q.kv.cached_on_admit), 0,
                                        static_cast<int32_t>(q.prompt.size()));
-  r.prefilled = q.prompt.size();
-  r.decoding = true;
-  r.table_synced = 0;
   stats_.prompt_tokens += static_cast<int64_t>(q.prompt.size());
   ++stats_.generated_tokens;
   TokenEvent e = event_for(q);
   e.token = q.output.front();
   e.logprob = first_logprob;
   e.finish = stop_reason(q, false);
-  RequestKv* kv[] = {&q.kv};
   if (e.finish != FinishReason::none) {
     kv_.finish(kv);
     ++stats_.finished;
@@ -256,6 +277,45 @@ void Scheduler::cancel_reserved(uint64_t id) {
   RequestKv* kv[] = {&it->req.kv};
   kv_.abort(kv);
   reserved_.erase(it);
+}
+
+Scheduler::Frozen Scheduler::freeze(uint64_t id) {
+  Frozen out;
+  if (std::find(aborts_.begin(), aborts_.end(), id) != aborts_.end() ||
+      std::find(stops_.begin(), stops_.end(), id) != stops_.end()) {
+    return out;  // ending at the next step: nothing to move
+  }
+  if (auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const Request& q) { return q.id == id; });
+      w != waiting_.end()) {
+    // Waiting requests hold nothing: it starts again elsewhere.
+    out.state = Frozen::State::requeued;
+    out.output_tokens = static_cast<int32_t>(w->output.size());
+    waiting_.erase(w);
+    return out;
+  }
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == id; });
+  if (it == running_.end()) return out;
+  if (!it->decoding || it->loading) {
+    out.state = Frozen::State::busy;
+    return out;
+  }
+  out.state = Frozen::State::frozen;
+  out.rows = it->req.kv.kv;
+  out.output_tokens = static_cast<int32_t>(it->req.output.size());
+  out.cached_tokens = it->req.cached_tokens;
+  it->frozen = true;
+  held_.push_back(std::move(*it));
+  running_.erase(it);
+  return out;
+}
+
+bool Scheduler::thaw(uint64_t id) {
+  auto h = std::find_if(held_.begin(), held_.end(), [&](const Running& r) { return r.req.id == id && r.frozen; });
+  if (h == held_.end()) return false;
+  h->frozen = false;
+  running_.push_back(std::move(*h));
+  held_.erase(h);
+  return true;
 }
 
 void Scheduler::abort(uint64_t id) { aborts_.push_back(id); }

@@ -91,6 +91,9 @@ struct SchedulerStats {
   int64_t retractions = 0, finished = 0, aborted = 0;
   // Prompt tokens loaded from the host or disk tier instead of computed.
   int64_t host_hit_tokens = 0, disk_hit_tokens = 0;
+  // Live migration: running requests that came here with their KV (none of
+  // their tokens computed here) and that left with it.
+  int64_t migrated_in = 0, migrated_out = 0;
   double cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 
@@ -124,6 +127,16 @@ class Scheduler {
   // (whose event comes with the next step); false for an id not reserved or
   // a token outside the vocabulary. cancel_reserved() gives everything back. abort() ends held and
   // reserved requests too.
+  //
+  // Live migration (a node drained) uses the same three calls. Source side:
+  // freeze() takes a decoding request out of the batch and holds its KV
+  // (prompt ++ output but the last token, which has none yet) as a held
+  // request's; thaw() puts it back; release() once the target has it. Target
+  // side: reserve() a request whose output is the tokens it already has (the
+  // rows cover all but the last one; its constraint walks them), and
+  // activate() with first_token -1: it decodes on from its last token, with
+  // no event for tokens its client already has, and no prompt token counted
+  // as computed here.
   const RequestKv* held(uint64_t id) const;
   void release(uint64_t id);
   struct Reserved {
@@ -140,6 +153,18 @@ class Scheduler {
   // (clamped to the prompt).
   bool activate(uint64_t id, int32_t first_token, float first_logprob, int32_t cached_tokens = 0);
   void cancel_reserved(uint64_t id);
+  struct Frozen {
+    // frozen: held for the copy; requeued: it was only waiting (no KV yet)
+    // and is dropped here without an event, to be placed elsewhere afresh;
+    // busy: prefilling or loading now, ask again after a step; unknown: not
+    // here (finished, aborted, or never was).
+    enum class State { frozen, requeued, busy, unknown } state = State::unknown;
+    std::vector<int32_t> rows;  // frozen: one per token of prompt ++ output[:-1]
+    int32_t output_tokens = 0;  // frozen or requeued: what its client has been sent
+    int32_t cached_tokens = 0;  // its usage's cached prompt tokens, carried to the target
+  };
+  Frozen freeze(uint64_t id);
+  bool thaw(uint64_t id);
   size_t held_count() const { return held_.size(); }
   size_t reserved_count() const { return reserved_.size(); }
   // Ends every request with an error (after a step failed): each gets a final
@@ -165,6 +190,7 @@ class Scheduler {
     int32_t table_synced = 0;  // leading req_to_token entries the worker already has
     bool decoding = false;
     bool loading = false;      // its blocks come from the tiers over several steps (load_budget_)
+    bool frozen = false;       // held for a live migration (freeze), not for a PD transfer
   };
   struct Planned {
     Running* run;
@@ -231,6 +257,9 @@ class Scheduler {
   void hold_back_stops(const Request& q, std::vector<uint32_t>& mask) const;
 
   double now() const;
+  // Compiles r's constraint and walks it over the output r already has (a
+  // request resumed or migrated from another engine); why not, if it cannot.
+  std::optional<std::string> start_constraint(Request& r) const;
 
   SchedulerConfig config_;
   KvService& kv_;

@@ -492,8 +492,9 @@ TEST_CASE("Held and reserved requests free everything when aborted, refused or c
     CHECK(res.rows.empty());
     require_no_leak(b);
     Request bad = make(4, prompt, 8);
-    bad.output = {1000};
-    CHECK(b.scheduler.reserve(bad).error.find("first token") != std::string::npos);
+    bad.output = Ids(8, 1000);  // a migration with nothing left to generate
+    CHECK(b.scheduler.reserve(bad).error.find("leaves nothing to generate") != std::string::npos);
+    CHECK(b.scheduler.reserved_count() == 0);
   }
   SECTION("a first token that already ends the request finishes at activation") {
     Request r = make(5, prompt, 1);
@@ -1033,9 +1034,114 @@ TEST_CASE("A resumed output the request could not have produced is refused with 
   r.constraint_spec = {ConstraintKind::json_object, ""};
   r.output = tokenizer().encode("hello", false, false);
   CHECK(e.scheduler.submit(r)->find("does not fit the structured-output constraint at token 0") != std::string::npos);
-  // A transfer's reservation takes no output either.
+  // A migration's reservation is refused for the same output, with nothing taken.
   Request reserved = make(2, prompt, 8);
-  reserved.output = {5};
-  CHECK_FALSE(e.scheduler.reserve(reserved).error.empty());
+  reserved.constraint_spec = {ConstraintKind::json_object, ""};
+  reserved.output = tokenizer().encode("hello", false, false);
+  CHECK(e.scheduler.reserve(reserved).error.find("does not fit the structured-output constraint") != std::string::npos);
+  CHECK(e.scheduler.reserved_count() == 0);
+  require_no_leak(e);
+}
+
+TEST_CASE("A decoding request migrated with its KV to another engine goes on exactly, with no token computed twice", "[scheduler]") {
+  SchedulerConfig c = config(48);
+  c.vocab_size = weights().config.vocab_size;
+  c.constraints = make_constraint_compiler(tokenizer(), c.vocab_size, 1);
+  const Ids prompt = shared_prefix_prompts(3)[2];
+  Request greedy = make(1, prompt, 30);
+  greedy.stop.ignore_eos = true;
+  Request sampled = make(1, prompt, 30);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.seed = 99;
+  sampled.sampling.has_seed = true;
+  sampled.sampling.presence_penalty = 0.4f;
+  sampled.stop.min_new_tokens = 20;
+  Request json = make(1, tokenizer().encode("Describe a cat as JSON:", false, true), 30);
+  json.constraint_spec = {ConstraintKind::json_object, ""};
+  for (const Request& asked : {greedy, sampled, json}) {
+    Engine alone(4096, 1, c);
+    const std::map<uint64_t, std::pair<Ids, FinishReason>> whole = [&] {
+      REQUIRE_FALSE(alone.scheduler.submit(asked));
+      return alone.drain();
+    }();
+    const Ids& expected = whole.at(1).first;
+    REQUIRE(expected.size() >= 8);
+    for (size_t k : {size_t{1}, size_t{6}, expected.size() - 1}) {
+      INFO("migrated after " << k << " of " << expected.size() << " tokens, temperature " << asked.sampling.temperature);
+      // From pages of 1 to pages of 16 whose cache holds the system prompt.
+      Engine a(4096, 1, c), b(4096, 16, c);
+      REQUIRE_FALSE(b.scheduler.submit(make(7, shared_prefix_prompts(3)[0], 2)));
+      b.drain();
+      const int64_t b_prompt_tokens = b.scheduler.stats().prompt_tokens;
+      REQUIRE_FALSE(a.scheduler.submit(asked));
+      Ids got;
+      while (got.size() < k) {
+        for (const auto& e : a.scheduler.step()) got.push_back(e.token);
+      }
+      // Not yet while it is only waiting elsewhere; a request it does not know.
+      CHECK(a.scheduler.freeze(42).state == Scheduler::Frozen::State::unknown);
+      Scheduler::Frozen f = a.scheduler.freeze(1);
+      REQUIRE(f.state == Scheduler::Frozen::State::frozen);
+      CHECK(f.output_tokens == static_cast<int32_t>(k));
+      REQUIRE(f.rows.size() == asked.prompt.size() + k - 1);
+      // Frozen, it takes no step; thawed it would go on; frozen again, it moves.
+      CHECK(a.scheduler.step().empty());
+      REQUIRE(a.scheduler.thaw(1));
+      f = a.scheduler.freeze(1);
+      REQUIRE(f.state == Scheduler::Frozen::State::frozen);
+      Request moved = asked;
+      moved.output = got;
+      Scheduler::Reserved rows = b.scheduler.reserve(moved);
+      REQUIRE(rows.error.empty());
+      REQUIRE(rows.rows.size() == f.rows.size());
+      if (asked.constraint_spec.kind == ConstraintKind::none) CHECK(rows.cached >= 32);
+      const auto at = static_cast<ptrdiff_t>(rows.cached);
+      const int32_t layers = a.runner.model_config().n_layers;
+      b.runner.write_kv(Ids(rows.rows.begin() + at, rows.rows.end()), 0, layers,
+                        a.runner.read_kv(Ids(f.rows.begin() + at, f.rows.end()), 0, layers));
+      a.scheduler.release(1);
+      CHECK_FALSE(b.scheduler.activate(1, 5, 0.0f));  // a migrated request takes no first token
+      REQUIRE(b.scheduler.activate(1, -1, 0.0f, f.cached_tokens));
+      auto rest = b.drain([&](int) { REQUIRE(b.kv.check_running(b.scheduler.running_kv()) == ""); });
+      got.insert(got.end(), rest[1].first.begin(), rest[1].first.end());
+      CHECK(got == expected);
+      CHECK(rest[1].second == whole.at(1).second);
+      CHECK(b.scheduler.stats().prompt_tokens == b_prompt_tokens);  // nothing prefilled for it
+      CHECK(b.scheduler.stats().migrated_in == 1);
+      CHECK(a.scheduler.stats().migrated_out == 1);
+      CHECK(a.scheduler.stats().finished == 0);
+      require_no_leak(a);
+      require_no_leak(b);
+    }
+  }
+}
+
+TEST_CASE("Freezing a waiting, prefilling or aborted request moves nothing, and a frozen one ends cleanly", "[scheduler]") {
+  Engine e(4096, 1, config(16));
+  const auto prompts = shared_prefix_prompts(2);
+  REQUIRE_FALSE(e.scheduler.submit(make(1, prompts[0], 20)));
+  REQUIRE_FALSE(e.scheduler.submit(make(2, prompts[1], 20)));
+  // Waiting: handed back with nothing held, and no event ever.
+  CHECK(e.scheduler.freeze(2).state == Scheduler::Frozen::State::requeued);
+  e.scheduler.step();  // the first 16-token chunk
+  CHECK(e.scheduler.freeze(1).state == Scheduler::Frozen::State::busy);
+  while (e.scheduler.step().empty()) {
+  }
+  e.scheduler.abort(1);
+  CHECK(e.scheduler.freeze(1).state == Scheduler::Frozen::State::unknown);  // it ends at the next step
+  auto out = e.drain();
+  CHECK(out.count(2) == 0);
+  CHECK(out[1].second == FinishReason::abort);
+  // A frozen request aborted, or left frozen and failed, gives back its KV.
+  REQUIRE_FALSE(e.scheduler.submit(make(3, prompts[0], 20)));
+  while (e.scheduler.step().empty()) {
+  }
+  REQUIRE(e.scheduler.freeze(3).state == Scheduler::Frozen::State::frozen);
+  CHECK_FALSE(e.scheduler.thaw(4));
+  e.scheduler.abort(3);
+  CHECK(e.scheduler.idle());  // held, it steps only when told to (the actor steps after every message)
+  const auto ended = e.scheduler.step();
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0].finish == FinishReason::abort);
   require_no_leak(e);
 }
