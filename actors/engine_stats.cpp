@@ -39,6 +39,8 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.storage_evicted_blocks_total = s.storage.evicted;
   m.storage_rejected_blocks_total = s.storage.rejected;
   m.storage_foreign_blocks = s.storage.foreign;
+  m.migrated_in_total = x.migrated_in;
+  m.migrated_out_total = x.migrated_out;
   for (const NodeStatsSnapshot& n : s.nodes) {
     auto r = std::make_unique<fb::NodeStatsT>();
     r->address = n.address;
@@ -57,6 +59,9 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
     r->disaggregation_mode = n.disaggregation_mode;
     r->evictable_tokens = n.evictable_tokens;
     r->invariant_error = n.invariant_error;
+    r->draining = n.draining;
+    r->migrated_in_total = n.migrated_in;
+    r->migrated_out_total = n.migrated_out;
     m.nodes.push_back(std::move(r));
   }
   return m;
@@ -86,12 +91,15 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   s.storage.evicted = m.storage_evicted_blocks_total;
   s.storage.rejected = m.storage_rejected_blocks_total;
   s.storage.foreign = m.storage_foreign_blocks;
+  x.migrated_in = m.migrated_in_total;
+  x.migrated_out = m.migrated_out_total;
   for (const auto& r : m.nodes) {
     if (!r) continue;
     s.nodes.push_back({r->address, r->alive, r->routed_total, r->in_flight, r->running, r->waiting,
                        r->cache_hit_rate, r->prompt_tokens_total, r->cached_tokens_total, r->pool_capacity_tokens,
                        r->pool_free_tokens, r->protected_tokens, r->error, r->disaggregation_mode,
-                       r->evictable_tokens, r->invariant_error});
+                       r->evictable_tokens, r->invariant_error, r->draining, r->migrated_in_total,
+                       r->migrated_out_total});
   }
   return s;
 }
@@ -104,7 +112,8 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
   for (auto field : {&SchedulerStats::steps, &SchedulerStats::prefill_steps, &SchedulerStats::decode_steps,
                      &SchedulerStats::prompt_tokens, &SchedulerStats::cached_tokens, &SchedulerStats::generated_tokens,
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
-                     &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens}) {
+                     &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
+                     &SchedulerStats::migrated_out}) {
     a.*field += b.*field;
   }
   for (auto field : {&KvUsage::capacity, &KvUsage::free, &KvUsage::evictable, &KvUsage::protected_}) {
@@ -131,6 +140,8 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
   row.protected_tokens = n.kv.protected_;
   row.evictable_tokens = n.kv.evictable;
   row.invariant_error = n.invariant_error;
+  row.migrated_in = n.scheduler.migrated_in;
+  row.migrated_out = n.scheduler.migrated_out;
 }
 
 std::string stats_text(const EngineStatsSnapshot& s) {

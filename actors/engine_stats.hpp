@@ -34,6 +34,8 @@ struct NodeStatsSnapshot {
   std::string disaggregation_mode;  // "", "prefill" or "decode"
   int64_t evictable_tokens = 0;
   std::string invariant_error;      // its pool's self-check; empty when it holds
+  bool draining = false;            // drained: its requests move elsewhere, nothing new comes
+  int64_t migrated_in = 0, migrated_out = 0;
 };
 
 struct EngineStatsSnapshot {

@@ -152,6 +152,28 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   auto on_release = [&](kv_release_atom, const WireMessage& in) {
     if (auto id = handoff_id(in)) sched.release(*id);
   };
+  // Live migration (Scheduler::freeze and thaw; kv_release lets it go).
+  auto move_id = [](const WireMessage& in) -> std::optional<uint64_t> {
+    auto m = msg::open<fb::KvMove>(in.bytes);
+    if (!m) return std::nullopt;
+    return m.message->request_id();
+  };
+  auto on_freeze = [&](kv_freeze_atom, const WireMessage& in) -> WireMessage {
+    fb::KvFreezeReplyT reply;
+    reply.state = static_cast<int8_t>(Scheduler::Frozen::State::unknown);
+    if (auto id = move_id(in)) {
+      Scheduler::Frozen f = sched.freeze(*id);
+      reply.state = static_cast<int8_t>(f.state);
+      reply.rows = std::move(f.rows);
+      reply.output_tokens = f.output_tokens;
+      reply.cached_tokens = f.cached_tokens;
+    }
+    return WireMessage{msg::pack(reply)};
+  };
+  auto on_thaw = [&](kv_thaw_atom, const WireMessage& in) -> bool {
+    auto id = move_id(in);
+    return id && sched.thaw(*id);
+  };
   auto on_shutdown = [&](shutdown_atom) { running = false; };
   // Between steps: the worker's down message (it is lost: the next step
   // fails at once), and what belongs to a step already given up on.
@@ -166,11 +188,11 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   while (running) {
     if (sched.idle() && rejected.empty()) {
       self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate, on_cancel,
-                    on_release, on_down, on_late_done, on_late_failure, on_late_beat);
+                    on_release, on_freeze, on_thaw, on_down, on_late_done, on_late_failure, on_late_beat);
     }
     for (bool more = true; more && running;) {
       self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate,
-                    on_cancel, on_release, on_down, on_late_done, on_late_failure, on_late_beat,
+                    on_cancel, on_release, on_freeze, on_thaw, on_down, on_late_done, on_late_failure, on_late_beat,
                     caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
     }
     if (!running) break;

@@ -38,7 +38,7 @@ constexpr const char* kind_names[] = {
     "Free",           "FreeReply",       "PoolStatsRequest", "PoolStats",      "ForwardBatch",
     "BatchResult",    "StatsRequest",    "EngineStats",      "NodeHello",      "NodeChallenge",
     "NodeJoin",       "NodeWelcome",     "KvChunk",          "KvRowsRequest",  "KvRowsReply",
-    "KvReserveReply", "KvHandoff", "KvSendOrder"};
+    "KvReserveReply", "KvHandoff", "KvSendOrder", "KvMove", "KvFreezeReply"};
 static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == max_kind + 1);
 
 }  // namespace

@@ -54,8 +54,10 @@ enum class Kind : uint16_t {
   KvReserveReply,
   KvHandoff,
   KvSendOrder,
+  KvMove,
+  KvFreezeReply,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvSendOrder);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvFreezeReply);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -107,6 +109,8 @@ ACTORLM_MESSAGE_KIND(KvRowsReply, "KVRR");
 ACTORLM_MESSAGE_KIND(KvReserveReply, "KVSR");
 ACTORLM_MESSAGE_KIND(KvHandoff, "KVHO");
 ACTORLM_MESSAGE_KIND(KvSendOrder, "KVSO");
+ACTORLM_MESSAGE_KIND(KvMove, "KVMV");
+ACTORLM_MESSAGE_KIND(KvFreezeReply, "KVFZ");
 
 #undef ACTORLM_MESSAGE_KIND
 

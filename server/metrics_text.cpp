@@ -29,6 +29,11 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
   metric("actorlm_prefill_steps_total", "counter", "Steps that prefilled (decode rows may ride along).",
          double(st.scheduler.prefill_steps));
   metric("actorlm_decode_steps_total", "counter", "Steps that only decoded.", double(st.scheduler.decode_steps));
+  metric("actorlm_migrated_in_requests_total", "counter",
+         "Running requests that came from another node with their KV (live migration).",
+         double(st.scheduler.migrated_in));
+  metric("actorlm_migrated_out_requests_total", "counter",
+         "Running requests that went to another node with their KV.", double(st.scheduler.migrated_out));
   metric("actorlm_worker_up", "gauge", "1 while the worker serves; 0 once it is lost for good (every request fails).",
          st.worker_lost.empty() ? 1 : 0);
   metric("actorlm_prefill_token_seconds", "gauge",
@@ -88,6 +93,14 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
              [](const auto& n) { return n.cache_hit_rate; });
     per_node("actorlm_node_kv_pool_free_tokens", "gauge", "The node's free KV rows.",
              [](const auto& n) { return double(n.pool_free); });
+    per_node("actorlm_node_draining", "gauge", "Whether the node is drained (its requests move elsewhere).",
+             [](const auto& n) { return n.draining ? 1.0 : 0.0; });
+    per_node("actorlm_node_migrated_in_requests_total", "counter",
+             "Running requests that came to the node with their KV.",
+             [](const auto& n) { return double(n.migrated_in); });
+    per_node("actorlm_node_migrated_out_requests_total", "counter",
+             "Running requests that left the node with their KV.",
+             [](const auto& n) { return double(n.migrated_out); });
   }
   return out;
 }
@@ -110,6 +123,9 @@ nlohmann::json nodes_json(const EngineStatsSnapshot& st) {
                      {"kv_evictable_tokens", n.evictable_tokens},
                      {"invariant_error", n.invariant_error},
                      {"disaggregation_mode", n.disaggregation_mode},
+                     {"draining", n.draining},
+                     {"migrated_in", n.migrated_in},
+                     {"migrated_out", n.migrated_out},
                      {"error", n.error}});
   }
   return {{"nodes", nodes}};

@@ -40,5 +40,17 @@ using kv_landed_atom = caf::atom_constant<caf::atom("kvlanded")>;
 // transfer under a ticket (its request is being aborted); the transfer's
 // answer comes once nothing reads its rows any more.
 using kv_send_stop_atom = caf::atom_constant<caf::atom("kvsendstop")>;
+// Live migration, a head to a node's gateway (sealed KvMove): send this
+// frozen request's KV to the node and ticket named (kv_freeze and kv_thaw,
+// actors/wire.hpp, freeze it first and put it back).
+using kv_move_atom = caf::atom_constant<caf::atom("kvmove")>;
+// A node's gateway to every head it has joined: this node is leaving (its
+// operator asked it to drain): move its requests elsewhere and route nothing
+// more to it. Taken only from the gateway of a node the head dialled.
+using leaving_atom = caf::atom_constant<caf::atom("leaving")>;
+// An engine, in a cluster head's process, to its router: (drain_atom, node
+// index or address, on) -> std::string, the node's state as JSON, or an
+// error starting with "error: ".
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
 
 }  // namespace actorlm

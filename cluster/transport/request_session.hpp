@@ -36,6 +36,9 @@ enum class RequestKind : uint8_t {
   kv_reserve = 7,
   kv_chunk = 8,
   kv_commit = 9,
+  kv_freeze = 10,
+  kv_move = 11,
+  kv_thaw = 12,
 };
 
 class RequestSession {
