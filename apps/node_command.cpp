@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <string>
 #include <cstdio>
@@ -26,7 +27,7 @@ constexpr const char* usage =
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
     "                    [--hicache-prefetch-policy best_effort|wait_complete|timeout] [--hicache-prefetch-timeout-ms 1000]\n"
-    "                    [--kv-data-port 0] [--kv-trusted-fabric]\n"
+    "                    [--kv-data-port 0] [--kv-trusted-fabric] [--drain] [--drain-timeout 300]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
     "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"
@@ -41,16 +42,20 @@ constexpr const char* usage =
     "--kv-data-port of its --host (default 0: a free port, told to prefill nodes when they join; -1:\n"
     "none, the KV goes over the middleman), and frames are sealed with AES-256-GCM under keys from\n"
     "the joined session. --kv-trusted-fabric (both nodes) only checks them: for a network you trust\n"
-    "where the cipher would cost more than the wire (docs/SECURITY.md).\n";
+    "where the cipher would cost more than the wire (docs/SECURITY.md).\n"
+    "--drain: on SIGTERM or SIGINT the node first asks its heads to move its running requests, with\n"
+    "their KV, to other nodes and to route nothing more to it, and exits once it has none left (or\n"
+    "after --drain-timeout seconds, or at a second signal): a rolling restart fails no request\n"
+    "(docs/DEPLOY.md).\n";
 
-volatile std::sig_atomic_t stop_requested = 0;
-void on_signal(int) { stop_requested = 1; }
+volatile std::sig_atomic_t signals = 0;
+void on_signal(int) { signals = signals + 1; }
 
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port"}),
-                 {disable_radix_switch, allow_plain_switch, "--kv-trusted-fabric", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--drain-timeout"}),
+                 {disable_radix_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;
@@ -69,6 +74,8 @@ int node_command(int argc, char** argv, int first) {
   if (!nc.disaggregation_mode.empty() && nc.role != "engine") throw cli::UsageError("--disaggregation-mode needs --role engine");
   nc.kv_data_port = static_cast<int32_t>(args.integer("--kv-data-port", 0, -1, 65535));
   nc.kv_trusted_fabric = args.has("--kv-trusted-fabric");
+  const bool drain = args.has("--drain");
+  const auto drain_timeout = std::chrono::seconds(args.integer("--drain-timeout", 300, 0, 86400));
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).
   if (const char* n = std::getenv("ACTORLM_TEST_CORRUPT_KV_CHUNK")) nc.corrupt_kv_chunk = std::atoll(n);
   // Benchmarks and tests: KV rows through the worker actor even where the pool
@@ -100,7 +107,19 @@ int node_command(int argc, char** argv, int first) {
       std::fprintf(stderr, "actorlm node: middleman behind the gate on 127.0.0.1:%u (%s)\n", node.middleman_port(),
                    bound.c_str());
     }
-    while (!stop_requested) ::usleep(100 * 1000);
+    while (signals == 0) ::usleep(100 * 1000);
+    if (drain) {
+      // Its heads move what runs here elsewhere; it leaves once nothing does.
+      node.leave();
+      const auto until = std::chrono::steady_clock::now() + drain_timeout;
+      int32_t left = node.in_flight();
+      std::fprintf(stderr, "actorlm node: draining: %d request(s) here\n", left);
+      while (left > 0 && signals < 2 && std::chrono::steady_clock::now() < until) {
+        ::usleep(100 * 1000);
+        left = node.in_flight();
+      }
+      std::fprintf(stderr, "actorlm node: %s\n", left == 0 ? "drained" : ("leaving with " + std::to_string(left) + " request(s) here").c_str());
+    }
     std::fprintf(stderr, "actorlm node: stopping\n");
   }
   return 0;

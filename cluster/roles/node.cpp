@@ -20,14 +20,14 @@ struct Node::Impl {
   uint64_t gateway_stop_token = 0;  // the gateway stops on this and on nothing a peer can send
   std::unique_ptr<TcpGate> gate;   // with a secret: the public port; the middleman listens behind it
   uint16_t middleman_port = 0;
-  caf::actor kv_sender;            // a prefill node's
+  caf::actor kv_sender;            // an engine node's: its held requests' KV out (PD, migration)
   uint64_t kv_sender_stop = 0;
   std::optional<EngineCore> core;  // an engine node
   caf::actor worker;               // a worker node
   std::string device;
   int64_t kv_tokens = 0;
   uint16_t port = 0;
-  std::shared_ptr<KvDecodeShared> decode;     // a decode node's, with a data port
+  std::shared_ptr<KvDecodeShared> decode;     // an engine node's with a data port: KV in
   std::unique_ptr<KvDataServer> data_server;
 };
 
@@ -49,7 +49,9 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   for (uint8_t b : make_nonce()) m.gateway_stop_token = (m.gateway_stop_token << 8) | b;
   const bool data_plane = !config.security.secret.empty() && config.kv_data_port >= 0;
   const DataProtection protection = config.kv_trusted_fabric ? DataProtection::trusted_fabric : DataProtection::sealed;
-  if (mode == "decode" && data_plane) {
+  // Every engine node takes KV in (a decode node from prefill nodes, any
+  // node a request migrating to it) and sends it out.
+  if (config.role == "engine" && data_plane) {
     m.decode = std::make_shared<KvDecodeShared>();
     m.decode->sessions = std::make_shared<DataSessions>();
   }
@@ -99,7 +101,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   w.tokenizer_digest = described.tokenizer_digest;
   w.kv_tokens = m.kv_tokens;
   w.device = m.device;
-  if (m.decode) {
+  if (m.decode && w.kv_token_bytes > 0) {
     m.decode->receiver =
         std::make_shared<KvReceiver>(KvLayout{kv_model_digest(described), w.kv_dtype, described.n_layers, w.kv_token_bytes});
     KvDataServerConfig d;
@@ -137,7 +139,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   // is starting.
   caf::scoped_actor self{system};
   const std::string label = "node " + config.host + ":" + std::to_string(m.port);
-  if (mode == "prefill") {
+  if (m.core && w.kv_token_bytes > 0) {
     KvSenderConfig kc;
     kc.layout = KvLayout{kv_model_digest(described), w.kv_dtype, described.n_layers, w.kv_token_bytes};
     kc.model = described;
@@ -171,5 +173,18 @@ uint16_t Node::middleman_port() const { return impl_->middleman_port; }
 const std::string& Node::device() const { return impl_->device; }
 int64_t Node::kv_tokens() const { return impl_->kv_tokens; }
 caf::actor Node::gateway() const { return impl_->gateway; }
+
+void Node::leave() {
+  caf::scoped_actor self{impl_->system};
+  self->send(impl_->gateway, leaving_atom::value);
+}
+
+int32_t Node::in_flight() {
+  caf::scoped_actor self{impl_->system};
+  int32_t n = -1;
+  self->request(impl_->gateway, std::chrono::seconds(5), status_atom::value)
+      .receive([&](int32_t routes) { n = routes; }, [](const caf::error&) {});
+  return n;
+}
 
 }  // namespace actorlm

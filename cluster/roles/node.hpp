@@ -35,11 +35,11 @@ struct NodeConfig {
   // actor even where the pool is in this process's memory.
   bool kv_through_worker = false;
   // The KV data plane (cluster/transfer/kv_data_plane.hpp), used when the
-  // cluster has a shared secret: a decode node listens on this port of its
-  // host (0: any free port, told to prefill nodes in its welcome; -1: no data
-  // plane, chunks go over the middleman), and a prefill node sends over it
-  // when the decode node has one. Trusted fabric: frames only checked, not
-  // sealed; both ends must agree (docs/SECURITY.md).
+  // cluster has a shared secret: an engine node listens on this port of its
+  // host (0: any free port, told in its welcome; -1: no data plane, chunks
+  // go over the middleman), and a node sending KV (a prefill node, or one a
+  // request migrates from) sends over the receiver's. Trusted fabric: frames
+  // only checked, not sealed; both ends must agree (docs/SECURITY.md).
   int32_t kv_data_port = 0;
   bool kv_trusted_fabric = false;
 };
@@ -61,6 +61,11 @@ class Node {
   const std::string& device() const;
   int64_t kv_tokens() const;
   caf::actor gateway() const;
+  // Drain: asks every head joined here to move this node's running requests
+  // elsewhere (with their KV) and to route nothing more here.
+  void leave();
+  // Requests the gateway still routes for its heads (-1: no answer).
+  int32_t in_flight();
 
  private:
   struct Impl;

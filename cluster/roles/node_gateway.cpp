@@ -37,12 +37,17 @@ struct Route {
   uint64_t head_id = 0;
 };
 
-// Prefill side: where a held request's KV goes.
+// Where a held request's KV goes: a prefill node's request (its address
+// and ticket known from the start), or a running one frozen for a live
+// migration (known once the head has a reservation: kv_move).
 struct Handoff {
   std::string address;
   uint64_t ticket = 0;
-  int32_t skip = 0;  // leading rows the decode node has already
+  int32_t skip = 0;  // leading rows the receiving node has already
   bool sending = false;  // its transfer is under way: the sender may be reading its rows
+  bool migrating = false;      // frozen by kv_freeze
+  std::vector<int32_t> rows;   // migrating: its rows (prompt ++ output but the last token)
+  int32_t cached_tokens = 0;   // migrating: its usage's, for the target to report
 };
 
 struct GatewayState {
@@ -52,11 +57,11 @@ struct GatewayState {
   // Prefill/decode disaggregation (NodeWelcome::disaggregation_mode).
   std::string mode;
   caf::actor kv_worker;               // an engine node's worker: KV rows in and out
-  caf::actor kv_sender;               // prefill: moves held requests' KV (cluster/transfer/kv_sender.hpp)
-  std::shared_ptr<KvReceiver> receiver;  // decode: open transfers by ticket
+  caf::actor kv_sender;               // moves held requests' KV (cluster/transfer/kv_sender.hpp)
+  std::shared_ptr<KvReceiver> receiver;  // open transfers into this node, by ticket
   // Decode: what this node shares with its data port (Node sets it up).
   std::shared_ptr<KvDecodeShared> decode;
-  std::map<uint64_t, Handoff> handoffs;  // prefill: by node-local id
+  std::map<uint64_t, Handoff> handoffs;  // held requests' (PD or migration), by node-local id
   // Why the gateway aborted a request (a failed KV transfer, say): the
   // scheduler's abort carries no text, so the head hears it from here.
   std::map<uint64_t, std::string> abort_reasons;
@@ -212,7 +217,13 @@ void on_generate(Self* self, const WireMessage& sealed) {
   const caf::actor_addr from = sender_of(self);
   if (s.local_ids.count({from, head_id})) return answer_error("request id " + std::to_string(head_id) + " is already running");
   const uint64_t local = admit(s, from, *head, head_id);
-  if (req->hold_after_prefill) s.handoffs[local] = Handoff{req->handoff_address, req->handoff_ticket, req->handoff_skip};
+  if (req->hold_after_prefill) {
+    Handoff h;
+    h.address = req->handoff_address;
+    h.ticket = req->handoff_ticket;
+    h.skip = req->handoff_skip;
+    s.handoffs[local] = std::move(h);
+  }
   req->request_id = local;
   self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(*req)}, caf::actor_cast<caf::actor>(self));
 }
@@ -345,7 +356,7 @@ caf::result<WireMessage> on_reserve(Self* self, const WireMessage& sealed) {
     reply.error = why;
     return WireMessage{msg::pack(reply)};
   };
-  if (!s.receiver) return refuse("this node is not a decode node (--disaggregation-mode decode)");
+  if (!s.receiver) return refuse("this node takes no KV transfers (a worker node, or a backend without them)");
   std::string error;
   auto req = msg::unpack<fb::TokenizedRequest>(in.bytes, &error);
   if (!req) return refuse("unreadable reservation: " + error);
@@ -393,7 +404,7 @@ caf::result<std::string> on_chunk(Self* self, const WireMessage& sealed) {
   auto& s = self->state;
   WireMessage in;
   if (!sealed_sender(self, RequestKind::kv_chunk, sealed, in.bytes, "a KV chunk")) return caf::sec::request_receiver_down;
-  if (!s.receiver) return std::string("this node is not a decode node");
+  if (!s.receiver) return std::string("this node takes no KV transfers");
   KvReceiver::Taken taken = s.receiver->take(in.bytes);
   if (!taken.write) {
     std::fprintf(stderr, "actorlm %s: refused a KV chunk: %s\n", s.label.c_str(), taken.error.c_str());
@@ -432,7 +443,7 @@ caf::result<std::string> on_commit(Self* self, const WireMessage& sealed) {
   auto& s = self->state;
   WireMessage in;
   if (!sealed_sender(self, RequestKind::kv_commit, sealed, in.bytes, "a KV commit")) return caf::sec::request_receiver_down;
-  if (!s.receiver) return std::string("this node is not a decode node");
+  if (!s.receiver) return std::string("this node takes no KV transfers");
   std::string error;
   auto h = msg::unpack<fb::KvHandoff>(in.bytes, &error);
   if (!h) return "unreadable KV commit: " + error;
@@ -455,6 +466,138 @@ caf::result<std::string> on_commit(Self* self, const WireMessage& sealed) {
             rp.deliver("activation: " + self->system().render(e));
           });
   return rp;
+}
+
+// --- Live migration (a drain), source side ------------------------------
+// The head freezes a running request here (kv_freeze), reserves rows on
+// another node, then orders its KV sent there (kv_move); the sender's
+// commit starts it there with no first token. Once that node has it, the
+// scheduler releases it here (counted as migrated out) and its route is
+// forgotten: nothing more about it comes from this node. A failed send puts
+// it back in the batch (thaw) and the head hears why.
+
+// The local id of the head's request a sealed KvMove names, or 0.
+uint64_t move_target(Self* self, RequestKind kind, const WireMessage& sealed, fb::KvMoveT& move) {
+  auto& s = self->state;
+  WireMessage in;
+  if (!sealed_sender(self, kind, sealed, in.bytes, "a migration order")) return 0;
+  std::string error;
+  auto m = msg::unpack<fb::KvMove>(in.bytes, &error);
+  if (!m) {
+    std::fprintf(stderr, "actorlm %s: rejected a migration order: %s\n", s.label.c_str(), error.c_str());
+    return 0;
+  }
+  move = std::move(*m);
+  auto it = s.local_ids.find({sender_of(self), move.request_id});
+  return it == s.local_ids.end() ? 0 : it->second;
+}
+
+caf::result<WireMessage> on_freeze(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  fb::KvMoveT move;
+  const uint64_t local = move_target(self, RequestKind::kv_freeze, sealed, move);
+  fb::KvFreezeReplyT unknown;
+  unknown.state = 3;
+  if (local == 0 || !s.scheduler || !s.kv_sender || s.handoffs.count(local)) return WireMessage{msg::pack(unknown)};
+  fb::KvMoveT order;
+  order.request_id = local;
+  auto rp = self->make_response_promise<WireMessage>();
+  self->request(s.scheduler, std::chrono::seconds(30), kv_freeze_atom::value, WireMessage{msg::pack(order)})
+      .then(
+          [self, rp, local](const WireMessage& m) mutable {
+            auto& s = self->state;
+            fb::KvFreezeReplyT r;
+            r.state = 3;
+            if (auto got = msg::unpack<fb::KvFreezeReply>(m.bytes, nullptr)) r = std::move(*got);
+            if (r.state == 0) {
+              Handoff h;
+              h.migrating = true;
+              h.rows = std::move(r.rows);
+              h.cached_tokens = r.cached_tokens;
+              s.handoffs[local] = std::move(h);
+            } else if (r.state == 1) {
+              forget(s, local);  // dropped by the scheduler: it starts again elsewhere
+            }
+            r.rows.clear();
+            rp.deliver(WireMessage{msg::pack(r)});
+          },
+          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
+void thaw_local(Self* self, uint64_t local) {
+  auto& s = self->state;
+  s.handoffs.erase(local);
+  fb::KvMoveT order;
+  order.request_id = local;
+  self->send(s.scheduler, kv_thaw_atom::value, WireMessage{msg::pack(order)});
+}
+
+caf::result<std::string> on_move(Self* self, const WireMessage& sealed) {
+  auto& s = self->state;
+  fb::KvMoveT move;
+  const uint64_t local = move_target(self, RequestKind::kv_move, sealed, move);
+  auto h = s.handoffs.find(local);
+  if (local == 0 || h == s.handoffs.end() || !h->second.migrating || h->second.sending) {
+    return std::string("no frozen request by that id here");
+  }
+  if (move.ticket == 0 || move.address.empty() || move.skip < 0 ||
+      static_cast<size_t>(move.skip) >= h->second.rows.size()) {
+    thaw_local(self, local);
+    return std::string("a migration order without a ticket, an address, or a sane skip");
+  }
+  fb::KvSendOrderT order;
+  order.ticket = h->second.ticket = move.ticket;
+  order.address = h->second.address = move.address;
+  order.rows.assign(h->second.rows.begin() + move.skip, h->second.rows.end());
+  order.first_token = -1;  // it goes on from its output there
+  order.cached_tokens = h->second.cached_tokens;
+  h->second.sending = true;
+  auto rp = self->make_response_promise<std::string>();
+  self->request(s.kv_sender, caf::infinite, kv_send_atom::value, WireMessage{msg::pack(order)})
+      .then(
+          [self, rp, local](const std::string& error) mutable {
+            auto& s = self->state;
+            auto h = s.handoffs.find(local);
+            if (h != s.handoffs.end()) h->second.sending = false;
+            if (s.fenced.count(local)) {
+              // Aborted while its rows were being read: the abort goes
+              // through now, and the head has asked for it there too.
+              release_fence(self, local);
+              rp.deliver(std::string("aborted during the move"));
+              return;
+            }
+            if (!error.empty()) {
+              thaw_local(self, local);
+              rp.deliver("KV transfer failed: " + error);
+              return;
+            }
+            s.handoffs.erase(local);
+            fb::KvHandoffT release;
+            release.request_id = local;
+            self->send(s.scheduler, kv_release_atom::value, WireMessage{msg::pack(release)});
+            forget(s, local);
+            rp.deliver(std::string());
+          },
+          [self, rp, local](caf::error& e) mutable {
+            auto& s = self->state;
+            if (auto h = s.handoffs.find(local); h != s.handoffs.end()) h->second.sending = false;
+            if (s.fenced.count(local)) {
+              release_fence(self, local);
+            } else {
+              thaw_local(self, local);
+            }
+            rp.deliver("KV transfer failed: " + self->system().render(e));
+          });
+  return rp;
+}
+
+void on_thaw(Self* self, const WireMessage& sealed) {
+  fb::KvMoveT move;
+  const uint64_t local = move_target(self, RequestKind::kv_thaw, sealed, move);
+  auto h = self->state.handoffs.find(local);
+  // While its KV is being sent, the send's outcome decides.
+  if (local != 0 && h != self->state.handoffs.end() && h->second.migrating && !h->second.sending) thaw_local(self, local);
 }
 
 void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
@@ -496,7 +639,9 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
         s.mode = w->disaggregation_mode;
         s.kv_worker = kv_worker;
         s.kv_sender = kv_sender;
-        if (s.mode == "decode") {
+        if (s.scheduler && w->kv_token_bytes > 0) {
+          // Every engine node takes KV: a decode node from prefill nodes,
+          // any node a running request migrating to it.
           NodeModel m{w->model_name, w->vocab_size, w->n_layers, w->hidden, w->tokenizer_digest};
           const KvLayout layout{kv_model_digest(m), w->kv_dtype, w->n_layers, w->kv_token_bytes};
           s.receiver = s.decode && s.decode->receiver ? s.decode->receiver : std::make_shared<KvReceiver>(layout);
@@ -587,6 +732,19 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
         if (from_this_process(self)) release_fence(self, local);
       },
       [self](kv_commit_atom, const WireMessage& in) { return on_commit(self, in); },
+      [self](kv_freeze_atom, const WireMessage& in) { return on_freeze(self, in); },
+      [self](kv_move_atom, const WireMessage& in) { return on_move(self, in); },
+      [self](kv_thaw_atom, const WireMessage& in) { on_thaw(self, in); },
+      [self](leaving_atom) {
+        // From this process (the node's operator): every head moves this
+        // node's requests elsewhere and routes nothing more here.
+        if (!from_this_process(self)) return;
+        for (const auto& [addr, head] : self->state.heads) self->send(head.router, leaving_atom::value);
+      },
+      [self](status_atom) -> caf::result<int32_t> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return static_cast<int32_t>(self->state.routes.size());
+      },
       [self](abort_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stop_atom a, const WireMessage& in) { on_cancel(self, a, in); },
       [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
