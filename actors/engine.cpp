@@ -277,6 +277,15 @@ std::pair<int, int> Engine::nodes_joined() {
   return out;
 }
 
+std::string Engine::drain_node(const std::string& node, bool on) {
+  if (!impl_->counts_nodes) return "error: this server is not a cluster head over engine nodes";
+  std::string out = "error: the head's router did not answer";
+  caf::scoped_actor self{impl_->system};
+  self->request(impl_->scheduler, std::chrono::seconds(5), drain_atom::value, node, on)
+      .receive([&](const std::string& state) { out = state; }, [](const caf::error&) {});
+  return out;
+}
+
 std::string Engine::worker_lost() const { return impl_->board ? impl_->board->read().worker_lost : std::string(); }
 bool Engine::counts_nodes() const { return impl_->counts_nodes; }
 

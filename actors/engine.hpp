@@ -208,6 +208,11 @@ class Engine {
   // Asks the head's router only (no node is asked, so a hung node cannot
   // slow it down). {0, 0} unless the parts count nodes.
   std::pair<int, int> nodes_joined();
+  // A head over engine nodes: drains the node (by its index in --node order
+  // or its host:port; on = false takes it back): no new request goes there
+  // and its running requests move to other nodes with their KV. The node's
+  // state as JSON, or an error starting with "error: ".
+  std::string drain_node(const std::string& node, bool on);
   // Frees every unlocked cached row.
   void flush_cache();
 

@@ -71,5 +71,9 @@ using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
 // bool); kv_release lets it go once the copy is done.
 using kv_freeze_atom = caf::atom_constant<caf::atom("kvfreeze")>;
 using kv_thaw_atom = caf::atom_constant<caf::atom("kvthaw")>;
+// An engine to a cluster head's router: (drain_atom, node index or address,
+// on) -> std::string, the node's state as JSON, or an error starting with
+// "error: " (Engine::drain_node).
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
 
 }  // namespace actorlm

@@ -11,9 +11,12 @@
 
 namespace actorlm::http {
 
-enum class RouteId { page, script, health, models, metrics, nodes, chat, completion, native, tokenize, detokenize };
+enum class RouteId {
+  page, script, health, models, metrics, nodes, chat, completion, native, tokenize, detokenize, node_drain, node_undrain
+};
 
 struct Route {
+  // A "{id}" segment matches any one non-empty segment (route_param reads it).
   std::string_view path;
   boost::beast::http::verb method;
   RouteId id;
@@ -21,7 +24,10 @@ struct Route {
 };
 
 std::span<const Route> routes();
-// The route for an exact path (no query), or nullptr.
+// The route for a path (no query), or nullptr: every segment equal, but a
+// "{id}" segment, which takes any one.
 const Route* find_route(std::string_view path);
+// What `path` has where its route has "{id}" (empty when it has none).
+std::string_view route_param(const Route& route, std::string_view path);
 
 }  // namespace actorlm::http

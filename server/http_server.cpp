@@ -154,6 +154,18 @@ struct HttpServer::Impl final : http::RequestHandler {
         return asio::post(blocking, [this, c] {
           c->respond(http::Response::json(200, nodes_json(engine.stats()).dump()));
         });
+      case http::RouteId::node_drain:
+      case http::RouteId::node_undrain: {
+        if (!engine.counts_nodes()) {
+          return c->respond(error(400, "this server is not a cluster head over engine nodes (actorlm serve --node)"));
+        }
+        const bool on = route->id == http::RouteId::node_drain;
+        return asio::post(blocking, [this, c, on, node = std::string(http::route_param(*route, *path))] {
+          std::string state = engine.drain_node(node, on);
+          if (state.starts_with("error: ")) return c->respond(error(404, state.substr(7)));
+          c->respond(http::Response::json(200, state));
+        });
+      }
       case http::RouteId::tokenize:
         // Off the I/O threads: a body of megabytes takes a while to tokenize.
         return asio::post(blocking, [this, c, body = std::move(request.body())] {

@@ -75,6 +75,8 @@ void PrefixRouter::finished(int node) {
   s.in_flight = std::max(0, s.in_flight - 1);
 }
 
+void PrefixRouter::adopted(int node) { ++nodes_[checked(node, "adopted")].stats.in_flight; }
+
 void PrefixRouter::set_capacity(int node, int64_t tokens) {
   auto& n = nodes_[checked(node, "set_capacity")];
   if (tokens < 1) {

@@ -78,6 +78,8 @@ class PrefixRouter {
 
   // One request routed to node ended: in_flight-- (never below 0).
   void finished(int node);
+  // A running request came to node from elsewhere (live migration): in_flight++.
+  void adopted(int node);
 
   // Caps the node's mirror at min(tokens, max_tree_tokens), e.g. its KV pool
   // size in tokens, evicting at once if it is over. tokens >= 1.

@@ -33,6 +33,16 @@ constexpr uint64_t first_wire_id = 1ull << 62;
 using pd_reserve_atom = caf::atom_constant<caf::atom("pdreserve")>;
 // Tries again to place the requests waiting for a node (from the router itself).
 using failover_retry_atom = caf::atom_constant<caf::atom("failretry")>;
+// Moves the next requests off a draining node (from the router itself).
+using drain_tick_atom = caf::atom_constant<caf::atom("draintick")>;
+// A draining node is looked at again after this long (requests still
+// prefilling there, moves that failed).
+constexpr auto drain_interval = std::chrono::milliseconds(100);
+// Moves under way from one node at once: each holds its request's rows on
+// two nodes and the data plane's bandwidth.
+constexpr size_t max_moves_per_node = 4;
+// From a kv_move order to its answer: the whole copy of one request's KV.
+constexpr auto move_timeout = std::chrono::seconds(120);
 
 struct NodeLink {
   NodeAddress address;
@@ -53,6 +63,12 @@ struct NodeLink {
   std::set<uint64_t> requests;  // in flight there, by the head's id (a disaggregated one by its wire id)
   std::string mode;          // NodeWelcome::disaggregation_mode: "", "prefill" or "decode"
   int64_t kv_tokens = 0;
+  int64_t kv_token_bytes = 0;  // one token's KV over all layers / n_layers (NodeWelcome)
+  // Drained (POST /nodes/{id}/drain, or the node said it is leaving): no
+  // new request goes there, and its running ones move elsewhere with their
+  // KV. Cleared when it joins again (a restart).
+  bool draining = false;
+  bool drain_scheduled = false;  // a drain_tick_atom is on its way
 };
 
 // A request split over a prefill node (its prompt) and a decode node (the
@@ -83,6 +99,23 @@ struct Placement {
   std::chrono::steady_clock::time_point waits_until{};
 };
 
+// A running request on its way to another node with its KV (live
+// migration, a drain). The node it is on holds it frozen; the target has
+// rows reserved for it and gets them from that node's KV sender; the commit
+// starts it there from its last token. Items the target sends before the
+// source has said the copy is done are kept back here, so that a failed
+// move (the source goes on) never shows the client a token twice.
+struct Move {
+  int from = -1, to = -1;
+  uint64_t from_id = 0;  // its id on the source: the head's, or a pair's wire id
+  uint64_t token = 0;    // this move's, so that late answers of another are told apart
+  bool adopted = false;  // the policy counted it on `to` (in_flight)
+  bool target_lost = false;
+  int64_t rows = 0;      // KV rows sent (after the target's own cached prefix)
+  std::chrono::steady_clock::time_point started;
+  std::vector<std::unique_ptr<fb::TokenStreamItemT>> kept;  // from `to`, not yet passed on
+};
+
 struct RouterState {
   ClusterConfig config;
   NodeModel model;
@@ -99,6 +132,7 @@ struct RouterState {
   std::map<uint64_t, PdRequest> pd;      // disaggregated requests, by the head's id
   std::map<uint64_t, uint64_t> pd_wire;  // their current wire ids -> the head's id
   uint64_t next_wire = first_wire_id;
+  std::map<uint64_t, Move> moving;  // by the head's id
   uint64_t stop_token = 0;         // held by the engine that spawned the router
   static inline const char* name = "actorlm.router";
 };
@@ -125,8 +159,11 @@ void dial_failed(Self* self, int i, const std::string& why) {
 }
 
 void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why);
-bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why);
+bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why, bool counts = true);
 void place_parked(Self* self);
+void moves_lost_with(Self* self, int i);
+void drop_move(Self* self, uint64_t id, const std::string& why);
+bool keep_for_move(Self* self, int node, std::unique_ptr<fb::TokenStreamItemT>& item);
 
 // The node leaves the rotation; its requests go on elsewhere (fail_over)
 // or end with `why`.
@@ -143,10 +180,11 @@ void lose_node(Self* self, int i, const std::string& why) {
   log_node(self, i, "lost (" + why + "); " + std::to_string(ids.size()) + " request(s) on it" +
                         (pairs.empty() ? "" : ", " + std::to_string(pairs.size()) + " disaggregated one(s)"));
   const std::string what = "worker node " + n.address.str() + " was lost: " + why;
+  moves_lost_with(self, i);
   std::vector<uint64_t> failed;
   for (uint64_t id : ids) {
     auto it = s.placed.find(id);
-    if (it == s.placed.end()) continue;
+    if (it == s.placed.end() || it->second.node != i) continue;  // a move's target copy: its move handles it
     Placement p = std::move(it->second);
     s.placed.erase(it);
     if (!fail_over(self, id, std::move(p), what)) failed.push_back(id);
@@ -190,6 +228,8 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   n.gone_token = watch(self, i, gateway);
   n.mode = w.disaggregation_mode;
   n.kv_tokens = w.kv_tokens;
+  n.kv_token_bytes = w.kv_token_bytes * w.n_layers;
+  n.draining = false;
   // Decode nodes take no prompts of their own: the prefix policy never
   // picks them (pick_decode does).
   s.policy->set_alive(i, n.mode != "decode");
@@ -252,12 +292,12 @@ std::vector<uint8_t> for_node(const std::vector<uint8_t>& bytes, uint64_t wire, 
 
 // The decode node for a new pair: joined, fewest requests in flight per KV
 // token it holds (so a bigger pool takes more), then the lowest index.
-int pick_decode(Self* self) {
+int pick_decode(Self* self, int except = -1) {
   auto& nodes = self->state.nodes;
   int best = -1;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeLink& n = nodes[i];
-    if (!n.gateway || n.mode != "decode") continue;
+    if (!n.gateway || n.mode != "decode" || n.draining || static_cast<int>(i) == except) continue;
     if (best < 0) {
       best = static_cast<int>(i);
       continue;
@@ -448,9 +488,9 @@ void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
 // tokens the first node would have sent, none twice or missing. False (the
 // request fails) when it has moved failover_attempts times or no node can
 // take it.
-bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
+bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why, bool counts) {
   auto& s = self->state;
-  if (p.ending || p.moves >= s.config.failover_attempts) return false;
+  if (p.ending || (counts && p.moves >= s.config.failover_attempts)) return false;
   std::vector<int32_t> ids = prompt_of(p.bytes);
   ids.insert(ids.end(), p.streamed.begin(), p.streamed.end());
   RouteDecision d = s.policy->route(ids);
@@ -474,7 +514,7 @@ bool fail_over(Self* self, uint64_t id, Placement p, const std::string& why) {
     return true;
   }
   p.waits_until = {};
-  ++p.moves;
+  if (counts) ++p.moves;
   std::fprintf(stderr, "actorlm head: request %llu: %s; going on at node %s after %zu token(s) (move %d)\n",
                static_cast<unsigned long long>(id), why.c_str(), s.nodes[static_cast<size_t>(d.node)].address.str().c_str(),
                p.streamed.size(), p.moves);
@@ -590,6 +630,339 @@ std::vector<uint8_t> seeded(const std::vector<uint8_t>& bytes) {
   return msg::pack(*req);
 }
 
+
+// --- Live migration and drain -------------------------------------------
+// A drained node's running requests move to other nodes with their KV: the
+// head freezes one on its node (kv_freeze), reserves rows for it on another
+// (kv_reserve, with the tokens its client has as its output), orders the
+// first node's KV sender to copy the rows there (kv_move), and the commit
+// starts it there from its last token: no prompt token is computed again,
+// and its tokens go on exactly as they would have. A request only waiting
+// there starts again elsewhere; one still prefilling is asked again later.
+
+void thaw(Self* self, int i, uint64_t from_id) {
+  NodeLink& n = self->state.nodes[static_cast<size_t>(i)];
+  if (!n.gateway) return;
+  fb::KvMoveT order;
+  order.request_id = from_id;
+  self->send(n.gateway, kv_thaw_atom::value, WireMessage{n.session.seal(RequestKind::kv_thaw, msg::pack(order))});
+}
+
+// The target's copy of a move goes (its rows are given back there).
+void drop_target(Self* self, Move& m, uint64_t id, const std::string& why) {
+  auto& s = self->state;
+  if (m.to < 0) return;
+  if (!m.target_lost) send_abort(self, m.to, id, why);
+  s.nodes[static_cast<size_t>(m.to)].requests.erase(id);
+  if (m.adopted) s.policy->finished(m.to);
+  m.to = -1;
+}
+
+// The client ended it, or its source was lost: the move stops, its target's
+// copy is dropped, and the request goes the way it would without a move.
+void drop_move(Self* self, uint64_t id, const std::string& why) {
+  auto& s = self->state;
+  auto it = s.moving.find(id);
+  if (it == s.moving.end()) return;
+  drop_target(self, it->second, id, why);
+  s.moving.erase(it);
+}
+
+void moves_lost_with(Self* self, int i) {
+  auto& s = self->state;
+  std::vector<uint64_t> from_here;
+  for (auto& [id, m] : s.moving) {
+    if (m.from == i) from_here.push_back(id);
+    // Its target copy is gone; the source's answer to the move says whether
+    // the request is still there (a failed copy puts it back) or must fail over.
+    if (m.to == i) m.target_lost = true;
+  }
+  for (uint64_t id : from_here) drop_move(self, id, "the node it moved from was lost");
+}
+
+bool keep_for_move(Self* self, int node, std::unique_ptr<fb::TokenStreamItemT>& item) {
+  auto it = self->state.moving.find(item->request_id);
+  if (it == self->state.moving.end() || it->second.to != node) return false;
+  it->second.kept.push_back(std::move(item));
+  return true;
+}
+
+void on_frozen(Self* self, uint64_t id, uint64_t token, const fb::KvFreezeReplyT& reply);
+void on_move_reserved(Self* self, uint64_t id, uint64_t token, const WireMessage& m);
+void on_moved(Self* self, uint64_t id, uint64_t token, const std::string& error);
+
+void start_move(Self* self, uint64_t id, int from) {
+  auto& s = self->state;
+  Move m;
+  m.from = from;
+  if (auto p = s.placed.find(id); p != s.placed.end()) {
+    if (p->second.ending || p->second.node != from) return;
+    m.from_id = id;
+  } else if (auto r = s.pd.find(id); r != s.pd.end()) {
+    // A pair's request moves once it decodes; its prefill side finishes soon.
+    if (r->second.ending || !r->second.streamed || r->second.decode != from) return;
+    m.from_id = r->second.wire;
+  } else {
+    return;
+  }
+  m.token = random_token();
+  m.started = std::chrono::steady_clock::now();
+  const uint64_t token = m.token;
+  NodeLink& n = s.nodes[static_cast<size_t>(from)];
+  fb::KvMoveT order;
+  order.request_id = m.from_id;
+  s.moving[id] = std::move(m);
+  self->request(n.gateway, reserve_timeout, kv_freeze_atom::value,
+                WireMessage{n.session.seal(RequestKind::kv_freeze, msg::pack(order))})
+      .then(
+          [self, id, token](const WireMessage& w) {
+            fb::KvFreezeReplyT reply;
+            reply.state = 3;
+            if (auto r = msg::unpack<fb::KvFreezeReply>(w.bytes, nullptr)) reply = std::move(*r);
+            on_frozen(self, id, token, reply);
+          },
+          [self, id, token](const caf::error&) {
+            fb::KvFreezeReplyT unknown;
+            unknown.state = 3;
+            on_frozen(self, id, token, unknown);
+          });
+}
+
+// Where a frozen request goes: a pair's to another decode node if there is
+// one; else where the prefix policy would send its prompt and output (a
+// node that takes prompts); else any decode node. -1: nowhere now.
+int move_target(Self* self, uint64_t id, const std::vector<int32_t>& tokens, int from, bool& adopted) {
+  auto& s = self->state;
+  adopted = false;
+  if (s.pd.count(id)) {
+    if (int d = pick_decode(self, from); d >= 0) return d;
+  }
+  RouteDecision d = s.policy->route(tokens);
+  if (d.node >= 0 && d.node != from) {
+    adopted = true;
+    return d.node;
+  }
+  if (d.node >= 0) s.policy->finished(d.node);
+  return pick_decode(self, from);
+}
+
+void on_frozen(Self* self, uint64_t id, uint64_t token, const fb::KvFreezeReplyT& reply) {
+  auto& s = self->state;
+  auto it = s.moving.find(id);
+  if (it == s.moving.end() || it->second.token != token) {
+    // Given up on meanwhile (the client ended it, or its node was lost):
+    // if it is still there it goes on there.
+    return;
+  }
+  Move& m = it->second;
+  const int from = m.from;
+  if (reply.state != 0) {
+    s.moving.erase(it);
+    auto p = s.placed.find(id);
+    if (reply.state != 1 || p == s.placed.end()) return;  // busy (asked again later) or gone
+    // Only waiting there: it starts again elsewhere, as a new request would.
+    Placement moved = std::move(p->second);
+    s.placed.erase(p);
+    s.nodes[static_cast<size_t>(from)].requests.erase(id);
+    s.policy->finished(from);
+    if (!fail_over(self, id, std::move(moved), "its node is drained", false)) {
+      self->send(s.detokenizer, stream_atom::value,
+                 WireMessage{error_stream({id}, ErrorKind::unavailable, "its node is drained and no node can take it")});
+    }
+    return;
+  }
+  const bool plain = s.placed.count(id) > 0;
+  const std::vector<uint8_t>& bytes = plain ? s.placed.at(id).bytes : s.pd.at(id).bytes;
+  const std::vector<int32_t>& streamed = plain ? s.placed.at(id).streamed : s.pd.at(id).tokens;
+  if (static_cast<size_t>(reply.output_tokens) != streamed.size() || streamed.empty()) {
+    // Its node has sent a token the head has not seen yet: next time.
+    thaw(self, from, m.from_id);
+    s.moving.erase(it);
+    return;
+  }
+  std::vector<int32_t> tokens = prompt_of(bytes);
+  tokens.insert(tokens.end(), streamed.begin(), streamed.end());
+  m.to = move_target(self, id, tokens, from, m.adopted);
+  if (m.to < 0) {
+    thaw(self, from, m.from_id);
+    s.moving.erase(it);
+    return;
+  }
+  NodeLink& t = s.nodes[static_cast<size_t>(m.to)];
+  t.requests.insert(id);
+  m.rows = static_cast<int64_t>(tokens.size()) - 1;
+  self->request(t.gateway, reserve_timeout, kv_reserve_atom::value,
+                WireMessage{t.session.seal(RequestKind::kv_reserve, resumed(bytes, streamed))})
+      .then([self, id, token](const WireMessage& w) { on_move_reserved(self, id, token, w); },
+            [self, id, token](const caf::error& e) {
+              fb::KvReserveReplyT failed;
+              failed.error = "no answer: " + self->system().render(e);
+              on_move_reserved(self, id, token, WireMessage{msg::pack(failed)});
+            });
+}
+
+void on_move_reserved(Self* self, uint64_t id, uint64_t token, const WireMessage& w) {
+  auto& s = self->state;
+  fb::KvReserveReplyT reply;
+  if (auto r = msg::unpack<fb::KvReserveReply>(w.bytes, &reply.error)) reply = std::move(*r);
+  auto it = s.moving.find(id);
+  if (it == s.moving.end() || it->second.token != token) return;  // dropped: its target copy was aborted then
+  Move& m = it->second;
+  if (!reply.error.empty() || reply.ticket == 0 || m.target_lost) {
+    if (!reply.no_room && !m.target_lost) {
+      log_node(self, m.to, "refused a request moving to it: " + reply.error);
+    }
+    drop_target(self, m, id, "reservation refused");
+    thaw(self, m.from, m.from_id);
+    s.moving.erase(it);
+    return;
+  }
+  NodeLink& f = s.nodes[static_cast<size_t>(m.from)];
+  fb::KvMoveT order;
+  order.request_id = m.from_id;
+  order.address = s.nodes[static_cast<size_t>(m.to)].address.str();
+  order.ticket = reply.ticket;
+  order.skip = reply.cached_tokens;
+  m.rows -= reply.cached_tokens;
+  self->request(f.gateway, move_timeout, kv_move_atom::value, WireMessage{f.session.seal(RequestKind::kv_move, msg::pack(order))})
+      .then([self, id, token](const std::string& error) { on_moved(self, id, token, error); },
+            [self, id, token](const caf::error& e) { on_moved(self, id, token, "no answer: " + self->system().render(e)); });
+}
+
+// The request is on node `to` now (Placement), and what it sent there so
+// far goes to the client.
+void settle_move(Self* self, uint64_t id, Move& m) {
+  auto& s = self->state;
+  NodeLink& from = s.nodes[static_cast<size_t>(m.from)];
+  Placement p;
+  if (auto pd = s.pd.find(id); pd != s.pd.end()) {
+    PdRequest& r = pd->second;
+    from.requests.erase(r.wire);
+    s.pd_wire.erase(r.wire);
+    p = Placement{m.to, std::move(r.bytes), std::move(r.tokens), r.moves, r.ending};
+    s.pd.erase(pd);
+  } else {
+    p = std::move(s.placed.at(id));
+    from.requests.erase(id);
+    s.policy->finished(m.from);
+  }
+  if (!m.adopted) s.policy->adopted(m.to);
+  p.node = m.to;
+  s.placed[id] = std::move(p);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m.started).count();
+  const NodeLink& to = s.nodes[static_cast<size_t>(m.to)];
+  std::fprintf(stderr, "actorlm head: request %llu moved from node %s to %s with %lld KV rows (%.1f MB) in %.0f ms\n",
+               static_cast<unsigned long long>(id), from.address.str().c_str(), to.address.str().c_str(),
+               static_cast<long long>(m.rows), double(m.rows * to.kv_token_bytes) / 1e6, ms);
+  fb::TokenStreamT out;
+  for (auto& item : m.kept) {
+    if (item->finish_reason != fb::FinishReason::None) {
+      s.nodes[static_cast<size_t>(m.to)].requests.erase(id);
+      s.placed.erase(id);
+      s.policy->finished(m.to);
+    } else if (auto q = s.placed.find(id); q != s.placed.end()) {
+      q->second.streamed.insert(q->second.streamed.end(), item->token_ids.begin(), item->token_ids.end());
+    }
+    out.items.push_back(std::move(item));
+  }
+  if (!out.items.empty()) self->send(s.detokenizer, stream_atom::value, WireMessage{msg::pack(out)});
+}
+
+void on_moved(Self* self, uint64_t id, uint64_t token, const std::string& error) {
+  auto& s = self->state;
+  auto it = s.moving.find(id);
+  if (it == s.moving.end() || it->second.token != token) return;
+  Move m = std::move(it->second);
+  s.moving.erase(it);
+  if (m.target_lost) {
+    if (!error.empty()) return;  // the copy failed: it went on where it was
+    // Released where it was, lost where it went: it goes on from its tokens.
+    m.kept.clear();
+    m.to = -1;
+    Placement p;
+    if (auto pd = s.pd.find(id); pd != s.pd.end()) {
+      s.nodes[static_cast<size_t>(m.from)].requests.erase(pd->second.wire);
+      s.pd_wire.erase(pd->second.wire);
+      p = Placement{-1, std::move(pd->second.bytes), std::move(pd->second.tokens), pd->second.moves, pd->second.ending};
+      s.pd.erase(pd);
+    } else if (auto q = s.placed.find(id); q != s.placed.end()) {
+      s.nodes[static_cast<size_t>(m.from)].requests.erase(id);
+      s.policy->finished(m.from);
+      p = std::move(q->second);
+      s.placed.erase(q);
+    } else {
+      return;
+    }
+    if (!fail_over(self, id, std::move(p), "the node it moved to was lost")) {
+      self->send(s.detokenizer, stream_atom::value,
+                 WireMessage{error_stream({id}, ErrorKind::unavailable, "the node it moved to was lost")});
+    }
+    return;
+  }
+  if (!error.empty() && m.kept.empty()) {
+    // Nothing came from the target: the source has put it back and goes on.
+    log_node(self, m.from, "could not move request " + std::to_string(id) + ": " + error);
+    drop_target(self, m, id, "the move failed");
+    return;
+  }
+  // Done; or the target has started it although the source says otherwise
+  // (an answer lost after the commit): the target's copy goes on, and the
+  // source's, if it was put back, is dropped before it sends anything more.
+  if (!error.empty()) send_abort(self, m.from, m.from_id, "moved to another node");
+  settle_move(self, id, m);
+}
+
+void drain_tick(Self* self, int i) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  n.drain_scheduled = false;
+  if (!n.draining || !n.gateway) return;
+  size_t active = 0;
+  for (const auto& [id, m] : s.moving) active += m.from == i ? 1 : 0;
+  const std::set<uint64_t> here = n.requests;
+  for (uint64_t rid : here) {
+    if (active >= max_moves_per_node) break;
+    uint64_t id = rid;
+    if (rid >= first_wire_id) {
+      auto c = s.pd_wire.find(rid);
+      if (c == s.pd_wire.end()) continue;
+      id = c->second;
+    }
+    if (s.moving.count(id)) continue;
+    start_move(self, id, i);
+    active += s.moving.count(id);
+  }
+  if (!n.requests.empty()) {
+    n.drain_scheduled = true;
+    self->delayed_send(self, drain_interval, drain_tick_atom::value, static_cast<int32_t>(i));
+  }
+}
+
+void set_draining(Self* self, int i, bool on) {
+  auto& s = self->state;
+  NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  if (n.draining != on) log_node(self, i, on ? "drained: its requests move to other nodes" : "takes requests again");
+  n.draining = on;
+  if (n.gateway) s.policy->set_alive(i, !on && n.mode != "decode");
+  if (on && !n.drain_scheduled) drain_tick(self, i);
+}
+
+// (drain_atom, id, on): the node by index or address; its state as JSON.
+std::string on_drain(Self* self, const std::string& which, bool on) {
+  auto& s = self->state;
+  int i = -1;
+  for (size_t k = 0; k < s.nodes.size(); ++k) {
+    if (s.nodes[k].address.str() == which || std::to_string(k) == which) i = static_cast<int>(k);
+  }
+  if (i < 0) return "error: no node " + which + " (a node's index in --node order from 0, or its host:port)";
+  set_draining(self, i, on);
+  const NodeLink& n = s.nodes[static_cast<size_t>(i)];
+  char out[512];
+  std::snprintf(out, sizeof out, R"({"node":%d,"address":"%s","joined":%s,"draining":%s,"in_flight":%zu})", i,
+                n.address.str().c_str(), n.gateway ? "true" : "false", on ? "true" : "false", n.requests.size());
+  return out;
+}
+
 void on_generate(Self* self, const WireMessage& in) {
   auto& s = self->state;
   auto req = msg::open<fb::TokenizedRequest>(in.bytes);
@@ -619,6 +992,7 @@ void on_cancel(Self* self, Atom atom, const WireMessage& in) {
   if (!a) return;
   std::map<int, fb::AbortT> per_node;
   for (uint64_t id : a->request_ids) {
+    drop_move(self, id, a->reason);  // it ends where it is
     if (s.pd.count(id)) {
       cancel_pd(self, atom, id, a->reason);
       continue;
@@ -695,6 +1069,10 @@ void on_stream(Self* self, const WireMessage& in) {
   size_t foreign = 0;
   bool paired = false;  // items of disaggregated requests, renamed to the head's ids
   for (auto& item : ts->items) {
+    if (keep_for_move(self, node, item)) {
+      paired = true;  // the stream is not passed on as it came
+      continue;
+    }
     if (item->request_id >= first_wire_id) {
       paired = true;
       on_pd_item(self, node, std::move(item), kept);
@@ -734,6 +1112,7 @@ void finish_stats(Self* self, const std::shared_ptr<StatsGather>& g) {
     row.routed = s.policy->stats(static_cast<int>(i)).routed;
     row.in_flight = static_cast<int32_t>(s.nodes[i].requests.size());
     row.disaggregation_mode = s.nodes[i].mode;
+    row.draining = s.nodes[i].draining;
     if (!row.alive) row.error = s.nodes[i].error.empty() ? "joining" : s.nodes[i].error;
   }
   g->promise.deliver(WireMessage{msg::pack(to_message(g->total))});
@@ -831,6 +1210,21 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         auto& s = self->state;
         s.retry_scheduled = false;
         if (!s.parked.empty()) place_parked(self);
+      },
+      [self](drain_tick_atom, int32_t i) {
+        if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) drain_tick(self, i);
+      },
+      [self](drain_atom, const std::string& which, bool on) -> caf::result<std::string> {
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_drain(self, which, on);
+      },
+      [self](leaving_atom) {
+        // Only a node's own gateway says it is leaving (CAF names the sender).
+        auto& s = self->state;
+        const caf::actor_addr from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        for (size_t i = 0; i < s.nodes.size(); ++i) {
+          if (s.nodes[i].gateway && s.nodes[i].gateway.address() == from) set_draining(self, static_cast<int>(i), true);
+        }
       },
       [self](dial_atom, int32_t i) {
         if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);

@@ -48,9 +48,5 @@ using kv_move_atom = caf::atom_constant<caf::atom("kvmove")>;
 // operator asked it to drain): move its requests elsewhere and route nothing
 // more to it. Taken only from the gateway of a node the head dialled.
 using leaving_atom = caf::atom_constant<caf::atom("leaving")>;
-// An engine, in a cluster head's process, to its router: (drain_atom, node
-// index or address, on) -> std::string, the node's state as JSON, or an
-// error starting with "error: ".
-using drain_atom = caf::atom_constant<caf::atom("drain")>;
 
 }  // namespace actorlm
