@@ -170,9 +170,8 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     }
     return WireMessage{msg::pack(reply)};
   };
-  auto on_thaw = [&](kv_thaw_atom, const WireMessage& in) -> bool {
-    auto id = move_id(in);
-    return id && sched.thaw(*id);
+  auto on_thaw = [&](kv_thaw_atom, const WireMessage& in) {
+    if (auto id = move_id(in)) sched.thaw(*id);
   };
   auto on_shutdown = [&](shutdown_atom) { running = false; };
   // Between steps: the worker's down message (it is lost: the next step

@@ -67,8 +67,8 @@ using kv_activate_atom = caf::atom_constant<caf::atom("kvactivate")>;
 using kv_cancel_atom = caf::atom_constant<caf::atom("kvcancel")>;
 using kv_release_atom = caf::atom_constant<caf::atom("kvrelease")>;
 // Live migration: a scheduler freezes a decoding request for its KV to be
-// copied elsewhere (KvMove -> KvFreezeReply), or puts it back (KvMove ->
-// bool); kv_release lets it go once the copy is done.
+// copied elsewhere (KvMove -> KvFreezeReply), or puts it back (KvMove);
+// kv_release lets it go once the copy is done.
 using kv_freeze_atom = caf::atom_constant<caf::atom("kvfreeze")>;
 using kv_thaw_atom = caf::atom_constant<caf::atom("kvthaw")>;
 // An engine to a cluster head's router: (drain_atom, node index or address,

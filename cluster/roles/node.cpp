@@ -176,7 +176,7 @@ caf::actor Node::gateway() const { return impl_->gateway; }
 
 void Node::leave() {
   caf::scoped_actor self{impl_->system};
-  self->send(impl_->gateway, leaving_atom::value);
+  self->request(impl_->gateway, std::chrono::seconds(15), leaving_atom::value).receive([](bool) {}, [](const caf::error&) {});
 }
 
 int32_t Node::in_flight() {

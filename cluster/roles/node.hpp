@@ -62,7 +62,8 @@ class Node {
   int64_t kv_tokens() const;
   caf::actor gateway() const;
   // Drain: asks every head joined here to move this node's running requests
-  // elsewhere (with their KV) and to route nothing more here.
+  // elsewhere (with their KV) and to route nothing more here; returns once
+  // they have answered (so in_flight() counts all they sent before).
   void leave();
   // Requests the gateway still routes for its heads (-1: no answer).
   int32_t in_flight();

@@ -735,11 +735,21 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
       [self](kv_freeze_atom, const WireMessage& in) { return on_freeze(self, in); },
       [self](kv_move_atom, const WireMessage& in) { return on_move(self, in); },
       [self](kv_thaw_atom, const WireMessage& in) { on_thaw(self, in); },
-      [self](leaving_atom) {
+      [self](leaving_atom) -> caf::result<bool> {
         // From this process (the node's operator): every head moves this
-        // node's requests elsewhere and routes nothing more here.
-        if (!from_this_process(self)) return;
-        for (const auto& [addr, head] : self->state.heads) self->send(head.router, leaving_atom::value);
+        // node's requests elsewhere and routes nothing more here. The answer
+        // comes once every head has answered: whatever a head routed here
+        // before it stopped came before its answer, so is counted by then.
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        auto rp = self->make_response_promise<bool>();
+        auto pending = std::make_shared<size_t>(self->state.heads.size());
+        if (*pending == 0) rp.deliver(true);
+        for (const auto& [addr, head] : self->state.heads) {
+          self->request(head.router, std::chrono::seconds(10), leaving_atom::value)
+              .then([rp, pending](bool) mutable { if (--*pending == 0) rp.deliver(true); },
+                    [rp, pending](const caf::error&) mutable { if (--*pending == 0) rp.deliver(true); });
+        }
+        return rp;
       },
       [self](status_atom) -> caf::result<int32_t> {
         if (!from_this_process(self)) return caf::sec::unexpected_message;

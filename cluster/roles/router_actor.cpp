@@ -1220,11 +1220,13 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
       },
       [self](leaving_atom) {
         // Only a node's own gateway says it is leaving (CAF names the sender).
+        // The answer tells it nothing more will be routed there.
         auto& s = self->state;
         const caf::actor_addr from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         for (size_t i = 0; i < s.nodes.size(); ++i) {
           if (s.nodes[i].gateway && s.nodes[i].gateway.address() == from) set_draining(self, static_cast<int>(i), true);
         }
+        return true;
       },
       [self](dial_atom, int32_t i) {
         if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) dial(self, i);

@@ -26,6 +26,9 @@ struct Link {
   bool dialling = false;
   std::vector<uint64_t> waiting;  // transfers waiting for the join
   uint16_t data_port = 0;         // the decode node's data port; 0: chunks over the middleman
+  // Why it cannot take this node's KV (another model): it stays joined
+  // there, so it is not dialled again; every transfer to it fails with this.
+  std::string refused;
 };
 
 struct Transfer {
@@ -220,10 +223,12 @@ void joined(Self* self, const std::string& key, const caf::actor& gateway, const
   link.dialling = false;
   std::vector<uint64_t> waiting = std::move(link.waiting);
   link.waiting.clear();
+  // Any engine node takes KV (a decode node from a prefill node, any node a
+  // request migrating to it); its reservation said it can.
   std::string bad = model_mismatch(s.cfg.model, {w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest});
-  if (bad.empty() && w.disaggregation_mode != "decode") bad = key + " is not a decode node (--disaggregation-mode decode)";
+  if (bad.empty() && w.role != "engine") bad = key + " is not an engine node";
   if (!bad.empty()) {
-    // Stays joined there (harmless); every transfer to it fails.
+    link.refused = bad;
     for (uint64_t id : waiting) finish(self, id, bad);
     return;
   }
@@ -284,6 +289,7 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   const std::string key = address.str();
   auto [link, fresh] = s.links.try_emplace(key);
   if (fresh) link->second.address = address;
+  if (!link->second.refused.empty()) return link->second.refused;
   const uint64_t id = s.next_transfer++;
   Transfer& t = s.transfers[id];
   t.link = key;

@@ -1,6 +1,8 @@
 #pragma once
-// A prefill node's KV sender (prefill/decode disaggregation). The node's
-// gateway hands it each held request (KvSendOrder: the decode node's
+// An engine node's KV sender: a prefill node's held requests go to their
+// decode nodes (prefill/decode disaggregation), a request frozen for a live
+// migration to the node it moves to (first_token -1: it goes on from its
+// output there). The node's gateway hands it each held request (KvSendOrder: the decode node's
 // address, the ticket that node issued, the prompt's KV rows and the first
 // token); the sender joins the decode node as a head joins a node (same
 // secret, TLS and sealed session), reads the rows from its own worker one
