@@ -90,9 +90,10 @@ def away_and_back(port, body, before, state, progress):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     conn.request("POST", "/v1/completions", payload, {"Content-Type": "application/json", "Last-Event-ID": events[-1][0]})
     r = conn.getresponse()
-    check(r.status == 200, f"coming back: {r.status} {r.read()[:200]}")
+    if r.status != 200:
+        raise AssertionError(f"coming back: {r.status} {r.read()[:200]}")
     rest, ended = read_events(r, stop_after=None)
-    check(ended, "the resumed stream did not end")
+    check(ended, f"the resumed stream did not end: {len(events)} events, then {len(rest)}: {rest[-2:]}")
     events += rest
     chunks = [json.loads(d) for _, d in events if d != "[DONE]"]
     finish = next((c["finish_reason"] for ch in chunks for c in ch.get("choices", []) if c.get("finish_reason")), None)
@@ -116,7 +117,13 @@ def check_drain_under_load():
                 else:
                     results[i] = stream_completion(h.port, bodies[i], progress[i])
 
-            threads = [threading.Thread(target=run, args=(i,)) for i in bodies]
+            def run_logged(i):
+                try:
+                    run(i)
+                except AssertionError as e:
+                    results[i] = (-1, str(e), None, None)
+
+            threads = [threading.Thread(target=run_logged, args=(i,)) for i in bodies]
             for t in threads:
                 t.start()
             check(state["away"].wait(300), "the client that goes away never read its first events")
@@ -144,6 +151,11 @@ def check_drain_under_load():
             differ = []
             for i in bodies:
                 code, text, finish, usage = results[i]
+                if code != 200:
+                    print("\n".join(line.rstrip() for _, line in h.lines))
+                    print(json.dumps(nodes(h.port), indent=1))
+                    for n in node_list:
+                        print("\n".join(f"{n.address}: {line.rstrip()}" for line in n.lines[-12:]))
                 got = (text, finish, usage["completion_tokens"] if usage else None, usage["prompt_tokens"] if usage else None)
                 if code != 200 or got != expected[i]:
                     differ.append((i, code, got, expected[i]))
