@@ -60,6 +60,9 @@ struct Request {
   int64_t arrival = 0;     // admission order (fcfs, retraction victims)
   int32_t cached_tokens = 0;
   int32_t retractions = 0;
+  // Steps that failed with it in the batch (Scheduler::recover): after one
+  // it runs alone until it samples a token; a second fails it alone.
+  int32_t step_failures = 0;
   bool prefetched = false;  // its tiers' blocks were asked for while it waited
   double prefetch_at = 0;   // when (Scheduler's clock, seconds)
   FinishReason finish = FinishReason::none;

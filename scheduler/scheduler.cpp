@@ -419,6 +419,14 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   if (waiting_.empty() || budget <= 0 || memory_short_) return plan;
   size_t room = static_cast<size_t>(config_.max_running_requests) - std::min(running_.size(), static_cast<size_t>(config_.max_running_requests));
   if (room == 0) return plan;
+  // After a failed step its requests are admitted one at a time, before
+  // anything else, each alone until it has sampled a token.
+  const bool suspects = std::any_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
+  if (suspect_running()) return plan;
+  if (suspects) {
+    if (!plan.empty()) return plan;  // a chunk in progress finishes first
+    room = 1;
+  }
 
   // Order the queue: longest cached prefix first (lpm) or arrival (fcfs).
   std::vector<std::vector<int32_t>> fills;
@@ -438,6 +446,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   int64_t estimate = budget;
   for (size_t i : order) {
     if (chosen.size() == room || estimate <= 0) break;
+    if (suspects && waiting_[i].step_failures == 0) continue;
     if (awaits_prefetch(waiting_[i])) continue;
     int64_t need = static_cast<int64_t>(fills[i].size()) - cached[i];
     if (config_.chunked_prefill_size == 0 && need > estimate && !chosen.empty()) break;
@@ -687,11 +696,54 @@ std::vector<TokenEvent> Scheduler::step() {
   int64_t prefill_tokens = 0, decode_rows = 0;
   for (const auto& p : plan) (p.run->decoding ? decode_rows : prefill_tokens) += static_cast<int64_t>(p.tokens.size());
   const double started = now();
-  std::vector<SampleResult> results = worker_.run(in.batch, in.sampling);
+  std::vector<SampleResult> results;
+  try {
+    results = worker_.run(in.batch, in.sampling);
+  } catch (const WorkerLost&) {
+    throw;  // no later step can run either: the caller fails everything
+  } catch (const std::exception& e) {
+    recover(plan, e.what(), events);
+    return events;
+  }
   last_step_seconds_ = now() - started;
   budget_.observe(prefill_tokens, decode_rows, last_step_seconds_);
   take_results(plan, results, events);
   return events;
+}
+
+bool Scheduler::suspect_running() const {
+  return std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.req.step_failures > 0; });
+}
+
+void Scheduler::recover(std::vector<Planned>& plan, const std::string& error, std::vector<TokenEvent>& events) {
+  ++stats_.failed_steps;
+  std::vector<uint64_t> ids;
+  for (const auto& p : plan) ids.push_back(p.run->req.id);
+  // Back to the queue in their order, the first in front.
+  for (auto id = ids.rbegin(); id != ids.rend(); ++id) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == *id; });
+    if (it == running_.end()) continue;
+    Request q = std::move(it->req);
+    running_.erase(it);
+    // The rows this step allocated were never written (or half written):
+    // none of them may enter the cache. What earlier steps cached stays.
+    RequestKv* kv[] = {&q.kv};
+    kv_.abort(kv);
+    q.kv = RequestKv{};
+    ++q.retractions;  // its usage counts its first admission only
+    if (q.scores_prompt()) q.prompt_scores.clear();
+    if (++q.step_failures >= 2) {
+      ++stats_.poisoned;
+      TokenEvent e = event_for(q);
+      e.finish = FinishReason::error;
+      e.error = "the engine failed on this request twice, the second time with it alone (" + error +
+                "); it is failed alone and the other requests go on";
+      e.error_kind = ErrorKind::internal;
+      events.push_back(std::move(e));
+      continue;
+    }
+    waiting_.push_front(std::move(q));
+  }
 }
 
 std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& events) {
@@ -708,7 +760,8 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
   if (waits && plan.empty() && running_.empty() && !waiting_.empty()) config_.tiers->wait_prefetch(std::chrono::milliseconds(20));
   if (!plan.empty() && extend(plan)) {
     memory_short_ = false;
-    add_decodes(plan);
+    // A suspect (see recover) runs alone: if it fails again, it alone is to blame.
+    if (!suspect_running()) add_decodes(plan);
     ++stats_.prefill_steps;
     return plan;
   }
@@ -832,6 +885,7 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       continue;
     }
     events.push_back(take_token(r, results[i]));
+    q.step_failures = 0;  // it sampled a token: whatever failed before was not this request alone
     if (events.back().held) hold.push_back(q.id);
     if (events.back().finish != FinishReason::none) {
       done.push_back(q.id);

@@ -15,6 +15,11 @@
 //   4. appends sampled tokens, checks stop conditions, caches finished
 //      requests (cache_finished) and prefilled ones (cache_unfinished, so
 //      later requests can share their prefix).
+// A step the worker fails (an exception that is not WorkerLost) fails no
+// request by itself: its requests give back this step's KV and wait again
+// (their outputs kept, so they go on exactly), then run one at a time until
+// each has sampled a token alone; one that fails a second time is failed
+// alone (a poison request), and everything else goes on.
 // The scheduler holds indices only; the pools and the tree live behind
 // KvService, the model behind Worker. Single-threaded (the scheduler actor).
 
@@ -94,6 +99,9 @@ struct SchedulerStats {
   // Live migration: running requests that came here with their KV (none of
   // their tokens computed here) and that left with it.
   int64_t migrated_in = 0, migrated_out = 0;
+  // Steps the worker failed (recovered from), and requests failed alone
+  // after a second such step.
+  int64_t failed_steps = 0, poisoned = 0;
   double cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 
@@ -215,6 +223,12 @@ class Scheduler {
   std::vector<Planned> schedule(std::vector<TokenEvent>& events);
   StepInput build_input(std::vector<Planned>& plan);
   void take_results(std::vector<Planned>& plan, std::vector<SampleResult>& results, std::vector<TokenEvent>& events);
+  // The worker failed this step: every planned request gives back its KV
+  // (none of this step's rows is cached) and waits again, or, failed twice,
+  // ends with the error.
+  void recover(std::vector<Planned>& plan, const std::string& error, std::vector<TokenEvent>& events);
+  // A request that was in a failed step and has not sampled a token alone since.
+  bool suspect_running() const;
   // One request's sampled token: output, event (prompt scores, constraint,
   // finish reason), write-through to the tiers, whether it is held (PD).
   TokenEvent take_token(Running& r, const SampleResult& s);

@@ -13,6 +13,8 @@ Checks:
     counts do not move), and what the drained node lost they gained (migrated_out =
     migrated_in); the drained node takes no new request until POST .../undrain; an unknown
     node is a 404;
+  - the same with a decode node of a prefill/decode cluster: its requests go on on the
+    other decode node;
   - rolling restart: every node started with --drain is stopped (SIGTERM) and started
     again in turn while 16 clients send requests back to back: each node leaves once its
     requests have moved, and not one request fails; every output equals the one-process run;
@@ -31,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_test import BIN, SECRET, NodeProcess, check, head, nodes, post, stream_completion, wait_for  # noqa: E402
-from cluster_pd_test import check_pools  # noqa: E402
+from cluster_pd_test import check_pools, pd_node  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 from stream_resume_test import read_events, text_of  # noqa: E402
 
@@ -183,6 +185,48 @@ def check_drain_under_load():
             n.stop()
 
 
+def check_pd_drain():
+    """A decode node of a prefill/decode cluster drained: its requests go on on the other
+    decode node from their KV."""
+    node_list = [pd_node(m) for m in ("prefill", "decode", "decode")]
+    bodies = {i: body_for(3 * i, 120) for i in range(6)}  # greedy: they split into pairs
+    bodies.update({i: body_for(3 * (i - 6) + 1, 120) for i in range(6, 9)})  # seeded sampling
+    expected = reference(bodies)
+    results, progress = {}, {i: [0] for i in bodies}
+    try:
+        with head(node_list, HEAD_FLAGS) as h:
+            wait_for("every node joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, stream_completion(h.port, bodies[i], progress[i])))
+                       for i in bodies]
+            for t in threads:
+                t.start()
+            wait_for("every stream decoding", lambda: all(p[0] >= 2 for p in progress.values()), 300)
+            before = nodes(h.port)
+            decoders = [a for a in before if before[a]["disaggregation_mode"] == "decode"]
+            victim = max(decoders, key=lambda a: before[a]["in_flight"])
+            other = next(a for a in decoders if a != victim)
+            check(before[victim]["in_flight"] >= 1, before)
+            code, _ = drain(h.port, victim)
+            check(code == 200, code)
+            wait_for("the drained decode node empty", lambda: nodes(h.port)[victim]["in_flight"] == 0, 120)
+            for t in threads:
+                t.join(600)
+            after = nodes(h.port)
+            moved = [line for _, line in h.lines if f"moved from node {victim} to {other}" in line]
+            check(moved and after[victim]["migrated_out"] == len(moved) == after[other]["migrated_in"], (len(moved), after))
+            check(after[other]["prompt_tokens"] == before[other]["prompt_tokens"], (before[other], after[other]))
+            differ = [(i, results[i], expected[i]) for i in bodies
+                      if results[i][0] != 200 or (results[i][1], results[i][2], results[i][3]["completion_tokens"],
+                                                  results[i][3]["prompt_tokens"]) != expected[i]]
+            check(not differ, f"{len(differ)} outputs differ from the one-process run: {differ[:2]}")
+            check_pools(h.port, "after the decode node's drain")
+            print(f"drain (prefill/decode): {len(moved)} requests moved from decode node {victim} to {other} with "
+                  f"their KV; all {len(bodies)} outputs equal the one-process run")
+    finally:
+        for n in node_list:
+            n.stop()
+
+
 def check_rolling_restart():
     node_list = [NodeProcess(["--secret-file", SECRET, "--drain", "--drain-timeout", "120"]).start() for _ in range(3)]
     done, stop = {}, threading.Event()
@@ -239,6 +283,7 @@ def check_rolling_restart():
 
 def main():
     check_drain_under_load()
+    check_pd_drain()
     check_rolling_restart()
     print("cluster drain: all checks passed")
 

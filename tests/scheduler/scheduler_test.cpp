@@ -1145,3 +1145,92 @@ TEST_CASE("Freezing a waiting, prefilling or aborted request moves nothing, and 
   CHECK(ended[0].finish == FinishReason::abort);
   require_no_leak(e);
 }
+
+namespace {
+
+// Fails the steps `fail_if` picks, and every step whose new tokens hold
+// `poison`, as a worker whose backend throws would.
+struct FaultyWorker final : Worker {
+  explicit FaultyWorker(Worker& w) : inner(w) {}
+  Worker& inner;
+  int32_t poison = -1;
+  std::function<bool(const ForwardBatch&)> fail_if = [](const ForwardBatch&) { return false; };
+  std::vector<SampleResult> run(const ForwardBatch& b, std::span<const SampleRequest> s) override {
+    if (fail_if(b) || std::find(b.token_ids.begin(), b.token_ids.end(), poison) != b.token_ids.end()) {
+      throw std::runtime_error("injected fault");
+    }
+    return inner.run(b, s);
+  }
+};
+
+std::map<uint64_t, TokenEvent> run_to_end(Scheduler& s, std::map<uint64_t, Ids>& tokens) {
+  std::map<uint64_t, TokenEvent> last;
+  for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+    for (const auto& e : s.step()) {
+      if (e.token >= 0) tokens[e.id].push_back(e.token);
+      if (e.finish != FinishReason::none) last[e.id] = e;
+    }
+  }
+  return last;
+}
+
+}  // namespace
+
+TEST_CASE("A step the worker fails loses no request, and one that fails a step twice fails alone", "[scheduler]") {
+  const auto prompts = shared_prefix_prompts(4);
+  const auto solo = solo_outputs(prompts, 12);
+  Engine e(4096, 1, config(16));
+  FaultyWorker w(e.worker);
+  SECTION("failed steps (the first prefill chunk, a decode of all four) are computed again with the same outputs") {
+    int failed = 0;
+    w.fail_if = [&](const ForwardBatch& b) {
+      // The first step, and the first one that decodes all four.
+      const bool fail = failed == 0 || (failed == 1 && b.reqs.size() == 4 && b.token_ids.size() == 4);
+      failed += fail ? 1 : 0;
+      return fail;
+    };
+    Scheduler s(config(16), e.kv, w);
+    for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(s.submit(make(i, prompts[i], 12)));
+    std::map<uint64_t, Ids> tokens;
+    auto last = run_to_end(s, tokens);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      CHECK(tokens[i] == solo.at(i));
+      CHECK(last[i].finish == FinishReason::length);
+      CHECK(last[i].prompt_tokens == static_cast<int32_t>(prompts[i].size()));
+      CHECK(last[i].completion_tokens == 12);
+    }
+    CHECK(failed == 2);
+    CHECK(s.stats().failed_steps == 2);
+    CHECK(s.stats().poisoned == 0);
+  }
+  SECTION("a request every step with it fails is failed alone with the error, the others finish as alone") {
+    const Ids bad = tokenizer().encode("Quokka zebra xylophone tangerine", false, true);
+    w.poison = bad.back();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      REQUIRE(std::find(prompts[i].begin(), prompts[i].end(), w.poison) == prompts[i].end());
+      REQUIRE(std::find(solo.at(i).begin(), solo.at(i).end(), w.poison) == solo.at(i).end());
+    }
+    Scheduler s(config(16), e.kv, w);
+    REQUIRE_FALSE(s.submit(make(0, prompts[0], 12)));
+    REQUIRE_FALSE(s.submit(make(1, prompts[1], 12)));
+    REQUIRE_FALSE(s.submit(make(9, bad, 12)));
+    std::map<uint64_t, Ids> tokens;
+    s.step();  // one step in: 0 and 1 prefilling
+    REQUIRE_FALSE(s.submit(make(2, prompts[2], 12)));
+    REQUIRE_FALSE(s.submit(make(3, prompts[3], 12)));
+    auto last = run_to_end(s, tokens);
+    CHECK(last[9].finish == FinishReason::error);
+    CHECK(last[9].error_kind == ErrorKind::internal);
+    CHECK(last[9].error.find("injected fault") != std::string::npos);
+    CHECK(last[9].error.find("failed alone") != std::string::npos);
+    CHECK(tokens[9].empty());
+    for (uint64_t i = 0; i < 4; ++i) {
+      INFO("request " << i);
+      CHECK(last[i].finish == FinishReason::length);
+      CHECK(tokens[i] == solo.at(i));
+    }
+    CHECK(s.stats().poisoned == 1);
+  }
+  require_no_leak(e);
+}
