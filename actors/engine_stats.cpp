@@ -41,6 +41,8 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.storage_foreign_blocks = s.storage.foreign;
   m.migrated_in_total = x.migrated_in;
   m.migrated_out_total = x.migrated_out;
+  m.failed_steps_total = x.failed_steps;
+  m.poisoned_requests_total = x.poisoned;
   for (const NodeStatsSnapshot& n : s.nodes) {
     auto r = std::make_unique<fb::NodeStatsT>();
     r->address = n.address;
@@ -93,6 +95,8 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   s.storage.foreign = m.storage_foreign_blocks;
   x.migrated_in = m.migrated_in_total;
   x.migrated_out = m.migrated_out_total;
+  x.failed_steps = m.failed_steps_total;
+  x.poisoned = m.poisoned_requests_total;
   for (const auto& r : m.nodes) {
     if (!r) continue;
     s.nodes.push_back({r->address, r->alive, r->routed_total, r->in_flight, r->running, r->waiting,
@@ -113,7 +117,7 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::prompt_tokens, &SchedulerStats::cached_tokens, &SchedulerStats::generated_tokens,
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
                      &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
-                     &SchedulerStats::migrated_out}) {
+                     &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned}) {
     a.*field += b.*field;
   }
   for (auto field : {&KvUsage::capacity, &KvUsage::free, &KvUsage::evictable, &KvUsage::protected_}) {

@@ -18,8 +18,14 @@ namespace {
 
 // ACTORLM_TEST_ONLY_WORKER_FAULT (see the header).
 struct TestFault {
-  enum class Kind { none, hang, exit } kind = Kind::none;
-  int64_t at_forward = 0;
+  enum class Kind { none, hang, exit, fail, poison } kind = Kind::none;
+  int64_t at_forward = 0;  // hang, exit, fail: the forward; poison: the token id
+  // Whether forward number n (1-based) of `batch` throws.
+  bool throws(const ForwardBatch& batch, int64_t n) const {
+    if (kind == Kind::fail) return n == at_forward;
+    return kind == Kind::poison &&
+           std::find(batch.token_ids.begin(), batch.token_ids.end(), static_cast<int32_t>(at_forward)) != batch.token_ids.end();
+  }
 };
 
 TestFault test_fault_from_env() {
@@ -30,9 +36,13 @@ TestFault test_fault_from_env() {
   TestFault f;
   if (at != std::string::npos) f.at_forward = std::strtoll(s.c_str() + at + 1, nullptr, 10);
   const std::string kind = s.substr(0, at);
-  f.kind = kind == "hang" ? TestFault::Kind::hang : kind == "exit" ? TestFault::Kind::exit : TestFault::Kind::none;
-  if (f.kind == TestFault::Kind::none || f.at_forward < 1) {
-    std::fprintf(stderr, "actorlm worker: ignoring ACTORLM_TEST_ONLY_WORKER_FAULT=%s (want hang@N or exit@N)\n", v);
+  f.kind = kind == "hang"     ? TestFault::Kind::hang
+           : kind == "exit"   ? TestFault::Kind::exit
+           : kind == "throw"  ? TestFault::Kind::fail
+           : kind == "poison" ? TestFault::Kind::poison
+                              : TestFault::Kind::none;
+  if (f.kind == TestFault::Kind::none || f.at_forward < (f.kind == TestFault::Kind::poison ? 0 : 1)) {
+    std::fprintf(stderr, "actorlm worker: ignoring ACTORLM_TEST_ONLY_WORKER_FAULT=%s (want hang@N, exit@N, throw@N or poison@TOKEN)\n", v);
     return {};
   }
   std::fprintf(stderr, "actorlm worker: TEST FAULT armed: %s\n", v);
@@ -49,12 +59,13 @@ struct WorkerState {
   static inline const char* name = "actorlm.worker";
 };
 
-WireMessage run_batch(ModelRunner& runner, const WireMessage& in) {
+WireMessage run_batch(ModelRunner& runner, const WireMessage& in, const TestFault& fault = {}, int64_t forward = 0) {
   std::string error;
   auto decoded = decode_forward(in.bytes, &error);
   if (!decoded) return {encode_result(0, {}, {}, {}, 0, "rejected forward batch: " + error)};
   auto t0 = std::chrono::steady_clock::now();
   try {
+    if (fault.throws(decoded->batch, forward)) throw std::runtime_error("TEST FAULT: forward " + std::to_string(forward) + " throws");
     ForwardOutput out = runner.forward(decoded->batch);
     std::vector<SampleResult> results = runner.sample(out, decoded->sampling);
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
@@ -96,7 +107,8 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
       [self](forward_atom, uint64_t id, const WireMessage& in, const caf::actor& reply_to, int32_t interval_ms) {
         auto& st = self->state;
         ++st.forwards;
-        if (st.fault.kind != TestFault::Kind::none && st.forwards == st.fault.at_forward) {
+        const bool stops = st.fault.kind == TestFault::Kind::hang || st.fault.kind == TestFault::Kind::exit;
+        if (stops && st.forwards == st.fault.at_forward) {
           if (st.fault.kind == TestFault::Kind::exit) {
             std::fprintf(stderr, "actorlm worker: TEST FAULT: exiting at forward %lld\n",
                          static_cast<long long>(st.forwards));
@@ -110,7 +122,7 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
         Heartbeat& hb = *st.heartbeat;
         const auto interval = std::chrono::milliseconds(std::max(interval_ms, 1));
         hb.begin(interval, [reply_to, id] { caf::anon_send(reply_to, heartbeat_atom::value, id); });
-        WireMessage out = run_batch(*st.runner, in);
+        WireMessage out = run_batch(*st.runner, in, st.fault, st.forwards);
         hb.end();
         self->send(reply_to, step_done_atom::value, id, std::move(out));
       },

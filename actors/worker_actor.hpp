@@ -16,7 +16,10 @@
 // Test only: ACTORLM_TEST_ONLY_WORKER_FAULT=hang@N or exit@N in the
 // environment at spawn makes the worker's N-th forward (1-based) go silent
 // for an hour (no heartbeats, no answer) or end the actor without an answer,
-// so that process tests can show a dead worker failing requests promptly.
+// so that process tests can show a dead worker failing requests promptly;
+// throw@N makes that forward fail (an exception, as a backend's), and
+// poison@T every forward whose new tokens hold token id T, so that they can
+// show a failed step costing no request and a poison request failing alone.
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>

@@ -29,6 +29,12 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
   metric("actorlm_prefill_steps_total", "counter", "Steps that prefilled (decode rows may ride along).",
          double(st.scheduler.prefill_steps));
   metric("actorlm_decode_steps_total", "counter", "Steps that only decoded.", double(st.scheduler.decode_steps));
+  metric("actorlm_failed_steps_total", "counter",
+         "Steps the worker failed; their requests were computed again, none failed for it.",
+         double(st.scheduler.failed_steps));
+  metric("actorlm_poisoned_requests_total", "counter",
+         "Requests failed alone after the engine failed on them twice (the second time alone).",
+         double(st.scheduler.poisoned));
   metric("actorlm_migrated_in_requests_total", "counter",
          "Running requests that came from another node with their KV (live migration).",
          double(st.scheduler.migrated_in));
