@@ -264,25 +264,43 @@ TEST_CASE("Requests that can never run are refused with a reason", "[scheduler]"
 namespace {
 // A worker whose forward pass fails, as a dead device or node would.
 struct FailingWorker final : Worker {
+  bool lost = false;  // throw WorkerLost (gone for good) instead of a failed step
   std::vector<SampleResult> run(const ForwardBatch&, std::span<const SampleRequest>) override {
+    if (lost) throw WorkerLost("device lost");
     throw std::runtime_error("device lost");
   }
 };
 }  // namespace
 
-TEST_CASE("When a step fails, every request ends with the error and nothing leaks", "[scheduler]") {
+TEST_CASE("A worker that fails every step fails each request alone, and a lost one fails all, leaking nothing", "[scheduler]") {
   LocalKvService kv({512, 1, 8, 128, false});
   FailingWorker worker;
   Scheduler s(config(), kv, worker);
   s.submit(make(1, {1, 2, 3}, 4));
   s.submit(make(2, {1, 2, 4}, 4));
-  CHECK_THROWS_WITH(s.step(), "device lost");
-  auto events = s.fail_all("engine failure: device lost");
+  std::vector<TokenEvent> events;
+  for (int i = 0; i < 10 && !s.idle(); ++i) {
+    auto e = s.step();
+    events.insert(events.end(), e.begin(), e.end());
+  }
   REQUIRE(events.size() == 2);
   for (const auto& e : events) {
     CHECK(e.finish == FinishReason::error);
     CHECK(e.error.find("device lost") != std::string::npos);
+    CHECK(e.error.find("failed alone") != std::string::npos);
   }
+  CHECK(s.stats().failed_steps == 3);  // both together, then each alone
+  CHECK(s.stats().poisoned == 2);
+  CHECK(s.idle());
+  CHECK(kv.check_idle().empty());
+  // Gone for good: the step throws, and the caller fails everything at once.
+  worker.lost = true;
+  s.submit(make(3, {1, 2, 3}, 4));
+  s.submit(make(4, {1, 2, 4}, 4));
+  CHECK_THROWS_AS(s.step(), WorkerLost);
+  events = s.fail_all("engine failure: device lost", ErrorKind::unavailable);
+  REQUIRE(events.size() == 2);
+  for (const auto& e : events) CHECK(e.error_kind == ErrorKind::unavailable);
   CHECK(s.idle());
   CHECK(kv.check_idle().empty());
   kv.flush_cache();
