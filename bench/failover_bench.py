@@ -84,21 +84,28 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def loss_round(binary, rnd, n_streams, words, first_tokens):
+def start_cluster(binary, node_args=()):
+    """Two nodes (one thread each, pinned to cores 0 and 1) and a head over them, joined.
+    Returns ([(proc, port, lines)] of the nodes, their addresses, (head proc, port, lines))."""
     node_procs = []
     for cpu in (0, 1):
-        p, port, lines = start([binary, "node", "--port", "0", "--threads", "1", "--secret-file", SECRET],
+        p, port, lines = start([binary, "node", "--port", "0", "--threads", "1", "--secret-file", SECRET, *node_args],
                                r"listening on 127\.0\.0\.1:(\d+)", cpu)
         node_procs.append((p, port, lines))
     addrs = [f"127.0.0.1:{port}" for _, port, _ in node_procs]
-    head, hport, hlines = start([binary, "serve", "--port", "0", "--threads", "1", "--secret-file", SECRET,
-                                 *[a for x in addrs for a in ("--node", x)]], r"http://127\.0\.0\.1:(\d+)")
+    head = start([binary, "serve", "--port", "0", "--threads", "1", "--secret-file", SECRET,
+                  *[a for x in addrs for a in ("--node", x)]], r"http://127\.0\.0\.1:(\d+)")
+    deadline = time.time() + 30
+    while not all(n["alive"] for n in nodes(head[1]).values()):
+        if time.time() > deadline:
+            raise SystemExit("nodes did not join")
+        time.sleep(0.2)
+    return node_procs, addrs, head
+
+
+def loss_round(binary, rnd, n_streams, words, first_tokens):
+    node_procs, addrs, (head, hport, hlines) = start_cluster(binary)
     try:
-        deadline = time.time() + 30
-        while not all(n["alive"] for n in nodes(hport).values()):
-            if time.time() > deadline:
-                raise SystemExit("nodes did not join")
-            time.sleep(0.2)
         filler = " ".join(f"word{k}" for k in range(words))
         stamps = [[] for _ in range(n_streams)]
         bodies = [{"prompt": f"Stream {rnd}.{i}: {filler} Now a story:", "max_tokens": 300, "temperature": 0,

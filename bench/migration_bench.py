@@ -12,7 +12,8 @@ included). For comparison, the same stream's pause when its node is killed inste
 fails over (the prompt and output computed again on the other node). Rounds alternate.
 
 usage: migration_bench.py [--actorlm build/apps/actorlm] [--rounds 3]
-                          [--prompt-words 200,1000,2500] [--out docs/bench/migration.json]
+                          [--prompt-words 200,500,1000] [--out docs/bench/migration.json]
+(each word of the filler is about 4 tokens: 1000 words fill about half the nodes' 8,192 rows)
 """
 import argparse
 import http.client
@@ -26,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from failover_bench import SECRET, nodes, start, stop, stream  # noqa: E402
+from failover_bench import SECRET, nodes, start_cluster, stop, stream  # noqa: E402
 
 
 def post(port, path):
@@ -37,26 +38,16 @@ def post(port, path):
 
 
 def one_round(binary, words, first_tokens, kill):
-    node_procs = []
-    for cpu in (0, 1):
-        p, port, lines = start([binary, "node", "--port", "0", "--threads", "1", "--kv-tokens", "8192",
-                                "--secret-file", SECRET], r"listening on 127\.0\.0\.1:(\d+)", cpu)
-        node_procs.append((p, port, lines))
-    addrs = [f"127.0.0.1:{port}" for _, port, _ in node_procs]
-    head, hport, hlines = start([binary, "serve", "--port", "0", "--threads", "1", "--secret-file", SECRET,
-                                 *[a for x in addrs for a in ("--node", x)]], r"http://127\.0\.0\.1:(\d+)")
+    node_procs, addrs, (head, hport, hlines) = start_cluster(binary, ["--kv-tokens", "8192"])
     try:
-        deadline = time.time() + 30
-        while not all(n["alive"] for n in nodes(hport).values()):
-            if time.time() > deadline:
-                raise SystemExit("nodes did not join")
-            time.sleep(0.2)
         filler = " ".join(f"word{k}" for k in range(words))
         stamps = []
         body = {"prompt": f"{filler} Now a story:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
         t = threading.Thread(target=stream, args=(hport, body, stamps))
         t.start()
         while len(stamps) < first_tokens:
+            if not t.is_alive():
+                raise SystemExit(f"the stream ended after {len(stamps)} tokens (prompt too long for the context?)")
             time.sleep(0.005)
         view = nodes(hport)
         victim = max(view, key=lambda a: view[a]["in_flight"])
@@ -88,7 +79,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--actorlm", default="build/apps/actorlm")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--prompt-words", default="200,1000,2500")
+    ap.add_argument("--prompt-words", default="200,500,1000")
     ap.add_argument("--first-tokens", type=int, default=20)
     ap.add_argument("--out", default="")
     a = ap.parse_args()

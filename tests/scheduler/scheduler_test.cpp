@@ -990,26 +990,34 @@ Streamed run_alone(Engine& e, Request r) {
 }
 }  // namespace
 
-TEST_CASE("A request resumed from part of its output (failover) streams exactly the tokens it had left", "[scheduler]") {
-  SchedulerConfig c = config(48);
-  c.vocab_size = weights().config.vocab_size;
-  c.constraints = make_constraint_compiler(tokenizer(), c.vocab_size, 1);
+namespace {
+// What a request moved to another engine (failover, migration) must go on
+// with exactly: greedy; sampled with a seed, penalties (which read the
+// output) and a minimum length; and a JSON object (the constraint walks the
+// output). Id 1 each.
+std::vector<Request> requests_that_move(int max_new) {
   const Ids prompt = shared_prefix_prompts(2)[1];
-  // Greedy; sampled with a seed, penalties (which read the output) and a
-  // minimum length; and a JSON object (the constraint walks the output).
-  Request greedy = make(1, prompt, 40);
+  Request greedy = make(1, prompt, max_new);
   greedy.stop.ignore_eos = true;
-  Request sampled = make(1, prompt, 40);
+  Request sampled = make(1, prompt, max_new);
   sampled.sampling.temperature = 0.9f;
   sampled.sampling.top_p = 0.95f;
   sampled.sampling.seed = 1234;
   sampled.sampling.has_seed = true;
   sampled.sampling.frequency_penalty = 0.5f;
   sampled.sampling.repetition_penalty = 1.1f;
-  sampled.stop.min_new_tokens = 30;
-  Request json = make(1, tokenizer().encode("Describe a cat as JSON:", false, true), 40);
+  sampled.stop.min_new_tokens = max_new * 3 / 4;
+  Request json = make(1, tokenizer().encode("Describe a cat as JSON:", false, true), max_new);
   json.constraint_spec = {ConstraintKind::json_object, ""};
-  for (const Request& asked : {greedy, sampled, json}) {
+  return {greedy, sampled, json};
+}
+}  // namespace
+
+TEST_CASE("A request resumed from part of its output (failover) streams exactly the tokens it had left", "[scheduler]") {
+  SchedulerConfig c = config(48);
+  c.vocab_size = weights().config.vocab_size;
+  c.constraints = make_constraint_compiler(tokenizer(), c.vocab_size, 1);
+  for (const Request& asked : requests_that_move(40)) {
     // Where it started: one engine, pages of 1.
     Engine first(4096, 1, c);
     const Streamed whole = run_alone(first, asked);
@@ -1065,18 +1073,7 @@ TEST_CASE("A decoding request migrated with its KV to another engine goes on exa
   SchedulerConfig c = config(48);
   c.vocab_size = weights().config.vocab_size;
   c.constraints = make_constraint_compiler(tokenizer(), c.vocab_size, 1);
-  const Ids prompt = shared_prefix_prompts(3)[2];
-  Request greedy = make(1, prompt, 30);
-  greedy.stop.ignore_eos = true;
-  Request sampled = make(1, prompt, 30);
-  sampled.sampling.temperature = 0.9f;
-  sampled.sampling.seed = 99;
-  sampled.sampling.has_seed = true;
-  sampled.sampling.presence_penalty = 0.4f;
-  sampled.stop.min_new_tokens = 20;
-  Request json = make(1, tokenizer().encode("Describe a cat as JSON:", false, true), 30);
-  json.constraint_spec = {ConstraintKind::json_object, ""};
-  for (const Request& asked : {greedy, sampled, json}) {
+  for (const Request& asked : requests_that_move(30)) {
     Engine alone(4096, 1, c);
     const std::map<uint64_t, std::pair<Ids, FinishReason>> whole = [&] {
       REQUIRE_FALSE(alone.scheduler.submit(asked));
