@@ -64,9 +64,12 @@ def quantized(bin_dir, source, qtype):
 
 
 def cpu_model():
+    # A VM may show only "AMD EPYC": the family and model numbers tell the
+    # core (family 25 Zen 3/4, 26 Zen 5; Intel 6/143 Sapphire Rapids).
     with open("/proc/cpuinfo") as f:
-        m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
-    return m.group(1).strip() if m else "unknown CPU"
+        info = f.read()
+    field = lambda k: (re.search(rf"^{k}\s*:\s*(.+)$", info, re.M) or [None, "?"])[1].strip()
+    return f"{field('model name')} (family {field('cpu family')} model {field('model')})"
 
 
 def isa_env(isa):

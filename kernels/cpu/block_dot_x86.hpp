@@ -532,9 +532,13 @@ void tile_product(const uint8_t* tile, size_t next, size_t unit_bytes, int64_t u
   for (int i = 0; i < N * A; ++i) acc[i] = L::zerof();
   for (int64_t j = 0; j < units; ++j) {
     if constexpr (Fetch) {
-      const char* later = reinterpret_cast<const char*>(tile) + static_cast<size_t>(j + ahead) * unit_bytes;
+      // As an integer: the address may lie past the matrix, where forming
+      // a pointer would be undefined.
+      const uintptr_t later = reinterpret_cast<uintptr_t>(tile) + static_cast<size_t>(j + ahead) * unit_bytes;
       for (int k = 0; k < L::rows / 8; ++k) {  // each tile of a pair
-        for (size_t b = 0; b < unit_bytes; b += 64) _mm_prefetch(later + k * next + b, _MM_HINT_T0);
+        for (size_t b = 0; b < unit_bytes; b += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(later + k * next + b), _MM_HINT_T0);
+        }
       }
     }
     T::template unit<L, Dot, N>(tile + static_cast<size_t>(j) * unit_bytes, next, x, j, acc);
