@@ -513,14 +513,13 @@ struct Q6_K {
 // y[n] = the tile's rows (L::rows: one tile, or two adjacent ones) times
 // x[n], n < N.
 //
-//
 // With Fetch (the first group of x rows over these tiles), each unit asks
 // for the one two units ahead, every cache line of it (a prefetch never
 // faults, so past the matrix's end is harmless). With few activation rows
 // the product is bound by memory, and the hardware prefetchers alone left it
 // short: a 1B Q4_K_M decoding one sequence on a Zen 5 VM went from ~50 to
 // ~60 t/s, every round (39 GB/s of its 46 for a plain 2-thread read,
-// before), 8 sequences from ~172 to ~190. Distances of 1 to 8 units measured
+// before), 8 sequences from ~165 to ~225. Distances of 1 to 8 units measured
 // the same within that VM's noise. Later groups find the tile in L1, and
 // prefetching there cost the 135M model's 8-sequence decode 8%.
 template <class T, class L, class Dot, int N, bool Fetch>
