@@ -73,16 +73,28 @@ def concurrently(fn, args_list):
     return threads, results
 
 
+def grown_until(sizes, once, enough, what):
+    """once(size) for each size in turn until enough(result): a scenario that
+    must take some time is made bigger on a CPU fast enough to finish it too
+    soon, rather than passed or failed on the machine's speed. The last
+    result (the caller still checks it is enough)."""
+    for size in sizes:
+        result = once(size)
+        if enough(result) or size == sizes[-1]:
+            return size, result
+        print(f"  {what(size, result)}: again, bigger")
+
+
 def slow_steps(binary):
     # The stall timeout sits above any step's length but far below the time
     # the last prompt waits in the queue (the whole run). How long 8 prompts
     # take depends on the CPU (6.9 s on a Zen 5 core, ~25 s on a Sapphire
-    # Rapids VM's), so a run too short to show it is made again with twice
-    # the prompts rather than passed or failed on the machine's speed.
+    # Rapids VM's): grown_until doubles them where 8 are too quick.
     stall_s = 5
     args = ["--worker-timeout", "0.25", "--max-step-ms", "1500", "--chunked-prefill-size", "4096",
             "--max-prefill-tokens", "16384", "--stall-timeout", str(stall_s)]
-    for n in (8, 16, 32):
+
+    def once(n):
         with ServerProcess(binary, args, threads=1) as server:
             t0 = time.time()
             threads, results = concurrently(complete, [(server.port, long_prompt(k, 100), 8) for k in range(n)])
@@ -92,10 +104,10 @@ def slow_steps(binary):
             for k, (status, body) in enumerate(results):
                 check(status == 200, f"request {k}: {status} {body}")
                 check(body["usage"]["completion_tokens"] == 8, f"request {k}: {body['usage']}")
-            m = server.metrics()
-        if took > 2 * stall_s:
-            break
-        print(f"  {n} prompts took {took:.1f} s, under twice the stall timeout: again with {2 * n}")
+            return took, server.metrics()
+
+    n, (took, m) = grown_until((8, 16, 32), once, lambda r: r[0] > 2 * stall_s,
+                               lambda n, r: f"{n} prompts took {r[0]:.1f} s, under twice the stall timeout")
     prompt_tokens = m["actorlm_prompt_tokens_total"]
     check(prompt_tokens > n * 600, f"prompts shorter than meant: {prompt_tokens} tokens")
     # Without the budget all of it fits one step (16,384 tokens); with it,
@@ -113,7 +125,8 @@ def probes_during_long_prefill(binary):
     # Two prompts in one step; on a CPU fast enough to prefill them in under
     # a second (too short to probe), again with prompts twice as long.
     args = ["--max-step-ms", "0", "--chunked-prefill-size", "8192", "--max-prefill-tokens", "16384"]
-    for words in (150, 300):
+
+    def once(words):
         with ServerProcess(binary, args, threads=1) as server:
             threads, results = concurrently(complete, [(server.port, long_prompt(k, words), 2) for k in range(2)])
             worst = {"/health": 0.0, "/metrics": 0.0}
@@ -129,10 +142,10 @@ def probes_during_long_prefill(binary):
                 t.join()
             for k, (status, body) in enumerate(results):
                 check(status == 200, f"request {k}: {status} {body}")
-            m = server.metrics()
-        if rounds >= 5:
-            break
-        print(f"  {words}-word prompts prefilled during {rounds} probe rounds only: again with {2 * words}")
+            return rounds, worst, server.metrics()
+
+    _, (rounds, worst, m) = grown_until((150, 300), once, lambda r: r[0] >= 5,
+                                        lambda w, r: f"{w}-word prompts prefilled during {r[0]} probe rounds only")
     for path, took in worst.items():
         check(took < 1.0, f"{path} took {took:.2f} s during the prefill")
     # The scenario really had one long step (else this proves nothing).
