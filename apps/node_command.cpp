@@ -13,6 +13,7 @@
 #include "apps/engine_flags.hpp"
 #include "cluster/roles/node.hpp"
 #include "cluster/transport/remote_setup.hpp"
+#include "cluster/transport/ucx_link.hpp"
 
 namespace actorlm {
 namespace {
@@ -27,7 +28,7 @@ constexpr const char* usage =
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
     "                    [--hicache-prefetch-policy best_effort|wait_complete|timeout] [--hicache-prefetch-timeout-ms 1000]\n"
-    "                    [--kv-data-port 0] [--kv-trusted-fabric] [--drain] [--drain-timeout 300]\n"
+    "                    [--kv-data-port 0] [--kv-trusted-fabric] [--kv-transport socket|ucx] [--drain] [--drain-timeout 300]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
     "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"
@@ -42,7 +43,9 @@ constexpr const char* usage =
     "--kv-data-port of its --host (default 0: a free port, told to prefill nodes when they join; -1:\n"
     "none, the KV goes over the middleman), and frames are sealed with AES-256-GCM under keys from\n"
     "the joined session. --kv-trusted-fabric (both nodes) only checks them: for a network you trust\n"
-    "where the cipher would cost more than the wire (docs/SECURITY.md).\n"
+    "where the cipher would cost more than the wire (docs/SECURITY.md). --kv-transport ucx (both\n"
+    "nodes) carries those frames over UCX where it reaches the other node through shared memory or\n"
+    "RDMA, still sealed or checked; else, and by default, over the TCP socket (docs/CLUSTER.md).\n"
     "--drain: on SIGTERM or SIGINT the node first asks its heads to move its running requests, with\n"
     "their KV, to other nodes and to route nothing more to it, and exits once it has none left (or\n"
     "after --drain-timeout seconds, or at a second signal): a rolling restart fails no request\n"
@@ -54,7 +57,7 @@ void on_signal(int) { signals = signals + 1; }
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--drain-timeout"}),
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--drain-timeout"}),
                  {disable_radix_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -74,6 +77,12 @@ int node_command(int argc, char** argv, int first) {
   if (!nc.disaggregation_mode.empty() && nc.role != "engine") throw cli::UsageError("--disaggregation-mode needs --role engine");
   nc.kv_data_port = static_cast<int32_t>(args.integer("--kv-data-port", 0, -1, 65535));
   nc.kv_trusted_fabric = args.has("--kv-trusted-fabric");
+  const std::string transport = args.str("--kv-transport").value_or("socket");
+  if (transport != "socket" && transport != "ucx") throw cli::UsageError("--kv-transport must be socket or ucx");
+  nc.kv_transport = transport == "ucx" ? DataTransport::ucx : DataTransport::socket;
+  if (nc.kv_transport == DataTransport::ucx) {
+    if (const std::string why = ucx_unavailable(); !why.empty()) throw cli::UsageError("--kv-transport ucx: " + why);
+  }
   const bool drain = args.has("--drain");
   const auto drain_timeout = std::chrono::seconds(args.integer("--drain-timeout", 300, 0, 86400));
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).

@@ -2,9 +2,12 @@
 // prompt of the default model's shape, float32) gathered from scattered pool
 // rows, sent over a TCP connection on loopback in frames of at most 4 MiB, and
 // scattered into other rows at the far end; sealed (AES-256-GCM) and on a
-// trusted fabric (XXH3-128). Against: a memcpy of every row from its source to
-// its destination, the floor any transfer has. Sender and receiver are two
-// threads, as two nodes' data-plane threads would be.
+// trusted fabric (XXH3-128); then the same frames over UCX (ucx_link.hpp:
+// shared memory and cross-memory attach, as for two nodes on one machine).
+// Against: a memcpy of every row from its source to its destination, the
+// floor any transfer has, and a contiguous memcpy of the same byte count.
+// Sender and receiver are two threads, as two nodes' data-plane threads
+// would be.
 //
 //   ./build/bench/kv_wire_bench [tokens] [rounds]
 
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "cluster/transport/data_channel.hpp"
+#include "cluster/transport/ucx_link.hpp"
 
 using namespace actorlm;
 using Clock = std::chrono::steady_clock;
@@ -72,7 +76,7 @@ std::vector<Span> pieces(PoolT& pool, const std::vector<int32_t>& rows, int firs
   return out;
 }
 
-double run_wire(DataProtection protection, Pool& src, Pool& dst, const std::vector<int32_t>& src_rows,
+double run_wire(DataProtection protection, DataTransport transport, Pool& src, Pool& dst, const std::vector<int32_t>& src_rows,
                 const std::vector<int32_t>& dst_rows) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -91,16 +95,27 @@ double run_wire(DataProtection protection, Pool& src, Pool& dst, const std::vect
   const DataKeys keys = derive_data_keys(std::vector<uint8_t>(32, 1), std::vector<uint8_t>(16, 2),
                                          std::vector<uint8_t>(16, 3));
   const auto plan = frames(src_rows.size());
+  // UCX: the TCP connection stays as each link's lifeline, as on a node.
+  SocketLink out_socket(out), in_socket(in);
+  std::unique_ptr<UcxLink> out_ucx, in_ucx;
+  if (transport == DataTransport::ucx) {
+    out_ucx = std::make_unique<UcxLink>(out, std::chrono::milliseconds(30000));
+    in_ucx = std::make_unique<UcxLink>(in, std::chrono::milliseconds(30000));
+    out_ucx->connect(in_ucx->address());
+    in_ucx->connect(out_ucx->address());
+  }
+  DataLink& out_link = out_ucx ? static_cast<DataLink&>(*out_ucx) : out_socket;
+  DataLink& in_link = in_ucx ? static_cast<DataLink&>(*in_ucx) : in_socket;
   const auto t0 = Clock::now();
   std::thread sender([&] {
-    DataSender s(out, protection, keys.dialer_to_acceptor);
+    DataSender s(out_link, protection, keys.dialer_to_acceptor);
     for (const auto& [first, last] : plan) {
       const uint8_t header[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last)};
       const auto p = pieces<std::span<const uint8_t>>(src, src_rows, first, last);
       s.send(header, p);
     }
   });
-  DataReceiver r(in, protection, keys.dialer_to_acceptor, 64u << 20);
+  DataReceiver r(in_link, protection, keys.dialer_to_acceptor, 64u << 20);
   std::vector<uint8_t> header;
   uint64_t n = 0;
   for (size_t f = 0; f < plan.size(); ++f) {
@@ -110,6 +125,8 @@ double run_wire(DataProtection protection, Pool& src, Pool& dst, const std::vect
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   sender.join();
+  out_ucx.reset();
+  in_ucx.reset();
   ::close(out);
   ::close(in);
   ::close(listener);
@@ -159,12 +176,17 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(tokens) * kLayers * 2 * kRowBytes;
 
   std::vector<uint8_t> flat(static_cast<size_t>(bytes), 1);
-  std::vector<double> contiguous, copy, sealed, trusted;
+  const bool ucx = ucx_unavailable().empty();
+  if (!ucx) std::fprintf(stderr, "kv_wire_bench: no UCX rows: %s\n", ucx_unavailable().c_str());
+  std::vector<double> contiguous, copy, sealed, trusted, ucx_sealed, ucx_trusted;
   for (int i = 0; i < rounds; ++i) {  // alternated
     contiguous.push_back(run_contiguous(src, flat, flat.size()));
     copy.push_back(run_memcpy(src, dst, src_rows, dst_rows));
-    sealed.push_back(run_wire(DataProtection::sealed, src, dst, src_rows, dst_rows));
-    trusted.push_back(run_wire(DataProtection::trusted_fabric, src, dst, src_rows, dst_rows));
+    sealed.push_back(run_wire(DataProtection::sealed, DataTransport::socket, src, dst, src_rows, dst_rows));
+    trusted.push_back(run_wire(DataProtection::trusted_fabric, DataTransport::socket, src, dst, src_rows, dst_rows));
+    if (!ucx) continue;
+    ucx_sealed.push_back(run_wire(DataProtection::sealed, DataTransport::ucx, src, dst, src_rows, dst_rows));
+    ucx_trusted.push_back(run_wire(DataProtection::trusted_fabric, DataTransport::ucx, src, dst, src_rows, dst_rows));
   }
   // The last round's bytes arrived where they belong.
   for (int l = 0; l < kLayers; ++l) {
@@ -175,15 +197,20 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const double c = median(copy), s = median(sealed), f = median(trusted);
+  const double c = median(copy), m = median(contiguous);
   std::printf("KV of %zu tokens x %d layers (%.1f MB), %zu frames, medians of %d alternated rounds\n", tokens, kLayers,
               bytes / 1e6, frames(tokens).size(), rounds);
-  std::printf("| path | ms | GB/s | of memcpy |\n|---|---:|---:|---:|\n");
-  const double m = median(contiguous);
-  std::printf("| memcpy, contiguous | %.1f | %.2f | %.0f%% |\n", m * 1e3, bytes / m / 1e9, 100 * c / m);
-  std::printf("| memcpy, row to row | %.1f | %.2f | 100%% |\n", c * 1e3, bytes / c / 1e9);
-  std::printf("| TCP loopback, sealed (AES-256-GCM) | %.1f | %.2f | %.0f%% |\n", s * 1e3, bytes / s / 1e9, 100 * c / s);
-  std::printf("| TCP loopback, trusted fabric (XXH3-128) | %.1f | %.2f | %.0f%% |\n", f * 1e3, bytes / f / 1e9,
-              100 * c / f);
+  std::printf("| path | ms | GB/s | of the row-to-row memcpy | of a contiguous memcpy |\n|---|---:|---:|---:|---:|\n");
+  auto row = [&](const char* name, double t) {
+    std::printf("| %s | %.1f | %.2f | %.0f%% | %.0f%% |\n", name, t * 1e3, bytes / t / 1e9, 100 * c / t, 100 * m / t);
+  };
+  row("memcpy, contiguous", m);
+  row("memcpy, row to row", c);
+  row("TCP loopback, sealed (AES-256-GCM)", median(sealed));
+  row("TCP loopback, trusted fabric (XXH3-128)", median(trusted));
+  if (ucx) {
+    row("UCX, sealed (AES-256-GCM)", median(ucx_sealed));
+    row("UCX, trusted fabric (XXH3-128)", median(ucx_trusted));
+  }
   return 0;
 }

@@ -108,6 +108,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     d.host = config.host;
     d.port = static_cast<uint16_t>(config.kv_data_port);
     d.protection = protection;
+    d.transport = config.kv_transport;
     d.worker = kv_worker;
     if (!config.kv_through_worker) d.spans = m.core->kv_spans;
     d.receiver = m.decode->receiver;
@@ -150,6 +151,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     kc.pause_per_chunk = std::chrono::milliseconds(config.kv_send_pause_ms);
     kc.data_plane = data_plane;
     kc.data_protection = protection;
+    kc.data_transport = config.kv_transport;
     kc.name = label;
     m.kv_sender_stop = random_token();
     m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);

@@ -11,6 +11,7 @@
 
 #include "actors/engine.hpp"
 #include "cluster/roles/cluster_config.hpp"
+#include "cluster/transport/data_link.hpp"
 
 namespace actorlm {
 
@@ -42,6 +43,9 @@ struct NodeConfig {
   // only checked, not sealed; both ends must agree (docs/SECURITY.md).
   int32_t kv_data_port = 0;
   bool kv_trusted_fabric = false;
+  // --kv-transport: UCX under the data plane, where both ends run it
+  // (cluster/transport/ucx_link.hpp); else TCP sockets.
+  DataTransport kv_transport = DataTransport::socket;
 };
 
 class Node {

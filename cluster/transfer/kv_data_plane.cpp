@@ -18,11 +18,12 @@
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/cluster_handshake.hpp"
 #include "cluster/transport/little_endian.hpp"
+#include "cluster/transport/ucx_link.hpp"
 
 namespace actorlm {
 namespace {
 
-constexpr char kMagic[] = "actorlm-kv1";  // 11 bytes on the wire, no terminator
+constexpr char kMagic[] = "actorlm-kv2";  // 11 bytes on the wire, no terminator
 constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
 constexpr size_t kNonce = nonce_bytes;
 constexpr size_t kHello = kMagicBytes + 1 + 8 + kNonce;
@@ -33,6 +34,11 @@ constexpr size_t kMaxAckError = 1000;
 // each may take (as the node's gate allows strangers).
 constexpr size_t kMaxConnections = 64;
 constexpr std::chrono::milliseconds kHandshakeTimeout{5000};
+// The link frame's header: "link" and the transport; its payload a UCX
+// worker address (a few hundred bytes) or nothing.
+constexpr char kLinkMagic[] = "link";
+constexpr size_t kLinkHeader = 5;
+constexpr uint64_t kMaxLinkAddress = 64u << 10;
 
 // Reads and writes that wait longer than `timeout` fail (a silent peer).
 void set_timeouts(int fd, std::chrono::milliseconds timeout) {
@@ -68,6 +74,33 @@ std::vector<uint8_t> ack(uint64_t ticket, const std::string& error) {
   put_le<uint64_t>(h.data(), ticket);
   if (n) std::memcpy(h.data() + 8, error.data(), n);
   return h;
+}
+
+std::vector<uint8_t> link_header(DataTransport t) {
+  std::vector<uint8_t> h(kLinkHeader);
+  std::memcpy(h.data(), kLinkMagic, 4);
+  h[4] = static_cast<uint8_t>(t);
+  return h;
+}
+
+// Reads a link frame: its transport and address.
+DataTransport read_link(DataReceiver& in, std::vector<uint8_t>& address) {
+  std::vector<uint8_t> header;
+  uint64_t bytes = 0;
+  if (!in.next(header, bytes)) throw DataChannelError("the peer closed the data plane connection before naming its link");
+  if (header.size() != kLinkHeader || std::memcmp(header.data(), kLinkMagic, 4) != 0 || header[4] > 1) {
+    throw DataChannelError("a data plane peer that did not name its link");
+  }
+  if (bytes > kMaxLinkAddress) throw DataChannelError("a UCX address over 64 KiB");
+  address.resize(bytes);
+  const std::span<uint8_t> into[] = {{address.data(), address.size()}};
+  in.read_payload(into);
+  return static_cast<DataTransport>(header[4]);
+}
+
+void send_link(DataSender& out, DataTransport t, const std::vector<uint8_t>& address) {
+  const std::span<const uint8_t> pieces[] = {{address.data(), address.size()}};
+  out.send(link_header(t), pieces);
 }
 
 int dial(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
@@ -263,8 +296,29 @@ void KvDataServer::serve(int fd) {
     }
     set_timeouts(fd, cfg_.timeout);  // proven: as long as a transfer may pause
     const DataKeys keys = derive_data_keys(*key, dialer_nonce, acceptor_nonce);
-    DataReceiver in(fd, protection, keys.dialer_to_acceptor, kMaxChunk);
-    DataSender out(fd, protection, keys.acceptor_to_dialer);
+    SocketLink socket(fd);
+    DataReceiver in(socket, protection, keys.dialer_to_acceptor, kMaxChunk);
+    DataSender out(socket, protection, keys.acceptor_to_dialer);
+    // The link for the chunks: UCX when both ends want it and it reaches
+    // the dialer, else this socket.
+    std::vector<uint8_t> address;
+    std::unique_ptr<UcxLink> ucx;
+    if (read_link(in, address) == DataTransport::ucx && cfg_.transport == DataTransport::ucx) {
+      try {
+        ucx = std::make_unique<UcxLink>(fd, cfg_.timeout);
+        ucx->connect(address);
+        address = ucx->address();
+      } catch (const DataChannelError& e) {
+        std::fprintf(stderr, "actorlm kv data plane: staying on TCP: %s\n", e.what());
+        ucx.reset();
+      }
+    }
+    if (!ucx) address.clear();
+    send_link(out, ucx ? DataTransport::ucx : DataTransport::socket, address);
+    if (ucx) {
+      in.use(*ucx);
+      out.use(*ucx);
+    }
     std::vector<uint8_t> header;
     std::vector<std::span<uint8_t>> in_place;
     uint64_t bytes = 0;
@@ -358,8 +412,30 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
     const std::vector<uint8_t> mine = proof(target.session_key, dialer_nonce, acceptor_nonce);
     send_all(s.fd, mine.data(), mine.size(), "data plane handshake");
     const DataKeys keys = derive_data_keys(target.session_key, dialer_nonce, acceptor_nonce);
-    DataSender out(s.fd, target.protection, keys.dialer_to_acceptor);
-    DataReceiver acks(s.fd, target.protection, keys.acceptor_to_dialer, 0);
+    SocketLink socket(s.fd);
+    DataSender out(socket, target.protection, keys.dialer_to_acceptor);
+    DataReceiver acks(socket, target.protection, keys.acceptor_to_dialer, kMaxLinkAddress);
+    // Declared after the socket's owner, so the link closes before the socket does.
+    std::unique_ptr<UcxLink> ucx;
+    std::vector<uint8_t> address;
+    if (target.transport == DataTransport::ucx) {
+      if (const std::string why = ucx_unavailable(); !why.empty()) {
+        std::fprintf(stderr, "actorlm kv sender: staying on TCP: %s\n", why.c_str());
+      } else {
+        ucx = std::make_unique<UcxLink>(s.fd, send.timeout);
+        address = ucx->address();
+      }
+    }
+    send_link(out, ucx ? DataTransport::ucx : DataTransport::socket, address);
+    if (read_link(acks, address) == DataTransport::ucx) {
+      if (!ucx) throw DataChannelError("the decode node answered with a link this node did not ask for");
+      ucx->connect(address);
+      out.use(*ucx);
+      acks.use(*ucx);
+      result.transport = DataTransport::ucx;
+    } else {
+      ucx.reset();
+    }
     caf::scoped_actor self{system};
     const auto tokens = static_cast<int32_t>(send.rows.size());
     size_t acked = 0;

@@ -15,7 +15,13 @@
 //   dialer   -> HMAC-SHA256(session key, "actorlm-data-proof" + both nonces) (32)
 // where the session id names the join (derived from its key, so only the two
 // ends know it). The acceptor takes no frame from a dialer whose proof fails,
-// whose session it does not hold, or whose protection is not its own.
+// whose session it does not hold, or whose protection is not its own. Then,
+// as sealed frames on the socket, the dialer names the link it wants for the
+// rest (the socket, or UCX with its worker's address) and the acceptor
+// answers with the one they will use: UCX (with its own address) only when
+// both nodes run `--kv-transport ucx` and UCX reaches the peer
+// (cluster/transport/ucx_link.hpp), else the socket. Frames go on counting
+// across the switch, under the same keys.
 //
 // Where the pool is in this process's memory (the CPU backend), rows are
 // gathered into the send buffer and scattered out of the receive buffer in
@@ -73,6 +79,7 @@ struct KvDataServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: any free port
   DataProtection protection = DataProtection::sealed;
+  DataTransport transport = DataTransport::socket;  // what this node accepts beside the socket
   caf::actor worker;  // writes the rows (kv_write_raw_atom) where `spans` cannot
   KvRowSpans spans;   // the pool's rows in place; empty: through the worker
   std::shared_ptr<KvReceiver> receiver;
@@ -116,6 +123,7 @@ struct KvDataTarget {
   uint16_t port = 0;
   std::vector<uint8_t> session_key;  // of the sender's join to that node
   DataProtection protection = DataProtection::sealed;
+  DataTransport transport = DataTransport::socket;  // the link to ask for
 };
 
 // Lets another thread end a transfer in progress: its socket is shut down,
@@ -147,6 +155,7 @@ struct KvDataSend {
 struct KvDataResult {
   std::string error;  // empty: every chunk written on the decode node
   int64_t bytes = 0;
+  DataTransport transport = DataTransport::socket;  // what carried the chunks
 };
 
 // Sends one transfer's chunks and waits for every acknowledgement. Blocking:

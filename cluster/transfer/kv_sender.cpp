@@ -41,6 +41,7 @@ struct Transfer {
   caf::typed_response_promise<std::string> promise;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool data_plane = false;
+  bool over_ucx = false;  // the data plane's link was UCX
   // Ended while its data plane thread still ran: the outcome, delivered
   // once that thread is done with the rows.
   std::optional<std::string> ending;
@@ -98,7 +99,7 @@ void finish(Self* self, uint64_t id, const std::string& error) {
                          double(self->state.cfg.layout.token_bytes);
     std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s\n",
                  t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9),
-                 t.data_plane ? " over the data plane" : "");
+                 t.over_ucx ? " over the data plane (UCX)" : t.data_plane ? " over the data plane" : "");
   }
   it->second.promise.deliver(error);
   self->state.transfers.erase(it);
@@ -179,7 +180,7 @@ void start(Self* self, uint64_t id) {
   const Link& link = s.links.at(t.link);
   if (!link.data_port) return pump(self, id);
   t.data_plane = true;
-  KvDataTarget target{link.address.host, link.data_port, link.session.key(), s.cfg.data_protection};
+  KvDataTarget target{link.address.host, link.data_port, link.session.key(), s.cfg.data_protection, s.cfg.data_transport};
   KvDataSend send;
   send.ticket = t.order.ticket;
   send.rows = t.order.rows;
@@ -200,7 +201,9 @@ void start(Self* self, uint64_t id) {
     const KvDataResult r = send_kv_over_data_plane(sys, target, send);
     // From an actor of this process, which the sender checks.
     caf::scoped_actor from{sys};
-    if (auto to = caf::actor_cast<caf::actor>(me)) from->send(to, kv_data_done_atom::value, id, r.error);
+    if (auto to = caf::actor_cast<caf::actor>(me)) {
+      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx);
+    }
   });
 }
 
@@ -319,7 +322,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         if (it == self->state.links.end() || token == 0 || token != it->second.gone_token) return;
         lose_link(self, key, self->system().render(reason));
       },
-      [self](kv_data_done_atom, uint64_t id, const std::string& error) {
+      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx) {
         if (!from_this_process(self)) return;
         auto& s = self->state;
         if (auto d = s.data_threads.find(id); d != s.data_threads.end()) {
@@ -328,6 +331,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         }
         auto t = s.transfers.find(id);
         if (t == s.transfers.end()) return;
+        t->second.over_ucx = over_ucx;
         if (t->second.ending) return finish(self, id, *t->second.ending);
         if (!error.empty()) return finish(self, id, "over the data plane: " + error);
         commit(self, id);

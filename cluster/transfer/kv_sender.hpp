@@ -57,6 +57,9 @@ struct KvSenderConfig {
   // when false, as chunk messages over the middleman.
   bool data_plane = true;
   DataProtection data_protection = DataProtection::sealed;
+  // The data plane's link to ask for: UCX where both nodes run it and it
+  // reaches the decode node, else the socket (kv_data_plane.hpp).
+  DataTransport data_transport = DataTransport::socket;
 };
 
 caf::actor spawn_kv_sender(caf::actor_system& system, KvSenderConfig config, uint64_t stop_token);

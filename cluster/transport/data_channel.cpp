@@ -102,8 +102,24 @@ DataKeys derive_data_keys(const std::vector<uint8_t>& session_key, const std::ve
   return keys;
 }
 
+bool SocketLink::recv_first(uint8_t& byte) {
+  ssize_t r;
+  do {
+    r = ::recv(fd_, &byte, 1, 0);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return false;
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw DataChannelError("data plane: the peer fell silent (timed out)");
+  if (r < 0) throw DataChannelError(std::string("data plane receive failed: ") + std::strerror(errno));
+  return true;
+}
+
+DataSender::DataSender(DataLink& link, DataProtection protection, const DataKey& key)
+    : link_(&link), protection_(protection), key_(key), buffer_(kBuffer + kTag) {
+  if (protection_ == DataProtection::sealed) ctx_ = new_context(key_, true);
+}
+
 DataSender::DataSender(int fd, DataProtection protection, const DataKey& key)
-    : fd_(fd), protection_(protection), key_(key), buffer_(kBuffer + kTag) {
+    : own_(std::make_unique<SocketLink>(fd)), link_(own_.get()), protection_(protection), key_(key), buffer_(kBuffer + kTag) {
   if (protection_ == DataProtection::sealed) ctx_ = new_context(key_, true);
 }
 
@@ -140,7 +156,7 @@ void DataSender::send(std::span<const uint8_t> header, std::span<const std::span
     digest.add(h, header.size());
     digest.tag(h + hlen);
   }
-  send_all(fd_, out, kPrefix + header.size() + kTag, "data plane");
+  link_->send_all(out, kPrefix + header.size() + kTag, "data plane");
 
   // The payload: gathered piece by piece into the buffer, and each full
   // buffer sealed in place with one call (the cipher is several times faster
@@ -162,7 +178,7 @@ void DataSender::send(std::span<const uint8_t> header, std::span<const std::span
       out[filled / 2] ^= 0x10;
       damage_next_ = false;
     }
-    send_all(fd_, out, filled, "data plane");
+    link_->send_all(out, filled, "data plane");
     filled = 0;
   };
   for (const auto& piece : pieces) {
@@ -181,12 +197,18 @@ void DataSender::send(std::span<const uint8_t> header, std::span<const std::span
   } else {
     digest.tag(out);
   }
-  send_all(fd_, out, kTag, "data plane");
+  link_->send_all(out, kTag, "data plane");
   ++seq_;
 }
 
+DataReceiver::DataReceiver(DataLink& link, DataProtection protection, const DataKey& key, uint64_t max_payload)
+    : link_(&link), protection_(protection), key_(key), max_payload_(max_payload), buffer_(kBuffer) {
+  if (protection_ == DataProtection::sealed) ctx_ = new_context(key_, false);
+}
+
 DataReceiver::DataReceiver(int fd, DataProtection protection, const DataKey& key, uint64_t max_payload)
-    : fd_(fd), protection_(protection), key_(key), max_payload_(max_payload), buffer_(kBuffer) {
+    : own_(std::make_unique<SocketLink>(fd)), link_(own_.get()), protection_(protection), key_(key),
+      max_payload_(max_payload), buffer_(kBuffer) {
   if (protection_ == DataProtection::sealed) ctx_ = new_context(key_, false);
 }
 
@@ -196,18 +218,13 @@ bool DataReceiver::next(std::vector<uint8_t>& header, uint64_t& payload_bytes) {
   fail_if(in_frame_, "the previous frame's payload was not read");
   uint8_t prefix[kPrefix];
   // A clean close is one before any byte of a frame.
-  ssize_t r;
-  do {
-    r = ::recv(fd_, prefix, 1, 0);
-  } while (r < 0 && errno == EINTR);
-  if (r == 0) return false;
-  if (r < 0) throw DataChannelError(std::string("data plane receive failed: ") + std::strerror(errno));
-  recv_all(fd_, prefix + 1, kPrefix - 1, "data plane");
+  if (!link_->recv_first(prefix[0])) return false;
+  link_->recv_all(prefix + 1, kPrefix - 1, "data plane");
   const auto hlen = get_le<uint32_t>(prefix);
   const auto plen = get_le<uint64_t>(prefix + 4);
   fail_if(hlen > kMaxDataHeader, "a data plane header over 4 KiB");
   header.resize(hlen + kTag);
-  recv_all(fd_, header.data(), header.size(), "data plane");
+  link_->recv_all(header.data(), header.size(), "data plane");
   const uint8_t* tag = header.data() + hlen;
   if (protection_ == DataProtection::sealed) {
     EVP_CIPHER_CTX* ctx = cipher(ctx_);
@@ -258,7 +275,7 @@ void DataReceiver::read_payload(std::span<const std::span<uint8_t>> into) {
   for (uint64_t left = pending_; left > 0;) {
     const size_t block = static_cast<size_t>(std::min<uint64_t>(left, kBuffer));
     uint8_t* buf = buffer_.data();
-    recv_all(fd_, buf, block, "data plane");
+    link_->recv_all(buf, block, "data plane");
     if (sealed) {
       fail_if(EVP_DecryptUpdate(ctx, buf, &len, buf, static_cast<int>(block)) != 1, "opening a payload failed");
     } else {
@@ -274,7 +291,7 @@ void DataReceiver::read_payload(std::span<const std::span<uint8_t>> into) {
     left -= block;
   }
   uint8_t tag[kTag];
-  recv_all(fd_, tag, kTag, "data plane");
+  link_->recv_all(tag, kTag, "data plane");
   in_frame_ = false;
   ++seq_;
   if (sealed) {

@@ -1,6 +1,6 @@
 #pragma once
 // The data plane's wire: frames of (header, payload) in one direction of a
-// connected stream socket, for bytes too many to pass through the actors'
+// connected byte stream (data_link.hpp: a TCP socket or UCX), for bytes too many to pass through the actors'
 // message path (KV rows between nodes). No CAF: the control plane (sealed
 // FlatBuffers over the middleman) agrees on who talks to whom and hands both
 // ends their keys; this moves the bytes.
@@ -21,29 +21,22 @@
 //
 // The payload is gathered from and scattered to the caller's spans (pool
 // rows) through one buffer of 1 MiB each end reuses, sealed or opened there in
-// place: one copy between the rows and the socket, one pass of the cipher.
+// place: one copy between the rows and the link, one pass of the cipher.
+// Sender and receiver may move to another link between frames (use()): the
+// sequence numbers go on, so no nonce is used twice under a key.
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cluster/transport/data_link.hpp"
+
 namespace actorlm {
 
-// A broken frame, a peer that closed, a socket error: the connection is done.
-struct DataChannelError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 enum class DataProtection : uint8_t { sealed, trusted_fabric };
-
-// All of `n` bytes to or from a connected stream socket, retried on EINTR;
-// DataChannelError naming `what` when the peer closes or the socket fails
-// (a timeout set on the socket counts as failing).
-void send_all(int fd, const uint8_t* p, size_t n, const char* what);
-void recv_all(int fd, uint8_t* p, size_t n, const char* what);
 
 inline constexpr uint32_t kMaxDataHeader = 4096;
 
@@ -60,7 +53,8 @@ DataKeys derive_data_keys(const std::vector<uint8_t>& session_key, const std::ve
 
 class DataSender {
  public:
-  // `fd` stays the caller's (never closed here).
+  // `link` (or the socket `fd`) stays the caller's (never closed here).
+  DataSender(DataLink& link, DataProtection protection, const DataKey& key);
   DataSender(int fd, DataProtection protection, const DataKey& key);
   ~DataSender();
   DataSender(const DataSender&) = delete;
@@ -72,10 +66,13 @@ class DataSender {
   // Tests: flip one byte of the next frame's payload after it is sealed, as
   // a damaged link would.
   void damage_next_payload() { damage_next_ = true; }
+  // The next frames go over `link` (the caller's, outliving this sender).
+  void use(DataLink& link) { link_ = &link; }
 
  private:
   bool damage_next_ = false;
-  int fd_;
+  std::unique_ptr<SocketLink> own_;  // the fd constructor's
+  DataLink* link_;
   DataProtection protection_;
   DataKey key_;
   uint64_t seq_ = 0;
@@ -87,6 +84,7 @@ class DataReceiver {
  public:
   // Frames whose payload is over max_payload are refused before any of it
   // is read.
+  DataReceiver(DataLink& link, DataProtection protection, const DataKey& key, uint64_t max_payload);
   DataReceiver(int fd, DataProtection protection, const DataKey& key, uint64_t max_payload);
   ~DataReceiver();
   DataReceiver(const DataReceiver&) = delete;
@@ -102,9 +100,12 @@ class DataReceiver {
   // Or, when the header names nothing the receiver will take: reads and
   // verifies the payload, keeping none of it.
   void skip_payload();
+  // The next frames come over `link` (the caller's, outliving this receiver).
+  void use(DataLink& link) { link_ = &link; }
 
  private:
-  int fd_;
+  std::unique_ptr<SocketLink> own_;
+  DataLink* link_;
   DataProtection protection_;
   DataKey key_;
   uint64_t max_payload_;

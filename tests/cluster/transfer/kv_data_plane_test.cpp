@@ -5,6 +5,7 @@
 // with the request failed at the gateway.
 
 #include "cluster/transfer/kv_data_plane.hpp"
+#include "cluster/transport/ucx_link.hpp"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -133,10 +134,14 @@ struct Fixture {
   FlatPool decode_flat;
   std::unique_ptr<KvDataServer> server;
 
-  explicit Fixture(DataProtection protection = DataProtection::sealed, bool in_place = false) {
+  DataTransport transport;
+  explicit Fixture(DataProtection protection = DataProtection::sealed, bool in_place = false,
+                   DataTransport t = DataTransport::socket)
+      : transport(t) {
     sessions->add(key);
     KvDataServerConfig c;
     c.protection = protection;
+    c.transport = t;
     c.worker = decode_worker;
     if (in_place) c.spans = decode_flat.spans();
     c.receiver = receiver;
@@ -166,7 +171,7 @@ struct Fixture {
     return receiver->open(77, rows);
   }
   KvDataTarget target(DataProtection protection = DataProtection::sealed) const {
-    return {"127.0.0.1", server->port(), key, protection};
+    return {"127.0.0.1", server->port(), key, protection, transport};
   }
   size_t rows_written() {
     std::lock_guard<std::mutex> lock(decode_pool->mu);
@@ -342,6 +347,98 @@ TEST_CASE("A request dropped while its chunk is on the way is aborted only once 
   // The chunks after it were refused: the transfer had closed.
   CHECK(r.error.find("did not issue (or has closed)") != std::string::npos);
   CHECK(f.rows_written() == 40);
+}
+
+TEST_CASE("Over UCX, a transfer fills exactly the reserved rows, in place or through the workers", "[kv_data_plane][ucx_link]") {
+  REQUIRE(ucx_unavailable() == "");
+  for (bool in_place : {false, true}) {
+    for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+      CAPTURE(in_place, static_cast<int>(p));
+      Fixture f(p, in_place, DataTransport::ucx);
+      FlatPool prefill;
+      for (int32_t l = 0; l < kLayers; ++l) {
+        for (int32_t r = 100; r < 140; ++r) {
+          for (int64_t i = 0; i < kTokenBytes; ++i) prefill.row(l, r)[i] = byte_of(l, r, i);
+        }
+      }
+      const uint64_t ticket = f.reserve();
+      KvDataSend s = f.transfer(ticket);
+      if (in_place) s.spans = prefill.spans();
+      const KvDataResult r = send_kv_over_data_plane(f.system, f.target(p), s);
+      REQUIRE(r.error.empty());
+      CHECK(r.transport == DataTransport::ucx);
+      CHECK(r.bytes == 40 * kLayers * kTokenBytes);
+      CHECK(f.server->chunks() == kLayers);
+      CHECK(f.receiver->writes_in_flight() == 0);
+      for (int32_t l = 0; l < kLayers; ++l) {
+        for (int32_t t = 0; t < 40; ++t) {
+          if (in_place) {
+            REQUIRE(std::memcmp(f.decode_flat.row(l, 500 + t), prefill.row(l, 100 + t), kTokenBytes) == 0);
+          } else {
+            const auto& got = f.decode_pool->rows.at({l, 500 + t});
+            for (int64_t i = 0; i < kTokenBytes; ++i) REQUIRE(got[static_cast<size_t>(i)] == byte_of(l, 100 + t, i));
+          }
+        }
+      }
+      CHECK(f.receiver->commit(ticket).error.empty());
+      CHECK(f.failures->size() == 0);
+    }
+  }
+}
+
+TEST_CASE("A sender asking for UCX from a node that runs sockets only stays on the socket", "[kv_data_plane][ucx_link]") {
+  Fixture f;  // sockets only
+  const uint64_t ticket = f.reserve();
+  KvDataTarget t = f.target();
+  t.transport = DataTransport::ucx;
+  const KvDataResult r = send_kv_over_data_plane(f.system, t, f.transfer(ticket));
+  REQUIRE(r.error.empty());
+  CHECK(r.transport == DataTransport::socket);
+  CHECK(f.rows_written() == 40 * kLayers);
+  // And the other way round: a UCX node takes a sender that asks for the socket.
+  Fixture g(DataProtection::sealed, false, DataTransport::ucx);
+  const uint64_t again = g.reserve();
+  KvDataTarget plain = g.target();
+  plain.transport = DataTransport::socket;
+  const KvDataResult q = send_kv_over_data_plane(g.system, plain, g.transfer(again));
+  REQUIRE(q.error.empty());
+  CHECK(q.transport == DataTransport::socket);
+}
+
+TEST_CASE("Over UCX, a damaged frame fails its request, and a cancel or a lost decode node ends a transfer at once", "[kv_data_plane][ucx_link]") {
+  {
+    Fixture f(DataProtection::sealed, false, DataTransport::ucx);
+    const uint64_t ticket = f.reserve();
+    KvDataSend damaged = f.transfer(ticket);
+    damaged.corrupt_chunk = 1;
+    CHECK(!send_kv_over_data_plane(f.system, f.target(), damaged).error.empty());
+    REQUIRE(eventually([&] { return f.failures->size() == 1; }));
+    CHECK(f.failures->got[0].first == 77);
+    CHECK(f.failures->got[0].second == "a data plane payload fails its tag");
+    CHECK(f.rows_written() == 40);
+  }
+  for (bool lose_node : {false, true}) {
+    CAPTURE(lose_node);
+    Fixture f(DataProtection::sealed, false, DataTransport::ucx);
+    const uint64_t ticket = f.reserve();
+    KvDataSend s = f.transfer(ticket);
+    s.pause_per_chunk = std::chrono::milliseconds(100);
+    s.cancel = std::make_shared<KvDataCancel>();
+    KvDataResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread sender([&] { r = send_kv_over_data_plane(f.system, f.target(), s); });
+    REQUIRE(eventually([&] { return f.server->chunks() >= 2; }));
+    if (lose_node) {
+      f.server.reset();  // its connections shut down, as when the process dies
+    } else {
+      s.cancel->cancel();
+    }
+    sender.join();
+    CHECK(!r.error.empty());
+    // Long before the 30-layer transfer's 3 s of pauses, or any timeout.
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500));
+    CHECK(f.rows_written() < 40 * kLayers);
+  }
 }
 
 }  // namespace actorlm

@@ -1,0 +1,61 @@
+#pragma once
+// UCX under the data plane: a connection's frames over UCX's tagged
+// messages once its TCP handshake is done, so that two nodes on one machine
+// move KV through shared memory (one copy, by the receiver, with cross-memory
+// attach) and nodes with RDMA through the NIC, never through the kernel's
+// socket buffers. The TCP connection stays open beside it as the link's
+// lifeline: the peer hanging up, or a local cancel shutting the socket down,
+// ends every wait here at once.
+//
+// Each link has a UCX worker of its own (so tags need not tell connections
+// apart); the two ends swap worker addresses inside sealed frames over the
+// TCP connection (kv_data_plane.cpp) and each opens an endpoint to the
+// other. A send_all() is one tagged message; a recv_all() takes the next
+// message straight into the caller's buffer when it fits (the payload blocks
+// of a frame, which both ends cut alike), else through a held copy.
+//
+// Unless UCX_TLS names transports, UCX's TCP transport is left out: it would
+// listen on every interface, and over TCP the plain socket link is the one
+// measured faster (docs/BENCHMARKS.md). Between two machines without RDMA,
+// then, UCX cannot reach the peer, connect() says so, and the connection
+// stays on its socket.
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cluster/transport/data_link.hpp"
+
+namespace actorlm {
+
+// Empty when this build has UCX and it starts here; else why not.
+std::string ucx_unavailable();
+
+class UcxLink final : public DataLink {
+ public:
+  // `control`: the connection's TCP socket (the caller's); `timeout`: the
+  // longest any one wait may take. Throws DataChannelError when UCX is
+  // unavailable.
+  UcxLink(int control, std::chrono::milliseconds timeout);
+  ~UcxLink() override;
+  UcxLink(const UcxLink&) = delete;
+  UcxLink& operator=(const UcxLink&) = delete;
+
+  // This link's worker address, for the peer.
+  std::vector<uint8_t> address() const;
+  // Opens the endpoint to the peer's worker. Throws DataChannelError when
+  // no transport UCX may use reaches it.
+  void connect(std::span<const uint8_t> peer_address);
+
+  void send_all(const uint8_t* p, size_t n, const char* what) override;
+  void recv_all(uint8_t* p, size_t n, const char* what) override;
+  bool recv_first(uint8_t& byte) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorlm

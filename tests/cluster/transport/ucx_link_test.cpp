@@ -1,0 +1,183 @@
+// The data plane's frames over UCX between two links of this process (UCX
+// picks shared memory or cross-memory attach for them, as for two nodes on
+// one machine): what goes in comes out, a damaged frame is refused, and the
+// control socket beside the link ends every wait when the peer hangs up.
+
+#include "cluster/transport/ucx_link.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <random>
+#include <thread>
+
+#include "cluster/transport/data_channel.hpp"
+
+namespace actorlm {
+namespace {
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Two connected links, as the data plane's handshake leaves them: each has
+// the other's worker address, and a socket pair stands for the TCP
+// connection each watches.
+struct LinkPair {
+  int fds[2] = {-1, -1};
+  std::unique_ptr<UcxLink> a, b;
+  explicit LinkPair(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    a = std::make_unique<UcxLink>(fds[0], timeout);
+    b = std::make_unique<UcxLink>(fds[1], timeout);
+    a->connect(b->address());
+    b->connect(a->address());
+  }
+  ~LinkPair() {
+    a.reset();
+    b.reset();
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  // The peer hangs up: its link goes, then its socket.
+  void hang_up_a() {
+    a.reset();
+    ::close(fds[0]);
+    fds[0] = -1;
+  }
+};
+
+const DataKeys keys = derive_data_keys(random_bytes(32, 1), random_bytes(16, 2), random_bytes(16, 3));
+
+}  // namespace
+
+TEST_CASE("UCX starts here", "[ucx_link]") { REQUIRE(ucx_unavailable() == ""); }
+
+TEST_CASE("Data plane frames cross a UCX link whole, sealed and on a trusted fabric", "[ucx_link]") {
+  for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+    CAPTURE(static_cast<int>(p));
+    LinkPair links;
+    // Payloads around the 1 MiB block both ends cut frames into, and rows
+    // of odd sizes, as a pool's are.
+    const std::vector<size_t> sizes = {0, 1, 768, (1u << 20) - 1, 1u << 20, (1u << 20) + 1, 5u << 20, 3 * 768 * 1000 + 17};
+    std::vector<std::vector<uint8_t>> sent;
+    for (size_t i = 0; i < sizes.size(); ++i) sent.push_back(random_bytes(sizes[i], static_cast<uint32_t>(10 + i)));
+    std::thread sender([&] {
+      DataSender s(*links.a, p, keys.dialer_to_acceptor);
+      for (size_t i = 0; i < sent.size(); ++i) {
+        const uint8_t header[3] = {static_cast<uint8_t>(i), 7, 9};
+        // In pieces of 768 bytes and a remainder, as rows are gathered.
+        std::vector<std::span<const uint8_t>> pieces;
+        for (size_t at = 0; at < sent[i].size(); at += 768) {
+          pieces.emplace_back(sent[i].data() + at, std::min<size_t>(768, sent[i].size() - at));
+        }
+        s.send(header, pieces);
+      }
+    });
+    DataReceiver r(*links.b, p, keys.dialer_to_acceptor, 64u << 20);
+    for (size_t i = 0; i < sent.size(); ++i) {
+      std::vector<uint8_t> header;
+      uint64_t n = 0;
+      REQUIRE(r.next(header, n));
+      CHECK(header == std::vector<uint8_t>{static_cast<uint8_t>(i), 7, 9});
+      REQUIRE(n == sent[i].size());
+      std::vector<uint8_t> got(n);
+      const std::span<uint8_t> into[] = {{got.data(), got.size()}};
+      r.read_payload(into);
+      CHECK(got == sent[i]);
+    }
+    sender.join();
+    // The sender hangs up between frames (closing its endpoint flushes it,
+    // which this end's waiting serves): a clean end.
+    std::thread hang_up([&] { links.hang_up_a(); });
+    std::vector<uint8_t> header;
+    uint64_t n = 0;
+    CHECK_FALSE(r.next(header, n));
+    hang_up.join();
+  }
+}
+
+TEST_CASE("A damaged frame over UCX fails its tag, and so does one under another key", "[ucx_link]") {
+  LinkPair links;
+  const std::vector<uint8_t> data = random_bytes(3u << 20, 5);
+  const std::span<const uint8_t> pieces[] = {{data.data(), data.size()}};
+  std::thread sender([&] {
+    DataSender s(*links.a, DataProtection::sealed, keys.dialer_to_acceptor);
+    s.send({}, pieces);
+    s.damage_next_payload();
+    s.send({}, pieces);
+  });
+  DataReceiver r(*links.b, DataProtection::sealed, keys.dialer_to_acceptor, 64u << 20);
+  std::vector<uint8_t> header, got(data.size());
+  const std::span<uint8_t> into[] = {{got.data(), got.size()}};
+  uint64_t n = 0;
+  REQUIRE(r.next(header, n));
+  r.read_payload(into);
+  CHECK(got == data);
+  REQUIRE(r.next(header, n));
+  CHECK_THROWS_WITH(r.read_payload(into), "a data plane payload fails its tag");
+  sender.join();
+
+  LinkPair other;
+  std::string sender_error;
+  std::thread foreign([&] {
+    DataSender s(*other.a, DataProtection::sealed, keys.acceptor_to_dialer);  // the other direction's key
+    try {
+      s.send({}, pieces);
+    } catch (const DataChannelError& e) {
+      sender_error = e.what();
+    }
+  });
+  {
+    DataReceiver q(*other.b, DataProtection::sealed, keys.dialer_to_acceptor, 64u << 20);
+    CHECK_THROWS_WITH(q.next(header, n), "a data plane header fails its tag");
+  }
+  // The receiver hangs up: the sender, blocked on a payload nobody takes,
+  // hears it at once.
+  other.b.reset();
+  ::close(other.fds[1]);
+  other.fds[1] = -1;
+  foreign.join();
+  CHECK_THAT(sender_error, Catch::Contains("closed"));
+}
+
+TEST_CASE("A peer that hangs up inside a frame, or falls silent, ends the wait with an error", "[ucx_link]") {
+  {
+    LinkPair links;
+    const std::vector<uint8_t> part = random_bytes(100, 6);
+    links.a->send_all(part.data(), part.size(), "test");  // 100 of the 200 bytes read below
+    std::thread hang_up([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      links.hang_up_a();
+    });
+    std::vector<uint8_t> got(200);
+    CHECK_THROWS_WITH(links.b->recv_all(got.data(), got.size(), "test"), Catch::Contains("closed the connection inside a frame"));
+    hang_up.join();
+    CHECK(std::equal(part.begin(), part.end(), got.begin()));
+  }
+  {
+    LinkPair links(std::chrono::milliseconds(300));
+    uint8_t byte = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(links.b->recv_first(byte), Catch::Contains("timed out"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+  }
+  {
+    // A cancel shuts this end's socket down: a blocked receive returns.
+    LinkPair links;
+    std::thread cancel([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::shutdown(links.fds[1], SHUT_RDWR);
+    });
+    std::vector<uint8_t> got(10);
+    CHECK_THROWS(links.b->recv_all(got.data(), got.size(), "test"));
+    cancel.join();
+  }
+}
+
+}  // namespace actorlm
