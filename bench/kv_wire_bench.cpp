@@ -9,7 +9,11 @@
 // Sender and receiver are two threads, as two nodes' data-plane threads
 // would be.
 //
-//   ./build/bench/kv_wire_bench [tokens] [rounds]
+//   ./build/bench/kv_wire_bench [tokens] [rounds] [scattered|consecutive]
+//
+// scattered (the default): each end's rows in a random order over a pool
+// twice the prompt, the worst case; consecutive: the rows of a fresh pool,
+// where a layer's K (or V) rows are one span.
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -64,13 +69,21 @@ std::vector<std::pair<int, int>> frames(size_t tokens) {
   return out;
 }
 
+// Layer by layer, the K rows and then the V rows of every token; rows next
+// to each other in the pool are one span, as KvRowSpans hands them out.
 template <class Span, class PoolT>
 std::vector<Span> pieces(PoolT& pool, const std::vector<int32_t>& rows, int first, int last) {
   std::vector<Span> out;
   for (int l = first; l < last; ++l) {
-    for (int32_t r : rows) {
-      out.emplace_back(pool.row(l, 0, r), kRowBytes);
-      out.emplace_back(pool.row(l, 1, r), kRowBytes);
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int32_t r : rows) {
+        auto* p = pool.row(l, kv, r);
+        if (!out.empty() && out.back().data() + out.back().size() == p) {
+          out.back() = Span(out.back().data(), out.back().size() + kRowBytes);
+        } else {
+          out.emplace_back(p, kRowBytes);
+        }
+      }
     }
   }
   return out;
@@ -155,6 +168,7 @@ double run_memcpy(Pool& src, Pool& dst, const std::vector<int32_t>& src_rows, co
 int main(int argc, char** argv) {
   const size_t tokens = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2000;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  const bool consecutive = argc > 3 && std::string(argv[3]) == "consecutive";
   // Pools twice the prompt, rows taken in a random order at each end.
   const int64_t pool_rows = static_cast<int64_t>(tokens) * 2;
   Pool src(pool_rows), dst(pool_rows);
@@ -169,10 +183,11 @@ int main(int argc, char** argv) {
   }
   std::vector<int32_t> all(static_cast<size_t>(pool_rows));
   std::iota(all.begin(), all.end(), 0);
-  std::shuffle(all.begin(), all.end(), rng);
+  if (!consecutive) std::shuffle(all.begin(), all.end(), rng);
   const std::vector<int32_t> src_rows(all.begin(), all.begin() + static_cast<long>(tokens));
-  std::shuffle(all.begin(), all.end(), rng);
-  const std::vector<int32_t> dst_rows(all.begin(), all.begin() + static_cast<long>(tokens));
+  if (!consecutive) std::shuffle(all.begin(), all.end(), rng);
+  const std::vector<int32_t> dst_rows(all.begin() + (consecutive ? static_cast<long>(tokens) : 0),
+                                      all.begin() + static_cast<long>(consecutive ? 2 * tokens : tokens));
   const double bytes = static_cast<double>(tokens) * kLayers * 2 * kRowBytes;
 
   std::vector<uint8_t> flat(static_cast<size_t>(bytes), 1);
@@ -198,8 +213,8 @@ int main(int argc, char** argv) {
     }
   }
   const double c = median(copy), m = median(contiguous);
-  std::printf("KV of %zu tokens x %d layers (%.1f MB), %zu frames, medians of %d alternated rounds\n", tokens, kLayers,
-              bytes / 1e6, frames(tokens).size(), rounds);
+  std::printf("KV of %zu tokens x %d layers (%.1f MB), rows %s, %zu frames, medians of %d alternated rounds\n", tokens,
+              kLayers, bytes / 1e6, consecutive ? "consecutive" : "scattered", frames(tokens).size(), rounds);
   std::printf("| path | ms | GB/s | of the row-to-row memcpy | of a contiguous memcpy |\n|---|---:|---:|---:|---:|\n");
   auto row = [&](const char* name, double t) {
     std::printf("| %s | %.1f | %.2f | %.0f%% | %.0f%% |\n", name, t * 1e3, bytes / t / 1e9, 100 * c / t, 100 * m / t);

@@ -14,8 +14,9 @@
 The transfer table is made for each KV plane asked for (--planes), in alternated rounds:
 `middleman` (chunk messages through CAF, the decode node with --kv-data-port -1), `sealed` (the
 data plane, AES-256-GCM, the default) and `trusted` (the data plane, --kv-trusted-fabric on both
-nodes), and `sealed-worker` / `trusted-worker` (the same with the rows copied through each node's
-worker actor, as a device pool's are, instead of in place); it adds each prompt's time to first
+nodes), `sealed-worker` / `trusted-worker` (the same with the rows copied through each node's
+worker actor, as a device pool's are, instead of in place), and `sealed-ucx` / `trusted-ucx`
+(the data plane's frames over UCX, `--kv-transport ucx` on both nodes); it adds each prompt's time to first
 token through the pair, against the plain node's.
 
 usage: pd_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--planes sealed] [--no-itl]
@@ -66,7 +67,10 @@ THROUGH_WORKER = {"ACTORLM_TEST_ONLY_KV_THROUGH_WORKER": "1"}
 PLANES = {"middleman": ([], ["--kv-data-port", "-1"], None), "sealed": ([], [], None),
           "trusted": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"], None),
           "sealed-worker": ([], [], THROUGH_WORKER),
-          "trusted-worker": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"], THROUGH_WORKER)}
+          "trusted-worker": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"], THROUGH_WORKER),
+          "sealed-ucx": (["--kv-transport", "ucx"], ["--kv-transport", "ucx"], None),
+          "trusted-ucx": (["--kv-trusted-fabric", "--kv-transport", "ucx"],
+                          ["--kv-trusted-fabric", "--kv-transport", "ucx"], None)}
 
 
 def node(binary, core, mode=None, extra=(), env=None):
@@ -218,7 +222,8 @@ def main():
     ap.add_argument("--actorlm", default="build/apps/actorlm")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--planes", default="sealed",
-                    help="comma-separated: middleman, sealed, trusted, sealed-worker, trusted-worker")
+                    help="comma-separated: middleman, sealed, trusted, sealed-worker, trusted-worker, "
+                         "sealed-ucx, trusted-ucx")
     ap.add_argument("--no-itl", action="store_true", help="the transfer table only")
     ap.add_argument("--out", default="docs/bench/pd.json")
     a = ap.parse_args()

@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh 600              # a long run
 #   scripts/fuzz.sh 600 --parallel   # all targets at once, under nice
 #   scripts/fuzz.sh 60 tokenizer_fuzz gguf_file_fuzz   # only these targets
+#   scripts/fuzz.sh 7200 --runs 1000000   # each target until 1M executions (or 2 h)
 #
 # New inputs that add coverage go to build-fuzz/corpus/<target>/ (kept between
 # runs, never committed); the committed seeds in tests/fuzz/corpus/<target>/
@@ -18,10 +19,18 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ACTORLM_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds=20
 parallel=0
+runs=""
 targets=()
+next_is_runs=0
 for arg in "$@"; do
+  if ((next_is_runs)); then
+    runs="$arg"
+    next_is_runs=0
+    continue
+  fi
   case "$arg" in
     --parallel) parallel=1 ;;
+    --runs) next_is_runs=1 ;;
     ''|*[!0-9]*) targets+=("$arg") ;;
     *) seconds="$arg" ;;
   esac
@@ -53,17 +62,19 @@ run_one() {
   [[ -f "$root/tests/fuzz/$t.dict" ]] && dict=(-dict="$root/tests/fuzz/$t.dict")
   # -timeout: one input taking longer than this is a hang. -rss_limit_mb:
   # the tokenizer targets hold the 49k-token vocabulary under ASan.
-  "$build/tests/fuzz/$t" "$work" "$seeds" "${dict[@]}" -max_total_time="$seconds" -timeout=20 \
+  local limit=(-max_total_time="$seconds")
+  [[ -n "${runs:-}" ]] && limit+=(-runs="$runs")
+  "$build/tests/fuzz/$t" "$work" "$seeds" "${dict[@]}" "${limit[@]}" -timeout=20 \
     -rss_limit_mb=4096 -max_len=8192 -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" \
     >"$build/logs/$t.log" 2>&1
 }
 
 summary() {
-  local t="$1" rc="$2"
+  local t="$1" rc="$2" took="$3"
   local runs
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/logs/$t.log" | grep -o '[0-9]*$' || echo "?")
   if [[ "$rc" == 0 ]]; then
-    printf 'fuzz: %-22s ok      %10s executions in %s s\n' "$t" "$runs" "$seconds"
+    printf 'fuzz: %-22s ok      %10s executions in %s s\n' "$t" "$runs" "$took"
   else
     printf 'fuzz: %-22s FAILED (exit %s); log: %s\n' "$t" "$rc" "$build/logs/$t.log"
     grep -E 'ERROR|SUMMARY|Test unit written|runtime error' "$build/logs/$t.log" | head -20 || true
@@ -71,23 +82,25 @@ summary() {
 }
 
 failed=0
+began=$(date +%s)
 if ((parallel)); then
   declare -A pids
   for t in "${targets[@]}"; do
-    nice -n 10 bash -c "$(declare -f run_one); build='$build' root='$root' seconds='$seconds' run_one '$t'" &
+    nice -n 10 bash -c "$(declare -f run_one); build='$build' root='$root' seconds='$seconds' runs='$runs' run_one '$t'" &
     pids[$t]=$!
   done
   for t in "${targets[@]}"; do
     rc=0
     wait "${pids[$t]}" || rc=$?
-    summary "$t" "$rc"
+    summary "$t" "$rc" "$(($(date +%s) - began))"
     ((rc == 0)) || failed=1
   done
 else
   for t in "${targets[@]}"; do
     rc=0
+    started=$(date +%s)
     run_one "$t" || rc=$?
-    summary "$t" "$rc"
+    summary "$t" "$rc" "$(($(date +%s) - started))"
     ((rc == 0)) || failed=1
   done
 fi

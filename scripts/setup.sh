@@ -11,7 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libcaf-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev nlohmann-json3-dev catch2
-  libopenblas-dev libutf8proc-dev libboost-dev libedit-dev libssl-dev libxxhash-dev
+  libopenblas-dev libutf8proc-dev libboost-dev libedit-dev libssl-dev libxxhash-dev libucx-dev
   python3 python3-pip tmux chromium curl openssl clang libclang-rt-14-dev
 )
 

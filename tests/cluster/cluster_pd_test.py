@@ -16,6 +16,8 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     messages over the middleman; on a trusted fabric (both nodes) it is only
     checked; a node whose setting differs refuses the connection, and the
     client hears why;
+  - with --kv-transport ucx on both nodes the frames cross over UCX (shared memory between
+    the two processes), outputs unchanged; with it on one node only, over the socket;
   - a byte flipped in a transferred chunk is refused by the decode node, the
     request is retried and answered correctly, nothing leaks (both paths);
   - killing a prefill node mid-prefill or mid-transfer retries its requests on
@@ -234,6 +236,33 @@ def check_trusted_fabric(reference):
         decode.stop()
 
 
+def check_ucx(reference):
+    # UCX under the data plane, both nodes: the same outputs, and the prefill node's log
+    # names the link; one node only: the socket, as before.
+    for prefill_extra, decode_extra, link in ((["--kv-transport", "ucx"], ["--kv-transport", "ucx"], "(UCX)"),
+                                              ([], ["--kv-transport", "ucx"], None),
+                                              (["--kv-transport", "ucx", "--kv-trusted-fabric"],
+                                               ["--kv-transport", "ucx", "--kv-trusted-fabric"], "(UCX)")):
+        prefill = pd_node("prefill", extra=prefill_extra)
+        decode = pd_node("decode", extra=decode_extra)
+        try:
+            with head([prefill, decode]) as h:
+                wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+                for p, extra in ((LONG[0], {"max_tokens": 12}), (SHORT[2], {})):  # as run_all asked
+                    code, body = complete(h.port, p, **extra)
+                    check(code == 200, body)
+                    check(body["choices"][0]["text"] == reference[p],
+                          f"a transfer with {prefill_extra} / {decode_extra} answered differently")
+                sent = [x for x in prefill.lines if "over the data plane" in x]
+                check(len(sent) == 2, prefill.lines[-5:])
+                check(all((link in x) if link else ("(UCX)" not in x) for x in sent), sent)
+                check_pools(h.port, f"after transfers with {prefill_extra} / {decode_extra}")
+                print(f"ok: {prefill_extra} / {decode_extra}: {sent[0].strip()[20:]}")
+        finally:
+            prefill.stop()
+            decode.stop()
+
+
 def run_concurrently(port, prompts, max_tokens, results, **extra):
     def run(i, p):
         code, body = complete(port, p, max_tokens=max_tokens, **extra)
@@ -383,6 +412,7 @@ def main():
     check_corrupt_chunk(reference)
     check_corrupt_chunk(reference, ["--kv-data-port", "-1"])
     check_trusted_fabric(reference)
+    check_ucx(reference)
     check_prefill_death(reference)
     check_death_mid_transfer(reference)
     check_decode_death()
