@@ -56,6 +56,8 @@ ClusterConfig cluster_from_flags(const cli::Args& args) {
   apply_security(args, c.security);
   c.connect_timeout_s = args.number("--connect-timeout", c.connect_timeout_s, 0, 3600);
   c.failover_attempts = static_cast<int32_t>(args.integer("--failover-attempts", c.failover_attempts, 0, 100));
+  c.rebalance_interval_s = args.number("--rebalance-interval", c.rebalance_interval_s, 0, 3600);
+  c.rebalance_gap = static_cast<int32_t>(args.integer("--rebalance-gap", c.rebalance_gap, 2, 1 << 20));
   std::vector<NodeAddress> peers = c.nodes;
   if (!c.remote_worker.host.empty()) peers.push_back(c.remote_worker);
   for (const auto& n : peers) {

@@ -8,6 +8,7 @@
 //   --max-message-bytes N                       largest CAF message a peer may announce
 //   --connect-timeout S                         head: wait for the nodes
 //   --failover-attempts N                       head: moves of a request whose node is lost (0: it fails)
+//   --rebalance-interval S --rebalance-gap N    head: move decoding requests from busy nodes to idle ones
 
 #include <set>
 #include <string>
@@ -20,7 +21,7 @@ namespace actorlm {
 inline const std::set<std::string> security_flags{"--tls-cert", "--tls-key", "--tls-ca", "--secret-file",
                                                   "--max-message-bytes"};
 inline const std::set<std::string> head_flags{"--node", "--topology", "--connect-timeout", "--failover-attempts",
-                                              "--remote-worker"};
+                                              "--remote-worker", "--rebalance-interval", "--rebalance-gap"};
 inline const char* const allow_plain_switch = "--allow-plain-remote";
 
 // The security flags alone (a node).

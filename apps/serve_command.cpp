@@ -55,6 +55,8 @@ constexpr const char* usage =
     "--topology FILE.json\n"
     "                     [--secret-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
     "                     [--allow-plain-remote] [--connect-timeout S] [--failover-attempts N]\n"
+    "                     [--rebalance-interval S] [--rebalance-gap 2]  (0: off; move decoding requests with\n"
+    "                     their KV from a node running >= gap more requests than another)\n"
     "  --special-tokens-in-content: chat messages may hold control tokens such as <|im_start|>\n"
     "  (by default they are plain text, so a client cannot forge system or assistant turns).\n"
     "  --chat-template-file FILE: a Jinja chat template used instead of the model's own.\n"

@@ -84,7 +84,7 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def start_cluster(binary, node_args=()):
+def start_cluster(binary, node_args=(), head_args=()):
     """Two nodes (one thread each, pinned to cores 0 and 1) and a head over them, joined.
     Returns ([(proc, port, lines)] of the nodes, their addresses, (head proc, port, lines))."""
     node_procs = []
@@ -94,7 +94,7 @@ def start_cluster(binary, node_args=()):
         node_procs.append((p, port, lines))
     addrs = [f"127.0.0.1:{port}" for _, port, _ in node_procs]
     head = start([binary, "serve", "--port", "0", "--threads", "1", "--secret-file", SECRET,
-                  *[a for x in addrs for a in ("--node", x)]], r"http://127\.0\.0\.1:(\d+)")
+                  *[a for x in addrs for a in ("--node", x)], *head_args], r"http://127\.0\.0\.1:(\d+)")
     deadline = time.time() + 30
     while not all(n["alive"] for n in nodes(head[1]).values()):
         if time.time() > deadline:

@@ -81,6 +81,8 @@ ClusterConfig load_topology(const std::string& path) {
     }
     c.failover_attempts = v.get<int32_t>();
   }
+  c.rebalance_interval_s = number(j, "rebalance_interval_s", 0, 3600, c.rebalance_interval_s);
+  c.rebalance_gap = static_cast<int32_t>(number(j, "rebalance_gap", 2, 1 << 20, c.rebalance_gap));
   if (j.contains("routing")) {
     const auto& r = j["routing"];
     if (!r.is_object()) throw fail("\"routing\" must be an object");

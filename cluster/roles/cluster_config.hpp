@@ -25,6 +25,11 @@ struct ClusterConfig {
   // runs on is lost, going on from the tokens its client already has; 0:
   // it fails with its node (503).
   int32_t failover_attempts = 3;
+  // Rebalancing by live migration (cluster/roles/rebalancer.hpp): every
+  // interval (0: never), a decoding request moves with its KV from a node
+  // that runs at least `rebalance_gap` more requests than another of its kind.
+  double rebalance_interval_s = 0;
+  int32_t rebalance_gap = 2;
   RouterConfig routing;
 
   bool remote() const { return !nodes.empty() || !remote_worker.host.empty(); }
@@ -34,6 +39,7 @@ struct ClusterConfig {
 //   {"nodes": ["10.0.0.2:7100", {"address": "10.0.0.3:7100"}],   (or "remote_worker": "10.0.0.2:7100")
 //    "tls": {"cert": "head.pem", "key": "head.key", "ca": "ca.pem"},
 //    "secret_file": "cluster.secret", "connect_timeout_s": 30, "failover_attempts": 3,
+//    "rebalance_interval_s": 0, "rebalance_gap": 2,
 //    "routing": {"cache_threshold": 0.5, "balance_abs_threshold": 16, "balance_rel_threshold": 1.5}}
 // Relative paths are taken from the file's folder. Throws std::runtime_error
 // naming the file and the offending entry.

@@ -9,6 +9,7 @@
 #include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
+#include "cluster/roles/rebalancer.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/exit_proof_actor.hpp"
 #include "cluster/transport/local_sender.hpp"
@@ -38,6 +39,9 @@ using drain_tick_atom = caf::atom_constant<caf::atom("draintick")>;
 // A draining node is looked at again after this long (requests still
 // prefilling there, moves that failed).
 constexpr auto drain_interval = std::chrono::milliseconds(100);
+// Looks for a request to move from a busy node to an idle one
+// (cluster/roles/rebalancer.hpp; from the router itself).
+using rebalance_tick_atom = caf::atom_constant<caf::atom("rebaltick")>;
 // Moves under way from one node at once: each holds its request's rows on
 // two nodes and the data plane's bandwidth.
 constexpr size_t max_moves_per_node = 4;
@@ -107,6 +111,7 @@ struct Placement {
 // move (the source goes on) never shows the client a token twice.
 struct Move {
   int from = -1, to = -1;
+  int wanted = -1;       // a rebalance's target: this node or none
   uint64_t from_id = 0;  // its id on the source: the head's, or a pair's wire id
   uint64_t token = 0;    // this move's, so that late answers of another are told apart
   bool adopted = false;  // the policy counted it on `to` (in_flight)
@@ -133,6 +138,7 @@ struct RouterState {
   std::map<uint64_t, uint64_t> pd_wire;  // their current wire ids -> the head's id
   uint64_t next_wire = first_wire_id;
   std::map<uint64_t, Move> moving;  // by the head's id
+  std::set<uint64_t> rebalanced;    // requests a rebalance moved (or tried to): never again
   uint64_t stop_token = 0;         // held by the engine that spawned the router
   static inline const char* name = "actorlm.router";
 };
@@ -691,10 +697,11 @@ void on_frozen(Self* self, uint64_t id, uint64_t token, const fb::KvFreezeReplyT
 void on_move_reserved(Self* self, uint64_t id, uint64_t token, const WireMessage& m);
 void on_moved(Self* self, uint64_t id, uint64_t token, const std::string& error);
 
-void start_move(Self* self, uint64_t id, int from) {
+void start_move(Self* self, uint64_t id, int from, int to = -1) {
   auto& s = self->state;
   Move m;
   m.from = from;
+  m.wanted = to;
   if (auto p = s.placed.find(id); p != s.placed.end()) {
     if (p->second.ending || p->second.node != from) return;
     m.from_id = id;
@@ -782,7 +789,13 @@ void on_frozen(Self* self, uint64_t id, uint64_t token, const fb::KvFreezeReplyT
   }
   std::vector<int32_t> tokens = prompt_of(bytes);
   tokens.insert(tokens.end(), streamed.begin(), streamed.end());
-  m.to = move_target(self, id, tokens, from, m.adopted);
+  if (m.wanted >= 0) {
+    // A rebalance goes where it was meant to, or nowhere.
+    const NodeLink& w = s.nodes[static_cast<size_t>(m.wanted)];
+    m.to = w.gateway && !w.draining ? m.wanted : -1;
+  } else {
+    m.to = move_target(self, id, tokens, from, m.adopted);
+  }
   if (m.to < 0) {
     thaw(self, from, m.from_id);
     s.moving.erase(it);
@@ -936,6 +949,56 @@ void drain_tick(Self* self, int i) {
     n.drain_scheduled = true;
     self->delayed_send(self, drain_interval, drain_tick_atom::value, static_cast<int32_t>(i));
   }
+}
+
+// Every --rebalance-interval: when one node runs at least --rebalance-gap
+// more requests than another of its kind, one decoding request moves from
+// it to that node with its KV, one move at a time (cluster/roles/rebalancer.hpp).
+void rebalance_tick(Self* self) {
+  auto& s = self->state;
+  self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(s.config.rebalance_interval_s * 1000)),
+                     rebalance_tick_atom::value);
+  for (const auto& [id, m] : s.moving) {
+    if (m.wanted >= 0) return;
+  }
+  // Requests that ended leave the record.
+  for (auto it = s.rebalanced.begin(); it != s.rebalanced.end();) {
+    it = s.placed.count(*it) || s.pd.count(*it) ? std::next(it) : s.rebalanced.erase(it);
+  }
+  std::vector<RebalanceNode> loads(s.nodes.size());
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const NodeLink& n = s.nodes[i];
+    loads[i] = {static_cast<int32_t>(n.requests.size()), n.gateway && !n.draining && n.mode != "prefill", n.mode == "decode"};
+  }
+  const auto pair = pick_nodes(loads, s.config.rebalance_gap);
+  if (!pair) return;
+  std::vector<RebalanceCandidate> candidates;
+  for (uint64_t rid : s.nodes[static_cast<size_t>(pair->from)].requests) {
+    RebalanceCandidate c;
+    if (rid >= first_wire_id) {
+      auto w = s.pd_wire.find(rid);
+      if (w == s.pd_wire.end()) continue;
+      const PdRequest& r = s.pd.at(w->second);
+      c = {w->second, static_cast<int64_t>(prompt_of(r.bytes).size() + r.tokens.size()),
+           r.streamed && !r.ending && r.decode == pair->from, false};
+    } else {
+      auto p = s.placed.find(rid);
+      if (p == s.placed.end()) continue;
+      c = {rid, static_cast<int64_t>(prompt_of(p->second.bytes).size() + p->second.streamed.size()),
+           !p->second.streamed.empty() && !p->second.ending, false};
+    }
+    c.moved_before = s.rebalanced.count(c.id) > 0 || s.moving.count(c.id) > 0;
+    candidates.push_back(c);
+  }
+  const auto id = pick_request(candidates);
+  if (!id) return;
+  s.rebalanced.insert(*id);
+  log_node(self, pair->from,
+           "runs " + std::to_string(loads[static_cast<size_t>(pair->from)].requests) + " requests, node " +
+               s.nodes[static_cast<size_t>(pair->to)].address.str() + " " +
+               std::to_string(loads[static_cast<size_t>(pair->to)].requests) + ": rebalancing moves request " +
+               std::to_string(*id));
+  start_move(self, *id, pair->from, pair->to);
 }
 
 void set_draining(Self* self, int i, bool on) {
@@ -1181,6 +1244,10 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
     s.policy->set_alive(static_cast<int>(i), false);
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) dial(self, static_cast<int>(i));
+  if (s.config.rebalance_interval_s > 0 && s.nodes.size() > 1) {
+    self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(s.config.rebalance_interval_s * 1000)),
+                       rebalance_tick_atom::value);
+  }
   return {
       [self](generate_atom, const WireMessage& in, const caf::actor&) {
         if (from_this_process(self)) on_generate(self, in);
@@ -1210,6 +1277,9 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         auto& s = self->state;
         s.retry_scheduled = false;
         if (!s.parked.empty()) place_parked(self);
+      },
+      [self](rebalance_tick_atom) {
+        if (from_this_process(self)) rebalance_tick(self);
       },
       [self](drain_tick_atom, int32_t i) {
         if (from_this_process(self) && i >= 0 && static_cast<size_t>(i) < self->state.nodes.size()) drain_tick(self, i);

@@ -18,6 +18,10 @@ Checks:
   - rolling restart: every node started with --drain is stopped (SIGTERM) and started
     again in turn while 16 clients send requests back to back: each node leaves once its
     requests have moved, and not one request fails; every output equals the one-process run;
+  - rebalancing (--rebalance-interval): six streams sharing a long prefix, which cache-aware
+    routing sends to one of two nodes, are spread over both by moving some with their KV once
+    they decode (the other node computes no prompt token for them); every output equals the
+    one-process run;
   - afterwards every node is idle, its pool adds up and holds no locked KV.
 
 Usage: python3 tests/cluster/cluster_drain_test.py path/to/actorlm
@@ -281,7 +285,60 @@ def check_rolling_restart():
             n.stop()
 
 
+PREFIX = ("You are the archivist of a small harbour town. Every answer you give starts from the "
+          "harbour's logbooks: ships, tides, storms, the lighthouse keepers' notes and the fish market's "
+          "prices, kept since the town was founded. ") * 4
+
+
+def check_rebalance():
+    node_list = [NodeProcess(["--secret-file", SECRET]).start() for _ in range(2)]
+    topics = ["the winter storm", "the lighthouse", "the fish market", "the old ferry", "the regatta", "the fog"]
+    bodies = {}
+    for i, t in enumerate(topics):
+        body = {"prompt": PREFIX + f"Question {i}: tell the story of {t}.", "max_tokens": 200, "ignore_eos": True}
+        body.update(temperature=0) if i % 2 == 0 else body.update(temperature=0.7, seed=900 + i)
+        bodies[i] = body
+    expected = reference(bodies)
+    results, progress = {}, {i: [0] for i in bodies}
+    try:
+        with head(node_list, HEAD_FLAGS + ["--rebalance-interval", "0.2"]) as h:
+            wait_for("every node joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            before = nodes(h.port)
+            threads = []
+            for i in bodies:
+                threads.append(threading.Thread(
+                    target=lambda i=i: results.__setitem__(i, stream_completion(h.port, bodies[i], progress[i]))))
+                threads[-1].start()
+                time.sleep(0.05)  # in order: each later one finds the first's prefix on its node
+            for t in threads:
+                t.join(600)
+            check(not any(t.is_alive() for t in threads), "a client never finished")
+            after = nodes(h.port)
+            routed = {a: after[a]["routed"] - before[a]["routed"] for a in after}
+            busy = max(routed, key=routed.get)
+            check(routed[busy] == len(bodies), f"the shared prefix did not send every request to one node: {routed}")
+            picked = [line for _, line in h.lines if "rebalancing moves request" in line]
+            moved = [m for _, line in h.lines if (m := re.search(r"moved from node (\S+) to (\S+) with (\d+) KV rows", line))]
+            check(len(moved) >= 2 and all(m.group(1) == busy for m in moved), f"moves: {picked} {h.lines[-20:]}")
+            check(len(moved) <= len(picked) <= len(bodies) // 2 + 1, f"rebalanced more than half: {picked}")
+            idle = next(a for a in after if a != busy)
+            check(after[idle]["migrated_in"] == len(moved) and after[busy]["migrated_out"] == len(moved), after)
+            check(after[idle]["prompt_tokens"] == before[idle]["prompt_tokens"],
+                  f"the idle node computed prompt tokens for moved requests: {before[idle]} -> {after[idle]}")
+            differ = [(i, results[i][:2], expected[i][:2]) for i in bodies
+                      if results[i][0] != 200 or (results[i][1], results[i][2], results[i][3]["completion_tokens"],
+                                                  results[i][3]["prompt_tokens"]) != expected[i]]
+            check(not differ, f"{len(differ)} outputs differ from the one-process run: {differ[:2]}")
+            check_pools(h.port, "after rebalancing")
+            print(f"rebalance: {len(bodies)} streams sharing a prefix all routed to {busy}; {len(moved)} moved to "
+                  f"{idle} with their KV as they decoded, 0 prompt tokens computed there; outputs equal one process")
+    finally:
+        for n in node_list:
+            n.stop()
+
+
 def main():
+    check_rebalance()
     check_drain_under_load()
     check_pd_drain()
     check_rolling_restart()
