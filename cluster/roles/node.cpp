@@ -47,7 +47,12 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   if (!mode.empty() && config.role != "engine") throw std::invalid_argument("a worker node takes no disaggregation mode");
   auto tok = load_tokenizer(config.engine.model_path);
   for (uint8_t b : make_nonce()) m.gateway_stop_token = (m.gateway_stop_token << 8) | b;
-  const bool data_plane = !config.security.secret.empty() && config.kv_data_port >= 0;
+  // A data plane needs a session key no one outside the join knows: a
+  // secret's (the key is an HMAC under it), or TLS's (the join's nonces, from
+  // which the key is derived, travel only inside the mutually authenticated
+  // TLS connection). A plain cluster has neither, so its KV stays on the
+  // middleman.
+  const bool data_plane = (!config.security.secret.empty() || config.security.tls()) && config.kv_data_port >= 0;
   const DataProtection protection = config.kv_trusted_fabric ? DataProtection::trusted_fabric : DataProtection::sealed;
   // Every engine node takes KV in (a decode node from prefill nodes, any
   // node a request migrating to it) and sends it out.

@@ -16,6 +16,8 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     messages over the middleman; on a trusted fabric (both nodes) it is only
     checked; a node whose setting differs refuses the connection, and the
     client hears why;
+  - with mutual TLS and no secret the KV takes the data plane too (its key derived from the
+    join made inside TLS), outputs unchanged;
   - with --kv-transport ucx on both nodes the frames cross over UCX (shared memory between
     the two processes), outputs unchanged; with it on one node only, over the socket;
   - a byte flipped in a transferred chunk is refused by the decode node, the
@@ -236,6 +238,32 @@ def check_trusted_fabric(reference):
         decode.stop()
 
 
+def check_tls_data_plane(reference):
+    # Mutual TLS, no secret: the data port opens and the frames are sealed under the session
+    # key of the join made over TLS; the same outputs as one process.
+    from cluster_test import make_ca, make_cert, tls_flags  # noqa: E402
+    make_ca("pd-ca")
+    for name in ("pd-prefill", "pd-decode", "pd-head"):
+        make_cert(name, "pd-ca")
+    prefill = NodeProcess([*tls_flags("pd-prefill", "pd-ca"), "--disaggregation-mode", "prefill"]).start()
+    decode = NodeProcess([*tls_flags("pd-decode", "pd-ca"), "--disaggregation-mode", "decode"]).start()
+    try:
+        with ServerProcess(BIN, ["--node", prefill.address, "--node", decode.address,
+                                 *tls_flags("pd-head", "pd-ca")]) as h:
+            wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
+            for p, extra in ((LONG[1], {"max_tokens": 12}), (SHORT[3], {})):  # as run_all asked
+                code, body = complete(h.port, p, **extra)
+                check(code == 200, body)
+                check(body["choices"][0]["text"] == reference[p], "a transfer over TLS's data plane answered differently")
+            sent = [x for x in prefill.lines if "sent " in x and "tokens" in x]
+            check(len(sent) == 2 and all("over the data plane" in x for x in sent), prefill.lines[-5:])
+            check_pools(h.port, "after transfers in a TLS cluster")
+            print(f"ok: mutual TLS, no secret: {sent[0].strip()[20:]}")
+    finally:
+        prefill.stop()
+        decode.stop()
+
+
 def check_ucx(reference):
     # UCX under the data plane, both nodes: the same outputs, and the prefill node's log
     # names the link; one node only: the socket, as before.
@@ -412,6 +440,7 @@ def main():
     check_corrupt_chunk(reference)
     check_corrupt_chunk(reference, ["--kv-data-port", "-1"])
     check_trusted_fabric(reference)
+    check_tls_data_plane(reference)
     check_ucx(reference)
     check_prefill_death(reference)
     check_death_mid_transfer(reference)
