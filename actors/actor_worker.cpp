@@ -1,6 +1,7 @@
 #include "actors/actor_worker.hpp"
 
 #include <caf/all.hpp>
+#include <cstdio>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -47,6 +48,9 @@ ActorWorker::ActorWorker(caf::blocking_actor* self, caf::actor worker, WorkerLiv
 
 ActorWorker::~ActorWorker() {
   if (relay_) caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
+  // A worker this started is this one's to stop (the engine stops only the
+  // one it spawned).
+  if (restarts_ > 0) caf::anon_send_exit(worker_, caf::exit_reason::user_shutdown);
 }
 
 void ActorWorker::lose(std::string why) {
@@ -59,8 +63,28 @@ void ActorWorker::lose(std::string why) {
 
 bool ActorWorker::on_down(const caf::down_msg& down) {
   if (down.source != worker_.address()) return false;
-  lose("the worker stopped (" + self_->system().render(down.reason) + ")");
+  ended(down.reason);
   return true;
+}
+
+void ActorWorker::ended(const caf::error& why) {
+  const std::string reason = self_->system().render(why);
+  const bool stopped = why == caf::make_error(caf::exit_reason::user_shutdown) || why == caf::make_error(caf::exit_reason::kill);
+  if (!lost_.empty()) return;
+  if (stopped || !liveness_.restart || restarts_ >= liveness_.max_restarts || worker_.node() != self_->node()) {
+    lose("the worker stopped (" + reason + ")" +
+         (restarts_ > 0 && !stopped ? " after " + std::to_string(restarts_) + " restarts" : ""));
+    return;
+  }
+  worker_ = liveness_.restart();
+  ++restarts_;
+  self_->monitor(worker_);
+  if (relay_) {
+    caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
+    relay_ = self_->system().spawn(step_relay, worker_);
+  }
+  std::fprintf(stderr, "actorlm scheduler: the worker actor ended (%s); started again over the same weights and KV (%d of %d)\n",
+               reason.c_str(), restarts_, liveness_.max_restarts);
 }
 
 std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) {
@@ -85,7 +109,8 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
   const caf::duration wait = beats ? caf::duration(liveness_.silence) : caf::duration(std::chrono::minutes(24 * 60));
   std::optional<WireMessage> out;
   std::optional<caf::error> failure;
-  while (!out && !failure && lost_.empty()) {
+  const int restarts_before = restarts_;
+  while (!out && !failure && lost_.empty() && restarts_ == restarts_before) {
     bool silent = false;
     self_->receive(
         [&](step_done_atom, uint64_t got, WireMessage& m) {
@@ -102,10 +127,12 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
   // The worker's actor gone with the request in its mailbox: as lost as a
   // down message says (which may come after this).
   if (failure && failure->category() == caf::atom("system") &&
-      failure->code() == static_cast<uint8_t>(caf::sec::request_receiver_down)) {
-    lose("the worker stopped (" + self_->system().render(*failure) + ")");
+      failure->code() == static_cast<uint8_t>(caf::sec::request_receiver_down) && restarts_ == restarts_before) {
+    ended(*failure);
   }
   if (!lost_.empty()) throw WorkerLost("worker lost: " + lost_);
+  // Its requests run again on the new actor (the scheduler's supervision).
+  if (restarts_ != restarts_before) throw std::runtime_error("the worker actor ended during this step and was started again");
   if (failure) throw std::runtime_error("worker unreachable: " + self_->system().render(*failure));
   std::string error;
   auto r = decode_result(out->bytes, &error);

@@ -14,6 +14,18 @@
 // A lost worker fails that step and every later one with WorkerLost; the
 // scheduler fails the requests as unavailable (HTTP 503) and /health says so.
 //
+// A worker actor of this process that ends (an exception its handler did
+// not catch, an exit someone sent it) is started again instead, when the
+// liveness has a `restart`: a new actor over the same ModelRunner, so its
+// weights and KV pool are as they were after the last step it finished. The
+// step it was running fails (a plain error, not WorkerLost), so the
+// scheduler gives back that step's KV and runs its requests again
+// (in-process supervision): no request is lost and none is computed twice
+// into the stream. After `max_restarts` it is lost as before. A worker that
+// is only silent is not restarted: its thread may still be inside the
+// runner. Its own stop (user_shutdown, what the engine sends at exit) is
+// never answered with a restart.
+//
 // With heartbeats the worker answers a step with a message of its own
 // (actors/worker_actor.hpp), which a blocking receive can wait for together
 // with beats and down messages; a CAF request's reply it could not. A
@@ -26,6 +38,7 @@
 #include <caf/actor.hpp>
 #include <caf/blocking_actor.hpp>
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "scheduler/worker.hpp"
@@ -45,6 +58,10 @@ struct WorkerLiveness {
   std::chrono::milliseconds silence{30'000};
   // KV row copies (read_kv / write_kv): bounded transfers, a plain timeout.
   std::chrono::milliseconds copy_timeout{120'000};
+  // A new worker actor over the same runner (see above); empty: an ended
+  // worker is lost.
+  std::function<caf::actor()> restart{};
+  int max_restarts = 3;
 };
 
 class ActorWorker final : public Worker {
@@ -61,12 +78,16 @@ class ActorWorker final : public Worker {
 
   // Why the worker is lost for good; empty while it is not.
   const std::string& lost() const { return lost_; }
+  // How many times an ended worker actor was started again.
+  int restarts() const { return restarts_; }
   // A down message the owning actor received between steps: if it is the
   // worker's, the worker is lost. True when it was.
   bool on_down(const caf::down_msg& down);
 
  private:
   void lose(std::string why);
+  // The worker actor ended for `why`: started again if it may be, else lost.
+  void ended(const caf::error& why);
   // One KvRowsRequest to the worker actor (kv_read_atom or kv_write_atom).
   template <class Atom>
   std::vector<uint8_t> copy_rows(Atom atom, std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
@@ -77,6 +98,7 @@ class ActorWorker final : public Worker {
   WorkerLiveness liveness_;
   uint64_t next_batch_ = 1;
   std::string lost_;
+  int restarts_ = 0;
 };
 
 }  // namespace actorlm

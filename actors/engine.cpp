@@ -300,6 +300,7 @@ EngineStatsSnapshot Engine::stats(bool self_check) {
     out.host = f.host;
     out.storage = f.storage;
     out.worker_lost = f.worker_lost;
+    out.worker_restarts = f.worker_restarts;
     out.seconds_per_prefill_token = f.seconds_per_prefill_token;
     out.seconds_per_decode_row = f.seconds_per_decode_row;
     // The managers answer between the scheduler's messages: milliseconds,

@@ -54,6 +54,8 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
                              std::vector<std::span<uint8_t>>& out) { return runner->kv_spans(rows, first_layer, last_layer, out); };
   }
   core.worker = spawn_worker(system, runner);
+  // A worker actor that ends is started again over this runner (actors/actor_worker.hpp).
+  core.respawn = [&system, runner] { return spawn_worker(system, runner); };
   return core;
 }
 
@@ -121,7 +123,9 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
     }
   }
   // This process's own worker actor: it beats while it computes.
-  const WorkerLiveness liveness{.heartbeats = true, .silence = config.worker_silence_timeout};
+  WorkerLiveness liveness;
+  liveness.silence = config.worker_silence_timeout;
+  liveness.restart = w.respawn;
   EngineCore core = spawn_managers(system, w.kv, sc, w.worker, std::move(sink), liveness);
   core.model = w.model;
   core.device = w.device;

@@ -6,6 +6,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,9 @@ struct WorkerCore {
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
   KvRowSpans kv_spans;  // see EngineCore
+  // A new worker actor over the same model runner: how an ended one is
+  // started again (WorkerLiveness::restart).
+  std::function<caf::actor()> respawn;
 };
 
 // The tokenizer of a GGUF file or Hugging Face folder (tokenizer.json).
@@ -80,7 +84,11 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
 // which sends no heartbeats and fails forwards itself when the node goes.
 EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, SchedulerConfig sc, caf::actor worker,
                           caf::actor sink,
-                          WorkerLiveness liveness = {.heartbeats = false, .silence = std::chrono::milliseconds(0)});
+                          WorkerLiveness liveness = {.heartbeats = false,
+                                                     .silence = std::chrono::milliseconds(0),
+                                                     .copy_timeout = std::chrono::milliseconds(120'000),
+                                                     .restart = {},
+                                                     .max_restarts = 0});
 
 // Stops the four actors (the scheduler finishes its current step first).
 void stop_engine_core(const EngineCore& core);

@@ -49,6 +49,7 @@ struct EngineStatsSnapshot {
   // Why the worker is gone for good; empty while it serves (and for engines
   // whose scheduler is not in this process).
   std::string worker_lost;
+  int64_t worker_restarts = 0;  // worker actors that ended and were started again (actors/actor_worker.hpp)
   // The step time budget's estimates (--max-step-ms); 0 until measured.
   double seconds_per_prefill_token = 0, seconds_per_decode_row = 0;
 };

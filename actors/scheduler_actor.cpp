@@ -181,7 +181,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   auto on_late_failure = [](step_failed_atom, uint64_t, caf::error&) {};
   auto on_late_beat = [](heartbeat_atom, uint64_t) {};
   auto publish = [&] {
-    if (board) board->publish(figures_of(sched, cfg, w.lost()));
+    if (board) board->publish(figures_of(sched, cfg, w.lost(), w.restarts()));
   };
   publish();
   while (running) {

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +19,8 @@ namespace {
 
 // ACTORLM_TEST_ONLY_WORKER_FAULT (see the header).
 struct TestFault {
-  enum class Kind { none, hang, exit, fail, poison } kind = Kind::none;
-  int64_t at_forward = 0;  // hang, exit, fail: the forward; poison: the token id
+  enum class Kind { none, hang, exit, crash, fail, poison } kind = Kind::none;
+  int64_t at_forward = 0;  // hang, exit, crash, fail: the forward; poison: the token id
   // Whether forward number n (1-based) of `batch` throws.
   bool throws(const ForwardBatch& batch, int64_t n) const {
     if (kind == Kind::fail) return n == at_forward;
@@ -38,11 +39,12 @@ TestFault test_fault_from_env() {
   const std::string kind = s.substr(0, at);
   f.kind = kind == "hang"     ? TestFault::Kind::hang
            : kind == "exit"   ? TestFault::Kind::exit
+           : kind == "crash"  ? TestFault::Kind::crash
            : kind == "throw"  ? TestFault::Kind::fail
            : kind == "poison" ? TestFault::Kind::poison
                               : TestFault::Kind::none;
   if (f.kind == TestFault::Kind::none || f.at_forward < (f.kind == TestFault::Kind::poison ? 0 : 1)) {
-    std::fprintf(stderr, "actorlm worker: ignoring ACTORLM_TEST_ONLY_WORKER_FAULT=%s (want hang@N, exit@N, throw@N or poison@TOKEN)\n", v);
+    std::fprintf(stderr, "actorlm worker: ignoring ACTORLM_TEST_ONLY_WORKER_FAULT=%s (want hang@N, exit@N, crash@N, throw@N or poison@TOKEN)\n", v);
     return {};
   }
   std::fprintf(stderr, "actorlm worker: TEST FAULT armed: %s\n", v);
@@ -107,12 +109,17 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
       [self](forward_atom, uint64_t id, const WireMessage& in, const caf::actor& reply_to, int32_t interval_ms) {
         auto& st = self->state;
         ++st.forwards;
+        // crash@N: only the process's first worker actor (a restarted one goes on).
+        static std::atomic<bool> crashed{false};
+        const bool crash = st.fault.kind == TestFault::Kind::crash && st.forwards == st.fault.at_forward && !crashed.exchange(true);
         const bool stops = st.fault.kind == TestFault::Kind::hang || st.fault.kind == TestFault::Kind::exit;
-        if (stops && st.forwards == st.fault.at_forward) {
-          if (st.fault.kind == TestFault::Kind::exit) {
-            std::fprintf(stderr, "actorlm worker: TEST FAULT: exiting at forward %lld\n",
+        if (crash || (stops && st.forwards == st.fault.at_forward)) {
+          if (crash || st.fault.kind == TestFault::Kind::exit) {
+            std::fprintf(stderr, "actorlm worker: TEST FAULT: ending at forward %lld\n",
                          static_cast<long long>(st.forwards));
-            return self->quit(caf::exit_reason::user_shutdown);
+            // As an exception escaping a handler ends an actor (a user
+            // shutdown would be taken for the engine's own stop).
+            return self->quit(caf::exit_reason::unhandled_exception);
           }
           std::fprintf(stderr, "actorlm worker: TEST FAULT: silent from forward %lld\n",
                        static_cast<long long>(st.forwards));

@@ -16,8 +16,11 @@
 // Test only: ACTORLM_TEST_ONLY_WORKER_FAULT=hang@N or exit@N in the
 // environment at spawn makes the worker's N-th forward (1-based) go silent
 // for an hour (no heartbeats, no answer) or end the actor without an answer,
-// so that process tests can show a dead worker failing requests promptly;
-// throw@N makes that forward fail (an exception, as a backend's), and
+// so that process tests can show a dead worker failing requests promptly
+// (every worker actor of the process does it at its N-th forward, so a
+// restarted one ends too, until the restarts run out); crash@N ends only
+// the process's first worker actor, at its N-th forward, as a crash would,
+// so that a restarted worker shows requests going on; throw@N makes that forward fail (an exception, as a backend's), and
 // poison@T every forward whose new tokens hold token id T, so that they can
 // show a failed step costing no request and a poison request failing alone.
 

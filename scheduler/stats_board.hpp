@@ -26,6 +26,7 @@ struct SchedulerFigures {
   // Why the worker is gone for good (every request now fails); empty while
   // it serves.
   std::string worker_lost;
+  int64_t worker_restarts = 0;  // worker actors that ended and were started again
   // The step time budget's estimates (scheduler/step_budget.hpp); 0 until
   // measured.
   double seconds_per_prefill_token = 0, seconds_per_decode_row = 0;
@@ -65,6 +66,7 @@ class StatsBoard {
 };
 
 // The figures of `s` now (tier statistics from its config's tiers).
-SchedulerFigures figures_of(const Scheduler& s, const SchedulerConfig& config, const std::string& worker_lost);
+SchedulerFigures figures_of(const Scheduler& s, const SchedulerConfig& config, const std::string& worker_lost,
+                            int64_t worker_restarts = 0);
 
 }  // namespace actorlm

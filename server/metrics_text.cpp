@@ -42,6 +42,9 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          "Running requests that went to another node with their KV.", double(st.scheduler.migrated_out));
   metric("actorlm_worker_up", "gauge", "1 while the worker serves; 0 once it is lost for good (every request fails).",
          st.worker_lost.empty() ? 1 : 0);
+  metric("actorlm_worker_restarts_total", "counter",
+         "Worker actors that ended and were started again over the same weights and KV pool.",
+         double(st.worker_restarts));
   metric("actorlm_prefill_token_seconds", "gauge",
          "Measured seconds per prefill token, which sizes steps under --max-step-ms (0: not measured).",
          st.seconds_per_prefill_token);

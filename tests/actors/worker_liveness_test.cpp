@@ -1,11 +1,13 @@
 // The scheduler tells a slow step from a lost worker (issue 32): a worker
 // that beats is waited for however long its step takes; one whose actor
 // ends, or that falls silent past the deadline, fails the step at once with
-// WorkerLost, and every later step too.
+// WorkerLost, and every later step too. With a restart, an ended worker
+// actor is started again over the same runner and its step runs again.
 
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -125,6 +127,91 @@ TEST_CASE("A worker whose actor ends fails the step at once, and every later one
   // Nothing is sent to a lost worker again.
   REQUIRE_FALSE(s.submit(Rig::request(2)));
   CHECK(lost_after(s).first.find("worker lost") != std::string::npos);
+}
+
+namespace {
+
+// Every token each request streamed, by id, until the scheduler is idle.
+std::map<uint64_t, std::vector<int32_t>> run_to_idle(Scheduler& s) {
+  std::map<uint64_t, std::vector<int32_t>> out;
+  while (!s.idle()) {
+    for (const auto& e : s.step()) {
+      if (e.token >= 0) out[e.id].push_back(e.token);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A worker actor that ends is started again over the same runner, and no request is lost", "[actors][liveness]") {
+  Rig rig;
+  auto runner = make_runner();
+  std::map<uint64_t, std::vector<int32_t>> reference;
+  {
+    ActorWorker plain(rig.self.ptr(), spawn_worker(rig.system, runner), {.heartbeats = true, .silence = 600s});
+    Scheduler s(rig.config(), rig.kv_service, plain);
+    REQUIRE_FALSE(s.submit(Rig::request(1)));
+    reference = run_to_idle(s);
+    REQUIRE(reference[1].size() == 4);
+  }
+  std::vector<caf::actor> spawned;
+  WorkerLiveness liveness{.heartbeats = true, .silence = 600s};
+  liveness.restart = [&] {
+    spawned.push_back(spawn_worker(rig.system, runner));
+    return spawned.back();
+  };
+  {
+    // The first actor ends on its first forward: the step fails, its
+    // request runs again on the new actor, with the tokens it would have had.
+    ActorWorker w(rig.self.ptr(), rig.system.spawn(quits_on_forward, std::string("quits")), liveness);
+    Scheduler s(rig.config(), rig.kv_service, w);
+    REQUIRE_FALSE(s.submit(Rig::request(1)));
+    CHECK(run_to_idle(s) == reference);
+    CHECK(w.restarts() == 1);
+    CHECK(w.lost() == "");
+    CHECK(s.stats().failed_steps == 1);
+    CHECK(rig.kv_service.check_idle().empty());
+  }
+  // The worker it started is stopped with it (the engine stops only its own).
+  CHECK(spawned.size() == 1);
+
+  // Actors that end every time: after max_restarts it is lost as before.
+  liveness.max_restarts = 2;
+  liveness.restart = [&] { return rig.system.spawn(quits_on_forward, std::string("quits again")); };
+  ActorWorker w(rig.self.ptr(), rig.system.spawn(quits_on_forward, std::string("quits")), liveness);
+  Scheduler s(rig.config(), rig.kv_service, w);
+  // Its request fails twice (two restarts) and is failed alone as a poison
+  // request would be; the next ends the third actor, with no restart left.
+  REQUIRE_FALSE(s.submit(Rig::request(2)));
+  run_to_idle(s);
+  CHECK(w.restarts() == 2);
+  CHECK(w.lost() == "");
+  REQUIRE_FALSE(s.submit(Rig::request(3)));
+  auto [why, seconds] = lost_after(s);
+  INFO(why);
+  CHECK(why.find("the worker stopped") != std::string::npos);
+  CHECK(why.find("after 2 restarts") != std::string::npos);
+  CHECK(w.restarts() == 2);
+  CHECK(s.fail_all(why, ErrorKind::unavailable).size() == 1);
+  CHECK(rig.kv_service.check_idle().empty());
+  // The engine's own stop is never answered with a restart.
+  int restarts = 0;
+  liveness.restart = [&] {
+    ++restarts;
+    return spawn_worker(rig.system, runner);
+  };
+  caf::actor stopped = spawn_worker(rig.system, runner);
+  ActorWorker v(rig.self.ptr(), stopped, liveness);
+  caf::anon_send_exit(stopped, caf::exit_reason::user_shutdown);
+  // (Earlier workers' down messages may come first.)
+  bool seen = false;
+  for (int i = 0; i < 10 && !seen; ++i) {
+    rig.self->receive([&](caf::down_msg& d) { seen = v.on_down(d); }, caf::after(std::chrono::seconds(10)) >> [] {});
+  }
+  CHECK(seen);
+  CHECK(restarts == 0);
+  CHECK(v.lost() != "");
 }
 
 TEST_CASE("A worker silent past the deadline is lost, its late work not waited for", "[actors][liveness]") {

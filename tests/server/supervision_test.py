@@ -5,6 +5,10 @@ a real `actorlm serve` on the default model:
   - one failed step costs no request: four concurrent requests (greedy and seeded) all
     answer 200 with exactly the text and usage of a run without the fault, and
     actorlm_failed_steps_total counts the step;
+  - a worker actor that ends mid-run (crash@N: the process's first worker actor ends at its
+    N-th forward, as an exception escaping its handler would end it) is started again over the
+    same weights and KV: the four requests answer exactly as without it, /health stays 200,
+    actorlm_worker_restarts_total is 1 and actorlm_worker_up 1;
   - a poison request (one every step with it fails) is failed alone with a 500 that says so,
     while four requests beside it answer exactly as without it; the server goes on serving
     (/health 200, a new request 200) and actorlm_poisoned_requests_total counts it.
@@ -77,6 +81,18 @@ def main():
         check(got == reference, f"after a failed step: {got} != {reference}")
         check(server.metrics()["actorlm_failed_steps_total"] == 1, server.metrics())
     print("supervision: a failed step cost no request (4 outputs equal a run without it)")
+
+    env = dict(os.environ, ACTORLM_TEST_ONLY_WORKER_FAULT="crash@5")
+    with ServerProcess(binary, threads=1, env=env) as server:
+        got = {k: answer(r) for k, r in run_all(server.port, dict(enumerate(BODIES))).items()}
+        check(got == reference, f"across a worker restart: {got} != {reference}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=10) as r:
+            check(r.status == 200, "/health after a worker restart")
+        check(answer(post(server.port, "/v1/completions", BODIES[1])) == reference[1], "a new request after the restart")
+        m = server.metrics()
+        check(m["actorlm_worker_restarts_total"] == 1 and m["actorlm_worker_up"] == 1, m)
+        check(any("started again over the same weights and KV (1 of 3)" in line for _, line in server.lines), "no restart logged")
+    print("supervision: a worker actor that ended was started again; 4 outputs equal a run without it")
 
     env = dict(os.environ, ACTORLM_TEST_ONLY_WORKER_FAULT=f"poison@{poison}")
     with ServerProcess(binary, threads=1, env=env) as server:
