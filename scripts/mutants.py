@@ -238,6 +238,22 @@ MUTANTS = [
            "                                            /*strict_mode=*/true);\n",
            "                                            /*strict_mode=*/false);\n",
            GRAMMAR_TESTS, catch_runs(GRAMMAR_TESTS)),
+    # Issue 36: rebalancing never moves a request over a gap too small to
+    # leave the two nodes more even (it would move them back and forth).
+    Mutant("rebalance-any-gap",
+           "a rebalance moves a request from a node only one request busier than another",
+           "cluster/roles/rebalancer.cpp",
+           "  int32_t best_gap = min_gap - 1;\n",
+           "  int32_t best_gap = 0;\n",
+           ["cluster_roles_rebalancer_test"], catch_runs(["cluster_roles_rebalancer_test"])),
+    # Issue 36: a worker actor the engine stopped is not started again (it
+    # would outlive the engine, and keep its actor system from ending).
+    Mutant("restart-after-stop",
+           "an ended worker actor is started again even when the engine stopped it",
+           "actors/actor_worker.cpp",
+           "  if (stopped || !liveness_.restart ||",
+           "  if (!liveness_.restart ||",
+           ["actors_worker_liveness_test"], catch_runs(["actors_worker_liveness_test"], "A worker actor that ends*")),
     # Issue 32: a request queued behind long steps is not stalled.
     Mutant("stall-ignores-steps",
            "Engine::generate fails a request after --stall-timeout even while steps complete",
