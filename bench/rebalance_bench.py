@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from failover_bench import pct, start_cluster, stop, stream  # noqa: E402
+from failover_bench import SECRET, pct, start_cluster, stop, stream  # noqa: E402
 
 PREFIX = ("You are the archivist of a small harbour town. Every answer starts from the harbour's "
           "logbooks: ships, tides, storms, the lighthouse keepers' notes and the market's prices. ") * 6
@@ -62,6 +62,8 @@ def main():
     ap.add_argument("--interval", type=float, default=0.25)
     ap.add_argument("--out", default="docs/bench/rebalance.json")
     a = ap.parse_args()
+    with open(SECRET, "w") as f:
+        f.write("rebalance bench secret 5e1f\n")
     runs = {"off": [], "on": []}
     for r in range(a.rounds):
         for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):

@@ -320,7 +320,10 @@ def check_rebalance():
             picked = [line for _, line in h.lines if "rebalancing moves request" in line]
             moved = [m for _, line in h.lines if (m := re.search(r"moved from node (\S+) to (\S+) with (\d+) KV rows", line))]
             check(len(moved) >= 2 and all(m.group(1) == busy for m in moved), f"moves: {picked} {h.lines[-20:]}")
-            check(len(moved) <= len(picked) <= len(bodies) // 2 + 1, f"rebalanced more than half: {picked}")
+            # Each request is moved by a rebalance at most once (nothing bounces); more than half may
+            # move when the moved ones, on the idler node, finish first and leave the gap again.
+            ids = [re.search(r"rebalancing moves request (\d+)", line).group(1) for line in picked]
+            check(len(moved) <= len(picked) and len(ids) == len(set(ids)), f"a request rebalanced twice: {picked}")
             idle = next(a for a in after if a != busy)
             check(after[idle]["migrated_in"] == len(moved) and after[busy]["migrated_out"] == len(moved), after)
             check(after[idle]["prompt_tokens"] == before[idle]["prompt_tokens"],
