@@ -26,6 +26,10 @@ struct Link {
   bool dialling = false;
   std::vector<uint64_t> waiting;  // transfers waiting for the join
   uint16_t data_port = 0;         // the decode node's data port; 0: chunks over the middleman
+  // A transfer over UCX to it failed: later ones take the socket (a machine
+  // whose UCX cannot do what its handshake promised, e.g. cross-memory
+  // attach refused between two containers), so its retries get through.
+  bool ucx_failed = false;
   // Why it cannot take this node's KV (another model): it stays joined
   // there, so it is not dialled again; every transfer to it fails with this.
   std::string refused;
@@ -180,7 +184,8 @@ void start(Self* self, uint64_t id) {
   const Link& link = s.links.at(t.link);
   if (!link.data_port) return pump(self, id);
   t.data_plane = true;
-  KvDataTarget target{link.address.host, link.data_port, link.session.key(), s.cfg.data_protection, s.cfg.data_transport};
+  KvDataTarget target{link.address.host, link.data_port, link.session.key(), s.cfg.data_protection,
+                      link.ucx_failed ? DataTransport::socket : s.cfg.data_transport};
   KvDataSend send;
   send.ticket = t.order.ticket;
   send.rows = t.order.rows;
@@ -332,6 +337,13 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         auto t = s.transfers.find(id);
         if (t == s.transfers.end()) return;
         t->second.over_ucx = over_ucx;
+        if (over_ucx && !error.empty()) {
+          if (auto l = s.links.find(t->second.link); l != s.links.end() && !l->second.ucx_failed) {
+            l->second.ucx_failed = true;
+            std::fprintf(stderr, "actorlm kv sender: a transfer to %s over UCX failed; its next ones take the socket\n",
+                         t->second.link.c_str());
+          }
+        }
         if (t->second.ending) return finish(self, id, *t->second.ending);
         if (!error.empty()) return finish(self, id, "over the data plane: " + error);
         commit(self, id);
