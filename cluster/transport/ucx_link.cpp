@@ -84,7 +84,7 @@ struct UcxLink::Impl {
 
   // Progresses the worker until `done()`, sleeping on its event descriptor
   // and the control socket in between. False when the control socket closed
-  // first; throws when the peer's endpoint failed or the wait timed out.
+  // first; throws when UCX fails or the wait runs past the timeout.
   template <class Done>
   bool wait(Done done, const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
