@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -954,10 +955,14 @@ void drain_tick(Self* self, int i) {
 // Every --rebalance-interval: when one node runs at least --rebalance-gap
 // more requests than another of its kind, one decoding request moves from
 // it to that node with its KV, one move at a time (cluster/roles/rebalancer.hpp).
+std::chrono::milliseconds rebalance_every(const RouterState& s) {
+  // At least 10 ms: a look is cheap, not free.
+  return std::chrono::milliseconds(std::max<int64_t>(10, static_cast<int64_t>(s.config.rebalance_interval_s * 1000)));
+}
+
 void rebalance_tick(Self* self) {
   auto& s = self->state;
-  self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(s.config.rebalance_interval_s * 1000)),
-                     rebalance_tick_atom::value);
+  self->delayed_send(self, rebalance_every(s), rebalance_tick_atom::value);
   for (const auto& [id, m] : s.moving) {
     if (m.wanted >= 0) return;
   }
@@ -1245,8 +1250,7 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
   }
   for (size_t i = 0; i < s.nodes.size(); ++i) dial(self, static_cast<int>(i));
   if (s.config.rebalance_interval_s > 0 && s.nodes.size() > 1) {
-    self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(s.config.rebalance_interval_s * 1000)),
-                       rebalance_tick_atom::value);
+    self->delayed_send(self, rebalance_every(s), rebalance_tick_atom::value);
   }
   return {
       [self](generate_atom, const WireMessage& in, const caf::actor&) {
