@@ -33,6 +33,14 @@ ClusterConfig load_topology(const std::string& path) {
     }
     return v.get<double>();
   };
+  auto integer = [&](const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi, int32_t fallback) {
+    if (!obj.contains(key)) return fallback;
+    const auto& v = obj[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+      throw fail(std::string(key) + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return v.get<int32_t>();
+  };
   if (!j.is_object()) throw fail("expected an object");
   ClusterConfig c;
   if (j.contains("remote_worker")) {
@@ -74,15 +82,9 @@ ClusterConfig load_topology(const std::string& path) {
   if (j.contains("secret_file")) c.security.secret = read_secret_file(file(j["secret_file"], "secret_file"));
   if (j.contains("allow_plain_remote")) c.security.allow_plain_remote = j["allow_plain_remote"].is_boolean() && j["allow_plain_remote"].get<bool>();
   c.connect_timeout_s = number(j, "connect_timeout_s", 0, 3600, c.connect_timeout_s);
-  if (j.contains("failover_attempts")) {
-    const auto& v = j["failover_attempts"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 100) {
-      throw fail("failover_attempts must be an integer in [0, 100]");
-    }
-    c.failover_attempts = v.get<int32_t>();
-  }
+  c.failover_attempts = integer(j, "failover_attempts", 0, 100, c.failover_attempts);
   c.rebalance_interval_s = number(j, "rebalance_interval_s", 0, 3600, c.rebalance_interval_s);
-  c.rebalance_gap = static_cast<int32_t>(number(j, "rebalance_gap", 2, 1 << 20, c.rebalance_gap));
+  c.rebalance_gap = integer(j, "rebalance_gap", 2, 1 << 20, c.rebalance_gap);
   if (j.contains("routing")) {
     const auto& r = j["routing"];
     if (!r.is_object()) throw fail("\"routing\" must be an object");
