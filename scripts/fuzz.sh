@@ -72,7 +72,7 @@ run_one() {
 summary() {
   local t="$1" rc="$2" took="$3"
   local runs
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/logs/$t.log" | grep -o '[0-9]*$' || echo "?")
+  runs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$build/logs/$t.log" | tail -1 | grep -o '[0-9]*$' || echo "?")
   if [[ "$rc" == 0 ]]; then
     printf 'fuzz: %-22s ok      %10s executions in %s s\n' "$t" "$runs" "$took"
   else
