@@ -48,6 +48,25 @@ std::string ebnf_literal(const std::string& text) {
 
 }  // namespace
 
+// xgrammar 0.2.8 sums a \U escape's 8 hex digits into a signed int, which
+// overflows (undefined behaviour) above U+7FFFFFFF: constraint_fuzz found it
+// (tests/fuzz/known_crashes/). No code point lies above U+10FFFF, so such an
+// escape is refused before xgrammar reads the text: in a regex, an EBNF
+// grammar, or a JSON schema's pattern (whose JSON source writes the
+// backslash twice, which this sees as one followed by another).
+static void refuse_wide_escapes(const std::string& text) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  for (size_t i = 0; i + 10 <= text.size(); ++i) {
+    if (text[i] != '\\' || text[i + 1] != 'U') continue;
+    uint64_t v = 0;
+    size_t k = 0;
+    for (; k < 8 && hex(text[i + 2 + k]) >= 0; ++k) v = v * 16 + static_cast<uint64_t>(hex(text[i + 2 + k]));
+    if (k == 8 && v > 0x10FFFF) throw ConstraintError("a \\U escape beyond U+10FFFF at byte " + std::to_string(i));
+  }
+}
+
 struct ConstraintCompiler::Impl {
   int32_t vocab;
   xgrammar::GrammarCompiler compiler;
@@ -56,6 +75,7 @@ struct ConstraintCompiler::Impl {
       : vocab(vocab_size), compiler(info, threads, /*cache_enabled=*/true) {}
 
   xgrammar::CompiledGrammar compile(const ConstraintSpec& spec) {
+    refuse_wide_escapes(spec.text);
     switch (spec.kind) {
       case ConstraintKind::json_object:
         return compiler.CompileBuiltinJSONGrammar();

@@ -181,3 +181,13 @@ TEST_CASE("a JSON schema framed by literal text admits the frame and nothing els
   const std::string text = "say \"\\\t{\"city\": \"x\"}";
   CHECK(feed(*odd, text) == tokenizer().encode(text, false, false).size());
 }
+
+TEST_CASE("an 8-digit U escape beyond U+10FFFF is refused before xgrammar parses it", "[grammar]") {
+  // xgrammar 0.2.8 overflows a signed int on such an escape (constraint_fuzz's finding,
+  // tests/fuzz/known_crashes/); a real code point's escape still compiles.
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::regex, "ws[ \\UAAAAAAAA]"}), Catch::Contains("beyond U+10FFFF"));
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::ebnf, "root ::= [\\UFFFFFFFF]"}), Catch::Contains("beyond U+10FFFF"));
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::json_schema, R"({"type": "string", "pattern": "[\\U80000000]"})"}),
+                    Catch::Contains("beyond U+10FFFF"));
+  CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "a[\\U0001F600]b"}));
+}
