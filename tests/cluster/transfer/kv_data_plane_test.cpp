@@ -75,6 +75,14 @@ struct FlatPool {
   static constexpr int32_t kRows = 1024;
   std::vector<uint8_t> bytes = std::vector<uint8_t>(static_cast<size_t>(kLayers) * kRows * kTokenBytes);
   uint8_t* row(int32_t layer, int32_t r) { return bytes.data() + (static_cast<size_t>(layer) * kRows + r) * kTokenBytes; }
+  // The prefill side of Fixture::transfer(): rows 100..139 of every layer, each byte byte_of().
+  void fill_transfer_rows() {
+    for (int32_t l = 0; l < kLayers; ++l) {
+      for (int32_t r = 100; r < 140; ++r) {
+        for (int64_t i = 0; i < kTokenBytes; ++i) row(l, r)[i] = byte_of(l, r, i);
+      }
+    }
+  }
   KvRowSpans spans() {
     return [this](std::span<const int32_t> rows, int32_t first, int32_t last, std::vector<std::span<uint8_t>>& out) {
       out.clear();
@@ -210,11 +218,7 @@ TEST_CASE("In place, a transfer gathers from the prefill pool and scatters into 
     CAPTURE(static_cast<int>(p));
     Fixture f(p, true);
     FlatPool prefill;
-    for (int32_t l = 0; l < kLayers; ++l) {
-      for (int32_t r = 100; r < 140; ++r) {
-        for (int64_t i = 0; i < kTokenBytes; ++i) prefill.row(l, r)[i] = byte_of(l, r, i);
-      }
-    }
+    prefill.fill_transfer_rows();
     const uint64_t ticket = f.reserve();
     KvDataSend s = f.transfer(ticket);
     s.worker = caf::actor{};  // used, it would fail the transfer
@@ -356,11 +360,7 @@ TEST_CASE("Over UCX, a transfer fills exactly the reserved rows, in place or thr
       CAPTURE(in_place, static_cast<int>(p));
       Fixture f(p, in_place, DataTransport::ucx);
       FlatPool prefill;
-      for (int32_t l = 0; l < kLayers; ++l) {
-        for (int32_t r = 100; r < 140; ++r) {
-          for (int64_t i = 0; i < kTokenBytes; ++i) prefill.row(l, r)[i] = byte_of(l, r, i);
-        }
-      }
+      prefill.fill_transfer_rows();
       const uint64_t ticket = f.reserve();
       KvDataSend s = f.transfer(ticket);
       if (in_place) s.spans = prefill.spans();
