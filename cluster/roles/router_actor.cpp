@@ -984,13 +984,13 @@ void rebalance_tick(Self* self) {
       auto w = s.pd_wire.find(rid);
       if (w == s.pd_wire.end()) continue;
       const PdRequest& r = s.pd.at(w->second);
-      c = {w->second, static_cast<int64_t>(prompt_of(r.bytes).size() + r.tokens.size()),
-           r.streamed && !r.ending && r.decode == pair->from, false};
+      // Only a decoding request can move: the others' prompts are not decoded.
+      if (!r.streamed || r.ending || r.decode != pair->from) continue;
+      c = {w->second, static_cast<int64_t>(prompt_of(r.bytes).size() + r.tokens.size()), true, false};
     } else {
       auto p = s.placed.find(rid);
-      if (p == s.placed.end()) continue;
-      c = {rid, static_cast<int64_t>(prompt_of(p->second.bytes).size() + p->second.streamed.size()),
-           !p->second.streamed.empty() && !p->second.ending, false};
+      if (p == s.placed.end() || p->second.streamed.empty() || p->second.ending) continue;
+      c = {rid, static_cast<int64_t>(prompt_of(p->second.bytes).size() + p->second.streamed.size()), true, false};
     }
     c.moved_before = s.rebalanced.count(c.id) > 0 || s.moving.count(c.id) > 0;
     candidates.push_back(c);
