@@ -202,6 +202,25 @@ void ActorKvService::abort(std::span<RequestKv* const> reqs) {
   cache(held, static_cast<int>(fb::CacheMode::Release));
 }
 
+void ActorKvService::truncate(std::span<RequestKv* const> reqs, std::span<const size_t> lengths) {
+  if (page_size_ == 0) {
+    auto p = open_reply<fb::PoolStats>(ask(pool_, "memory-pool manager", msg::pack(fb::PoolStatsRequestT{})),
+                                       "memory-pool manager");
+    if (p.page_size < 1) throw std::runtime_error("memory-pool manager answered a page size below 1");
+    page_size_ = p.page_size;
+  }
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::vector<int32_t> mine = truncated_rows(*reqs[i], lengths[i], page_size_);
+    rows.insert(rows.end(), mine.begin(), mine.end());
+  }
+  free_rows(std::move(rows), {});
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i]->kv.resize(lengths[i]);
+    reqs[i]->tokens.resize(lengths[i]);
+  }
+}
+
 KvUsage ActorKvService::usage() {
   fb::PoolStatsRequestT q;
   auto p = open_reply<fb::PoolStats>(ask(pool_, "memory-pool manager", msg::pack(q)), "memory-pool manager");

@@ -7,6 +7,7 @@
 //                     shortfall), Free, AllocTokens
 //   cache_unfinished  CacheReqs(unfinished), Free
 //   finish / abort    CacheReqs(finished / release), Free
+//   truncate          Free (the pool's page size asked once, PoolStats)
 // Runs on a blocking actor (a scoped_actor or the scheduler's own); every
 // request has a timeout, and an unreachable or failing manager throws
 // std::runtime_error naming it.
@@ -33,6 +34,7 @@ class ActorKvService final : public KvService {
   void cache_unfinished(std::span<RequestKv* const> reqs) override;
   void finish(std::span<RequestKv* const> reqs) override;
   void abort(std::span<RequestKv* const> reqs) override;
+  void truncate(std::span<RequestKv* const> reqs, std::span<const size_t> lengths) override;
   KvUsage usage() override;
   int64_t flush_cache() override;
   std::string check_idle() override;
@@ -52,6 +54,7 @@ class ActorKvService final : public KvService {
   int64_t round_trips_ = 0;
   bool record_evictions_ = false;
   std::vector<RadixCache::EvictedPath> evicted_;
+  int32_t page_size_ = 0;  // the pool's, once truncate has asked
 };
 
 }  // namespace actorlm

@@ -138,7 +138,7 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
   auto r = decode_result(out->bytes, &error);
   if (!r) throw std::runtime_error("worker sent an unreadable reply: " + error);
   if (!r->error.empty()) throw std::runtime_error("worker: " + r->error);
-  if (r->batch_id != id || r->results.size() != batch.reqs.size()) throw std::runtime_error("worker answered another batch");
+  if (r->batch_id != id || r->results.size() != batch.sampled_rows()) throw std::runtime_error("worker answered another batch");
   return std::move(r->results);
 }
 

@@ -1,5 +1,6 @@
 #include "actors/engine_stats.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "messages/stats_generated.h"
@@ -43,6 +44,10 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.migrated_out_total = x.migrated_out;
   m.failed_steps_total = x.failed_steps;
   m.poisoned_requests_total = x.poisoned;
+  m.spec_verifies_total = x.spec_verifies;
+  m.spec_drafted_tokens_total = x.spec_drafted;
+  m.spec_accepted_tokens_total = x.spec_accepted;
+  m.spec_accept_lengths.assign(x.spec_accept_lengths.begin(), x.spec_accept_lengths.end());
   for (const NodeStatsSnapshot& n : s.nodes) {
     auto r = std::make_unique<fb::NodeStatsT>();
     r->address = n.address;
@@ -97,6 +102,13 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.migrated_out = m.migrated_out_total;
   x.failed_steps = m.failed_steps_total;
   x.poisoned = m.poisoned_requests_total;
+  x.spec_verifies = m.spec_verifies_total;
+  x.spec_drafted = m.spec_drafted_tokens_total;
+  x.spec_accepted = m.spec_accepted_tokens_total;
+  // A peer's longer histogram (a larger kMaxDraftTokens) folds into the last bucket.
+  for (size_t i = 0; i < m.spec_accept_lengths.size(); ++i) {
+    x.spec_accept_lengths[std::min(i, x.spec_accept_lengths.size() - 1)] += m.spec_accept_lengths[i];
+  }
   for (const auto& r : m.nodes) {
     if (!r) continue;
     s.nodes.push_back({r->address, r->alive, r->routed_total, r->in_flight, r->running, r->waiting,
@@ -117,9 +129,11 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::prompt_tokens, &SchedulerStats::cached_tokens, &SchedulerStats::generated_tokens,
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
                      &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
-                     &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned}) {
+                     &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned,
+                     &SchedulerStats::spec_verifies, &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted}) {
     a.*field += b.*field;
   }
+  for (size_t i = 0; i < a.spec_accept_lengths.size(); ++i) a.spec_accept_lengths[i] += b.spec_accept_lengths[i];
   for (auto field : {&KvUsage::capacity, &KvUsage::free, &KvUsage::evictable, &KvUsage::protected_}) {
     t.kv.*field += n.kv.*field;
   }

@@ -1,5 +1,7 @@
 #include "actors/forward_codec.hpp"
 
+#include <algorithm>
+
 #include "messages/sampling_conversion.hpp"
 
 namespace actorlm {
@@ -17,31 +19,57 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
   if (!m->reqs() || m->reqs()->size() == 0) return fail("forward batch has no requests");
   auto n = m->reqs()->size();
   d.params.reserve(n);
-  d.outputs.reserve(n);
-  for (const fb::ForwardReq* r : *m->reqs()) {
-    if (r->prompt_logprobs() && (r->prompt_top_n() < 0 || r->prompt_top_n() > 20)) return fail("prompt_top_n must be in [0, 20]");
-    d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len(), r->prompt_logprobs(), r->prompt_top_n(), r->next_token()});
-    d.request_ids.push_back(r->request_id());
-    SamplingParams p = msg::from_fb(r->sampling());
-    if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
-    if (r->top_logprobs() < 0 || r->top_logprobs() > 20) return fail("top_logprobs must be in [0, 20]");
-    d.params.push_back(p);
-    d.outputs.emplace_back(r->output_ids() ? std::vector<int32_t>(r->output_ids()->begin(), r->output_ids()->end())
-                                           : std::vector<int32_t>{});
-    d.sample.push_back(r->sample());
-    // Its length is checked against the vocabulary by the sampler.
-    d.allowed.emplace_back(r->allowed_tokens() ? std::vector<uint32_t>(r->allowed_tokens()->begin(), r->allowed_tokens()->end())
-                                               : std::vector<uint32_t>{});
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const fb::ForwardReq* r = m->reqs()->Get(static_cast<flatbuffers::uoffset_t>(i));
-    d.sampling.push_back({d.params[i], {}, d.outputs[i], static_cast<uint64_t>(std::max(0, r->sample_step())),
-                          r->top_logprobs(), d.allowed[i]});
-  }
   auto copy = [](const flatbuffers::Vector<int32_t>* v) {
     return v ? std::vector<int32_t>(v->begin(), v->end()) : std::vector<int32_t>{};
   };
   d.batch.token_ids = copy(m->token_ids());
+  // Per request: its params; per sampled row: its output so far, its mask,
+  // its id and whether it is sampled.
+  size_t rows = 0, tokens = 0;
+  for (const fb::ForwardReq* r : *m->reqs()) {
+    if (r->prompt_logprobs() && (r->prompt_top_n() < 0 || r->prompt_top_n() > 20)) return fail("prompt_top_n must be in [0, 20]");
+    if (r->extend_len() < 1) return fail("extend_len must be at least 1");
+    if (r->logit_rows() < 1 || r->logit_rows() > r->extend_len()) return fail("logit_rows must be in [1, extend_len]");
+    if (r->logit_rows() > 1 && r->prompt_logprobs()) return fail("logit_rows above 1 cannot be combined with prompt scoring");
+    d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len(), r->prompt_logprobs(), r->prompt_top_n(),
+                            r->next_token(), r->logit_rows()});
+    SamplingParams p = msg::from_fb(r->sampling());
+    if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
+    if (r->top_logprobs() < 0 || r->top_logprobs() > 20) return fail("top_logprobs must be in [0, 20]");
+    d.params.push_back(p);
+    rows += static_cast<size_t>(r->logit_rows());
+    tokens += static_cast<size_t>(r->extend_len());
+  }
+  // The runner checks the token count against the extend lengths; the rows
+  // below read only tokens that exist.
+  if (tokens != d.batch.token_ids.size()) return fail("token_ids and the extend lengths disagree");
+  d.outputs.reserve(rows);
+  d.allowed.reserve(rows);
+  size_t at = 0;  // the request's first token in token_ids
+  for (size_t i = 0; i < n; ++i) {
+    const fb::ForwardReq* r = m->reqs()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    const auto k = static_cast<size_t>(r->logit_rows());
+    const size_t first = at + static_cast<size_t>(r->extend_len()) - k;  // the first sampled row's token
+    std::vector<uint32_t> masks = r->allowed_tokens() ? std::vector<uint32_t>(r->allowed_tokens()->begin(), r->allowed_tokens()->end())
+                                                      : std::vector<uint32_t>{};
+    if (masks.size() % k != 0) return fail("allowed_tokens does not divide into logit_rows masks");
+    const size_t words = masks.size() / k;
+    for (size_t j = 0; j < k; ++j) {
+      std::vector<int32_t> out = r->output_ids() ? std::vector<int32_t>(r->output_ids()->begin(), r->output_ids()->end())
+                                                 : std::vector<int32_t>{};
+      out.insert(out.end(), d.batch.token_ids.begin() + static_cast<ptrdiff_t>(first + 1),
+                 d.batch.token_ids.begin() + static_cast<ptrdiff_t>(first + 1 + j));
+      d.outputs.push_back(std::move(out));
+      // Its length is checked against the vocabulary by the sampler.
+      d.allowed.emplace_back(masks.begin() + static_cast<ptrdiff_t>(j * words),
+                             masks.begin() + static_cast<ptrdiff_t>((j + 1) * words));
+      d.request_ids.push_back(r->request_id());
+      d.sample.push_back(r->sample());
+      d.sampling.push_back({d.params[i], {}, d.outputs.back(), static_cast<uint64_t>(std::max(0, r->sample_step())) + j,
+                            r->top_logprobs(), d.allowed.back()});
+    }
+    at += static_cast<size_t>(r->extend_len());
+  }
   d.batch.out_cache_loc = copy(m->out_cache_loc());
   if (m->writes()) {
     for (const fb::ReqToTokenWrite* w : *m->writes()) d.batch.writes.push_back({w->slot(), w->start(), copy(w->kv_indices())});
@@ -54,20 +82,36 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
                                     const std::vector<SampleRequest>& sampling) {
   fb::ForwardBatchT m;
   m.batch_id = batch_id;
+  size_t row = 0;  // sampling holds one entry per sampled row
   for (size_t i = 0; i < batch.reqs.size(); ++i) {
+    const ForwardRequest& q = batch.reqs[i];
+    const SampleRequest& s = sampling[row];
     auto r = std::make_unique<fb::ForwardReqT>();
     r->request_id = request_ids[i];
-    r->slot = batch.reqs[i].slot;
-    r->prefix_len = batch.reqs[i].prefix_len;
-    r->extend_len = batch.reqs[i].extend_len;
-    r->sampling = msg::to_fb(sampling[i].params);
-    r->sample_step = static_cast<int32_t>(sampling[i].step);
-    r->output_ids.assign(sampling[i].output.begin(), sampling[i].output.end());
-    r->top_logprobs = sampling[i].top_n;
-    r->allowed_tokens.assign(sampling[i].allowed.begin(), sampling[i].allowed.end());
-    r->prompt_logprobs = batch.reqs[i].prompt_logprobs;
-    r->prompt_top_n = batch.reqs[i].prompt_top_n;
-    r->next_token = batch.reqs[i].next_token;
+    r->slot = q.slot;
+    r->prefix_len = q.prefix_len;
+    r->extend_len = q.extend_len;
+    r->sampling = msg::to_fb(s.params);
+    r->sample_step = static_cast<int32_t>(s.step);
+    r->output_ids.assign(s.output.begin(), s.output.end());
+    r->top_logprobs = s.top_n;
+    r->prompt_logprobs = q.prompt_logprobs;
+    r->prompt_top_n = q.prompt_top_n;
+    r->next_token = q.next_token;
+    r->logit_rows = q.logit_rows;
+    // A verifying request's masks back to back; a row without one (any
+    // token) gets a full mask of the same width.
+    size_t words = 0;
+    for (int32_t j = 0; j < q.logit_rows; ++j) words = std::max(words, sampling[row + static_cast<size_t>(j)].allowed.size());
+    for (int32_t j = 0; words > 0 && j < q.logit_rows; ++j) {
+      const auto& a = sampling[row + static_cast<size_t>(j)].allowed;
+      if (a.empty()) {
+        r->allowed_tokens.insert(r->allowed_tokens.end(), words, ~0u);
+      } else {
+        r->allowed_tokens.insert(r->allowed_tokens.end(), a.begin(), a.end());
+      }
+    }
+    row += static_cast<size_t>(q.logit_rows);
     m.reqs.push_back(std::move(r));
   }
   m.token_ids = batch.token_ids;

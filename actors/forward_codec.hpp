@@ -18,17 +18,23 @@ namespace actorlm {
 struct DecodedForward {
   uint64_t batch_id = 0;
   ForwardBatch batch;
+  // Per sampled row (ForwardBatch::sampled_rows: one per request, or a
+  // verifying request's logit_rows): its request's id, what it generated so
+  // far (penalties; a verifying row's includes the drafts before it), its
+  // structured output mask (or empty), its SampleRequest (spans into params,
+  // outputs and allowed), and false for a mid-prefill chunk.
   std::vector<uint64_t> request_ids;
-  std::vector<SamplingParams> params;
-  std::vector<std::vector<int32_t>> outputs;  // per request: generated so far (penalties)
-  std::vector<std::vector<uint32_t>> allowed;  // per request: structured output's mask, or empty
-  std::vector<SampleRequest> sampling;        // spans point into params/outputs/allowed
-  std::vector<bool> sample;                   // per request: false for a mid-prefill chunk
+  std::vector<SamplingParams> params;  // per request
+  std::vector<std::vector<int32_t>> outputs;
+  std::vector<std::vector<uint32_t>> allowed;
+  std::vector<SampleRequest> sampling;
+  std::vector<bool> sample;
 };
 
 // Empty optional and *error set when the message is malformed.
 std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std::string* error);
 
+// request_ids: one per request; sampling: one per sampled row.
 std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch,
                                     const std::vector<uint64_t>& request_ids,
                                     const std::vector<SampleRequest>& sampling);

@@ -15,7 +15,9 @@ const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
                        "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
                        "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
-                       "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--worker-timeout", "--stall-timeout"});
+                       "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--worker-timeout", "--stall-timeout",
+                       "--speculative-algorithm", "--speculative-num-draft-tokens",
+                       "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -66,6 +68,20 @@ EngineConfig engine_from_flags(const cli::Args& args) {
     throw cli::UsageError("--hicache-prefetch-policy must be best_effort, wait_complete or timeout");
   }
   ec.scheduler.prefetch_timeout_seconds = double(args.integer("--hicache-prefetch-timeout-ms", 1000, 1, 600'000)) / 1000.0;
+  // Speculative decoding (scheduler/drafter.hpp), SGLang's flag names.
+  const std::string spec = args.str("--speculative-algorithm").value_or("none");
+  if (auto a = parse_speculative_algorithm(spec)) {
+    ec.scheduler.speculative.algorithm = *a;
+  } else {
+    throw cli::UsageError("--speculative-algorithm must be none or ngram");
+  }
+  ec.scheduler.speculative.num_draft_tokens =
+      static_cast<int32_t>(args.integer("--speculative-num-draft-tokens", 4, 1, kMaxDraftTokens));
+  ec.scheduler.speculative.ngram_min =
+      static_cast<int32_t>(args.integer("--speculative-ngram-min-match-window-size", 2, 1, 64));
+  ec.scheduler.speculative.ngram_max =
+      static_cast<int32_t>(args.integer("--speculative-ngram-max-match-window-size", 4, 1, 64));
+  if (auto why = ec.scheduler.speculative.refusal()) throw cli::UsageError("speculative decoding: " + *why);
   ec.hicache_storage_dir = args.str("--hicache-storage-dir").value_or("");
   ec.hicache_storage_bytes = args.integer("--hicache-storage-gb", 16, 1, 1 << 20) << 30;
   return ec;

@@ -5,7 +5,8 @@
 // --context-length, --disable-radix-cache, and the device flags; and
 // --max-step-ms (a step's time budget, default 2000, 0: none) and
 // --worker-timeout (seconds without a heartbeat before the worker is lost,
-// default 30).
+// default 30); --speculative-algorithm none|ngram with
+// --speculative-num-draft-tokens and the n-gram match window sizes.
 
 #include <set>
 #include <string>

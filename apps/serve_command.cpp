@@ -32,6 +32,7 @@ constexpr const char* usage =
     "                     [--max-step-ms 2000]  (a step's time budget: prefill is cut to fit it; 0: none)\n"
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
+    "                     [--speculative-algorithm none|ngram] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
     "auto|f16|bf16]\n"
     "                     [--hicache-size GB] [--hicache-dtype same|f16|q8_0]  (KV the pool lets go kept in RAM)\n"

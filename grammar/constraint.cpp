@@ -170,4 +170,8 @@ bool ConstraintState::accept(int32_t token) {
 
 bool ConstraintState::complete() const { return impl_->matcher.IsTerminated(); }
 
+void ConstraintState::rollback(int tokens) {
+  if (tokens > 0) impl_->matcher.Rollback(tokens);
+}
+
 }  // namespace actorlm

@@ -86,6 +86,10 @@ class ConstraintState {
   // Advances past `token`; false when the constraint does not allow it
   // (the state is then unchanged).
   bool accept(int32_t token);
+  // Undoes the last `tokens` accepts (speculative decoding walks drafts
+  // to mask each verified position, then steps back). At most as many as
+  // were accepted.
+  void rollback(int tokens);
   // A stop token was accepted, or nothing but one could follow: the output
   // is complete.
   bool complete() const;

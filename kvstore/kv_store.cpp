@@ -127,6 +127,30 @@ void KvStore::abort(RequestKv& req) {
   req = RequestKv{};
 }
 
+std::vector<int32_t> truncated_rows(const RequestKv& req, size_t length, int32_t page_size) {
+  if (length < static_cast<size_t>(req.prefix_len) || length > req.kv.size()) {
+    throw KvStoreError("truncate: length " + std::to_string(length) + " outside [" + std::to_string(req.prefix_len) +
+                       ", " + std::to_string(req.kv.size()) + "]");
+  }
+  // The page that position length - 1 lives in stays; every later page
+  // holds dropped positions only (a request's private rows fill its pages
+  // in position order).
+  const int64_t kept_page = length > 0 ? req.kv[length - 1] / page_size : -1;
+  std::vector<int32_t> rows;
+  for (size_t i = length; i < req.kv.size(); ++i) {
+    const int64_t page = req.kv[i] / page_size;
+    if (page != kept_page && (rows.empty() || rows.back() / page_size != page)) rows.push_back(req.kv[i]);
+  }
+  return rows;
+}
+
+void KvStore::truncate(RequestKv& req, size_t length) {
+  require_running(req, "truncate");
+  free_rows(truncated_rows(req, length, allocator_.page_size()));
+  req.kv.resize(length);
+  req.tokens.resize(length);
+}
+
 int64_t KvStore::evict(int64_t num_tokens) {
   auto rows = radix_.evict(num_tokens);
   free_rows(rows);

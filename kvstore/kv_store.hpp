@@ -60,6 +60,11 @@ struct RequestKv {
   int32_t cached_on_admit = 0;  // prefix length found when admitted (cache hits)
 };
 
+// The rows truncating `req` to `length` tokens gives back: one per page
+// that only positions >= length use (the allocator frees pages). Throws
+// KvStoreError for a length inside the cached prefix or past the end.
+std::vector<int32_t> truncated_rows(const RequestKv& req, size_t length, int32_t page_size);
+
 class KvStore {
  public:
   explicit KvStore(const KvStoreConfig& config);
@@ -89,6 +94,11 @@ class KvStore {
   void finish(RequestKv& req);
   // Aborted: free what the request owns and its slot; nothing is inserted.
   void abort(RequestKv& req);
+  // Speculative decoding rejected the request's last drafted tokens: keeps
+  // its first `length` tokens (never fewer than its cached prefix) and frees
+  // the pages only the dropped ones used. A partly used last page stays the
+  // request's, as after any extend.
+  void truncate(RequestKv& req, size_t length);
 
   // Write-back to a tier below the pool: while on, the paths extend() evicts
   // are kept until take_evicted() hands them over. The caller must copy

@@ -21,6 +21,11 @@ struct ForwardRequest {
   bool prompt_logprobs = false;
   int32_t prompt_top_n = 0;
   int32_t next_token = -1;
+  // Speculative decoding's verification: the last logit_rows tokens of this
+  // pass each get logits and are sampled (one SampleRequest each, in
+  // position order), not only the last. 1..extend_len; 1 with
+  // prompt_logprobs.
+  int32_t logit_rows = 1;
 };
 
 // req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.
@@ -36,16 +41,26 @@ struct ForwardBatch {
   std::vector<int32_t> out_cache_loc;  // KV row of each new token
   std::vector<ReqToTokenWrite> writes;
   bool all_logits = false;             // logits of every token, not only each request's last
+
+  // Rows sampled after this pass: one per request, logit_rows for a
+  // verifying one. The worker answers one SampleResult per row.
+  size_t sampled_rows() const {
+    size_t n = 0;
+    for (const auto& r : reqs) n += static_cast<size_t>(r.logit_rows);
+    return n;
+  }
 };
 
 struct ForwardOutput {
   int32_t vocab = 0;
-  // all_logits: one row per token; otherwise one row per request (its last token).
+  // all_logits: one row per token; otherwise one row per request (its last
+  // token), or logit_rows for a verifying request.
   // Empty when a device executor kept them on the device (device_rows rows
   // there, for its sampler).
   std::vector<float> logits;
   size_t device_rows = 0;
-  // Per request: its prompt_logprobs scores (empty when not asked for).
+  // Per sampled row (ForwardBatch::sampled_rows): its request's
+  // prompt_logprobs scores (empty when not asked for).
   std::vector<std::vector<SampleResult>> prompt;
   // The logits are on the host and must be sampled there (a device executor
   // copied them out for prompt scoring).

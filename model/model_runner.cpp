@@ -99,6 +99,8 @@ void ModelRunner::validate(const ForwardBatch& b) const {
     if (t < 0 || t >= vocab) fail("token id " + std::to_string(t) + " outside the vocabulary");
   }
   for (const auto& r : b.reqs) {
+    if (r.logit_rows < 1 || r.logit_rows > r.extend_len) fail("logit_rows must be in [1, extend_len]");
+    if (r.logit_rows > 1 && (r.prompt_logprobs || b.all_logits)) fail("logit_rows above 1 cannot be combined with prompt scoring");
     if (!r.prompt_logprobs) continue;
     if (r.prompt_top_n < 0 || r.prompt_top_n > 20) fail("prompt_top_n must be in [0, 20]");
     if (r.next_token < -1 || r.next_token >= vocab) fail("next_token " + std::to_string(r.next_token) + " outside the vocabulary");
@@ -187,7 +189,9 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
       step.positions.push_back(r.prefix_len + j);
       if (every_row) step.logit_rows.push_back(q_start + j);
     }
-    if (!every_row) step.logit_rows.push_back(q_start + r.extend_len - 1);
+    if (!every_row) {
+      for (int32_t j = r.extend_len - r.logit_rows; j < r.extend_len; ++j) step.logit_rows.push_back(q_start + j);
+    }
     q_start += r.extend_len;
   }
   ForwardOutput out = executor_->forward(b, step);
@@ -202,9 +206,11 @@ void ModelRunner::score_prompts(const ForwardBatch& b, ForwardOutput& out) const
   // A device executor also holds its own copy of every row; it can no
   // longer sample from it (its rows are not one per request).
   const bool device_copy = out.device_rows > 0;
-  out.prompt.resize(b.reqs.size());
+  // Indexed by sampled row (ForwardOutput::prompt), which is the request's
+  // index unless a verifying request comes before it.
+  out.prompt.resize(b.sampled_rows());
   std::vector<float> kept;
-  size_t row = 0, t = 0;
+  size_t row = 0, t = 0, sampled_row = 0;
   for (size_t i = 0; i < b.reqs.size(); ++i) {
     const ForwardRequest& r = b.reqs[i];
     const auto n = static_cast<size_t>(r.extend_len);
@@ -212,17 +218,21 @@ void ModelRunner::score_prompts(const ForwardBatch& b, ForwardOutput& out) const
       for (size_t j = 0; j < n; ++j) {
         const int32_t next = j + 1 < n ? b.token_ids[t + j + 1] : r.next_token;
         if (next < 0) break;
-        out.prompt[i].push_back(score_token({out.row(row + j), V}, next, r.prompt_top_n));
+        out.prompt[sampled_row].push_back(score_token({out.row(row + j), V}, next, r.prompt_top_n));
       }
     }
-    const size_t last = r.prompt_logprobs || b.all_logits ? row + n - 1 : row;
-    if (!b.all_logits) kept.insert(kept.end(), out.row(last), out.row(last) + V);
-    row += r.prompt_logprobs || b.all_logits ? n : 1;
+    sampled_row += static_cast<size_t>(r.logit_rows);
+    // The rows it is sampled from: its last, or a verifying request's last
+    // logit_rows (then it has no others).
+    const size_t rows = r.prompt_logprobs || b.all_logits ? n : static_cast<size_t>(r.logit_rows);
+    const size_t sampled = r.prompt_logprobs || b.all_logits ? 1 : rows;
+    if (!b.all_logits) kept.insert(kept.end(), out.row(row + rows - sampled), out.row(row + rows));
+    row += rows;
     t += n;
   }
   if (!b.all_logits) {
     out.logits = std::move(kept);
-    if (device_copy) out.device_rows = b.reqs.size();
+    if (device_copy) out.device_rows = b.sampled_rows();
   }
   out.sample_on_host = device_copy;
 }

@@ -36,6 +36,10 @@ void LocalKvService::abort(std::span<RequestKv* const> reqs) {
   for (RequestKv* r : reqs) store_.abort(*r);
 }
 
+void LocalKvService::truncate(std::span<RequestKv* const> reqs, std::span<const size_t> lengths) {
+  for (size_t i = 0; i < reqs.size(); ++i) store_.truncate(*reqs[i], lengths[i]);
+}
+
 KvUsage LocalKvService::usage() {
   return {store_.allocator().capacity(), store_.allocator().available_size(), store_.radix().evictable_size(),
           store_.radix().protected_size(), store_.req_to_token().available_size()};

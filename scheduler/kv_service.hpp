@@ -40,6 +40,9 @@ class KvService {
   // Finished or retracted: cache what they computed, free the rest and the slots.
   virtual void finish(std::span<RequestKv* const> reqs) = 0;
   virtual void abort(std::span<RequestKv* const> reqs) = 0;
+  // Speculative decoding: each request keeps its first lengths[i] tokens'
+  // KV (KvStore::truncate); the pages of rejected drafts go back at once.
+  virtual void truncate(std::span<RequestKv* const> reqs, std::span<const size_t> lengths) = 0;
   virtual KvUsage usage() = 0;
   // Frees all unlocked cache; returns rows freed.
   virtual int64_t flush_cache() = 0;
@@ -62,6 +65,7 @@ class LocalKvService final : public KvService {
   void cache_unfinished(std::span<RequestKv* const> reqs) override;
   void finish(std::span<RequestKv* const> reqs) override;
   void abort(std::span<RequestKv* const> reqs) override;
+  void truncate(std::span<RequestKv* const> reqs, std::span<const size_t> lengths) override;
   KvUsage usage() override;
   int64_t flush_cache() override;
   std::string check_idle() override;

@@ -49,6 +49,9 @@ struct Request {
   // Prefill/decode disaggregation, prefill side: stop after the first token
   // and hold the prompt's KV (slot, rows, locks) until Scheduler::release.
   bool hold_after_prefill = false;
+  // Speculative decoding, where the engine runs it: false keeps this
+  // request to one token per step (its output is the same either way).
+  bool speculate = true;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;

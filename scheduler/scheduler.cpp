@@ -5,6 +5,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 
 namespace actorlm {
 
@@ -21,6 +22,10 @@ const char* finish_reason_name(FinishReason r) {
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker)
     : config_(config), kv_(kv), worker_(worker), budget_(StepBudgetConfig{.target_seconds = config.max_step_seconds}) {
+  if (config_.speculative.active()) {
+    if (auto why = config_.speculative.refusal()) throw std::invalid_argument("speculative decoding: " + *why);
+    drafter_ = make_drafter(config_.speculative);
+  }
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) kv_.record_evictions(true);
 }
 
@@ -606,6 +611,8 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
   for (;;) {
     std::vector<Planned> plan = decodes();
     if (plan.empty() || extend(plan)) return plan;
+    // Drafts never cost a request its place: without them first.
+    if (drop_drafts(plan) && extend(plan)) return plan;
     // Short of KV rows: send the newest request back to wait. Alone, the
     // pool cannot hold it at all.
     if (running_.size() == 1) {
@@ -621,9 +628,64 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
 std::vector<Scheduler::Planned> Scheduler::decodes() {
   std::vector<Planned> plan;
   for (auto& r : running_) {
-    if (r.decoding) plan.push_back({&r, {r.req.output.back()}, true});
+    if (!r.decoding) continue;
+    plan.push_back({&r, {r.req.output.back()}, true});
+    if (drafter_) add_drafts(r, plan.back());
   }
   return plan;
+}
+
+void Scheduler::add_drafts(Running& r, Planned& p) {
+  Request& q = r.req;
+  if (!q.speculate) return;
+  if (!r.pace.started()) r.pace = DraftPace(config_.speculative.num_draft_tokens);
+  // Never past max_new_tokens (a verify yields up to drafts + 1 tokens) or
+  // the context (the KV after this step covers fill_ids ++ drafts).
+  const auto fill = static_cast<int64_t>(q.prompt.size() + q.output.size());
+  const int64_t room = std::min<int64_t>(q.stop.max_new_tokens - static_cast<int64_t>(q.output.size()) - 1,
+                                         config_.max_context - fill);
+  if (room <= 0) return;
+  const int32_t want = std::min<int32_t>(r.pace.want(), static_cast<int32_t>(room));
+  if (want <= 0) return;
+  std::vector<int32_t> drafts = drafter_->draft(q.prompt, q.output, want);
+  if (drafts.empty()) return;
+  if (q.constraint) {
+    // Each row's mask is the constraint after the drafts before it; a
+    // draft the constraint refuses ends the draft there. The state is
+    // walked back, so the tokens kept after verification advance it as
+    // any sampled token does.
+    const size_t words = mask_words(config_.constraints->vocab_size());
+    int accepted = 0;
+    for (size_t j = 0; j <= drafts.size(); ++j) {
+      std::vector<uint32_t>& mask = p.row_masks.emplace_back(words);
+      q.constraint->allowed(mask);
+      if (j == drafts.size()) break;
+      if (q.constraint->complete() || !mask_allows(mask, drafts[j]) || !q.constraint->accept(drafts[j])) {
+        drafts.resize(j);
+        break;
+      }
+      ++accepted;
+    }
+    q.constraint->rollback(accepted);
+    if (drafts.empty()) {
+      p.row_masks.clear();
+      return;
+    }
+  }
+  p.tokens.insert(p.tokens.end(), drafts.begin(), drafts.end());
+  p.drafts = std::move(drafts);
+}
+
+bool Scheduler::drop_drafts(std::vector<Planned>& plan) {
+  bool any = false;
+  for (auto& p : plan) {
+    if (p.drafts.empty()) continue;
+    any = true;
+    p.tokens.resize(1);
+    p.drafts.clear();
+    p.row_masks.clear();
+  }
+  return any;
 }
 
 bool Scheduler::extend(const std::vector<Planned>& plan) {
@@ -639,7 +701,8 @@ bool Scheduler::extend(const std::vector<Planned>& plan) {
 void Scheduler::add_decodes(std::vector<Planned>& plan) {
   std::vector<Planned> more = decodes();
   // Short of rows: they wait for a decode step, which retracts if it must.
-  if (more.empty() || !extend(more)) return;
+  if (more.empty()) return;
+  if (!extend(more) && !(drop_drafts(more) && extend(more))) return;
   plan.insert(plan.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
 }
 
@@ -699,6 +762,10 @@ std::vector<TokenEvent> Scheduler::step() {
   std::vector<SampleResult> results;
   try {
     results = worker_.run(in.batch, in.sampling);
+    if (results.size() != in.sampling.size()) {
+      throw std::runtime_error("the worker answered " + std::to_string(results.size()) + " samples for " +
+                               std::to_string(in.sampling.size()) + " rows");
+    }
   } catch (const WorkerLost&) {
     throw;  // no later step can run either: the caller fails everything
   } catch (const std::exception& e) {
@@ -795,7 +862,9 @@ Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
   // The new rows of req_to_token plus any the worker has not seen (after
   // admission or a cache_unfinished rewrite).
   StepInput in;
-  in.masks.resize(plan.size());
+  size_t rows = 0;
+  for (const auto& p : plan) rows += p.rows();
+  in.masks.resize(rows);  // never resized again: the sampling rows' spans point into it
   for (auto& p : plan) {
     Request& q = p.run->req;
     auto n = static_cast<int32_t>(p.tokens.size());
@@ -808,22 +877,37 @@ Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
       const size_t after = p.run->prefilled + p.tokens.size();
       f.next_token = p.sample ? -1 : q.prompt[after];
     }
+    in.batch.reqs.back().logit_rows = static_cast<int32_t>(p.rows());
     in.batch.token_ids.insert(in.batch.token_ids.end(), p.tokens.begin(), p.tokens.end());
     in.batch.out_cache_loc.insert(in.batch.out_cache_loc.end(), q.kv.kv.end() - n, q.kv.kv.end());
     int32_t from = std::min(p.run->table_synced, len - n);
     in.batch.writes.push_back({q.kv.slot, from, std::vector<int32_t>(q.kv.kv.begin() + from, q.kv.kv.end())});
     p.run->table_synced = len;
-    in.sampling.push_back({q.sampling, q.prompt, q.output, static_cast<uint64_t>(q.output.size()), q.top_logprobs, {}});
-    const bool constrained = q.constraint && p.sample;
-    const bool too_early = p.sample && static_cast<int32_t>(q.output.size()) < q.stop.min_new_tokens;
-    if (constrained || too_early) {
-      auto& mask = in.masks[in.sampling.size() - 1];
-      if (constrained) {
-        mask.resize(mask_words(config_.constraints->vocab_size()));
-        q.constraint->allowed(mask);
+    // One sampling row per position sampled: row j of a verify sees the
+    // drafts before it as output (penalties), draws at counter
+    // output.size() + j and takes its own mask, exactly as plain decoding
+    // would at that position.
+    for (size_t j = 0; j < p.rows(); ++j) {
+      std::span<const int32_t> output = q.output;
+      if (j > 0) {
+        std::vector<int32_t>& o = in.outputs.emplace_back(q.output);
+        o.insert(o.end(), p.drafts.begin(), p.drafts.begin() + static_cast<ptrdiff_t>(j));
+        output = o;
       }
-      if (too_early) hold_back_stops(q, mask);
-      in.sampling.back().allowed = mask;
+      in.sampling.push_back({q.sampling, q.prompt, output, static_cast<uint64_t>(output.size()), q.top_logprobs, {}});
+      const bool constrained = q.constraint && p.sample;
+      const bool too_early = p.sample && static_cast<int32_t>(output.size()) < q.stop.min_new_tokens;
+      if (constrained || too_early) {
+        auto& mask = in.masks[in.sampling.size() - 1];
+        if (constrained && !p.row_masks.empty()) {
+          mask = std::move(p.row_masks[j]);
+        } else if (constrained) {
+          mask.resize(mask_words(config_.constraints->vocab_size()));
+          q.constraint->allowed(mask);
+        }
+        if (too_early) hold_back_stops(q, mask);
+        in.sampling.back().allowed = mask;
+      }
     }
   }
   return in;
@@ -871,20 +955,57 @@ TokenEvent Scheduler::take_token(Running& r, const SampleResult& s) {
   return e;
 }
 
+size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const SampleResult> rows,
+                                std::vector<TokenEvent>& events) {
+  size_t kept = 0;  // drafts the target sampled too
+  for (size_t j = 0; j < rows.size(); ++j) {
+    events.push_back(take_token(r, rows[j]));
+    const bool matches = j < p.drafts.size() && rows[j].token == p.drafts[j];
+    if (matches) ++kept;
+    if (events.back().finish != FinishReason::none || !matches) break;
+  }
+  const auto drafted = static_cast<int32_t>(p.drafts.size());
+  ++stats_.spec_verifies;
+  stats_.spec_drafted += drafted;
+  stats_.spec_accepted += static_cast<int64_t>(kept);
+  ++stats_.spec_accept_lengths[kept];
+  r.pace.observe(drafted, static_cast<int32_t>(kept));
+  // This step wrote KV for the last token and every draft; what stays valid
+  // is the last token's and the kept drafts' (the newest output token has
+  // none yet, as after any decode step).
+  return 1 + kept;
+}
+
 void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResult>& results,
                              std::vector<TokenEvent>& events) {
   std::vector<RequestKv*> to_cache;
   std::vector<uint64_t> done, hold;
+  std::vector<RequestKv*> cut;
+  std::vector<size_t> cut_to;
+  size_t row = 0;  // results hold one entry per sampled row
   for (size_t i = 0; i < plan.size(); ++i) {
     Running& r = *plan[i].run;
     Request& q = r.req;
+    const SampleResult& first = results[row];
+    const std::span<const SampleResult> rows(results.data() + row, plan[i].rows());
+    row += plan[i].rows();
     if (!r.decoding) r.prefilled += plan[i].tokens.size();
-    if (q.scores_prompt()) q.prompt_scores.insert(q.prompt_scores.end(), results[i].prompt.begin(), results[i].prompt.end());
+    if (q.scores_prompt()) q.prompt_scores.insert(q.prompt_scores.end(), first.prompt.begin(), first.prompt.end());
     if (!plan[i].sample) {  // a chunk that is not the last: share it, sample nothing
       to_cache.push_back(&q.kv);
       continue;
     }
-    events.push_back(take_token(r, results[i]));
+    if (!plan[i].drafts.empty()) {
+      const size_t valid = take_verified(r, plan[i], rows, events);
+      const size_t length = q.kv.kv.size() - plan[i].tokens.size() + valid;
+      if (length < q.kv.kv.size()) {
+        cut.push_back(&q.kv);
+        cut_to.push_back(length);
+        r.table_synced = std::min(r.table_synced, static_cast<int32_t>(length));
+      }
+    } else {
+      events.push_back(take_token(r, first));
+    }
     q.step_failures = 0;  // it sampled a token: whatever failed before was not this request alone
     if (events.back().held) hold.push_back(q.id);
     if (events.back().finish != FinishReason::none) {
@@ -894,6 +1015,9 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       to_cache.push_back(&q.kv);  // its prompt becomes matchable by others
     }
   }
+  // Rejected drafts' rows go back before anything is cached or finished:
+  // the tree only ever takes KV of tokens the request kept.
+  if (!cut.empty()) kv_.truncate(cut, cut_to);
   if (!to_cache.empty()) {
     // cache_unfinished may point req_to_token [prefix_len, new prefix_len)
     // at the tree's rows instead of duplicates: the worker must be resent

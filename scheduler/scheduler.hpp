@@ -23,13 +23,16 @@
 // The scheduler holds indices only; the pools and the tree live behind
 // KvService, the model behind Worker. Single-threaded (the scheduler actor).
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "scheduler/drafter.hpp"
 #include "scheduler/kv_service.hpp"
 #include "scheduler/kv_tiers.hpp"
 #include "scheduler/request.hpp"
@@ -66,6 +69,10 @@ struct SchedulerConfig {
   // measured cost per token says fit (scheduler/step_budget.hpp), so that a
   // slow model never holds the running streams for minutes in one step.
   double max_step_seconds = 0;
+  // Speculative decoding (--speculative-algorithm, scheduler/drafter.hpp):
+  // a decoding request's step carries its last token and up to
+  // num_draft_tokens drafted ones, verified in the same forward pass.
+  SpeculativeConfig speculative;
   // Seconds on a monotonic clock, for timing steps; null: steady_clock.
   // Tests pass a clock their fake worker advances.
   std::function<double()> clock;
@@ -102,6 +109,11 @@ struct SchedulerStats {
   // Steps the worker failed (recovered from), and requests failed alone
   // after a second such step.
   int64_t failed_steps = 0, poisoned = 0;
+  // Speculative decoding: steps of a request that carried drafts, the
+  // drafted tokens and those the target kept; accept_lengths[n]: verifies
+  // that kept n drafts.
+  int64_t spec_verifies = 0, spec_drafted = 0, spec_accepted = 0;
+  std::array<int64_t, kMaxDraftTokens + 1> spec_accept_lengths{};
   double cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 
@@ -199,11 +211,18 @@ class Scheduler {
     bool decoding = false;
     bool loading = false;      // its blocks come from the tiers over several steps (load_budget_)
     bool frozen = false;       // held for a live migration (freeze), not for a PD transfer
+    DraftPace pace;            // how many tokens it drafts (speculative decoding)
   };
   struct Planned {
     Running* run;
     std::vector<int32_t> tokens;  // new tokens this step
     bool sample;                  // false for a prefill chunk that is not the last
+    // Speculative decoding: tokens = {last output token} ++ drafts, each
+    // position sampled; a constrained request's mask for each of those
+    // rows (the constraint walked over the drafts and back).
+    std::vector<int32_t> drafts = {};
+    std::vector<std::vector<uint32_t>> row_masks = {};
+    size_t rows() const { return drafts.size() + 1; }
   };
 
   // What the worker is given for one step. sampling's spans point into
@@ -211,7 +230,8 @@ class Scheduler {
   struct StepInput {
     ForwardBatch batch;
     std::vector<SampleRequest> sampling;
-    std::vector<std::vector<uint32_t>> masks;  // structured output / min_new_tokens, per row; empty: none
+    std::vector<std::vector<uint32_t>> masks;  // structured output / min_new_tokens, per sampled row; empty: none
+    std::deque<std::vector<int32_t>> outputs;  // a verifying row's output so far (its drafts before it)
   };
 
   // The phases of step(). apply_controls: aborts and stop-string stops.
@@ -238,8 +258,17 @@ class Scheduler {
   // batch), so long prompts arriving never stall the streams already
   // running: their gap between tokens is one step, not the whole backlog.
   void add_decodes(std::vector<Planned>& plan);
-  // Every decoding request's next token.
+  // Every decoding request's next token, and its drafts when it speculates.
   std::vector<Planned> decodes();
+  // What `r` drafts this step (none when speculation is off, or nothing
+  // fits its limits), masks included for a constrained request.
+  void add_drafts(Running& r, Planned& p);
+  // Short of KV: the plan's requests go on without drafts (true if any had some).
+  static bool drop_drafts(std::vector<Planned>& plan);
+  // A verified step's tokens into r: the target's samples up to the first
+  // that differs from its draft (that one included) or the first that ends
+  // the request; returns how many of the step's KV rows stay valid.
+  size_t take_verified(Running& r, const Planned& p, std::span<const SampleResult> rows, std::vector<TokenEvent>& events);
   size_t newest_running() const;
   void retract(size_t index);
   // kv_.extend, then (write-back) the evicted KV copied to the tiers below
@@ -278,6 +307,7 @@ class Scheduler {
   SchedulerConfig config_;
   KvService& kv_;
   Worker& worker_;
+  std::unique_ptr<Drafter> drafter_;  // null: no speculation
   StepBudget budget_;
   std::deque<Request> waiting_;
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step

@@ -40,6 +40,26 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          double(st.scheduler.migrated_in));
   metric("actorlm_migrated_out_requests_total", "counter",
          "Running requests that went to another node with their KV.", double(st.scheduler.migrated_out));
+  if (st.scheduler.spec_verifies > 0) {
+    metric("actorlm_spec_verifies_total", "counter",
+           "Steps of a request that carried drafted tokens (speculative decoding).", double(st.scheduler.spec_verifies));
+    metric("actorlm_spec_draft_tokens_total", "counter", "Tokens drafted.", double(st.scheduler.spec_drafted));
+    metric("actorlm_spec_accepted_tokens_total", "counter", "Drafted tokens the target model kept.",
+           double(st.scheduler.spec_accepted));
+    // Drafts kept per verify, as a Prometheus histogram (cumulative buckets).
+    out += "# HELP actorlm_spec_accept_length Drafted tokens kept per verify step.\n"
+           "# TYPE actorlm_spec_accept_length histogram\n";
+    int64_t below = 0, sum = 0;
+    const auto& h = st.scheduler.spec_accept_lengths;
+    for (size_t n = 0; n < h.size(); ++n) {
+      below += h[n];
+      sum += h[n] * static_cast<int64_t>(n);
+      out += "actorlm_spec_accept_length_bucket{le=\"" + std::to_string(n) + "\"} " + std::to_string(below) + "\n";
+    }
+    out += "actorlm_spec_accept_length_bucket{le=\"+Inf\"} " + std::to_string(below) + "\n" +
+           "actorlm_spec_accept_length_sum " + std::to_string(sum) + "\n" +
+           "actorlm_spec_accept_length_count " + std::to_string(below) + "\n";
+  }
   metric("actorlm_worker_up", "gauge", "1 while the worker serves; 0 once it is lost for good (every request fails).",
          st.worker_lost.empty() ? 1 : 0);
   metric("actorlm_worker_restarts_total", "counter",

@@ -290,3 +290,35 @@ TEST_CASE("An engine whose pool evicts a prompt writes it back to the host tier 
   CHECK(st.scheduler.host_hit_tokens >= 4 * 64);
   CHECK(st.host.loaded >= 4);
 }
+
+TEST_CASE("With n-gram speculation the engine's answers are unchanged, alone and batched, and its drafts are counted", "[actors][engine][speculative]") {
+  const std::vector<std::string> asks{"Repeat exactly: one two three four five six seven eight.",
+                                      "Copy this line: int main() { return 0; }",
+                                      "Repeat the list: red, green, blue, red, green, blue.",
+                                      "Say 'good morning' three times."};
+  std::vector<std::string> plain;
+  {
+    App a;
+    for (const auto& q : asks) plain.push_back(a.engine.generate_text(ask(q, 32)));
+  }
+  App a("cpu", false, "", [](EngineConfig& c) { c.scheduler.speculative.algorithm = SpeculativeAlgorithm::ngram; });
+  for (size_t i = 0; i < asks.size(); ++i) CHECK(a.engine.generate_text(ask(asks[i], 32)) == plain[i]);
+  std::vector<std::string> together(asks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = a.engine.generate_text(ask(asks[i], 32)); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < asks.size(); ++i) CHECK(together[i] == plain[i]);
+  const SchedulerStats st = a.engine.stats().scheduler;
+  INFO("drafted " << st.spec_drafted << ", kept " << st.spec_accepted);
+  CHECK(st.spec_accepted > 0);
+  CHECK(st.spec_accepted <= st.spec_drafted);
+  int64_t verifies = 0;
+  for (int64_t n : st.spec_accept_lengths) verifies += n;
+  CHECK(verifies == st.spec_verifies);
+  a.engine.flush_cache();
+  auto idle = a.engine.stats(/*self_check=*/true);
+  CHECK(idle.invariant_error.empty());
+  CHECK(idle.kv.free == idle.kv.capacity);
+}

@@ -162,3 +162,69 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
     CHECK(bad->error.find("next_token") != std::string::npos);
   }
 }
+
+TEST_CASE("A verify batch samples each of its last logit_rows positions as one-token steps would", "[actors][speculative]") {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  auto runner = std::make_shared<ModelRunner>(load_llama_weights(default_model_path()),
+                                              std::make_unique<cpu::CpuBackend>(2),
+                                              ModelRunnerConfig{.kv_pool_rows = 256, .max_requests = 4, .max_context = 128});
+  caf::actor worker = spawn_worker(system, runner);
+  caf::scoped_actor self{system};
+  SamplingParams seeded;
+  seeded.temperature = 0.9f;
+  seeded.frequency_penalty = 0.5f;
+  seeded.seed = 5;
+  seeded.has_seed = true;
+  std::string error;
+  auto run = [&](const ForwardBatch& b, const std::vector<SampleRequest>& s) {
+    auto r = decode_result(call(self, worker, {encode_forward(1, b, {9}, s)}).bytes, &error);
+    REQUIRE(r);
+    REQUIRE(r->error.empty());
+    return r->results;
+  };
+  // "The capital of France is", then one token at a time: three steps.
+  const Ids prompt{504, 3575, 282, 4649, 314};
+  ForwardBatch b;
+  b.reqs = {{0, 0, 5}};
+  b.token_ids = prompt;
+  b.out_cache_loc = {1, 2, 3, 4, 5};
+  b.writes = {{0, 0, {1, 2, 3, 4, 5}}};
+  Ids out{run(b, {{seeded, {}, {}, 0, 0, {}}})[0].token};
+  for (int32_t pos = 5; pos < 8; ++pos) {
+    ForwardBatch d;
+    d.reqs = {{0, pos, 1}};
+    d.token_ids = {out.back()};
+    d.out_cache_loc = {pos + 1};
+    d.writes = {{0, pos, {pos + 1}}};
+    out.push_back(run(d, {{seeded, {}, out, out.size(), 0, {}}})[0].token);
+  }
+  // The same three positions in one pass over rows 11.., drafts = what the
+  // steps produced: each row sees the drafts before it as output.
+  ForwardBatch v;
+  v.reqs = {{0, 5, 3}};
+  v.reqs[0].logit_rows = 3;
+  v.token_ids = {out[0], out[1], out[2]};
+  v.out_cache_loc = {11, 12, 13};
+  v.writes = {{0, 5, {11, 12, 13}}};
+  std::vector<Ids> row_out{{out[0]}, {out[0], out[1]}, {out[0], out[1], out[2]}};
+  std::vector<SampleRequest> rows;
+  for (size_t j = 0; j < 3; ++j) rows.push_back({seeded, {}, row_out[j], row_out[j].size(), 0, {}});
+  const auto got = run(v, rows);
+  REQUIRE(got.size() == 3);
+  for (size_t j = 0; j < 3; ++j) CHECK(got[j].token == out[j + 1]);
+  // Masks travel per row: a row whose mask allows one token samples it.
+  std::vector<uint32_t> only(static_cast<size_t>(runner->model_config().vocab_size + 31) / 32, 0u);
+  only[7042 / 32] = 1u << (7042 % 32);
+  rows[1].allowed = only;
+  const auto masked = run(v, rows);
+  CHECK(masked[0].token == out[1]);
+  CHECK(masked[1].token == 7042);
+  // Out of range: more rows than tokens.
+  v.reqs[0].logit_rows = 4;
+  rows.push_back(rows.back());
+  auto r = decode_result(call(self, worker, {encode_forward(2, v, {9}, rows)}).bytes, &error);
+  REQUIRE(r);
+  CHECK(r->error.find("logit_rows") != std::string::npos);
+  anon_send_exit(worker, caf::exit_reason::user_shutdown);
+}

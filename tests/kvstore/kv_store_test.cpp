@@ -1,5 +1,7 @@
 #include "kvstore/kv_store.hpp"
 
+#include "kvstore/kv_error.hpp"
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -24,7 +26,7 @@ struct SimRequest {
 struct SimResult {
   uint64_t trace = 1469598103934665603ull;  // FNV-1a over what happened
   int64_t operations = 0;
-  int64_t finished = 0, aborted = 0, retracted = 0, evictions = 0, cache_hits = 0;
+  int64_t finished = 0, aborted = 0, retracted = 0, evictions = 0, cache_hits = 0, truncations = 0;
 };
 
 void mix(SimResult& r, int64_t v) {
@@ -102,9 +104,19 @@ SimResult simulate(uint64_t seed, int32_t page_size, int operations) {
         next.assign(r.prompt.begin() + static_cast<ptrdiff_t>(have),
                     r.prompt.begin() + static_cast<ptrdiff_t>(have + chunk));
       } else {
-        next.push_back(uniform(0, 40));
+        // A decode step, speculative one time in three: the last token and
+        // up to 5 drafts, of which verification keeps a random prefix.
+        const int drafts = uniform(0, 2) == 0 ? uniform(1, 5) : 0;
+        for (int d = 0; d <= drafts; ++d) next.push_back(uniform(0, 40));
       }
-      if (!store.extend(r.kv, next)) {
+      const bool extended = store.extend(r.kv, next);
+      if (extended && !prefill && next.size() > 1) {
+        const size_t kept = static_cast<size_t>(uniform(1, static_cast<int>(next.size())));
+        mix(result, static_cast<int64_t>(kept));
+        store.truncate(r.kv, have + kept);
+        ++result.truncations;
+      }
+      if (!extended) {
         retract(i);  // the pool is short even after eviction
       } else if (prefill && r.kv.tokens.size() < r.prompt.size()) {
         store.cache_unfinished(r.kv);
@@ -162,6 +174,41 @@ TEST_CASE("Randomized KV store run keeps the pool invariant after every operatio
   CHECK(r.aborted > 50);
   CHECK(r.retracted > 50);
   CHECK(r.cache_hits > 0);
+  CHECK(r.truncations > 100);
+}
+
+TEST_CASE("Truncating after rejected drafts frees exactly the pages only they used", "[kvstore]") {
+  KvStore store({.capacity_tokens = 64, .page_size = 4, .max_requests = 2, .max_context_len = 64,
+                 .disable_radix_cache = false});
+  RequestKv r;
+  V prompt{1, 2, 3, 4, 5, 6};
+  REQUIRE(store.admit(r, prompt));
+  REQUIRE(store.extend(r, prompt));
+  const int64_t free_before = store.allocator().available_size();
+  // Last token + 7 drafts: positions 6..13, filling the second page and two more.
+  REQUIRE(store.extend(r, V{7, 8, 9, 10, 11, 12, 13, 14}));
+  CHECK(store.allocator().available_size() == free_before - 8);
+  // One kept (position 6): its page stays, the two after it go.
+  store.truncate(r, 7);
+  CHECK(r.kv.size() == 7);
+  CHECK(r.tokens == V{1, 2, 3, 4, 5, 6, 7});
+  CHECK(store.allocator().available_size() == free_before);
+  const RequestKv* running[] = {&r};
+  CHECK(store.check_invariant(running).empty());
+  // The next token continues the kept page.
+  REQUIRE(store.extend(r, V{9}));
+  CHECK(r.kv[7] == r.kv[6] + 1);
+  // Cut at a page's end, the next token takes a fresh page.
+  REQUIRE(store.extend(r, V{10, 11}));
+  store.truncate(r, 8);
+  CHECK(store.allocator().available_size() == free_before);
+  // Never into the cached prefix, never past the end.
+  store.cache_unfinished(r);
+  CHECK(r.prefix_len == 8);
+  CHECK_THROWS_AS(store.truncate(r, 7), actorlm::KvStoreError);
+  CHECK_THROWS_AS(store.truncate(r, 9), actorlm::KvStoreError);
+  CHECK(store.check_invariant(running).empty());
+  store.finish(r);
 }
 
 TEST_CASE("Same seed gives the same run, another seed another run", "[kvstore][random]") {

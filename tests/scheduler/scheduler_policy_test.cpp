@@ -6,8 +6,10 @@
 // requests each step's batch holds, which needs no logits.)
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <map>
 
+#include "kernels/cpu/sampler.hpp"
 #include "scheduler/scheduler.hpp"
 
 using namespace actorlm;
@@ -262,4 +264,84 @@ TEST_CASE("While a request decodes, each step prefills one chunk in all beside i
   CHECK(g.step() == B{2, 3});
   CHECK(g.last_extends() == std::vector<int32_t>{24, 24});
   g.drain();
+}
+
+namespace {
+
+// A target model whose next-token distribution is known: the same logits
+// at every position, each row sampled by the real sampler at its row's seed
+// counter, as a model runner samples.
+struct FixedDistributionWorker final : Worker {
+  std::vector<float> logits;
+  std::vector<SampleResult> run(const ForwardBatch&, std::span<const SampleRequest> sampling) override {
+    std::vector<SampleResult> out;
+    for (const auto& s : sampling) out.push_back(sample_token(logits, s.params, s.prompt, s.output, s.step, 0, s.allowed));
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Speculative sampling keeps the target's distribution: a chi-square test over 8,000 tokens", "[scheduler][speculative]") {
+  const std::vector<double> p{0.30, 0.05, 0.10, 0.25, 0.05, 0.10, 0.10, 0.05};
+  FixedDistributionWorker worker;
+  for (double q : p) worker.logits.push_back(static_cast<float>(std::log(q)));
+  auto run = [&](bool speculate) {
+    SchedulerConfig c = config(SchedulePolicy::fcfs, 16, 4096, 0);
+    if (speculate) {
+      c.speculative.algorithm = SpeculativeAlgorithm::ngram;
+      c.speculative.num_draft_tokens = 5;
+      c.speculative.ngram_min = 1;  // a draft at every step: what followed the last token in the prompt
+    }
+    LocalKvService kv({4096, 1, 20, c.max_context, false});
+    Scheduler s(c, kv, worker);
+    Ids prompt;
+    for (int rep = 0; rep < 4; ++rep) {
+      for (int32_t t = 0; t < 8; ++t) prompt.push_back(t);
+    }
+    for (uint64_t id = 0; id < 400; ++id) {
+      Request r;
+      r.id = id;
+      r.prompt = prompt;
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = id;
+      r.sampling.has_seed = true;
+      r.stop.max_new_tokens = 21;
+      REQUIRE_FALSE(s.submit(std::move(r)));
+    }
+    std::map<uint64_t, Ids> out;
+    while (!s.idle()) {
+      for (const auto& e : s.step()) {
+        if (e.token >= 0) out[e.id].push_back(e.token);
+      }
+      REQUIRE(kv.check_running(s.running_kv()).empty());
+    }
+    REQUIRE(kv.check_idle().empty());
+    return std::make_pair(out, s.stats());
+  };
+  auto [plain, plain_stats] = run(false);
+  auto [fast, stats] = run(true);
+  CHECK(fast == plain);  // the same tokens, not only the same distribution
+  // Every token after the first came from a verify step (the first is the
+  // prefill's). Their frequencies against p:
+  std::vector<double> seen(p.size(), 0.0);
+  double n = 0;
+  for (const auto& [id, tokens] : fast) {
+    REQUIRE(tokens.size() == 21);
+    for (size_t i = 1; i < tokens.size(); ++i, ++n) seen[static_cast<size_t>(tokens[i])] += 1;
+  }
+  double chi2 = 0;
+  for (size_t t = 0; t < p.size(); ++t) chi2 += (seen[t] - n * p[t]) * (seen[t] - n * p[t]) / (n * p[t]);
+  INFO("chi-square " << chi2 << " over " << n << " tokens; drafted " << stats.spec_drafted << ", kept "
+                     << stats.spec_accepted << " in " << stats.spec_verifies << " verifies");
+  // 7 degrees of freedom: 29.9 is exceeded by chance once in 10,000 runs.
+  // Accepting every draft would give drafts' frequencies (what follows a
+  // token in the prompt, roughly uniform here): a chi-square in the
+  // thousands.
+  CHECK(chi2 < 29.9);
+  CHECK(n == 8000);
+  CHECK(stats.spec_verifies > 400);
+  CHECK(stats.spec_accepted > 100);
+  CHECK(stats.spec_accepted < stats.spec_drafted / 2);
+  CHECK(stats.decode_steps < plain_stats.decode_steps);
 }

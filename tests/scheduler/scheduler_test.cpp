@@ -1249,3 +1249,181 @@ TEST_CASE("A step the worker fails loses no request, and one that fails a step t
   }
   require_no_leak(e);
 }
+
+namespace {
+
+// Prompts whose answers copy from them (a list, code, fields, a sentence
+// said twice): where n-gram drafts are kept.
+std::vector<Ids> grounded_prompts(int n) {
+  ChatTemplate tpl = ChatTemplate::for_model(tokenizer(), nullptr);
+  const char* tasks[] = {
+      "Repeat this list exactly:\n- red apples\n- green pears\n- yellow lemons\n- purple plums",
+      "Copy this code exactly:\nint add(int a, int b) {\n  return a + b;\n}",
+      "Repeat the sentence twice: The quick brown fox jumps over the lazy dog.",
+      "Write the numbers from one to twelve in words, separated by commas.",
+      "Extract the name and the city as JSON from: Maria Lopez lives in Madrid.",
+      "Repeat exactly: To be or not to be, that is the question.",
+      "Copy this table row: | id | name | price |",
+      "Say 'hello world' five times.",
+  };
+  std::vector<Ids> prompts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<ChatMessage> m{{"user", std::string(tasks[i % 8]) + (i >= 8 ? " (again)" : "")}};
+    prompts.push_back(tokenizer().encode(tpl.render(m), false, true));
+  }
+  return prompts;
+}
+
+SchedulerConfig speculative(SchedulerConfig c, int32_t draft_tokens = 4) {
+  c.speculative.algorithm = SpeculativeAlgorithm::ngram;
+  c.speculative.num_draft_tokens = draft_tokens;
+  return c;
+}
+
+// The KV self-check after every step: drafted rows are given back in the
+// step that rejects them, or the accounting is off here.
+std::function<void(int)> checked(Engine& e) {
+  return [&e](int step) {
+    const std::string err = e.kv.check_running(e.scheduler.running_kv());
+    if (!err.empty()) FAIL("KV invariant before step " << step << ": " << err);
+  };
+}
+
+}  // namespace
+
+TEST_CASE("With n-gram speculation, greedy outputs are plain decoding's, alone and batched beside requests that do not speculate", "[scheduler][speculative]") {
+  std::vector<Ids> prompts = grounded_prompts(16);
+  for (const Ids& p : shared_prefix_prompts(16)) prompts.push_back(p);
+  const auto solo = solo_outputs(prompts, 24);
+  SECTION("alone") {
+    Engine e(4096, 1, speculative(config()));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 24)));
+      CHECK(e.drain(checked(e))[i].first == solo.at(i));
+    }
+    const auto& st = e.scheduler.stats();
+    INFO("drafted " << st.spec_drafted << ", accepted " << st.spec_accepted << " in " << st.spec_verifies << " verifies");
+    CHECK(st.spec_accepted > 50);
+    CHECK(st.spec_accepted < st.spec_drafted);  // some rejected too: both paths ran
+    CHECK(st.decode_steps < 32 * 23);           // fewer steps than tokens
+    require_no_leak(e);
+  }
+  SECTION("batched, every other request not speculating, pages of 1 and 16, chunked prefill") {
+    const int32_t page = GENERATE(1, 16);
+    INFO("page size " << page);
+    Engine e(8192, page, speculative(config(48), 6));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Request r = make(i, prompts[i], 24);
+      r.speculate = i % 2 == 0;
+      REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+    }
+    auto got = e.drain(checked(e));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i].first == solo.at(i));
+    }
+    CHECK(e.scheduler.stats().spec_accepted > 20);
+    require_no_leak(e);
+  }
+}
+
+TEST_CASE("With speculation, seeded sampling with penalties gives plain decoding's tokens", "[scheduler][speculative]") {
+  const std::vector<Ids> prompts = grounded_prompts(8);
+  auto sampled = [&](uint64_t id, const Ids& prompt) {
+    Request r = make(id, prompt, 32);
+    r.sampling.temperature = 0.7f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.frequency_penalty = 0.3f;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.seed = 1000 + id;
+    r.sampling.has_seed = true;
+    return r;
+  };
+  std::map<uint64_t, Ids> plain;
+  {
+    Engine e(4096, 1, config());
+    for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(sampled(i, prompts[i])));
+    for (auto& [id, out] : e.drain()) plain[id] = out.first;
+  }
+  Engine e(4096, 1, speculative(config()));
+  for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(sampled(i, prompts[i])));
+  auto got = e.drain(checked(e));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].first == plain[i]);
+  }
+  CHECK(e.scheduler.stats().spec_verifies > 0);
+  require_no_leak(e);
+}
+
+TEST_CASE("With speculation, structured output keeps to its schema and to plain decoding's tokens", "[scheduler][speculative]") {
+  const int32_t vocab = weights().config.vocab_size;
+  auto compiler = std::make_shared<ConstraintCompiler>(token_bytes(tokenizer(), vocab), Ids{*tokenizer().eos_id()}, 1);
+  ConstraintSpec spec{ConstraintKind::json_schema,
+                      R"({"type":"object","properties":{"name":{"type":"string"},"city":{"type":"string"},)"
+                      R"("also_name":{"type":"string"}},"required":["name","city","also_name"]})"};
+  const Ids prompt = grounded_prompts(5)[4];
+  auto run = [&](SchedulerConfig c) {
+    c.constraints = compiler;
+    c.vocab_size = vocab;
+    Engine e(4096, 1, c);
+    for (uint64_t id = 0; id < 3; ++id) {
+      Request r = make(id, prompt, 80);
+      r.constraint_spec = spec;
+      if (id > 0) {  // two sampled ones beside the greedy one
+        r.sampling.temperature = 0.8f;
+        r.sampling.seed = id;
+        r.sampling.has_seed = true;
+      }
+      REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+    }
+    auto got = e.drain(checked(e));
+    require_no_leak(e);
+    return std::make_pair(got, e.scheduler.stats());
+  };
+  auto [plain, plain_stats] = run(config());
+  auto [fast, fast_stats] = run(speculative(config()));
+  for (uint64_t id = 0; id < 3; ++id) {
+    INFO("request " << id);
+    CHECK(fast[id].first == plain[id].first);
+    CHECK(fast[id].second == plain[id].second);
+    if (fast[id].second == FinishReason::stop) {
+      const std::string text = tokenizer().decode(fast[id].first);
+      CHECK(text.find("\"also_name\"") != std::string::npos);
+    }
+  }
+  INFO("drafted " << fast_stats.spec_drafted << ", accepted " << fast_stats.spec_accepted);
+  CHECK(fast_stats.spec_accepted > 0);
+}
+
+TEST_CASE("Aborts and retraction in the middle of speculation leak nothing, and the rest decode as alone", "[scheduler][speculative]") {
+  const std::vector<Ids> prompts = grounded_prompts(8);
+  const auto solo = solo_outputs(prompts, 32);
+  const int32_t page = GENERATE(1, 16);
+  INFO("page size " << page);
+  // 40-60 prompt tokens and 32 more each, 8 of them: 320 rows cannot hold
+  // them all at once.
+  Engine e(320, page, speculative(config(), 8));
+  for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 32)));
+  std::mt19937 rng(static_cast<uint32_t>(page));
+  std::set<uint64_t> aborted;
+  auto check_and_abort = checked(e);
+  auto got = e.drain([&](int step) {
+    check_and_abort(step);
+    // Two requests aborted at random steps once decoding has started.
+    if (step > 6 && aborted.size() < 2 && rng() % 5 == 0) {
+      const uint64_t id = rng() % prompts.size();
+      aborted.insert(id);
+      e.scheduler.abort(id);
+    }
+  });
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (aborted.count(i)) continue;
+    INFO("request " << i);
+    CHECK(got[i].first == solo.at(i));
+  }
+  CHECK(e.scheduler.stats().retractions > 0);
+  CHECK(e.scheduler.stats().spec_verifies > 0);
+  require_no_leak(e);
+}

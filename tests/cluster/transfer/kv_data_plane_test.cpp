@@ -422,6 +422,11 @@ TEST_CASE("Over UCX, a damaged frame fails its request, and a cancel or a lost d
     Fixture f(DataProtection::sealed, false, DataTransport::ucx);
     const uint64_t ticket = f.reserve();
     KvDataSend s = f.transfer(ticket);
+    // 30 chunks of 4 tokens, so the transfer is far from its end when the
+    // test strikes (with a chunk per layer, all three could be acknowledged
+    // before the cancel, and the transfer would rightly succeed).
+    s.plan = plan_kv_chunks(40, kLayout, 4 * kTokenBytes);
+    REQUIRE(s.plan.size() == 30);
     s.pause_per_chunk = std::chrono::milliseconds(100);
     s.cancel = std::make_shared<KvDataCancel>();
     KvDataResult r;

@@ -1,0 +1,82 @@
+// The drafters and the adaptive draft length on their own (no model): what
+// the n-gram lookup proposes, and how DraftPace reacts to acceptance.
+
+#include "scheduler/drafter.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace actorlm;
+using Ids = std::vector<int32_t>;
+
+TEST_CASE("N-gram lookup proposes what followed the latest earlier occurrence of the longest matching tail", "[drafter]") {
+  NgramDrafter d(2, 4);
+  // Tail "5 6": it occurred twice before; the latest is followed by 9 9.
+  const Ids prompt{1, 5, 6, 7, 8, 2, 5, 6, 9, 9, 4};
+  CHECK(d.draft(prompt, Ids{5, 6}, 3) == Ids{9, 9, 4});
+  CHECK(d.draft(prompt, Ids{5, 6}, 1) == Ids{9});
+  // A longer tail wins over a later, shorter match: "2 5 6" occurred at
+  // the start (then 7 3), while the latest "5 6" is followed by 8.
+  CHECK(d.draft(Ids{2, 5, 6, 7, 3, 5, 6, 8, 0}, Ids{2, 5, 6}, 2) == Ids{7, 3});
+  // The output continues the prompt: a match may span both.
+  CHECK(d.draft(Ids{10, 11, 12, 13}, Ids{10, 11}, 4) == Ids{12, 13, 10, 11});
+  // No occurrence of any tail of min length or more: nothing.
+  CHECK(d.draft(Ids{1, 2, 3, 4}, Ids{5, 6}, 4).empty());
+  CHECK(NgramDrafter(3, 4).draft(Ids{1, 5, 6, 7}, Ids{9, 5, 6}, 4).empty());
+  CHECK(NgramDrafter(1, 4).draft(Ids{1, 5, 6, 7}, Ids{9, 6}, 4) == Ids{7, 9, 6});
+  CHECK(d.draft(Ids{1}, Ids{}, 4).empty());
+  CHECK(d.draft(prompt, Ids{5, 6}, 0).empty());
+}
+
+TEST_CASE("Speculative settings out of range are refused with the range", "[drafter]") {
+  SpeculativeConfig c;
+  c.algorithm = SpeculativeAlgorithm::ngram;
+  CHECK_FALSE(c.refusal());
+  c.num_draft_tokens = 0;
+  CHECK(c.refusal()->find("[1, 16]") != std::string::npos);
+  c.num_draft_tokens = kMaxDraftTokens + 1;
+  CHECK(c.refusal());
+  c.num_draft_tokens = 4;
+  c.ngram_min = 5;
+  CHECK(c.refusal()->find("min 5, max 4") != std::string::npos);
+  CHECK(parse_speculative_algorithm("ngram") == SpeculativeAlgorithm::ngram);
+  CHECK(parse_speculative_algorithm("none") == SpeculativeAlgorithm::none);
+  CHECK_FALSE(parse_speculative_algorithm("eagle"));
+  CHECK(make_drafter(c) != nullptr);
+  c.algorithm = SpeculativeAlgorithm::none;
+  CHECK(make_drafter(c) == nullptr);
+}
+
+TEST_CASE("The draft length follows acceptance, and drafts that keep failing pause", "[drafter]") {
+  DraftPace pace(4);
+  CHECK(pace.want() == 4);
+  pace.observe(4, 4);  // all kept: stays at the limit
+  CHECK(pace.want() == 4);
+  pace.observe(4, 1);  // one kept: two next time
+  CHECK(pace.want() == 2);
+  pace.observe(2, 2);  // all kept: grows by one
+  CHECK(pace.want() == 3);
+  pace.observe(3, 0);  // one miss: halved, no pause
+  CHECK(pace.want() == 1);
+  pace.observe(1, 0);  // a second miss in a row: a pause of 2 steps
+  CHECK(pace.want() == 0);
+  CHECK(pace.want() == 0);
+  CHECK(pace.want() == 1);
+  pace.observe(1, 0);  // a third: 4 steps
+  for (int i = 0; i < 4; ++i) CHECK(pace.want() == 0);
+  CHECK(pace.want() == 1);
+  for (int i = 0; i < 10; ++i) {
+    pace.observe(1, 0);
+    while (pace.want() == 0) {
+    }
+  }
+  pace.observe(1, 0);  // the pause is capped at 16 steps
+  int paused = 0;
+  while (pace.want() == 0) ++paused;
+  CHECK(paused == 16);
+  pace.observe(1, 1);  // a kept draft ends the misses
+  CHECK(pace.want() == 2);
+  pace.observe(0, 0);  // nothing drafted: nothing learned
+  CHECK(pace.want() == 2);
+  CHECK_FALSE(DraftPace().started());
+  CHECK(DraftPace(1).started());
+}
