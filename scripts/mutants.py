@@ -254,6 +254,23 @@ MUTANTS = [
            "  if (stopped || !liveness_.restart ||",
            "  if (!liveness_.restart ||",
            ["actors_worker_liveness_test"], catch_runs(["actors_worker_liveness_test"], "A worker actor that ends*")),
+    # Issue 37: a verify keeps a draft only where the target sampled it too;
+    # keeping every draft changes the tokens (and the distribution).
+    Mutant("spec-keeps-every-draft",
+           "speculative decoding keeps drafts the target model did not sample",
+           "scheduler/scheduler.cpp",
+           "    const bool matches = j < p.drafts.size() && rows[j].token == p.drafts[j];\n",
+           "    const bool matches = j < p.drafts.size();\n",
+           ["scheduler_scheduler_policy_test"],
+           catch_runs(["scheduler_scheduler_policy_test"], "Speculative sampling keeps*")),
+    # Issue 37: rejected drafts' rows go back in the step that rejects them.
+    Mutant("spec-keeps-rejected-rows",
+           "a verify step's rejected drafts keep their KV rows, so later positions read them",
+           "scheduler/scheduler.cpp",
+           "  if (!cut.empty()) kv_.truncate(cut, cut_to);\n",
+           "  if (false) kv_.truncate(cut, cut_to);\n",
+           ["scheduler_scheduler_test"],
+           catch_runs(["scheduler_scheduler_test"], "With n-gram speculation, greedy outputs*"), ci=False),
     # Issue 32: a request queued behind long steps is not stalled.
     Mutant("stall-ignores-steps",
            "Engine::generate fails a request after --stall-timeout even while steps complete",

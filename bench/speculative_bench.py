@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Speculative decoding against plain decoding, and against llama-server's
+n-gram mode: the same GGUF, machine and threads, servers one at a time,
+taking turns round by round (plain first in odd rounds).
+
+Two workloads, greedy, EOS honoured (our outputs are the same with and
+without speculation, so both runs of ours generate the same tokens):
+  grounded  answers that copy their input: repeat a code block with one
+            change, copy a list, extract fields as JSON from a text
+  open      open chat questions (drafts mostly fail: the check that
+            speculation costs nothing where it cannot help)
+each at 1 stream (the prompts one after another) and 8 streams. The figure
+is output tokens per second of wall time; the JSON keeps every round and
+actorlm's /metrics counters (drafted, kept).
+
+usage: speculative_bench.py [--actorlm build/apps/actorlm] [--llama-server PATH]
+                            [--model GGUF] [--threads 2] [--rounds 3] [--draft-tokens 4]
+                            [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from serving_compare import DEFAULT_MODEL, start_actorlm, wait_ready  # noqa: E402
+
+CODE = """def moving_average(values, window):
+    if window <= 0:
+        raise ValueError("window must be positive")
+    out = []
+    total = 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        if i >= window - 1:
+            out.append(total / window)
+    return out
+"""
+TEXT = ("Order 4471 was placed by Dana Whitfield of 12 Orchard Lane, Leeds, on 3 March 2024. "
+        "She bought two blue kettles at 24.99 each and one toaster at 39.50, paid by card, "
+        "and asked for delivery before noon.")
+GROUNDED = [
+    "Repeat this Python function exactly, but rename `values` to `xs`:\n\n" + CODE,
+    "Copy this function exactly, changing only the error message to 'bad window':\n\n" + CODE,
+    "Rewrite this list with the items in the same order, one per line, each starting with '- ':\n"
+    "apples, pears, plums, cherries, lemons, limes, oranges, grapes, melons, figs",
+    "Extract as JSON with keys order_id, name, street, city, date, items (name, quantity, price) and payment from: "
+    + TEXT,
+    "Repeat this text word for word: " + TEXT,
+    "Copy this code and add a docstring line under the def line:\n\n" + CODE,
+    "Write out the list again in reverse order: one, two, three, four, five, six, seven, eight, nine, ten",
+    "Copy exactly: " + TEXT,
+]
+OPEN = [
+    "Tell me a short story about a lighthouse keeper.",
+    "What are three good habits for learning a language?",
+    "Describe the water cycle to a child.",
+    "Why is the sky blue? Explain briefly.",
+    "Give me ideas for a rainy afternoon.",
+    "What makes a good team leader?",
+    "Explain what a database index is.",
+    "Write a haiku about autumn and explain it.",
+]
+
+
+def post(port, messages, max_tokens):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        out = json.load(r)
+    return out["usage"]["completion_tokens"], out["choices"][0]["message"]["content"]
+
+
+def run_workload(port, prompts, streams, max_tokens):
+    """Output tokens per second of wall time, and the texts."""
+    texts = [None] * len(prompts)
+    tokens = [0] * len(prompts)
+    nxt = [0]
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(prompts):
+                return
+            tokens[i], texts[i] = post(port, [{"role": "user", "content": prompts[i]}], max_tokens)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    return sum(tokens) / wall, sum(tokens), texts
+
+
+def metric(port, name):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def start_llama_server(binary, model, threads, spec, draft_tokens, port=30872):
+    cmd = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads),
+           "--threads-batch", str(threads), "--parallel", "8", "--ctx-size", str(8 * 2048), "--cont-batching"]
+    if spec:
+        cmd += ["--spec-type", "ngram-simple", "--draft-max", str(draft_tokens)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, "llama-server")
+    return proc, port
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--actorlm", default=os.path.join(HERE, "..", "build", "apps", "actorlm"))
+    ap.add_argument("--llama-server")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--draft-tokens", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not 1 <= args.rounds <= 20 or not 1 <= args.draft_tokens <= 16:
+        raise SystemExit("--rounds must be 1-20 and --draft-tokens 1-16")
+    spec_flags = ["--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", str(args.draft_tokens)]
+    base = ["--kv-tokens", "32768", "--max-running-requests", "16"]
+    servers = [("actorlm plain", lambda: start_actorlm(args.actorlm, args.model, args.threads, base)),
+               ("actorlm ngram", lambda: start_actorlm(args.actorlm, args.model, args.threads, base + spec_flags))]
+    if args.llama_server:
+        servers += [("llama-server plain",
+                     lambda: start_llama_server(args.llama_server, args.model, args.threads, False, args.draft_tokens)),
+                    ("llama-server ngram",
+                     lambda: start_llama_server(args.llama_server, args.model, args.threads, True, args.draft_tokens))]
+    cells = [("grounded", GROUNDED, 1), ("grounded", GROUNDED, 8), ("open", OPEN, 1), ("open", OPEN, 8)]
+    results = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
+    counters = {s: [] for s, _ in servers}
+    texts = {}
+    for r in range(args.rounds):
+        for name, start in (servers if r % 2 == 0 else servers[::-1]):
+            proc, port = start()
+            try:
+                for w, prompts, n in cells:
+                    # Each round's prompts differ by a prefix: no round finds another's cached.
+                    tagged = [f"(round {r + 1}) {p}" for p in prompts]
+                    rate, total, out = run_workload(port, tagged, n, args.max_tokens)
+                    results[name][f"{w} x{n}"].append(rate)
+                    texts.setdefault(name, {})[f"{w} x{n}"] = out
+                    print(f"round {r + 1} {name:20s} {w:8s} x{n}: {rate:7.1f} tok/s ({total} tokens)", flush=True)
+                if name.startswith("actorlm"):
+                    counters[name].append({k: metric(port, k) for k in (
+                        "actorlm_spec_verifies_total", "actorlm_spec_draft_tokens_total",
+                        "actorlm_spec_accepted_tokens_total", "actorlm_generation_tokens_total")})
+            finally:
+                proc.terminate()
+                proc.wait()
+    # Ours must be exact: speculation changes speed, never text.
+    same = all(texts["actorlm plain"][k] == texts["actorlm ngram"][k] for k in texts["actorlm plain"])
+    print(f"\nactorlm outputs identical with and without speculation: {same}")
+    print(f"\n| workload | " + " | ".join(s for s, _ in servers) + " | ngram / plain (ours) |"
+          + (" ngram ours / llama ngram |" if args.llama_server else ""))
+    print("|---" * (len(servers) + 2 + (1 if args.llama_server else 0)) + "|")
+    for w, _, n in cells:
+        k = f"{w} x{n}"
+        med = {s: statistics.median(results[s][k]) for s, _ in servers}
+        row = f"| {k} | " + " | ".join(f"{med[s]:.1f}" for s, _ in servers)
+        row += f" | {med['actorlm ngram'] / med['actorlm plain']:.2f}x |"
+        if args.llama_server:
+            row += f" {med['actorlm ngram'] / med['llama-server ngram']:.2f}x |"
+        print(row)
+    for name, c in counters.items():
+        if c and c[-1]["actorlm_spec_draft_tokens_total"]:
+            d, a = c[-1]["actorlm_spec_draft_tokens_total"], c[-1]["actorlm_spec_accepted_tokens_total"]
+            print(f"{name}: {a:.0f} of {d:.0f} drafted tokens kept ({a / d:.0%}), last round")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results, "counters": counters, "identical": same, "args": vars(args)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
