@@ -72,19 +72,48 @@ OPEN = [
 ]
 
 
+def model_id(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+        return json.load(r)["data"][0]["id"]
+
+
 def post(port, messages, max_tokens):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0}).encode()
+    """One streamed greedy request: (completion tokens, text, seconds to the
+    first token, seconds from the first token to the last)."""
+    body = json.dumps({"model": model_id(port), "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
                                  {"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    first = last = None
+    text, tokens, chunks = [], None, 0
     with urllib.request.urlopen(req, timeout=600) as r:
-        out = json.load(r)
-    return out["usage"]["completion_tokens"], out["choices"][0]["message"]["content"]
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            msg = json.loads(line[6:])
+            if msg.get("usage"):
+                tokens = msg["usage"]["completion_tokens"]
+            for c in msg.get("choices", []):
+                piece = (c.get("delta") or {}).get("content")
+                if piece:
+                    now = time.monotonic()
+                    first = first or now
+                    last = now
+                    chunks += 1
+                    text.append(piece)
+    if tokens is None:
+        tokens = chunks
+    return tokens, "".join(text), (first or t0) - t0, (last or t0) - (first or t0)
 
 
 def run_workload(port, prompts, streams, max_tokens):
-    """Output tokens per second of wall time, and the texts."""
+    """(output tokens per second of wall time, decode tokens per second per
+    stream (after each one's first token), tokens, texts)."""
     texts = [None] * len(prompts)
     tokens = [0] * len(prompts)
+    decode = [0.0] * len(prompts)
     nxt = [0]
     lock = threading.Lock()
 
@@ -95,7 +124,7 @@ def run_workload(port, prompts, streams, max_tokens):
                 nxt[0] += 1
             if i >= len(prompts):
                 return
-            tokens[i], texts[i] = post(port, [{"role": "user", "content": prompts[i]}], max_tokens)
+            tokens[i], texts[i], _, decode[i] = post(port, [{"role": "user", "content": prompts[i]}], max_tokens)
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=worker) for _ in range(streams)]
@@ -104,7 +133,8 @@ def run_workload(port, prompts, streams, max_tokens):
     for t in threads:
         t.join()
     wall = time.monotonic() - t0
-    return sum(tokens) / wall, sum(tokens), texts
+    per_stream = sum(max(n - 1, 0) for n in tokens) / max(sum(decode), 1e-9)
+    return sum(tokens) / wall, per_stream, sum(tokens), texts
 
 
 def metric(port, name):
@@ -147,6 +177,7 @@ def main():
                      lambda: start_llama_server(args.llama_server, args.model, args.threads, True, args.draft_tokens))]
     cells = [("grounded", GROUNDED, 1), ("grounded", GROUNDED, 8), ("open", OPEN, 1), ("open", OPEN, 8)]
     results = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
+    decode_rates = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
     counters = {s: [] for s, _ in servers}
     texts = {}
     for r in range(args.rounds):
@@ -156,10 +187,12 @@ def main():
                 for w, prompts, n in cells:
                     # Each round's prompts differ by a prefix: no round finds another's cached.
                     tagged = [f"(round {r + 1}) {p}" for p in prompts]
-                    rate, total, out = run_workload(port, tagged, n, args.max_tokens)
+                    rate, decode, total, out = run_workload(port, tagged, n, args.max_tokens)
                     results[name][f"{w} x{n}"].append(rate)
+                    decode_rates[name][f"{w} x{n}"].append(decode)
                     texts.setdefault(name, {})[f"{w} x{n}"] = out
-                    print(f"round {r + 1} {name:20s} {w:8s} x{n}: {rate:7.1f} tok/s ({total} tokens)", flush=True)
+                    print(f"round {r + 1} {name:20s} {w:8s} x{n}: {rate:7.1f} tok/s, decode {decode:6.1f} tok/s "
+                          f"a stream ({total} tokens)", flush=True)
                 if name.startswith("actorlm"):
                     counters[name].append({k: metric(port, k) for k in (
                         "actorlm_spec_verifies_total", "actorlm_spec_draft_tokens_total",
@@ -170,24 +203,26 @@ def main():
     # Ours must be exact: speculation changes speed, never text.
     same = all(texts["actorlm plain"][k] == texts["actorlm ngram"][k] for k in texts["actorlm plain"])
     print(f"\nactorlm outputs identical with and without speculation: {same}")
-    print(f"\n| workload | " + " | ".join(s for s, _ in servers) + " | ngram / plain (ours) |"
-          + (" ngram ours / llama ngram |" if args.llama_server else ""))
-    print("|---" * (len(servers) + 2 + (1 if args.llama_server else 0)) + "|")
-    for w, _, n in cells:
-        k = f"{w} x{n}"
-        med = {s: statistics.median(results[s][k]) for s, _ in servers}
-        row = f"| {k} | " + " | ".join(f"{med[s]:.1f}" for s, _ in servers)
-        row += f" | {med['actorlm ngram'] / med['actorlm plain']:.2f}x |"
-        if args.llama_server:
-            row += f" {med['actorlm ngram'] / med['llama-server ngram']:.2f}x |"
-        print(row)
+    for title, table in (("output tok/s (wall)", results), ("decode tok/s a stream", decode_rates)):
+        print(f"\n{title}, medians of {args.rounds}\n\n| workload | " + " | ".join(s for s, _ in servers)
+              + " | ngram / plain (ours) |" + (" ngram ours / llama ngram |" if args.llama_server else ""))
+        print("|---" * (len(servers) + 2 + (1 if args.llama_server else 0)) + "|")
+        for w, _, n in cells:
+            k = f"{w} x{n}"
+            med = {s: statistics.median(table[s][k]) for s, _ in servers}
+            row = f"| {k} | " + " | ".join(f"{med[s]:.1f}" for s, _ in servers)
+            row += f" | {med['actorlm ngram'] / med['actorlm plain']:.2f}x |"
+            if args.llama_server:
+                row += f" {med['actorlm ngram'] / med['llama-server ngram']:.2f}x |"
+            print(row)
     for name, c in counters.items():
         if c and c[-1]["actorlm_spec_draft_tokens_total"]:
             d, a = c[-1]["actorlm_spec_draft_tokens_total"], c[-1]["actorlm_spec_accepted_tokens_total"]
             print(f"{name}: {a:.0f} of {d:.0f} drafted tokens kept ({a / d:.0%}), last round")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results, "counters": counters, "identical": same, "args": vars(args)}, f, indent=1)
+            json.dump({"results": results, "decode": decode_rates, "counters": counters, "identical": same,
+                       "args": vars(args)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #include "scheduler/drafter.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace actorlm {
 
@@ -64,22 +65,76 @@ int32_t DraftPace::want() {
     --pause_;
     return 0;
   }
-  return length_;
+  return limit_;
 }
 
 void DraftPace::observe(int32_t drafted, int32_t accepted) {
   if (drafted <= 0) return;
-  if (accepted >= drafted) {
-    length_ = std::min(limit_, length_ + 1);
+  // Recent verifies count most: a request's text changes character.
+  constexpr double kDecay = 0.8;
+  kept_ = kept_ * kDecay + accepted;
+  refused_ = refused_ * kDecay + (accepted < drafted ? 1 : 0);
+  if (accepted > 0) {
     misses_ = 0;
-  } else if (accepted > 0) {
-    length_ = std::clamp(accepted + 1, 1, limit_);
-    misses_ = 0;
-  } else {
-    length_ = std::max(1, length_ / 2);
+  } else if (++misses_ >= 2) {
     // One miss is noise; from the second in a row, 2, 4, 8, 16 steps off.
-    if (++misses_ >= 2) pause_ = std::min(16, 1 << std::min(misses_ - 1, 4));
+    pause_ = std::min(16, 1 << std::min(misses_ - 1, 4));
   }
+}
+
+void DraftCost::observe(int64_t rows, double seconds) {
+  if (rows <= 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
+  constexpr double kDecay = 0.98;  // ~50 steps of memory
+  const auto x = static_cast<double>(rows);
+  n_ = n_ * kDecay + 1;
+  x_ = x_ * kDecay + x;
+  y_ = y_ * kDecay + seconds;
+  xx_ = xx_ * kDecay + x * x;
+  xy_ = xy_ * kDecay + x * seconds;
+}
+
+bool DraftCost::fitted() const {
+  // Steps of different sizes, or the slope means nothing.
+  const double var = n_ * xx_ - x_ * x_;
+  return n_ >= 8 && var > 0.5 * n_ * n_ && row_seconds() > 0 && fixed_seconds() >= 0;
+}
+
+double DraftCost::row_seconds() const {
+  const double var = n_ * xx_ - x_ * x_;
+  return var > 0 ? (n_ * xy_ - x_ * y_) / var : 0;
+}
+
+double DraftCost::fixed_seconds() const { return n_ > 0 ? (y_ - row_seconds() * x_) / n_ : 0; }
+
+std::vector<int32_t> DraftCost::allot(std::span<const int32_t> available, std::span<const double> rate,
+                                      int64_t rows) const {
+  std::vector<int32_t> keep(available.begin(), available.end());
+  if (!fitted()) return keep;
+  const double c = row_seconds();
+  double seconds = fixed_seconds() + c * static_cast<double>(rows);
+  double tokens = static_cast<double>(rows);
+  // Every candidate row with its chance: the j-th draft of request i is
+  // kept with about rate[i]^j. Best chances first; within a request they
+  // fall with j, so what is taken is always each request's first drafts.
+  struct Row {
+    double chance;
+    size_t request;
+  };
+  std::vector<Row> rows_by_chance;
+  for (size_t i = 0; i < available.size(); ++i) {
+    double q = 1;
+    for (int32_t j = 0; j < available[i]; ++j) rows_by_chance.push_back({q *= rate[i], i});
+  }
+  std::stable_sort(rows_by_chance.begin(), rows_by_chance.end(),
+                   [](const Row& a, const Row& b) { return a.chance > b.chance; });
+  std::fill(keep.begin(), keep.end(), 0);
+  for (const Row& r : rows_by_chance) {
+    if (r.chance <= c * tokens / seconds) break;
+    ++keep[r.request];
+    tokens += r.chance;
+    seconds += c;
+  }
+  return keep;
 }
 
 }  // namespace actorlm

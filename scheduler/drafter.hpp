@@ -66,24 +66,55 @@ class NgramDrafter final : public Drafter {
 // The drafter `config` names; null when speculation is off.
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
 
-// How much one request drafts, from how its drafts fared: after a verify
-// that kept every draft the length grows by one (to the limit); after one
-// that kept some, it is what was kept plus one; a run of verifies that kept
-// nothing halves it and then pauses drafting for a growing number of steps,
-// so a request whose drafts keep failing stops paying for them.
+// How one request's drafts fare: an estimate of the chance that its next
+// draft token is kept (drafts are kept up to the first the model does not
+// sample, so a draft of n tokens has its j-th kept with about rate^j), and
+// a pause after drafts keep failing, so a request whose drafts are all
+// rejected stops paying for them: from the second verify in a row that kept
+// nothing, 2, 4, 8, then 16 steps without drafting.
 class DraftPace {
  public:
-  explicit DraftPace(int32_t limit = 0) : limit_(limit), length_(limit) {}
-  // Tokens to draft this step (0: none), and the step counted.
+  explicit DraftPace(int32_t limit = 0) : limit_(limit) {}
+  // Most tokens to draft this step (0: paused), and the step counted.
   int32_t want();
   void observe(int32_t drafted, int32_t accepted);
-  int32_t length() const { return length_; }
+  // The chance its next draft token is kept; `prior` (the engine's rate)
+  // weighs as two draft tokens, so a new request starts from it.
+  double rate(double prior) const { return (kept_ + 2 * prior) / (kept_ + refused_ + 2); }
   bool started() const { return limit_ > 0; }
 
  private:
-  int32_t limit_, length_;
+  int32_t limit_;
+  double kept_ = 0, refused_ = 0;  // draft tokens kept and rejections, decayed
   int32_t misses_ = 0;  // verifies in a row that kept nothing
   int32_t pause_ = 0;   // steps left without drafting
+};
+
+// Which draft tokens are worth their rows in a step, on this machine and
+// model: decode steps are timed and fitted as fixed + per_row * rows
+// (weighted towards recent steps). A row is worth adding while its chance
+// of being kept beats the tokens a row's time buys in the step without it:
+// q > per_row * tokens / seconds. At one stream on a CPU a row costs a
+// fraction of the step's fixed part (weights are read once per step), so
+// even unlikely drafts pay; at 8 or 16 streams every row is real work and
+// only likely ones do. Pure C++, the scheduler's thread.
+class DraftCost {
+ public:
+  // A step that decoded `rows` rows (drafts included) and nothing else.
+  void observe(int64_t rows, double seconds);
+  // How many of each request's drafts to keep: available[i] drafted for a
+  // request whose next draft token is kept with chance rate[i], beside
+  // `rows` rows the step has anyway. Before the fit has measured steps of
+  // different sizes, everything (the steps it measures are how it learns).
+  std::vector<int32_t> allot(std::span<const int32_t> available, std::span<const double> rate, int64_t rows) const;
+  // The fit, once there is one.
+  bool fitted() const;
+  double fixed_seconds() const;
+  double row_seconds() const;
+
+ private:
+  // Exponentially weighted sums for the least-squares line.
+  double n_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;
 };
 
 }  // namespace actorlm

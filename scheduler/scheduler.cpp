@@ -628,27 +628,48 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
 std::vector<Scheduler::Planned> Scheduler::decodes() {
   std::vector<Planned> plan;
   for (auto& r : running_) {
-    if (!r.decoding) continue;
-    plan.push_back({&r, {r.req.output.back()}, true});
-    if (drafter_) add_drafts(r, plan.back());
+    if (r.decoding) plan.push_back({&r, {r.req.output.back()}, true});
   }
+  if (drafter_) add_drafts(plan);
   return plan;
 }
 
-void Scheduler::add_drafts(Running& r, Planned& p) {
+void Scheduler::add_drafts(std::vector<Planned>& plan) {
+  // What each request could draft, then how much of it this step's rows
+  // are worth (DraftCost), then the constraint's masks for what stays.
+  std::vector<std::vector<int32_t>> drafts;
+  std::vector<int32_t> available;
+  std::vector<double> rate;
+  const double prior = engine_pace_.rate(0.5);
+  for (auto& p : plan) {
+    drafts.push_back(draft_for(*p.run));
+    available.push_back(static_cast<int32_t>(drafts.back().size()));
+    rate.push_back(p.run->pace.rate(prior));
+  }
+  const std::vector<int32_t> keep = draft_cost_.allot(available, rate, static_cast<int64_t>(plan.size()));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    drafts[i].resize(static_cast<size_t>(keep[i]));
+    if (!drafts[i].empty()) take_drafts(*plan[i].run, plan[i], std::move(drafts[i]));
+  }
+}
+
+std::vector<int32_t> Scheduler::draft_for(Running& r) {
   Request& q = r.req;
-  if (!q.speculate) return;
+  if (!q.speculate) return {};
   if (!r.pace.started()) r.pace = DraftPace(config_.speculative.num_draft_tokens);
   // Never past max_new_tokens (a verify yields up to drafts + 1 tokens) or
   // the context (the KV after this step covers fill_ids ++ drafts).
   const auto fill = static_cast<int64_t>(q.prompt.size() + q.output.size());
   const int64_t room = std::min<int64_t>(q.stop.max_new_tokens - static_cast<int64_t>(q.output.size()) - 1,
                                          config_.max_context - fill);
-  if (room <= 0) return;
+  if (room <= 0) return {};
   const int32_t want = std::min<int32_t>(r.pace.want(), static_cast<int32_t>(room));
-  if (want <= 0) return;
-  std::vector<int32_t> drafts = drafter_->draft(q.prompt, q.output, want);
-  if (drafts.empty()) return;
+  if (want <= 0) return {};
+  return drafter_->draft(q.prompt, q.output, want);
+}
+
+void Scheduler::take_drafts(Running& r, Planned& p, std::vector<int32_t> drafts) {
+  Request& q = r.req;
   if (q.constraint) {
     // Each row's mask is the constraint after the drafts before it; a
     // draft the constraint refuses ends the draft there. The state is
@@ -656,17 +677,25 @@ void Scheduler::add_drafts(Running& r, Planned& p) {
     // any sampled token does.
     const size_t words = mask_words(config_.constraints->vocab_size());
     int accepted = 0;
-    for (size_t j = 0; j <= drafts.size(); ++j) {
+    for (size_t j = 0;; ++j) {
+      // A draft that completes the output (its stop token) would be the
+      // request's last token: it goes, so no row follows a finished output
+      // (a finished constraint has no mask to give).
+      if (j > 0 && q.constraint->complete()) {
+        drafts.resize(j - 1);
+        break;
+      }
       std::vector<uint32_t>& mask = p.row_masks.emplace_back(words);
       q.constraint->allowed(mask);
       if (j == drafts.size()) break;
-      if (q.constraint->complete() || !mask_allows(mask, drafts[j]) || !q.constraint->accept(drafts[j])) {
+      if (!mask_allows(mask, drafts[j]) || !q.constraint->accept(drafts[j])) {
         drafts.resize(j);
         break;
       }
       ++accepted;
     }
     q.constraint->rollback(accepted);
+    p.row_masks.resize(drafts.size() + 1);
     if (drafts.empty()) {
       p.row_masks.clear();
       return;
@@ -774,6 +803,7 @@ std::vector<TokenEvent> Scheduler::step() {
   }
   last_step_seconds_ = now() - started;
   budget_.observe(prefill_tokens, decode_rows, last_step_seconds_);
+  if (drafter_ && prefill_tokens == 0) draft_cost_.observe(decode_rows, last_step_seconds_);
   take_results(plan, results, events);
   return events;
 }
@@ -970,6 +1000,7 @@ size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const Sa
   stats_.spec_accepted += static_cast<int64_t>(kept);
   ++stats_.spec_accept_lengths[kept];
   r.pace.observe(drafted, static_cast<int32_t>(kept));
+  engine_pace_.observe(drafted, static_cast<int32_t>(kept));
   // This step wrote KV for the last token and every draft; what stays valid
   // is the last token's and the kept drafts' (the newest output token has
   // none yet, as after any decode step).

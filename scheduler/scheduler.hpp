@@ -211,7 +211,7 @@ class Scheduler {
     bool decoding = false;
     bool loading = false;      // its blocks come from the tiers over several steps (load_budget_)
     bool frozen = false;       // held for a live migration (freeze), not for a PD transfer
-    DraftPace pace;            // how many tokens it drafts (speculative decoding)
+    DraftPace pace;            // how its drafts fare (speculative decoding)
   };
   struct Planned {
     Running* run;
@@ -260,9 +260,15 @@ class Scheduler {
   void add_decodes(std::vector<Planned>& plan);
   // Every decoding request's next token, and its drafts when it speculates.
   std::vector<Planned> decodes();
-  // What `r` drafts this step (none when speculation is off, or nothing
-  // fits its limits), masks included for a constrained request.
-  void add_drafts(Running& r, Planned& p);
+  // Speculative decoding: what each planned decode could draft, cut to
+  // what the step's rows are worth (draft_cost_), into the plan.
+  void add_drafts(std::vector<Planned>& plan);
+  // What `r` could draft this step (none when it does not speculate, or
+  // nothing fits its limits).
+  std::vector<int32_t> draft_for(Running& r);
+  // `drafts` into p, with a constrained request's mask for each row (a
+  // draft its constraint refuses ends the draft there).
+  void take_drafts(Running& r, Planned& p, std::vector<int32_t> drafts);
   // Short of KV: the plan's requests go on without drafts (true if any had some).
   static bool drop_drafts(std::vector<Planned>& plan);
   // A verified step's tokens into r: the target's samples up to the first
@@ -308,6 +314,8 @@ class Scheduler {
   KvService& kv_;
   Worker& worker_;
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  DraftCost draft_cost_;              // what a decode row costs here, measured
+  DraftPace engine_pace_{1};          // every request's verifies: the prior of a new one
   StepBudget budget_;
   std::deque<Request> waiting_;
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step

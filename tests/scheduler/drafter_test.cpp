@@ -46,24 +46,24 @@ TEST_CASE("Speculative settings out of range are refused with the range", "[draf
   CHECK(make_drafter(c) == nullptr);
 }
 
-TEST_CASE("The draft length follows acceptance, and drafts that keep failing pause", "[drafter]") {
+TEST_CASE("A request's draft rate follows what it kept, and drafts that keep failing pause", "[drafter]") {
   DraftPace pace(4);
   CHECK(pace.want() == 4);
-  pace.observe(4, 4);  // all kept: stays at the limit
+  CHECK(pace.rate(0.5) == Approx(0.5));  // nothing seen: the prior
+  pace.observe(4, 4);                    // all kept
+  CHECK(pace.rate(0.5) == Approx(5.0 / 6.0));
+  pace.observe(4, 1);  // one kept, then a rejection
+  CHECK(pace.rate(0.5) < 5.0 / 6.0);
   CHECK(pace.want() == 4);
-  pace.observe(4, 1);  // one kept: two next time
-  CHECK(pace.want() == 2);
-  pace.observe(2, 2);  // all kept: grows by one
-  CHECK(pace.want() == 3);
-  pace.observe(3, 0);  // one miss: halved, no pause
-  CHECK(pace.want() == 1);
+  pace.observe(3, 0);  // one miss: no pause
+  CHECK(pace.want() == 4);
   pace.observe(1, 0);  // a second miss in a row: a pause of 2 steps
   CHECK(pace.want() == 0);
   CHECK(pace.want() == 0);
-  CHECK(pace.want() == 1);
+  CHECK(pace.want() == 4);
   pace.observe(1, 0);  // a third: 4 steps
   for (int i = 0; i < 4; ++i) CHECK(pace.want() == 0);
-  CHECK(pace.want() == 1);
+  CHECK(pace.want() == 4);
   for (int i = 0; i < 10; ++i) {
     pace.observe(1, 0);
     while (pace.want() == 0) {
@@ -73,10 +73,42 @@ TEST_CASE("The draft length follows acceptance, and drafts that keep failing pau
   int paused = 0;
   while (pace.want() == 0) ++paused;
   CHECK(paused == 16);
+  CHECK(pace.rate(0.5) < 0.2);
   pace.observe(1, 1);  // a kept draft ends the misses
-  CHECK(pace.want() == 2);
+  pace.observe(1, 0);
+  CHECK(pace.want() == 4);
   pace.observe(0, 0);  // nothing drafted: nothing learned
-  CHECK(pace.want() == 2);
+  CHECK(pace.want() == 4);
   CHECK_FALSE(DraftPace().started());
   CHECK(DraftPace(1).started());
+}
+
+TEST_CASE("Draft rows are kept while their chance beats what a row's time buys", "[drafter]") {
+  DraftCost cost;
+  const std::vector<int32_t> four{4, 4};
+  // Unmeasured: everything (its steps are how it learns).
+  CHECK(cost.allot(four, std::vector<double>{0.1, 0.1}, 2) == four);
+  // Steps of 1..8 rows at 5 ms + 1 ms a row.
+  for (int rep = 0; rep < 3; ++rep) {
+    for (int64_t rows = 1; rows <= 8; ++rows) cost.observe(rows, 0.005 + 0.001 * static_cast<double>(rows));
+  }
+  REQUIRE(cost.fitted());
+  CHECK(cost.row_seconds() == Approx(0.001));
+  CHECK(cost.fixed_seconds() == Approx(0.005));
+  // One stream: a row is a sixth of the step, so drafts kept half the time
+  // pay for two rows (chances 0.5, 0.25), not a third (0.125).
+  const std::vector<int32_t> one{4};
+  CHECK(cost.allot(one, std::vector<double>{0.5}, 1) == std::vector<int32_t>{2});
+  // Sixteen streams: a row buys 0.76 tokens' time, a half-likely draft nothing.
+  CHECK(cost.allot(one, std::vector<double>{0.5}, 16) == std::vector<int32_t>{0});
+  // The likeliest drafts first: a request that keeps 90% gets four rows,
+  // one that keeps 30% none.
+  CHECK(cost.allot(four, std::vector<double>{0.9, 0.3}, 2) == std::vector<int32_t>{4, 0});
+  CHECK(cost.allot(std::vector<int32_t>{0, 3}, std::vector<double>{0.9, 0.9}, 2) == std::vector<int32_t>{0, 3});
+  // Steps all of one size say nothing about a row's cost: unfitted again.
+  DraftCost flat;
+  for (int i = 0; i < 50; ++i) flat.observe(4, 0.01);
+  CHECK_FALSE(flat.fitted());
+  flat.observe(0, 0.01);
+  flat.observe(4, -1);
 }

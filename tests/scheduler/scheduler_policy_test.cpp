@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "kernels/cpu/sampler.hpp"
@@ -273,7 +274,9 @@ namespace {
 // counter, as a model runner samples.
 struct FixedDistributionWorker final : Worker {
   std::vector<float> logits;
+  std::function<void()> on_run;
   std::vector<SampleResult> run(const ForwardBatch&, std::span<const SampleRequest> sampling) override {
+    if (on_run) on_run();
     std::vector<SampleResult> out;
     for (const auto& s : sampling) out.push_back(sample_token(logits, s.params, s.prompt, s.output, s.step, 0, s.allowed));
     return out;
@@ -293,6 +296,11 @@ TEST_CASE("Speculative sampling keeps the target's distribution: a chi-square te
       c.speculative.num_draft_tokens = 5;
       c.speculative.ngram_min = 1;  // a draft at every step: what followed the last token in the prompt
     }
+    // Steps of 5 ms whatever their rows: drafts cost nothing measurable,
+    // so DraftCost keeps them all and every step verifies.
+    double clock = 0;
+    c.clock = [&clock] { return clock; };
+    worker.on_run = [&clock] { clock += 0.005; };
     LocalKvService kv({4096, 1, 20, c.max_context, false});
     Scheduler s(c, kv, worker);
     Ids prompt;

@@ -1277,6 +1277,10 @@ std::vector<Ids> grounded_prompts(int n) {
 SchedulerConfig speculative(SchedulerConfig c, int32_t draft_tokens = 4) {
   c.speculative.algorithm = SpeculativeAlgorithm::ngram;
   c.speculative.num_draft_tokens = draft_tokens;
+  // Every step 5 ms on this clock, whatever its rows: DraftCost sees rows
+  // cost nothing and keeps every draft, so what these tests draft does not
+  // depend on the machine's speed (drafter_test checks the cost model).
+  c.clock = [t = 0.0]() mutable { return t += 0.005; };
   return c;
 }
 
@@ -1363,7 +1367,10 @@ TEST_CASE("With speculation, structured output keeps to its schema and to plain 
   ConstraintSpec spec{ConstraintKind::json_schema,
                       R"({"type":"object","properties":{"name":{"type":"string"},"city":{"type":"string"},)"
                       R"("also_name":{"type":"string"}},"required":["name","city","also_name"]})"};
-  const Ids prompt = grounded_prompts(5)[4];
+  ChatTemplate tpl = ChatTemplate::for_model(tokenizer(), nullptr);
+  const std::vector<ChatMessage> ask{
+      {"user", R"(Copy this JSON exactly: {"name": "Maria Lopez", "city": "Madrid", "also_name": "Maria Lopez"})"}};
+  const Ids prompt = tokenizer().encode(tpl.render(ask), false, true);
   auto run = [&](SchedulerConfig c) {
     c.constraints = compiler;
     c.vocab_size = vocab;
