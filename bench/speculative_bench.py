@@ -147,7 +147,8 @@ def start_llama_server(binary, model, threads, spec, draft_tokens, port=30872):
     cmd = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads),
            "--threads-batch", str(threads), "--parallel", "8", "--ctx-size", str(8 * 2048), "--cont-batching"]
     if spec:
-        cmd += ["--spec-type", "ngram-simple", "--draft-max", str(draft_tokens)]
+        # Its own n-gram mode with its defaults (lookup 12 tokens, drafts up to 48).
+        cmd += ["--spec-type", "ngram-simple"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, "llama-server")
     return proc, port

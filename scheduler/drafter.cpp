@@ -61,10 +61,10 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
 }
 
 int32_t DraftPace::want() {
-  if (pause_ > 0) {
-    --pause_;
-    return 0;
-  }
+  // Forgetting at every step, verified or not: ~30 steps back to the prior.
+  constexpr double kDrift = 0.97;
+  kept_ *= kDrift;
+  refused_ *= kDrift;
   return limit_;
 }
 
@@ -74,12 +74,6 @@ void DraftPace::observe(int32_t drafted, int32_t accepted) {
   constexpr double kDecay = 0.8;
   kept_ = kept_ * kDecay + accepted;
   refused_ = refused_ * kDecay + (accepted < drafted ? 1 : 0);
-  if (accepted > 0) {
-    misses_ = 0;
-  } else if (++misses_ >= 2) {
-    // One miss is noise; from the second in a row, 2, 4, 8, 16 steps off.
-    pause_ = std::min(16, 1 << std::min(misses_ - 1, 4));
-  }
 }
 
 void DraftCost::observe(int64_t rows, double seconds) {

@@ -68,14 +68,15 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
 
 // How one request's drafts fare: an estimate of the chance that its next
 // draft token is kept (drafts are kept up to the first the model does not
-// sample, so a draft of n tokens has its j-th kept with about rate^j), and
-// a pause after drafts keep failing, so a request whose drafts are all
-// rejected stops paying for them: from the second verify in a row that kept
-// nothing, 2, 4, 8, then 16 steps without drafting.
+// sample, so a draft of n tokens has its j-th kept with about rate^j).
+// DraftCost turns a low rate into no drafts, so a request whose drafts are
+// rejected stops paying for them; each step without a verify lets the
+// estimate drift back towards the engine's, so it tries again later (its
+// text may have changed character).
 class DraftPace {
  public:
   explicit DraftPace(int32_t limit = 0) : limit_(limit) {}
-  // Most tokens to draft this step (0: paused), and the step counted.
+  // Most tokens to draft this step; counts the step.
   int32_t want();
   void observe(int32_t drafted, int32_t accepted);
   // The chance its next draft token is kept; `prior` (the engine's rate)
@@ -86,8 +87,6 @@ class DraftPace {
  private:
   int32_t limit_;
   double kept_ = 0, refused_ = 0;  // draft tokens kept and rejections, decayed
-  int32_t misses_ = 0;  // verifies in a row that kept nothing
-  int32_t pause_ = 0;   // steps left without drafting
 };
 
 // Which draft tokens are worth their rows in a step, on this machine and
