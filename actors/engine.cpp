@@ -208,6 +208,8 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
               ev.prompt_tokens = d->usage->prompt_tokens;
               ev.completion_tokens = d->usage->completion_tokens;
               ev.cached_tokens = d->usage->cached_tokens;
+              ev.draft_tokens = d->usage->draft_tokens;
+              ev.accepted_draft_tokens = d->usage->accepted_draft_tokens;
             }
           }
           if (on_delta) on_delta(ev);

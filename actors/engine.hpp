@@ -127,6 +127,7 @@ struct TextDeltaEvent {
   std::string error;
   ErrorKind error_kind = ErrorKind::none;  // with an error: whose fault, for an HTTP status
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int32_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding
   std::vector<TokenLogprobInfo> logprobs;  // the tokens behind `text`, when asked for
   std::vector<TokenLogprobInfo> prompt_logprobs;  // every prompt token, once, when asked for
 };

@@ -75,6 +75,8 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
     item->usage->prompt_tokens = e.prompt_tokens;
     item->usage->completion_tokens = e.completion_tokens;
     item->usage->cached_tokens = e.cached_tokens;
+    item->usage->draft_tokens = e.draft_tokens;
+    item->usage->accepted_draft_tokens = e.accepted_draft_tokens;
     ts.items.push_back(std::move(item));
   }
   return msg::pack(ts);

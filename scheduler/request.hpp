@@ -62,6 +62,7 @@ struct Request {
   RequestKv kv;            // rows for tokens prompt ++ output with KV so far
   int64_t arrival = 0;     // admission order (fcfs, retraction victims)
   int32_t cached_tokens = 0;
+  int32_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding, for its usage
   int32_t retractions = 0;
   // Steps that failed with it in the batch (Scheduler::recover): after one
   // it runs alone until it samples a token; a second fails it alone.

@@ -332,6 +332,8 @@ TokenEvent Scheduler::event_for(const Request& r) const {
   e.prompt_tokens = static_cast<int32_t>(r.prompt.size());
   e.completion_tokens = static_cast<int32_t>(r.output.size());
   e.cached_tokens = r.cached_tokens;
+  e.draft_tokens = r.draft_tokens;
+  e.accepted_draft_tokens = r.accepted_draft_tokens;
   return e;
 }
 
@@ -988,6 +990,7 @@ TokenEvent Scheduler::take_token(Running& r, const SampleResult& s) {
 size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const SampleResult> rows,
                                 std::vector<TokenEvent>& events) {
   size_t kept = 0;  // drafts the target sampled too
+  const size_t first_event = events.size();
   for (size_t j = 0; j < rows.size(); ++j) {
     events.push_back(take_token(r, rows[j]));
     const bool matches = j < p.drafts.size() && rows[j].token == p.drafts[j];
@@ -995,6 +998,13 @@ size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const Sa
     if (events.back().finish != FinishReason::none || !matches) break;
   }
   const auto drafted = static_cast<int32_t>(p.drafts.size());
+  // The request's usage counts them, this step's events included.
+  r.req.draft_tokens += drafted;
+  r.req.accepted_draft_tokens += static_cast<int32_t>(kept);
+  for (size_t e = first_event; e < events.size(); ++e) {
+    events[e].draft_tokens = r.req.draft_tokens;
+    events[e].accepted_draft_tokens = r.req.accepted_draft_tokens;
+  }
   ++stats_.spec_verifies;
   stats_.spec_drafted += drafted;
   stats_.spec_accepted += static_cast<int64_t>(kept);

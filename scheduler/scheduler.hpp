@@ -95,6 +95,8 @@ struct TokenEvent {
   bool held = false;
   std::vector<int32_t> held_rows;  // held: its prompt's KV rows, one per token
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // Speculative decoding so far: tokens drafted for it and kept.
+  int32_t draft_tokens = 0, accepted_draft_tokens = 0;
 };
 
 struct SchedulerStats {

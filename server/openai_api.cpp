@@ -408,18 +408,27 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobInfo>& tokens, size_
 
 json usage_json(const std::vector<ChoiceResult>& choices, int n) {
   // Each prompt counts once however many choices it has.
-  int32_t prompt = 0, cached = 0, completion = 0;
+  int32_t prompt = 0, cached = 0, completion = 0, drafted = 0, accepted = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
     if (i % static_cast<size_t>(n) == 0) {
       prompt += choices[i].last.prompt_tokens;
       cached += choices[i].last.cached_tokens;
     }
     completion += choices[i].last.completion_tokens;
+    drafted += choices[i].last.draft_tokens;
+    accepted += choices[i].last.accepted_draft_tokens;
   }
-  return {{"prompt_tokens", prompt},
-          {"completion_tokens", completion},
-          {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  json usage = {{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  // Speculative decoding, in OpenAI's words for predicted outputs: drafted
+  // tokens the model kept and those it did not.
+  if (drafted > 0) {
+    usage["completion_tokens_details"] = {{"accepted_prediction_tokens", accepted},
+                                          {"rejected_prediction_tokens", drafted - accepted}};
+  }
+  return usage;
 }
 
 json completion_response(const std::string& id, const std::string& model, bool chat,

@@ -20,9 +20,9 @@ BIN = sys.argv[1]
 KEY = "test-key-123"
 
 
-def start_server():
+def start_server(*extra):
     proc = subprocess.Popen([BIN, "serve", "--port", "0", "--threads", "2", "--kv-tokens", "8192",
-                             "--api-key", KEY], stderr=subprocess.PIPE, text=True)
+                             "--api-key", KEY, *extra], stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     port = None
     while time.time() < deadline and port is None:
@@ -227,10 +227,44 @@ def main():
             check(count > 10 and float(values[f'{h}_bucket{{le="+Inf"}}']) == count, metrics)
             check(float(values[f"{h}_sum"]) > 0, 'float(values[f"{h}_sum"]) > 0')
         checks += 1
+        copy = [{"role": "user", "content": "Repeat exactly: one two three four five six seven eight nine ten."}]
+        plain = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40)
+        check(plain.usage.completion_tokens_details is None, str(plain.usage))  # nothing drafted
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    checks += check_speculative(plain)
     print(f"openai client: {checks} checks passed")
+
+
+def check_speculative(plain):
+    """Speculative decoding through the flags: the same answer, its drafts in
+    usage (OpenAI's predicted-output fields) and /metrics; a bad count refused."""
+    bad = subprocess.run([BIN, "serve", "--port", "0", "--speculative-num-draft-tokens", "0"],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode == 2 and "--speculative-num-draft-tokens" in bad.stderr, bad.stderr)
+    bad = subprocess.run([BIN, "serve", "--port", "0", "--speculative-algorithm", "eagle"],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode == 2 and "none or ngram" in bad.stderr, bad.stderr)
+    proc, port = start_server("--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", "6")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
+        copy = [{"role": "user", "content": "Repeat exactly: one two three four five six seven eight nine ten."}]
+        r = client.chat.completions.create(model=plain.model, messages=copy, temperature=0, max_tokens=40)
+        check(r.choices[0].message.content == plain.choices[0].message.content,
+              f"{r.choices[0].message.content!r} != {plain.choices[0].message.content!r}")
+        check(r.usage.completion_tokens == plain.usage.completion_tokens, str(r.usage))
+        d = r.usage.completion_tokens_details
+        check(d is not None and d.accepted_prediction_tokens > 0 and d.rejected_prediction_tokens >= 0, str(r.usage))
+        metrics = urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {KEY}"})).read().decode()
+        values = dict(line.split(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
+        check(float(values["actorlm_spec_accepted_tokens_total"]) == d.accepted_prediction_tokens, metrics)
+        check("# TYPE actorlm_spec_accept_length histogram" in metrics, metrics)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return 1
 
 
 if __name__ == "__main__":
