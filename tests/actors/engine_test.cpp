@@ -301,7 +301,13 @@ TEST_CASE("With n-gram speculation the engine's answers are unchanged, alone and
     App a;
     for (const auto& q : asks) plain.push_back(a.engine.generate_text(ask(q, 32)));
   }
-  App a("cpu", false, "", [](EngineConfig& c) { c.scheduler.speculative.algorithm = SpeculativeAlgorithm::ngram; });
+  App a("cpu", false, "", [](EngineConfig& c) {
+    c.scheduler.speculative.algorithm = SpeculativeAlgorithm::ngram;
+    // Every step 5 ms on this clock whatever its rows, so the draft budget
+    // keeps every draft and what is drafted does not depend on the load
+    // (the counts below would, on a real clock: DraftCost is timing).
+    c.scheduler.clock = [t = 0.0]() mutable { return t += 0.005; };
+  });
   int32_t drafted = 0, kept = 0;
   for (size_t i = 0; i < asks.size(); ++i) {
     TextDeltaEvent last;

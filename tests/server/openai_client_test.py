@@ -250,16 +250,26 @@ def check_speculative(plain):
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
         copy = [{"role": "user", "content": "Repeat exactly: one two three four five six seven eight nine ten."}]
-        r = client.chat.completions.create(model=plain.model, messages=copy, temperature=0, max_tokens=40)
-        check(r.choices[0].message.content == plain.choices[0].message.content,
-              f"{r.choices[0].message.content!r} != {plain.choices[0].message.content!r}")
-        check(r.usage.completion_tokens == plain.usage.completion_tokens, str(r.usage))
-        d = r.usage.completion_tokens_details
-        check(d is not None and d.accepted_prediction_tokens > 0 and d.rejected_prediction_tokens >= 0, str(r.usage))
+        # What a step drafts depends on measured step times (DraftCost), so
+        # on a loaded machine one answer may keep none: up to three tries,
+        # every one the plain answer.
+        kept = 0
+        for _ in range(3):
+            r = client.chat.completions.create(model=plain.model, messages=copy, temperature=0, max_tokens=40)
+            check(r.choices[0].message.content == plain.choices[0].message.content,
+                  f"{r.choices[0].message.content!r} != {plain.choices[0].message.content!r}")
+            check(r.usage.completion_tokens == plain.usage.completion_tokens, str(r.usage))
+            d = r.usage.completion_tokens_details
+            if d is not None:
+                check(d.accepted_prediction_tokens >= 0 and d.rejected_prediction_tokens >= 0, str(r.usage))
+                kept += d.accepted_prediction_tokens
+            if kept > 0:
+                break
+        check(kept > 0, "no drafted token kept in three answers")
         metrics = urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {KEY}"})).read().decode()
         values = dict(line.split(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
-        check(float(values["actorlm_spec_accepted_tokens_total"]) == d.accepted_prediction_tokens, metrics)
+        check(float(values["actorlm_spec_accepted_tokens_total"]) == kept, metrics)
         check("# TYPE actorlm_spec_accept_length histogram" in metrics, metrics)
     finally:
         proc.terminate()
