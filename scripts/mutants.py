@@ -269,8 +269,8 @@ MUTANTS = [
            "scheduler/scheduler.cpp",
            "  if (!cut.empty()) kv_.truncate(cut, cut_to);\n",
            "  if (false) kv_.truncate(cut, cut_to);\n",
-           ["scheduler_scheduler_test"],
-           catch_runs(["scheduler_scheduler_test"], "With n-gram speculation, greedy outputs*"), ci=False),
+           ["scheduler_scheduler_policy_test"],
+           catch_runs(["scheduler_scheduler_policy_test"], "Speculative sampling keeps*")),
     # Issue 32: a request queued behind long steps is not stalled.
     Mutant("stall-ignores-steps",
            "Engine::generate fails a request after --stall-timeout even while steps complete",

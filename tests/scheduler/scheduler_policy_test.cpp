@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "kernels/cpu/sampler.hpp"
 #include "scheduler/scheduler.hpp"
@@ -318,11 +319,23 @@ TEST_CASE("Speculative sampling keeps the target's distribution: a chi-square te
       REQUIRE_FALSE(s.submit(std::move(r)));
     }
     std::map<uint64_t, Ids> out;
+    std::set<uint64_t> done;
     while (!s.idle()) {
       for (const auto& e : s.step()) {
         if (e.token >= 0) out[e.id].push_back(e.token);
+        if (e.finish != FinishReason::none) done.insert(e.id);
       }
       REQUIRE(kv.check_running(s.running_kv()).empty());
+      // Every running request's KV covers exactly its prompt and the output
+      // it kept but the newest token: no row of a rejected draft is left.
+      std::set<Ids> kept;
+      for (const auto& [id, tokens] : out) {
+        if (done.count(id)) continue;
+        Ids covered = prompt;
+        covered.insert(covered.end(), tokens.begin(), tokens.end() - 1);
+        kept.insert(std::move(covered));
+      }
+      for (const RequestKv* k : s.running_kv()) REQUIRE(kept.count(k->tokens) == 1);
     }
     REQUIRE(kv.check_idle().empty());
     return std::make_pair(out, s.stats());
