@@ -24,16 +24,25 @@ WireMessage call(caf::scoped_actor& self, const caf::actor& worker, const WireMe
   return out;
 }
 
+// The default model's worker actor in an actor system of its own: 256 KV
+// rows, 4 slots of 128 positions.
+struct Rig {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  std::shared_ptr<ModelRunner> runner =
+      std::make_shared<ModelRunner>(load_llama_weights(default_model_path()), std::make_unique<cpu::CpuBackend>(2),
+                                    ModelRunnerConfig{.kv_pool_rows = 256, .max_requests = 4, .max_context = 128});
+  caf::actor worker = spawn_worker(system, runner);
+  caf::scoped_actor self{system};
+};
+
 }  // namespace
 
 TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]") {
-  caf::actor_system_config cfg;
-  caf::actor_system system{cfg};
-  auto runner = std::make_shared<ModelRunner>(load_llama_weights(default_model_path()),
-                                              std::make_unique<cpu::CpuBackend>(2),
-                                              ModelRunnerConfig{.kv_pool_rows = 256, .max_requests = 4, .max_context = 128});
-  caf::actor worker = spawn_worker(system, runner);
-  caf::scoped_actor self{system};
+  Rig rig;
+  auto& runner = rig.runner;
+  auto& worker = rig.worker;
+  auto& self = rig.self;
 
   // "The capital of France is" -> " Paris" (7042) greedily.
   ForwardBatch b;
@@ -164,13 +173,10 @@ TEST_CASE("The worker actor runs a forward batch sent as a message", "[actors]")
 }
 
 TEST_CASE("A verify batch samples each of its last logit_rows positions as one-token steps would", "[actors][speculative]") {
-  caf::actor_system_config cfg;
-  caf::actor_system system{cfg};
-  auto runner = std::make_shared<ModelRunner>(load_llama_weights(default_model_path()),
-                                              std::make_unique<cpu::CpuBackend>(2),
-                                              ModelRunnerConfig{.kv_pool_rows = 256, .max_requests = 4, .max_context = 128});
-  caf::actor worker = spawn_worker(system, runner);
-  caf::scoped_actor self{system};
+  Rig rig;
+  auto& runner = rig.runner;
+  auto& worker = rig.worker;
+  auto& self = rig.self;
   SamplingParams seeded;
   seeded.temperature = 0.9f;
   seeded.frequency_penalty = 0.5f;
