@@ -44,7 +44,6 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.migrated_out_total = x.migrated_out;
   m.failed_steps_total = x.failed_steps;
   m.poisoned_requests_total = x.poisoned;
-  m.spec_verifies_total = x.spec_verifies;
   m.spec_drafted_tokens_total = x.spec_drafted;
   m.spec_accepted_tokens_total = x.spec_accepted;
   m.spec_accept_lengths.assign(x.spec_accept_lengths.begin(), x.spec_accept_lengths.end());
@@ -102,7 +101,6 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.migrated_out = m.migrated_out_total;
   x.failed_steps = m.failed_steps_total;
   x.poisoned = m.poisoned_requests_total;
-  x.spec_verifies = m.spec_verifies_total;
   x.spec_drafted = m.spec_drafted_tokens_total;
   x.spec_accepted = m.spec_accepted_tokens_total;
   // A peer's longer histogram (a larger kMaxDraftTokens) folds into the last bucket.
@@ -130,7 +128,7 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
                      &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
                      &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned,
-                     &SchedulerStats::spec_verifies, &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted}) {
+                     &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted}) {
     a.*field += b.*field;
   }
   for (size_t i = 0; i < a.spec_accept_lengths.size(); ++i) a.spec_accept_lengths[i] += b.spec_accept_lengths[i];

@@ -1005,7 +1005,6 @@ size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const Sa
     events[e].draft_tokens = r.req.draft_tokens;
     events[e].accepted_draft_tokens = r.req.accepted_draft_tokens;
   }
-  ++stats_.spec_verifies;
   stats_.spec_drafted += drafted;
   stats_.spec_accepted += static_cast<int64_t>(kept);
   ++stats_.spec_accept_lengths[kept];

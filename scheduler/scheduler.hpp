@@ -111,11 +111,16 @@ struct SchedulerStats {
   // Steps the worker failed (recovered from), and requests failed alone
   // after a second such step.
   int64_t failed_steps = 0, poisoned = 0;
-  // Speculative decoding: steps of a request that carried drafts, the
-  // drafted tokens and those the target kept; accept_lengths[n]: verifies
+  // Speculative decoding: the drafted tokens and those the target kept;
+  // accept_lengths[n]: verifies (steps of a request that carried drafts)
   // that kept n drafts.
-  int64_t spec_verifies = 0, spec_drafted = 0, spec_accepted = 0;
+  int64_t spec_drafted = 0, spec_accepted = 0;
   std::array<int64_t, kMaxDraftTokens + 1> spec_accept_lengths{};
+  int64_t spec_verifies() const {
+    int64_t n = 0;
+    for (int64_t v : spec_accept_lengths) n += v;
+    return n;
+  }
   double cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 

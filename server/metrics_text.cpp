@@ -40,9 +40,9 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          double(st.scheduler.migrated_in));
   metric("actorlm_migrated_out_requests_total", "counter",
          "Running requests that went to another node with their KV.", double(st.scheduler.migrated_out));
-  if (st.scheduler.spec_verifies > 0) {
+  if (st.scheduler.spec_verifies() > 0) {
     metric("actorlm_spec_verifies_total", "counter",
-           "Steps of a request that carried drafted tokens (speculative decoding).", double(st.scheduler.spec_verifies));
+           "Steps of a request that carried drafted tokens (speculative decoding).", double(st.scheduler.spec_verifies()));
     metric("actorlm_spec_draft_tokens_total", "counter", "Tokens drafted.", double(st.scheduler.spec_drafted));
     metric("actorlm_spec_accepted_tokens_total", "counter", "Drafted tokens the target model kept.",
            double(st.scheduler.spec_accepted));
