@@ -37,6 +37,10 @@ namespace actorlm {
 
 struct EngineConfig {
   std::string model_path;          // GGUF file or Hugging Face folder
+  // Speculative decoding's draft model (scheduler.speculative.algorithm ==
+  // draft): a GGUF file or Hugging Face folder with the same vocabulary,
+  // run on the same device beside the target (model/draft_model.hpp).
+  std::string draft_model_path;
   int threads = 0;                 // CPU backend threads; 0 = all
   int64_t kv_tokens = 16384;       // KV pool rows; 0 = as many as the device holds (cpu: 16384)
   std::string device = "cpu";      // "cpu" or "cuda"

@@ -10,6 +10,7 @@
 #include "actors/scheduler_actor.hpp"
 #include "actors/wire.hpp"
 #include "actors/worker_actor.hpp"
+#include "model/draft_model.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_fingerprint.hpp"
 
@@ -31,6 +32,35 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& 
   return sc;
 }
 
+namespace {
+
+// The draft model beside the target: the same device and threads, a KV
+// pool with the target's rows (its KV is indexed by them).
+void attach_draft_model(ModelRunner& runner, const EngineConfig& config, int64_t kv_tokens, int32_t max_context,
+                        WorkerCore& core) {
+  LlamaWeights weights = load_llama_weights(config.draft_model_path, config.progress);
+  if (weights.config.max_context < max_context) {
+    throw std::invalid_argument("draft model " + config.draft_model_path + ": its context is " +
+                                std::to_string(weights.config.max_context) + " tokens, the target's " +
+                                std::to_string(max_context) + " (pass --context-length " +
+                                std::to_string(weights.config.max_context) + ")");
+  }
+  MadeExecutor made = make_executor(std::move(weights),
+                                    {config.device, config.threads, config.mem_fraction_static, config.kv_cache_dtype},
+                                    kv_tokens, config.page_size, config.max_requests, max_context);
+  auto draft = std::make_unique<ModelRunner>(
+      std::move(made.executor),
+      ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(kv_tokens, config.page_size).pool_rows(),
+                        .max_requests = config.max_requests,
+                        .max_context = max_context});
+  const double mb = double(draft->kv_bytes()) / 1e6;
+  runner.attach_draft(std::make_unique<DraftModel>(std::move(draft)));
+  core.device += ", draft model " + std::filesystem::path(config.draft_model_path).filename().string() + " (" +
+                 std::to_string(static_cast<int64_t>(mb)) + " MB KV)";
+}
+
+}  // namespace
+
 WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& config, const Tokenizer& tok) {
   WorkerCore core;
   LlamaWeights weights = load_llama_weights(config.model_path, config.progress);
@@ -46,6 +76,7 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
       ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(core.kv.capacity_tokens, core.kv.page_size).pool_rows(),
                         .max_requests = core.kv.max_requests,
                         .max_context = max_context});
+  if (!config.draft_model_path.empty()) attach_draft_model(*runner, config, made.kv_tokens, max_context, core);
   core.kv_dtype = runner->kv_dtype();
   core.kv_token_bytes = runner->kv_token_bytes();
   std::vector<std::span<uint8_t>> probe;

@@ -32,7 +32,7 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
     if (r->logit_rows() < 1 || r->logit_rows() > r->extend_len()) return fail("logit_rows must be in [1, extend_len]");
     if (r->logit_rows() > 1 && r->prompt_logprobs()) return fail("logit_rows above 1 cannot be combined with prompt scoring");
     d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len(), r->prompt_logprobs(), r->prompt_top_n(),
-                            r->next_token(), r->logit_rows()});
+                            r->next_token(), r->logit_rows(), r->model_drafts(), r->draft_prev_token()});
     SamplingParams p = msg::from_fb(r->sampling());
     if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
     if (r->top_logprobs() < 0 || r->top_logprobs() > 20) return fail("top_logprobs must be in [0, 20]");
@@ -99,6 +99,8 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
     r->prompt_top_n = q.prompt_top_n;
     r->next_token = q.next_token;
     r->logit_rows = q.logit_rows;
+    r->model_drafts = q.model_drafts;
+    r->draft_prev_token = q.draft_prev_token;
     // A verifying request's masks back to back; a row without one (any
     // token) gets a full mask of the same width.
     size_t words = 0;
@@ -138,6 +140,7 @@ std::vector<uint8_t> encode_result(uint64_t batch_id, const std::vector<uint64_t
     t->request_id = request_ids[i];
     t->next_token_id = i < sampled.size() && !sampled[i] ? -1 : results[i].token;
     t->logprob = results[i].logprob;
+    t->draft = results[i].draft;
     for (auto [id, lp] : results[i].top) t->top_logprobs.emplace_back(id, lp);
     for (const SampleResult& p : results[i].prompt) {
       t->prompt.emplace_back(p.token, p.logprob);
@@ -164,6 +167,7 @@ std::optional<DecodedResult> decode_result(std::span<const uint8_t> bytes, std::
       SampleResult s;
       s.token = t->next_token_id();
       s.logprob = t->logprob();
+      s.draft = t->draft();
       if (t->top_logprobs()) {
         for (const fb::TokenLogprob* lp : *t->top_logprobs()) s.top.emplace_back(lp->token_id(), lp->logprob());
       }

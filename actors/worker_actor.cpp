@@ -68,8 +68,7 @@ WireMessage run_batch(ModelRunner& runner, const WireMessage& in, const TestFaul
   auto t0 = std::chrono::steady_clock::now();
   try {
     if (fault.throws(decoded->batch, forward)) throw std::runtime_error("TEST FAULT: forward " + std::to_string(forward) + " throws");
-    ForwardOutput out = runner.forward(decoded->batch);
-    std::vector<SampleResult> results = runner.sample(out, decoded->sampling);
+    std::vector<SampleResult> results = runner.step(std::move(decoded->batch), std::move(decoded->sampling));
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
     return {encode_result(decoded->batch_id, decoded->request_ids, results, decoded->sample, us, "")};
   } catch (const std::exception& e) {

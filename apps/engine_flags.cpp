@@ -17,7 +17,8 @@ const std::set<std::string> engine_flags =
                        "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
                        "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--worker-timeout", "--stall-timeout",
                        "--speculative-algorithm", "--speculative-num-draft-tokens",
-                       "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size"});
+                       "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size",
+                       "--speculative-draft-model-path"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -73,7 +74,16 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   if (auto a = parse_speculative_algorithm(spec)) {
     ec.scheduler.speculative.algorithm = *a;
   } else {
-    throw cli::UsageError("--speculative-algorithm must be none or ngram");
+    throw cli::UsageError("--speculative-algorithm must be none, ngram or draft");
+  }
+  ec.draft_model_path = args.str("--speculative-draft-model-path").value_or("");
+  const bool by_model = ec.scheduler.speculative.algorithm == SpeculativeAlgorithm::draft;
+  if (by_model && ec.draft_model_path.empty()) {
+    throw cli::UsageError("--speculative-algorithm draft needs --speculative-draft-model-path (a GGUF file or "
+                          "Hugging Face folder with the model's vocabulary)");
+  }
+  if (!by_model && !ec.draft_model_path.empty()) {
+    throw cli::UsageError("--speculative-draft-model-path is for --speculative-algorithm draft");
   }
   ec.scheduler.speculative.num_draft_tokens =
       static_cast<int32_t>(args.integer("--speculative-num-draft-tokens", 4, 1, kMaxDraftTokens));

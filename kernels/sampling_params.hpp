@@ -63,6 +63,10 @@ struct SampleResult {
   // Echo with logprobs: the prompt tokens of this pass scored against the
   // logits before each (token, logprob, top), when the pass asked for it.
   std::vector<SampleResult> prompt;
+  // Speculative decoding with a draft model: the token the worker's draft
+  // model proposed for the position this row samples (-1: none), which the
+  // scheduler keeps if the sample equals it.
+  int32_t draft = -1;
 };
 
 }  // namespace actorlm

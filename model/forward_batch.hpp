@@ -26,6 +26,15 @@ struct ForwardRequest {
   // position order), not only the last. 1..extend_len; 1 with
   // prompt_logprobs.
   int32_t logit_rows = 1;
+  // Drafts from the worker's draft model (model/draft_model.hpp): the last
+  // model_drafts tokens (logit_rows - 1 of them, a decode only) are proposed
+  // by it before the pass; their token_ids entries are placeholders (-1)
+  // until then.
+  int32_t model_drafts = 0;
+  // With a draft model, for a decoding request: the token at prefix_len - 1,
+  // which the draft model runs again so its KV there is its own (the
+  // previous step's last draft is one it proposed but never ran). -1: none.
+  int32_t draft_prev_token = -1;
 };
 
 // req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cpu/sampler.hpp"
+#include "model/draft_model.hpp"
 #include "model/host_executor.hpp"
 
 namespace actorlm {
@@ -24,7 +25,49 @@ ModelRunner::ModelRunner(std::unique_ptr<ModelExecutor> executor, const ModelRun
   executor_->allocate(config.kv_pool_rows, config.max_requests, max_context_);
 }
 
+ModelRunner::~ModelRunner() = default;
+
 int64_t ModelRunner::kv_bytes() const { return executor_->kv_bytes(); }
+
+int64_t ModelRunner::draft_kv_bytes() const { return draft_ ? draft_->runner().kv_bytes() : 0; }
+
+void ModelRunner::attach_draft(std::unique_ptr<DraftModel> draft) {
+  ModelRunner& d = draft->runner();
+  auto fail = [](const std::string& why) { throw std::invalid_argument("draft model: " + why); };
+  if (d.model_config().vocab_size != model_config().vocab_size) {
+    fail("its vocabulary has " + std::to_string(d.model_config().vocab_size) + " tokens, the target's " +
+         std::to_string(model_config().vocab_size));
+  }
+  if (d.max_context_ != max_context_) {
+    fail("its context is " + std::to_string(d.max_context_) + " tokens, the target's " + std::to_string(max_context_) +
+         " (pass a shorter --context-length)");
+  }
+  if (d.config_.kv_pool_rows != config_.kv_pool_rows || d.config_.max_requests != config_.max_requests) {
+    fail("its KV pool must have the target's rows and request slots");
+  }
+  draft_ = std::move(draft);
+}
+
+int32_t ModelRunner::table_row(const ForwardBatch& b, int32_t slot, int32_t pos) const {
+  for (auto w = b.writes.rbegin(); w != b.writes.rend(); ++w) {
+    if (w->slot == slot && pos >= w->start && pos < w->start + static_cast<int32_t>(w->kv.size()))
+      return w->kv[static_cast<size_t>(pos - w->start)];
+  }
+  return req_to_token_[static_cast<size_t>(slot) * static_cast<size_t>(max_context_) + static_cast<size_t>(pos)];
+}
+
+std::vector<SampleResult> ModelRunner::step(ForwardBatch batch, std::vector<SampleRequest> sampling) {
+  DraftModel::Proposal proposal;
+  if (draft_) {
+    validate(batch, true);
+    proposal = draft_->propose(batch, sampling);
+  } else if (std::any_of(batch.reqs.begin(), batch.reqs.end(), [](const ForwardRequest& r) { return r.model_drafts > 0; })) {
+    throw std::invalid_argument("invalid forward batch: it asks for model drafts and this worker has no draft model");
+  }
+  std::vector<SampleResult> results = sample(forward(batch), sampling);
+  for (size_t i = 0; i < proposal.row_drafts.size() && i < results.size(); ++i) results[i].draft = proposal.row_drafts[i];
+  return results;
+}
 
 void ModelRunner::write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv) {
   if (slot < 0 || slot >= config_.max_requests || start < 0 ||
@@ -77,7 +120,7 @@ void ModelRunner::write_kv(std::span<const int32_t> rows, int32_t first_layer, i
   executor_->write_kv(rows, first_layer, last_layer, bytes);
 }
 
-void ModelRunner::validate(const ForwardBatch& b) const {
+void ModelRunner::validate(const ForwardBatch& b, bool drafts_pending) const {
   auto fail = [](const std::string& why) { throw std::invalid_argument("invalid forward batch: " + why); };
   if (b.reqs.empty()) fail("no requests");
   int64_t total = 0;
@@ -95,11 +138,24 @@ void ModelRunner::validate(const ForwardBatch& b) const {
     if (r < 0 || r >= config_.kv_pool_rows) fail("out_cache_loc row " + std::to_string(r) + " outside the pool");
   }
   const int32_t vocab = executor_->config().vocab_size;
-  for (int32_t t : b.token_ids) {
-    if (t < 0 || t >= vocab) fail("token id " + std::to_string(t) + " outside the vocabulary");
+  size_t at = 0;
+  for (const auto& r : b.reqs) {
+    // A model draft is a placeholder until the draft model proposes it.
+    const auto known = static_cast<size_t>(r.extend_len - (drafts_pending ? std::max(r.model_drafts, 0) : 0));
+    for (size_t j = 0; j < known; ++j) {
+      const int32_t t = b.token_ids[at + j];
+      if (t < 0 || t >= vocab) fail("token id " + std::to_string(t) + " outside the vocabulary");
+    }
+    at += static_cast<size_t>(r.extend_len);
   }
   for (const auto& r : b.reqs) {
     if (r.logit_rows < 1 || r.logit_rows > r.extend_len) fail("logit_rows must be in [1, extend_len]");
+    if (r.model_drafts < 0 || (r.model_drafts > 0 && (r.model_drafts != r.logit_rows - 1 || r.extend_len != r.logit_rows))) {
+      fail("model_drafts must be 0, or logit_rows - 1 of a request whose every token is sampled");
+    }
+    if (r.draft_prev_token < -1 || r.draft_prev_token >= vocab || (r.draft_prev_token >= 0 && r.prefix_len < 1)) {
+      fail("draft_prev_token must be -1 or a token of the vocabulary at a position after the first");
+    }
     if (r.logit_rows > 1 && (r.prompt_logprobs || b.all_logits)) fail("logit_rows above 1 cannot be combined with prompt scoring");
     if (!r.prompt_logprobs) continue;
     if (r.prompt_top_n < 0 || r.prompt_top_n > 20) fail("prompt_top_n must be in [0, 20]");
@@ -116,17 +172,10 @@ void ModelRunner::validate(const ForwardBatch& b) const {
   }
   // Each new token's row in req_to_token (as the writes will leave it) must
   // be where this pass stores its K/V, or attention would read stale rows.
-  auto table_at = [&](int32_t slot, int32_t pos) {
-    for (auto w = b.writes.rbegin(); w != b.writes.rend(); ++w) {
-      if (w->slot == slot && pos >= w->start && pos < w->start + static_cast<int32_t>(w->kv.size()))
-        return w->kv[static_cast<size_t>(pos - w->start)];
-    }
-    return req_to_token_[static_cast<size_t>(slot) * static_cast<size_t>(max_context_) + static_cast<size_t>(pos)];
-  };
   size_t t = 0;
   for (const auto& r : b.reqs) {
     for (int32_t j = 0; j < r.extend_len; ++j, ++t) {
-      if (table_at(r.slot, r.prefix_len + j) != b.out_cache_loc[t]) {
+      if (table_row(b, r.slot, r.prefix_len + j) != b.out_cache_loc[t]) {
         fail("req_to_token of slot " + std::to_string(r.slot) + " does not point at out_cache_loc for position " +
              std::to_string(r.prefix_len + j));
       }

@@ -30,12 +30,15 @@ struct ModelRunnerConfig {
 using KvRowSpans = std::function<bool(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                                       std::vector<std::span<uint8_t>>& out)>;
 
+class DraftModel;
+
 class ModelRunner {
  public:
   // The host path: the model over `backend` with the KV pool in host memory.
   ModelRunner(LlamaWeights weights, std::unique_ptr<Backend> backend, const ModelRunnerConfig& config);
   // Any executor (e.g. executor/'s CudaExecutor); allocates its KV pool.
   ModelRunner(std::unique_ptr<ModelExecutor> executor, const ModelRunnerConfig& config);
+  ~ModelRunner();
 
   const ModelConfig& model_config() const { return executor_->config(); }
   int32_t max_context() const { return max_context_; }
@@ -47,6 +50,23 @@ class ModelRunner {
   ForwardOutput forward(const ForwardBatch& batch);
 
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv);
+
+  // Speculative decoding with a draft model (model/draft_model.hpp): from
+  // now on every step also runs it. std::invalid_argument unless it has this
+  // runner's vocabulary, pool rows, request slots and context.
+  void attach_draft(std::unique_ptr<DraftModel> draft);
+  bool has_draft() const { return draft_ != nullptr; }
+  // The draft model's KV pool (0 without one).
+  int64_t draft_kv_bytes() const;
+  // One step: drafts from the draft model where the batch asks for them,
+  // then forward() and sample(); each result carries the draft its row is
+  // compared with. std::invalid_argument for a batch that asks for drafts
+  // this runner has no model for.
+  std::vector<SampleResult> step(ForwardBatch batch, std::vector<SampleRequest> sampling);
+
+  // The KV row of (slot, pos) as req_to_token will hold it once `batch`'s
+  // writes are applied. slot and pos must be in range.
+  int32_t table_row(const ForwardBatch& batch, int32_t slot, int32_t pos) const;
 
   // A request's KV moved between engines (ModelExecutor::read_kv): the K and
   // V of pool rows `rows` for layers [first_layer, last_layer), in the
@@ -71,7 +91,8 @@ class ModelRunner {
   std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs);
 
  private:
-  void validate(const ForwardBatch& batch) const;
+  // drafts_pending: model_drafts tokens may still be placeholders.
+  void validate(const ForwardBatch& batch, bool drafts_pending = false) const;
   size_t kv_copy_bytes(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) const;
   void score_prompts(const ForwardBatch& batch, ForwardOutput& out) const;
 
@@ -79,6 +100,7 @@ class ModelRunner {
   ModelRunnerConfig config_;
   int32_t max_context_;
   std::vector<int32_t> req_to_token_;      // host mirror, [max_requests][max_context]
+  std::unique_ptr<DraftModel> draft_;
 };
 
 }  // namespace actorlm

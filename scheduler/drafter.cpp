@@ -8,6 +8,7 @@ namespace actorlm {
 std::optional<SpeculativeAlgorithm> parse_speculative_algorithm(const std::string& name) {
   if (name == "none" || name.empty()) return SpeculativeAlgorithm::none;
   if (name == "ngram" || name == "NGRAM") return SpeculativeAlgorithm::ngram;
+  if (name == "draft") return SpeculativeAlgorithm::draft;
   return std::nullopt;
 }
 
@@ -15,6 +16,7 @@ const char* speculative_algorithm_name(SpeculativeAlgorithm a) {
   switch (a) {
     case SpeculativeAlgorithm::none: return "none";
     case SpeculativeAlgorithm::ngram: return "ngram";
+    case SpeculativeAlgorithm::draft: return "draft";
   }
   return "none";
 }
@@ -52,10 +54,15 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> prompt, std::s
   return out;
 }
 
+std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t>, std::span<const int32_t>, int32_t max_tokens) const {
+  return std::vector<int32_t>(static_cast<size_t>(std::max(max_tokens, 0)), kModelDraft);
+}
+
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
   switch (config.algorithm) {
     case SpeculativeAlgorithm::none: return nullptr;
     case SpeculativeAlgorithm::ngram: return std::make_unique<NgramDrafter>(config.ngram_min, config.ngram_max);
+    case SpeculativeAlgorithm::draft: return std::make_unique<ModelDrafter>();
   }
   return nullptr;
 }

@@ -24,7 +24,10 @@
 
 namespace actorlm {
 
-enum class SpeculativeAlgorithm { none, ngram };
+// ngram: prompt lookup (NgramDrafter). draft: a smaller model with the same
+// vocabulary in the worker (model/draft_model.hpp), which the scheduler
+// only reserves rows for (ModelDrafter).
+enum class SpeculativeAlgorithm { none, ngram, draft };
 std::optional<SpeculativeAlgorithm> parse_speculative_algorithm(const std::string& name);
 const char* speculative_algorithm_name(SpeculativeAlgorithm a);
 
@@ -61,6 +64,19 @@ class NgramDrafter final : public Drafter {
 
  private:
   int32_t min_n_, max_n_;
+};
+
+// A draft token the worker's draft model fills in: the scheduler plans the
+// step's rows and masks without knowing it, and learns it from the results
+// (SampleResult::draft).
+inline constexpr int32_t kModelDraft = -1;
+
+// The draft model's share on the scheduler's side: max_tokens placeholders
+// (kModelDraft), so a verify's rows and KV are planned as for any draft.
+class ModelDrafter final : public Drafter {
+ public:
+  std::vector<int32_t> draft(std::span<const int32_t> prompt, std::span<const int32_t> output,
+                             int32_t max_tokens) const override;
 };
 
 // The drafter `config` names; null when speculation is off.

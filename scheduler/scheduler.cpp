@@ -658,6 +658,10 @@ void Scheduler::add_drafts(std::vector<Planned>& plan) {
 std::vector<int32_t> Scheduler::draft_for(Running& r) {
   Request& q = r.req;
   if (!q.speculate) return {};
+  // The draft model proposes in the worker, after the scheduler has sent
+  // each row's mask: a constrained request's rows could not be masked
+  // over drafts nobody knows yet, so it decodes plainly.
+  if (config_.speculative.algorithm == SpeculativeAlgorithm::draft && q.constraint) return {};
   if (!r.pace.started()) r.pace = DraftPace(config_.speculative.num_draft_tokens);
   // Never past max_new_tokens (a verify yields up to drafts + 1 tokens) or
   // the context (the KV after this step covers fill_ids ++ drafts).
@@ -910,6 +914,16 @@ Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
       f.next_token = p.sample ? -1 : q.prompt[after];
     }
     in.batch.reqs.back().logit_rows = static_cast<int32_t>(p.rows());
+    if (config_.speculative.algorithm == SpeculativeAlgorithm::draft) {
+      ForwardRequest& f = in.batch.reqs.back();
+      f.model_drafts = static_cast<int32_t>(p.drafts.size());
+      // The token before this step's: its draft KV may be a draft the model
+      // proposed last step and never ran (the worker runs it again).
+      if (p.run->decoding && len - n >= 1) {
+        const auto pos = static_cast<size_t>(len - n - 1);
+        f.draft_prev_token = pos < q.prompt.size() ? q.prompt[pos] : q.output[pos - q.prompt.size()];
+      }
+    }
     in.batch.token_ids.insert(in.batch.token_ids.end(), p.tokens.begin(), p.tokens.end());
     in.batch.out_cache_loc.insert(in.batch.out_cache_loc.end(), q.kv.kv.end() - n, q.kv.kv.end());
     int32_t from = std::min(p.run->table_synced, len - n);
@@ -1016,6 +1030,17 @@ size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const Sa
   return 1 + kept;
 }
 
+void Scheduler::take_model_drafts(Request& q, Planned& p, std::span<const SampleResult> rows) {
+  // Row j's draft is the token at the position after the last token + j
+  // drafts; its KV entry held a placeholder until now. A row without one
+  // (a worker that did not draft) matches no sample.
+  const size_t first = q.kv.tokens.size() - p.tokens.size() + 1;
+  for (size_t j = 0; j < p.drafts.size(); ++j) {
+    p.drafts[j] = j < rows.size() ? rows[j].draft : kModelDraft;
+    q.kv.tokens[first + j] = p.drafts[j];
+  }
+}
+
 void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResult>& results,
                              std::vector<TokenEvent>& events) {
   std::vector<RequestKv*> to_cache;
@@ -1036,6 +1061,7 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       continue;
     }
     if (!plan[i].drafts.empty()) {
+      if (config_.speculative.algorithm == SpeculativeAlgorithm::draft) take_model_drafts(q, plan[i], rows);
       const size_t valid = take_verified(r, plan[i], rows, events);
       const size_t length = q.kv.kv.size() - plan[i].tokens.size() + valid;
       if (length < q.kv.kv.size()) {

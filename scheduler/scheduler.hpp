@@ -276,6 +276,9 @@ class Scheduler {
   // `drafts` into p, with a constrained request's mask for each row (a
   // draft its constraint refuses ends the draft there).
   void take_drafts(Running& r, Planned& p, std::vector<int32_t> drafts);
+  // A draft model's proposals, from the verify's results into the plan and
+  // the request's KV tokens (they were placeholders, kModelDraft).
+  void take_model_drafts(Request& q, Planned& p, std::span<const SampleResult> rows);
   // Short of KV: the plan's requests go on without drafts (true if any had some).
   static bool drop_drafts(std::vector<Planned>& plan);
   // A verified step's tokens into r: the target's samples up to the first

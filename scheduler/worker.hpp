@@ -41,7 +41,7 @@ class LocalWorker final : public Worker {
  public:
   explicit LocalWorker(ModelRunner& runner) : runner_(runner) {}
   std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override {
-    return runner_.sample(runner_.forward(batch), sampling);
+    return runner_.step(batch, {sampling.begin(), sampling.end()});
   }
   std::vector<uint8_t> read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer) override {
     return runner_.read_kv(rows, first_layer, last_layer);

@@ -291,7 +291,9 @@ TEST_CASE("An engine whose pool evicts a prompt writes it back to the host tier 
   CHECK(st.host.loaded >= 4);
 }
 
-TEST_CASE("With n-gram speculation the engine's answers are unchanged, alone and batched, and its drafts are counted", "[actors][engine][speculative]") {
+TEST_CASE("With speculation (n-gram drafts, or the default model drafting for itself) the engine's answers are unchanged, alone and batched, and its drafts are counted", "[actors][engine][speculative]") {
+  const bool by_model = GENERATE(false, true);
+  INFO((by_model ? "draft model" : "n-gram"));
   const std::vector<std::string> asks{"Repeat exactly: one two three four five six seven eight.",
                                       "Copy this line: int main() { return 0; }",
                                       "Repeat the list: red, green, blue, red, green, blue.",
@@ -301,8 +303,11 @@ TEST_CASE("With n-gram speculation the engine's answers are unchanged, alone and
     App a;
     for (const auto& q : asks) plain.push_back(a.engine.generate_text(ask(q, 32)));
   }
-  App a("cpu", false, "", [](EngineConfig& c) {
-    c.scheduler.speculative.algorithm = SpeculativeAlgorithm::ngram;
+  App a("cpu", false, "", [by_model](EngineConfig& c) {
+    c.scheduler.speculative.algorithm = by_model ? SpeculativeAlgorithm::draft : SpeculativeAlgorithm::ngram;
+    // Through the worker actor's messages: drafts proposed there come back
+    // with its results.
+    if (by_model) c.draft_model_path = c.model_path;
     // Every step 5 ms on this clock whatever its rows, so the draft budget
     // keeps every draft and what is drafted does not depend on the load
     // (the counts below would, on a real clock: DraftCost is timing).

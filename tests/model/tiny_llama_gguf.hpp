@@ -21,6 +21,7 @@ struct TinyLlamaGguf {
   uint32_t n_kv_heads = 2;
   uint32_t ffn = 24;
   uint32_t vocab = 40;  // tokenizer.ggml.tokens entries
+  uint32_t context = 64;
   // What the tensors are: layers present and the shapes' sizes (defaults:
   // as the metadata says).
   uint32_t layers_present = 2;
@@ -41,7 +42,7 @@ struct TinyLlamaGguf {
         .u32("llama.attention.head_count", n_heads)
         .u32("llama.attention.head_count_kv", n_kv_heads)
         .u32("llama.feed_forward_length", ffn)
-        .u32("llama.context_length", 64)
+        .u32("llama.context_length", context)
         .f32("llama.attention.layer_norm_rms_epsilon", 1e-5f)
         .str("tokenizer.ggml.model", "gpt2");
     std::vector<std::string> tokens;

@@ -17,8 +17,10 @@
 #include "grammar/token_bytes.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/default_model.hpp"
+#include "model/draft_model.hpp"
 #include "model/gguf_file.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tests/model/tiny_llama_gguf.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace actorlm;
@@ -55,14 +57,24 @@ struct Engine {
   std::shared_ptr<KvTiers> tiers;
   Scheduler scheduler;
 
-  Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40, const Tiers& tiers = {})
+  // draft: the worker's draft model, for SpeculativeAlgorithm::draft.
+  Engine(int64_t pool_tokens, int32_t page, SchedulerConfig sc, int32_t max_requests = 40, const Tiers& tiers = {},
+         const LlamaWeights* draft = nullptr)
       : kv_config{pool_tokens, page, max_requests, sc.max_context, false},
         kv(kv_config),
-        runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2),
-               {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = max_requests,
-                .max_context = sc.max_context}),
+        runner(LlamaWeights(weights()), std::make_unique<cpu::CpuBackend>(2), runner_config(max_requests, sc)),
         worker(runner),
-        scheduler(with_tiers(sc, tiers), kv, worker) {}
+        scheduler(with_tiers(sc, tiers), kv, worker) {
+    if (draft) {
+      runner.attach_draft(std::make_unique<DraftModel>(std::make_unique<ModelRunner>(
+          LlamaWeights(*draft), std::make_unique<cpu::CpuBackend>(2), runner_config(max_requests, sc))));
+    }
+  }
+
+  ModelRunnerConfig runner_config(int32_t max_requests, const SchedulerConfig& sc) const {
+    return {.kv_pool_rows = kv.store().allocator().pool_rows(), .max_requests = max_requests,
+            .max_context = sc.max_context};
+  }
 
   SchedulerConfig with_tiers(SchedulerConfig sc, const Tiers& t) {
     KvBlockLayout layout{"test model", runner.kv_dtype(), runner.model_config().n_layers, runner.kv_token_bytes(), 16};
@@ -1284,6 +1296,27 @@ SchedulerConfig speculative(SchedulerConfig c, int32_t draft_tokens = 4) {
   return c;
 }
 
+// Drafts from the worker's draft model instead of the prompt.
+SchedulerConfig drafted(SchedulerConfig c, int32_t draft_tokens = 4) {
+  c = speculative(c, draft_tokens);
+  c.speculative.algorithm = SpeculativeAlgorithm::draft;
+  return c;
+}
+
+// A draft model of another shape than the target (2 layers of width 16,
+// head_dim 4, deterministic pseudo-random weights) with the default
+// model's vocabulary size and a context as long as the tests'.
+const LlamaWeights& odd_draft() {
+  static LlamaWeights w = [] {
+    test::TinyLlamaGguf m;
+    m.vocab = m.embd_rows = static_cast<uint32_t>(weights().config.vocab_size);
+    m.context = 2048;
+    const auto path = (std::filesystem::temp_directory_path() / "actorlm_scheduler_odd_draft.gguf").string();
+    return load_llama_weights(m.builder().write(path));
+  }();
+  return w;
+}
+
 // The KV self-check after every step: drafted rows are given back in the
 // step that rejects them, or the accounting is off here.
 std::function<void(int)> checked(Engine& e) {
@@ -1408,10 +1441,12 @@ TEST_CASE("Aborts and retraction in the middle of speculation leak nothing, and 
   const std::vector<Ids> prompts = grounded_prompts(8);
   const auto solo = solo_outputs(prompts, 32);
   const int32_t page = GENERATE(1, 16);
-  INFO("page size " << page);
+  // N-gram drafts, then the default model drafting for itself.
+  const bool by_model = GENERATE(false, true);
+  INFO("page size " << page << (by_model ? ", draft model" : ", n-gram"));
   // 40-60 prompt tokens and 32 more each, 8 of them: 320 rows cannot hold
   // them all at once.
-  Engine e(320, page, speculative(config(), 8));
+  Engine e(320, page, by_model ? drafted(config(), 8) : speculative(config(), 8), 40, {}, by_model ? &weights() : nullptr);
   for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 32)));
   std::mt19937 rng(static_cast<uint32_t>(page));
   std::set<uint64_t> aborted;
@@ -1433,4 +1468,98 @@ TEST_CASE("Aborts and retraction in the middle of speculation leak nothing, and 
   CHECK(e.scheduler.stats().retractions > 0);
   CHECK(e.scheduler.stats().spec_verifies() > 0);
   require_no_leak(e);
+}
+
+TEST_CASE("With the default model drafting for itself, greedy outputs are plain decoding's, alone and batched beside requests that do not speculate, and nearly every draft is kept", "[scheduler][speculative][draft]") {
+  std::vector<Ids> prompts = grounded_prompts(16);
+  for (const Ids& p : shared_prefix_prompts(16)) prompts.push_back(p);
+  const auto solo = solo_outputs(prompts, 24);
+  SECTION("alone") {
+    Engine e(4096, 1, drafted(config()), 40, {}, &weights());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 24)));
+      CHECK(e.drain(checked(e))[i].first == solo.at(i));
+    }
+    const auto& st = e.scheduler.stats();
+    INFO("drafted " << st.spec_drafted << ", accepted " << st.spec_accepted << " in " << st.spec_verifies() << " verifies");
+    // The same weights propose what the target samples, but for rounding
+    // between batch shapes.
+    CHECK(st.spec_accepted >= st.spec_drafted * 9 / 10);
+    CHECK(st.decode_steps < 32 * 23 / 3);
+    require_no_leak(e);
+  }
+  SECTION("batched, every other request not speculating, pages of 1 and 16, chunked prefill") {
+    const int32_t page = GENERATE(1, 16);
+    INFO("page size " << page);
+    Engine e(8192, page, drafted(config(48), 6), 40, {}, &weights());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Request r = make(i, prompts[i], 24);
+      r.speculate = i % 2 == 0;
+      REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+    }
+    auto got = e.drain(checked(e));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i].first == solo.at(i));
+    }
+    const auto& st = e.scheduler.stats();
+    INFO("drafted " << st.spec_drafted << ", accepted " << st.spec_accepted);
+    CHECK(st.spec_accepted >= st.spec_drafted * 9 / 10);
+    require_no_leak(e);
+  }
+}
+
+TEST_CASE("A draft model of another shape changes no token: seeded sampling with penalties, greedy and structured output are plain decoding's", "[scheduler][speculative][draft]") {
+  const std::vector<Ids> prompts = grounded_prompts(8);
+  const int32_t vocab = weights().config.vocab_size;
+  auto compiler = std::make_shared<ConstraintCompiler>(token_bytes(tokenizer(), vocab), Ids{*tokenizer().eos_id()}, 1);
+  const ConstraintSpec spec{ConstraintKind::json_schema,
+                            R"({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]})"};
+  // Request i: greedy (i % 3 == 0), seeded with penalties, or greedy under
+  // a JSON schema (i % 3 == 2, which the draft model leaves alone).
+  auto request = [&](uint64_t id) {
+    Request r = make(id, prompts[id % prompts.size()], 32);
+    if (id % 3 == 1) {
+      r.sampling.temperature = 0.7f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.frequency_penalty = 0.3f;
+      r.sampling.repetition_penalty = 1.1f;
+      r.sampling.seed = 1000 + id;
+      r.sampling.has_seed = true;
+    } else if (id % 3 == 2) {
+      r.constraint_spec = spec;
+    }
+    return r;
+  };
+  auto run = [&](SchedulerConfig c, const LlamaWeights* draft, std::map<uint64_t, int32_t>* drafted_for = nullptr) {
+    c.constraints = compiler;
+    c.vocab_size = vocab;
+    Engine e(4096, 1, c, 40, {}, draft);
+    for (uint64_t id = 0; id < 12; ++id) REQUIRE_FALSE(e.scheduler.submit(request(id)));
+    std::map<uint64_t, Ids> out;
+    for (int step = 0; !e.scheduler.idle(); ++step) {
+      checked(e)(step);
+      for (const auto& ev : e.scheduler.step()) {
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+        if (drafted_for) (*drafted_for)[ev.id] = ev.draft_tokens;
+      }
+    }
+    require_no_leak(e);
+    return std::make_pair(out, e.scheduler.stats());
+  };
+  const auto [plain, plain_stats] = run(config(), nullptr);
+  std::map<uint64_t, int32_t> drafted_for;
+  const auto [fast, fast_stats] = run(drafted(config()), &odd_draft(), &drafted_for);
+  for (uint64_t id = 0; id < 12; ++id) {
+    INFO("request " << id);
+    CHECK(fast.at(id) == plain.at(id));
+    if (id % 3 == 2) CHECK(drafted_for[id] == 0);
+  }
+  INFO("drafted " << fast_stats.spec_drafted << ", accepted " << fast_stats.spec_accepted);
+  CHECK(fast_stats.spec_verifies() > 0);
+  // Its proposals are noise and nearly all rejected (on this clock rows
+  // cost nothing, so the requests go on drafting: every rejection path runs).
+  CHECK(fast_stats.spec_drafted > 200);
+  CHECK(fast_stats.spec_accepted * 2 < fast_stats.spec_drafted);
 }
