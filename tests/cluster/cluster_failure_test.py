@@ -30,6 +30,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_test import BIN, WORK, SECRET, NodeProcess, check, complete, head, nodes  # noqa: E402
 from cluster_test import wait_for as poll  # noqa: E402
+from server_process import default_model  # noqa: E402
 
 HEARTBEAT_TIMEOUT_S = 4  # docs/CLUSTER.md: about 4 s of missed heartbeats
 
@@ -40,16 +41,6 @@ def health(port):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-
-
-def default_model():
-    """Where the engine finds the default model (model/default_model.hpp)."""
-    if os.environ.get("ACTORLM_MODEL"):
-        return os.environ["ACTORLM_MODEL"]
-    cache = os.environ.get("ACTORLM_CACHE") or os.path.join(os.environ.get("HOME") or "/root", ".cache", "actorlm")
-    path = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
-    check(os.path.isfile(path), f"default model not found at {path}")
-    return path
 
 
 def model_with_fewer_layers(src):

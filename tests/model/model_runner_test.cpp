@@ -2,12 +2,20 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/default_model.hpp"
+#include "model/draft_model.hpp"
 #include "tests/model/model_test_support.hpp"
+#include "tests/model/tiny_llama_gguf.hpp"
 
 using namespace actorlm;
 using Ids = std::vector<int32_t>;
 
 namespace {
+
+constexpr int32_t kModelDraftPlaceholder = -1;
 
 ForwardBatch good_batch() {
   ForwardBatch b;
@@ -86,6 +94,28 @@ TEST_CASE("Inconsistent batches are rejected with a reason and change nothing", 
   b = bad();
   b.reqs.clear();
   expect_rejected(b, "no requests");
+  // Speculative decoding's fields: a draft count that is not the verify's
+  // rows but one, a previous token outside the vocabulary.
+  b = bad();
+  b.reqs[0].logit_rows = 3;
+  b.reqs[0].model_drafts = 1;
+  expect_rejected(b, "model_drafts");
+  b = bad();
+  b.reqs[0].prefix_len = 1;
+  b.reqs[0].draft_prev_token = 49152;
+  expect_rejected(b, "draft_prev_token");
+  // A step whose drafts are for a draft model this runner does not have.
+  b = bad();
+  b.reqs[0].logit_rows = 3;
+  b.reqs[0].model_drafts = 2;
+  b.token_ids = {100, kModelDraftPlaceholder, kModelDraftPlaceholder};
+  try {
+    runner.step(b, std::vector<SampleRequest>(3));
+    FAIL("a step with model drafts ran without a draft model");
+  } catch (const std::invalid_argument& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("no draft model") != std::string::npos);
+  }
 
   // Same table, same KV: the probe's logits are bit for bit the same.
   CHECK(runner.forward(probe).logits == before);
@@ -117,4 +147,34 @@ TEST_CASE("KV rows copied out, in, and pointed at in place agree, over runs and 
   // Checked as the copies are.
   CHECK_THROWS_AS(runner.kv_spans(Ids{1, 1 << 30}, 0, 1, spans), std::invalid_argument);
   CHECK_THROWS_AS(runner.kv_spans(rows, 0, 31, spans), std::invalid_argument);
+}
+
+TEST_CASE("A draft model must share the target's vocabulary, context and pool rows", "[model][draft]") {
+  const ModelRunnerConfig rc{.kv_pool_rows = 64, .max_requests = 2, .max_context = 512};
+  ModelRunner target(load_llama_weights(default_model_path()), std::make_unique<cpu::CpuBackend>(1), rc);
+  auto draft = [&](uint32_t vocab, uint32_t context, ModelRunnerConfig c) {
+    test::TinyLlamaGguf tiny;
+    tiny.vocab = tiny.embd_rows = vocab;
+    tiny.context = context;
+    const auto path = (std::filesystem::temp_directory_path() / "actorlm_runner_draft.gguf").string();
+    return std::make_unique<DraftModel>(
+        std::make_unique<ModelRunner>(load_llama_weights(tiny.builder().write(path)), std::make_unique<cpu::CpuBackend>(1), c));
+  };
+  auto refused = [&](std::unique_ptr<DraftModel> d, const std::string& fragment) {
+    try {
+      target.attach_draft(std::move(d));
+      FAIL("attached");
+    } catch (const std::invalid_argument& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+    }
+    CHECK_FALSE(target.has_draft());
+  };
+  refused(draft(40, 2048, rc), "vocabulary");
+  refused(draft(49152, 256, rc), "context");
+  refused(draft(49152, 2048, {.kv_pool_rows = 32, .max_requests = 2, .max_context = 512}), "rows");
+  target.attach_draft(draft(49152, 2048, rc));
+  CHECK(target.has_draft());
+  CHECK(target.draft_kv_bytes() > 0);
+  CHECK(target.draft_kv_bytes() < target.kv_bytes());  // 2 layers of width 16 beside 30 of 576
 }

@@ -1,5 +1,6 @@
 """Starts `actorlm serve` on an OS-chosen loopback port for one test and
 stops it afterwards (the tests never rely on a server left running)."""
+import os
 import re
 import subprocess
 import threading
@@ -61,3 +62,14 @@ def stop_process(proc):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def default_model():
+    """Where the engine finds the default model (model/default_model.hpp)."""
+    if os.environ.get("ACTORLM_MODEL"):
+        return os.environ["ACTORLM_MODEL"]
+    cache = os.environ.get("ACTORLM_CACHE") or os.path.join(os.environ.get("HOME") or "/root", ".cache", "actorlm")
+    path = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"default model not found at {path}")
+    return path
