@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Speculative decoding against plain decoding, and against llama-server's
-n-gram mode: the same GGUF, machine and threads, servers one at a time,
-taking turns round by round (plain first in odd rounds).
+matching mode (n-gram lookup, or with --draft-model a draft model:
+llama-server's --model-draft with its defaults): the same GGUF files,
+machine and threads, servers one at a time, taking turns round by round
+(plain first in odd rounds).
 
 Two workloads, greedy, EOS honoured (our outputs are the same with and
 without speculation, so both runs of ours generate the same tokens):
@@ -14,8 +16,8 @@ is output tokens per second of wall time; the JSON keeps every round and
 actorlm's /metrics counters (drafted, kept).
 
 usage: speculative_bench.py [--actorlm build/apps/actorlm] [--llama-server PATH]
-                            [--model GGUF] [--threads 2] [--rounds 3] [--draft-tokens 4]
-                            [--json out.json]
+                            [--model GGUF] [--draft-model GGUF] [--threads 2] [--rounds 3]
+                            [--draft-tokens 4] [--json out.json]
 """
 import argparse
 import json
@@ -143,10 +145,14 @@ def metric(port, name):
     return float(m.group(1)) if m else 0.0
 
 
-def start_llama_server(binary, model, threads, spec, draft_tokens, port=30872):
+def start_llama_server(binary, model, threads, spec, draft_model=None, port=30872):
     cmd = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads),
            "--threads-batch", str(threads), "--parallel", "8", "--ctx-size", str(8 * 2048), "--cont-batching"]
-    if spec:
+    if spec and draft_model:
+        # Its draft model with its defaults (up to 16 drafts, while the
+        # draft's own probability stays above 0.75).
+        cmd += ["--model-draft", draft_model, "--threads-draft", str(threads)]
+    elif spec:
         # Its own n-gram mode with its defaults (lookup 12 tokens, drafts up to 48).
         cmd += ["--spec-type", "ngram-simple"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -159,6 +165,7 @@ def main():
     ap.add_argument("--actorlm", default=os.path.join(HERE, "..", "build", "apps", "actorlm"))
     ap.add_argument("--llama-server")
     ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--draft-model", help="speculate with this draft model instead of n-gram lookup")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--draft-tokens", type=int, default=4)
@@ -167,15 +174,17 @@ def main():
     args = ap.parse_args()
     if not 1 <= args.rounds <= 20 or not 1 <= args.draft_tokens <= 16:
         raise SystemExit("--rounds must be 1-20 and --draft-tokens 1-16")
-    spec_flags = ["--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", str(args.draft_tokens)]
+    mode = "draft" if args.draft_model else "ngram"
+    spec_flags = ["--speculative-algorithm", mode, "--speculative-num-draft-tokens", str(args.draft_tokens)]
+    if args.draft_model:
+        spec_flags += ["--speculative-draft-model-path", args.draft_model]
     base = ["--kv-tokens", "32768", "--max-running-requests", "16"]
     servers = [("actorlm plain", lambda: start_actorlm(args.actorlm, args.model, args.threads, base)),
-               ("actorlm ngram", lambda: start_actorlm(args.actorlm, args.model, args.threads, base + spec_flags))]
+               (f"actorlm {mode}", lambda: start_actorlm(args.actorlm, args.model, args.threads, base + spec_flags))]
     if args.llama_server:
-        servers += [("llama-server plain",
-                     lambda: start_llama_server(args.llama_server, args.model, args.threads, False, args.draft_tokens)),
-                    ("llama-server ngram",
-                     lambda: start_llama_server(args.llama_server, args.model, args.threads, True, args.draft_tokens))]
+        servers += [("llama-server plain", lambda: start_llama_server(args.llama_server, args.model, args.threads, False)),
+                    (f"llama-server {mode}",
+                     lambda: start_llama_server(args.llama_server, args.model, args.threads, True, args.draft_model))]
     cells = [("grounded", GROUNDED, 1), ("grounded", GROUNDED, 8), ("open", OPEN, 1), ("open", OPEN, 8)]
     results = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
     decode_rates = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
@@ -202,19 +211,19 @@ def main():
                 proc.terminate()
                 proc.wait()
     # Ours must be exact: speculation changes speed, never text.
-    same = all(texts["actorlm plain"][k] == texts["actorlm ngram"][k] for k in texts["actorlm plain"])
+    same = all(texts["actorlm plain"][k] == texts[f"actorlm {mode}"][k] for k in texts["actorlm plain"])
     print(f"\nactorlm outputs identical with and without speculation: {same}")
     for title, table in (("output tok/s (wall)", results), ("decode tok/s a stream", decode_rates)):
         print(f"\n{title}, medians of {args.rounds}\n\n| workload | " + " | ".join(s for s, _ in servers)
-              + " | ngram / plain (ours) |" + (" ngram ours / llama ngram |" if args.llama_server else ""))
+              + f" | {mode} / plain (ours) |" + (f" {mode} ours / llama {mode} |" if args.llama_server else ""))
         print("|---" * (len(servers) + 2 + (1 if args.llama_server else 0)) + "|")
         for w, _, n in cells:
             k = f"{w} x{n}"
             med = {s: statistics.median(table[s][k]) for s, _ in servers}
             row = f"| {k} | " + " | ".join(f"{med[s]:.1f}" for s, _ in servers)
-            row += f" | {med['actorlm ngram'] / med['actorlm plain']:.2f}x |"
+            row += f" | {med[f'actorlm {mode}'] / med['actorlm plain']:.2f}x |"
             if args.llama_server:
-                row += f" {med['actorlm ngram'] / med['llama-server ngram']:.2f}x |"
+                row += f" {med[f'actorlm {mode}'] / med[f'llama-server {mode}']:.2f}x |"
             print(row)
     for name, c in counters.items():
         if c and c[-1]["actorlm_spec_draft_tokens_total"]:
