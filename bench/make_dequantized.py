@@ -17,25 +17,15 @@ Needs the gguf package (pip install gguf).
 import argparse
 import os
 
+import sys
+
 import numpy as np
 import gguf
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_random_llama import copy_field  # noqa: E402
+
 CACHE = os.environ.get("ACTORLM_CACHE", os.path.expanduser("~/.cache/actorlm"))
-
-
-def copy_field(field, writer):
-    kind = field.types[0]
-    if kind == gguf.GGUFValueType.ARRAY:
-        sub = field.types[-1]
-        if sub == gguf.GGUFValueType.STRING:
-            values = [bytes(field.parts[i]).decode("utf-8", errors="surrogateescape") for i in field.data]
-        else:
-            values = [field.parts[i].tolist()[0] for i in field.data]
-        writer.add_array(field.name, values)
-    elif kind == gguf.GGUFValueType.STRING:
-        writer.add_string(field.name, bytes(field.parts[field.data[0]]).decode("utf-8", errors="surrogateescape"))
-    else:
-        writer.add_key_value(field.name, field.parts[field.data[0]].tolist()[0], kind)
 
 
 def main():

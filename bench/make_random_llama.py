@@ -30,22 +30,26 @@ CACHE = os.environ.get("ACTORLM_CACHE", os.path.expanduser("~/.cache/actorlm"))
 VOCAB_SOURCE = os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def copy_field(field, writer):
+    """One metadata field of a GGUFReader into a GGUFWriter, as it was."""
+    kind = field.types[0]
+    if kind == gguf.GGUFValueType.ARRAY:
+        sub = field.types[-1]
+        if sub == gguf.GGUFValueType.STRING:
+            values = [bytes(field.parts[i]).decode("utf-8", errors="surrogateescape") for i in field.data]
+        else:
+            values = [field.parts[i].tolist()[0] for i in field.data]
+        writer.add_array(field.name, values)
+    elif kind == gguf.GGUFValueType.STRING:
+        writer.add_string(field.name, bytes(field.parts[field.data[0]]).decode("utf-8", errors="surrogateescape"))
+    else:
+        writer.add_key_value(field.name, field.parts[field.data[0]].tolist()[0], kind)
+
+
 def copy_tokenizer(reader, writer):
     for field in reader.fields.values():
-        if not field.name.startswith("tokenizer."):
-            continue
-        kind = field.types[0]
-        if kind == gguf.GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            if sub == gguf.GGUFValueType.STRING:
-                values = [bytes(field.parts[i]).decode("utf-8", errors="surrogateescape") for i in field.data]
-            else:
-                values = [field.parts[i].tolist()[0] for i in field.data]
-            writer.add_array(field.name, values)
-        elif kind == gguf.GGUFValueType.STRING:
-            writer.add_string(field.name, bytes(field.parts[field.data[0]]).decode("utf-8"))
-        else:
-            writer.add_key_value(field.name, field.parts[field.data[0]].tolist()[0], kind)
+        if field.name.startswith("tokenizer."):
+            copy_field(field, writer)
 
 
 def main():

@@ -1326,6 +1326,25 @@ std::function<void(int)> checked(Engine& e) {
   };
 }
 
+// The prompts (24 tokens each) batched, every other one not speculating,
+// each checked against its output alone; the engine's stats.
+SchedulerStats batched_beside_plain(const std::vector<Ids>& prompts, const std::map<uint64_t, Ids>& solo, int32_t page,
+                                    const SchedulerConfig& c, const LlamaWeights* draft = nullptr) {
+  Engine e(8192, page, c, 40, {}, draft);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r = make(i, prompts[i], 24);
+    r.speculate = i % 2 == 0;
+    REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+  }
+  auto got = e.drain(checked(e));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].first == solo.at(i));
+  }
+  require_no_leak(e);
+  return e.scheduler.stats();
+}
+
 }  // namespace
 
 TEST_CASE("With n-gram speculation, greedy outputs are plain decoding's, alone and batched beside requests that do not speculate", "[scheduler][speculative]") {
@@ -1349,19 +1368,7 @@ TEST_CASE("With n-gram speculation, greedy outputs are plain decoding's, alone a
   SECTION("batched, every other request not speculating, pages of 1 and 16, chunked prefill") {
     const int32_t page = GENERATE(1, 16);
     INFO("page size " << page);
-    Engine e(8192, page, speculative(config(48), 6));
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Request r = make(i, prompts[i], 24);
-      r.speculate = i % 2 == 0;
-      REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
-    }
-    auto got = e.drain(checked(e));
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      INFO("request " << i);
-      CHECK(got[i].first == solo.at(i));
-    }
-    CHECK(e.scheduler.stats().spec_accepted > 20);
-    require_no_leak(e);
+    CHECK(batched_beside_plain(prompts, solo, page, speculative(config(48), 6)).spec_accepted > 20);
   }
 }
 
@@ -1492,21 +1499,9 @@ TEST_CASE("With the default model drafting for itself, greedy outputs are plain 
   SECTION("batched, every other request not speculating, pages of 1 and 16, chunked prefill") {
     const int32_t page = GENERATE(1, 16);
     INFO("page size " << page);
-    Engine e(8192, page, drafted(config(48), 6), 40, {}, &weights());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Request r = make(i, prompts[i], 24);
-      r.speculate = i % 2 == 0;
-      REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
-    }
-    auto got = e.drain(checked(e));
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      INFO("request " << i);
-      CHECK(got[i].first == solo.at(i));
-    }
-    const auto& st = e.scheduler.stats();
+    const SchedulerStats st = batched_beside_plain(prompts, solo, page, drafted(config(48), 6), &weights());
     INFO("drafted " << st.spec_drafted << ", accepted " << st.spec_accepted);
     CHECK(st.spec_accepted >= st.spec_drafted * 9 / 10);
-    require_no_leak(e);
   }
 }
 
