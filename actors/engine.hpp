@@ -109,6 +109,9 @@ struct GenerateOptions {
   // (TextDeltaEvent::prompt_logprobs). The prompt then matches no cached
   // prefix: every position's logits are computed.
   bool prompt_logprobs = false;
+  // How urgent it is, in [-kMaxPriority, kMaxPriority]: used where the engine
+  // schedules by priority (SchedulerConfig::queue), ignored elsewhere.
+  int32_t priority = 0;
   // 0: the engine numbers the request. A caller that must be able to abort
   // a request before its first delta arrives takes one from
   // Engine::new_request_id() and passes it here.

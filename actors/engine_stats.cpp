@@ -45,6 +45,9 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.failed_steps_total = x.failed_steps;
   m.poisoned_requests_total = x.poisoned;
   m.spec_drafted_tokens_total = x.spec_drafted;
+  m.preemptions_total = x.preemptions;
+  m.queue_rejections_total = x.queue_rejections;
+  m.queue_timeouts_total = x.queue_timeouts;
   m.spec_accepted_tokens_total = x.spec_accepted;
   m.spec_accept_lengths.assign(x.spec_accept_lengths.begin(), x.spec_accept_lengths.end());
   for (const NodeStatsSnapshot& n : s.nodes) {
@@ -102,6 +105,9 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.failed_steps = m.failed_steps_total;
   x.poisoned = m.poisoned_requests_total;
   x.spec_drafted = m.spec_drafted_tokens_total;
+  x.preemptions = m.preemptions_total;
+  x.queue_rejections = m.queue_rejections_total;
+  x.queue_timeouts = m.queue_timeouts_total;
   x.spec_accepted = m.spec_accepted_tokens_total;
   // A peer's longer histogram (a larger kMaxDraftTokens) folds into the last bucket.
   for (size_t i = 0; i < m.spec_accept_lengths.size(); ++i) {
@@ -128,7 +134,8 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
                      &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
                      &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned,
-                     &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted}) {
+                     &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted, &SchedulerStats::preemptions,
+                     &SchedulerStats::queue_rejections, &SchedulerStats::queue_timeouts}) {
     a.*field += b.*field;
   }
   for (size_t i = 0; i < a.spec_accept_lengths.size(); ++i) a.spec_accept_lengths[i] += b.spec_accept_lengths[i];

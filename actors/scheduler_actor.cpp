@@ -50,6 +50,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   }
   r.top_logprobs = m.top_logprobs();
   r.prompt_logprobs = m.prompt_logprobs();
+  r.priority = m.priority();
   r.hold_after_prefill = m.hold_after_prefill();
   if (m.resume_output()) r.output.assign(m.resume_output()->begin(), m.resume_output()->end());
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
@@ -75,13 +76,15 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     const fb::TokenizedRequest& m = *t.message;
     std::optional<std::string> err;
     Request r = request_from(m, err);
+    ErrorKind kind = ErrorKind::invalid_request;
+    if (!err && (err = sched.queue_full())) kind = ErrorKind::overloaded;
     if (!err) err = sched.submit(std::move(r));
     if (err) {
       TokenEvent e;
       e.id = m.request_id();
       e.finish = FinishReason::error;
       e.error = *err;
-      e.error_kind = ErrorKind::invalid_request;
+      e.error_kind = kind;
       rejected.push_back(e);
     }
   };

@@ -27,6 +27,8 @@ fb::ErrorKind to_fb(ErrorKind k) {
     case ErrorKind::invalid_request: return fb::ErrorKind::InvalidRequest;
     case ErrorKind::unavailable: return fb::ErrorKind::Unavailable;
     case ErrorKind::internal: return fb::ErrorKind::Internal;
+    case ErrorKind::overloaded: return fb::ErrorKind::Overloaded;
+    case ErrorKind::timeout: return fb::ErrorKind::Timeout;
     default: return fb::ErrorKind::None;
   }
 }
@@ -36,6 +38,8 @@ ErrorKind from_fb(fb::ErrorKind k) {
     case fb::ErrorKind::InvalidRequest: return ErrorKind::invalid_request;
     case fb::ErrorKind::Unavailable: return ErrorKind::unavailable;
     case fb::ErrorKind::Internal: return ErrorKind::internal;
+    case fb::ErrorKind::Overloaded: return ErrorKind::overloaded;
+    case fb::ErrorKind::Timeout: return ErrorKind::timeout;
     default: return ErrorKind::none;
   }
 }

@@ -140,6 +140,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.logprobs = g.logprobs();
     t.top_logprobs = g.top_logprobs();
     t.prompt_logprobs = g.prompt_logprobs();
+    t.priority = g.priority();
     if (g.constraint()) {
       t.constraint = std::make_unique<fb::ConstraintT>();
       g.constraint()->UnPackTo(t.constraint.get());

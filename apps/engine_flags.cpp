@@ -18,7 +18,8 @@ const std::set<std::string> engine_flags =
                        "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--worker-timeout", "--stall-timeout",
                        "--speculative-algorithm", "--speculative-num-draft-tokens",
                        "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size",
-                       "--speculative-draft-model-path"});
+                       "--speculative-draft-model-path", "--priority-scheduling-preemption-threshold",
+                       "--schedule-max-overtakes", "--max-queued-requests", "--queue-timeout"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -92,6 +93,18 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   ec.scheduler.speculative.ngram_max =
       static_cast<int32_t>(args.integer("--speculative-ngram-max-match-window-size", 4, 1, 64));
   if (auto why = ec.scheduler.speculative.refusal()) throw cli::UsageError("speculative decoding: " + *why);
+  // The waiting queue (scheduler/queue_policy.hpp), SGLang's names where it has them.
+  QueuePolicy& q = ec.scheduler.queue;
+  q.priorities = args.has(priority_scheduling_switch);
+  q.low_values_first = args.has(low_priority_first_switch);
+  if (q.low_values_first && !q.priorities) {
+    throw cli::UsageError(std::string(low_priority_first_switch) + " needs " + priority_scheduling_switch);
+  }
+  q.preemption_threshold = static_cast<int32_t>(
+      args.integer("--priority-scheduling-preemption-threshold", 10, 1, 2 * int64_t{kMaxPriority}));
+  q.max_overtakes = static_cast<int32_t>(args.integer("--schedule-max-overtakes", 32, 0, 1 << 20));
+  q.max_queued = static_cast<int32_t>(args.integer("--max-queued-requests", 0, 0, 1 << 20));
+  q.timeout_seconds = args.number("--queue-timeout", 0.0, 0.0, 86400);
   ec.hicache_storage_dir = args.str("--hicache-storage-dir").value_or("");
   ec.hicache_storage_bytes = args.integer("--hicache-storage-gb", 16, 1, 1 << 20) << 30;
   return ec;

@@ -6,7 +6,11 @@
 // --max-step-ms (a step's time budget, default 2000, 0: none) and
 // --worker-timeout (seconds without a heartbeat before the worker is lost,
 // default 30); --speculative-algorithm none|ngram with
-// --speculative-num-draft-tokens and the n-gram match window sizes.
+// --speculative-num-draft-tokens and the n-gram match window sizes; the
+// waiting queue's --enable-priority-scheduling (with
+// --schedule-low-priority-values-first and
+// --priority-scheduling-preemption-threshold), --schedule-max-overtakes,
+// --max-queued-requests and --queue-timeout.
 
 #include <set>
 #include <string>
@@ -18,6 +22,9 @@ namespace actorlm {
 
 extern const std::set<std::string> engine_flags;
 inline const char* const disable_radix_switch = "--disable-radix-cache";
+// serve and node: Request::priority orders the queue (QueuePolicy).
+inline const char* const priority_scheduling_switch = "--enable-priority-scheduling";
+inline const char* const low_priority_first_switch = "--schedule-low-priority-values-first";
 // serve, chat and run (not node: nodes never see text). Off by default: see
 // EngineConfig::special_tokens_in_content.
 inline const char* const special_tokens_in_content_switch = "--special-tokens-in-content";

@@ -24,7 +24,9 @@ constexpr const char* usage =
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--max-step-ms 2000] [--worker-timeout 30]  (docs/API.md: slow steps)\n"
-    "                    [--speculative-algorithm none|ngram] [--speculative-num-draft-tokens 4]\n"
+    "                    [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]\n"
+    "                    [--enable-priority-scheduling [--schedule-low-priority-values-first]] [--priority-scheduling-preemption-threshold 10]\n"
+    "                    [--schedule-max-overtakes 32] [--max-queued-requests N] [--queue-timeout S]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
@@ -59,7 +61,7 @@ void on_signal(int) { signals = signals + 1; }
 
 int node_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--drain-timeout"}),
-                 {disable_radix_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+                 {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;

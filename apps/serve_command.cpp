@@ -32,7 +32,10 @@ constexpr const char* usage =
     "                     [--max-step-ms 2000]  (a step's time budget: prefill is cut to fit it; 0: none)\n"
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
-    "                     [--speculative-algorithm none|ngram] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
+    "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
+    "                     [--enable-priority-scheduling [--schedule-low-priority-values-first]]\n"
+    "                     [--priority-scheduling-preemption-threshold 10] [--schedule-max-overtakes 32]\n"
+    "                     [--max-queued-requests N] [--queue-timeout S]  (429 / 408; docs/API.md, queueing)\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
     "auto|f16|bf16]\n"
     "                     [--hicache-size GB] [--hicache-dtype same|f16|q8_0]  (KV the pool lets go kept in RAM)\n"
@@ -101,7 +104,7 @@ int serve_command(int argc, char** argv, int first) {
                                     "--stream-resume-window", "--stream-resume-max-mib", "--stream-resume-total-mib",
                                     chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
-      {disable_radix_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
+      {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
       {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);

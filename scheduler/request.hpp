@@ -19,8 +19,9 @@ const char* finish_reason_name(FinishReason r);
 
 // Why a request ended in an error, for callers that map it (an HTTP
 // status): the request cannot run as asked, the service cannot serve it now
-// (a node is down: retry), or a fault on the engine's side.
-enum class ErrorKind { none, invalid_request, unavailable, internal };
+// (a node is down: retry), a fault on the engine's side, a full queue
+// (overloaded: retry later), or a wait past the queue timeout.
+enum class ErrorKind { none, invalid_request, unavailable, internal, overloaded, timeout };
 
 struct StopConditions {
   int32_t max_new_tokens = 128;
@@ -52,6 +53,9 @@ struct Request {
   // Speculative decoding, where the engine runs it: false keeps this
   // request to one token per step (its output is the same either way).
   bool speculate = true;
+  // Priority scheduling (scheduler/queue_policy.hpp): how urgent it is, in
+  // [-kMaxPriority, kMaxPriority]; ignored while priorities are off.
+  int32_t priority = 0;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;
@@ -64,6 +68,10 @@ struct Request {
   int32_t cached_tokens = 0;
   int32_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding, for its usage
   int32_t retractions = 0;
+  double queued_at = 0;  // when submitted (Scheduler's clock, seconds): the queue timeout
+  // Later arrivals of its own rank admitted before it while it waited
+  // (lpm's starvation bound, QueuePolicy::max_overtakes).
+  int32_t overtaken = 0;
   // Steps that failed with it in the batch (Scheduler::recover): after one
   // it runs alone until it samples a token; a second fails it alone.
   int32_t step_failures = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -67,6 +68,9 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
            "-token prompt";
   }
   if (auto err = r.sampling.validate()) return *err;
+  if (r.priority < -kMaxPriority || r.priority > kMaxPriority) {
+    return "priority must be in [" + std::to_string(-kMaxPriority) + ", " + std::to_string(kMaxPriority) + "]";
+  }
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
     return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   }
@@ -126,10 +130,20 @@ std::optional<std::string> Scheduler::start_constraint(Request& r) const {
   return std::nullopt;
 }
 
+std::optional<std::string> Scheduler::queue_full() {
+  const int32_t limit = config_.queue.max_queued;
+  if (limit <= 0 || static_cast<int64_t>(waiting_.size()) < limit) return std::nullopt;
+  ++stats_.queue_rejections;
+  return "the server's queue is full (" + std::to_string(limit) + " requests waiting, --max-queued-requests); retry later";
+}
+
 std::optional<std::string> Scheduler::submit(Request r) {
   if (auto why = refusal(r)) return why;
+  if (auto why = queue_full()) return why;
   if (auto why = start_constraint(r)) return why;
   r.arrival = next_arrival_++;
+  r.queued_at = now();
+  r.overtaken = 0;
   waiting_.push_back(std::move(r));
   return std::nullopt;
 }
@@ -445,9 +459,11 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   for (size_t i = 0; i < waiting_.size(); ++i) {
     if (waiting_[i].scores_prompt()) cached[i] = 0;  // it matches nothing (see below)
   }
+  // Order the queue: priority first (when on), a request lpm has passed
+  // over too often, then the longest cached prefix (lpm) or arrival.
+  const bool lpm = config_.policy == SchedulePolicy::lpm;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (config_.policy == SchedulePolicy::lpm && cached[a] != cached[b]) return cached[a] > cached[b];
-    return waiting_[a].arrival < waiting_[b].arrival;
+    return config_.queue.before(waiting_[a], cached[a], waiting_[b], cached[b], lpm);
   });
   std::vector<size_t> chosen;
   int64_t estimate = budget;
@@ -474,6 +490,8 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   }
   size_t admitted = kv_.admit(kv_ptrs, prompts);
   std::vector<size_t> taken(chosen.begin(), chosen.begin() + static_cast<ptrdiff_t>(admitted));
+  std::vector<std::pair<int64_t, int64_t>> went;  // the admitted's arrival and rank
+  for (size_t i : taken) went.emplace_back(waiting_[i].arrival, config_.queue.rank(waiting_[i]));
   for (size_t k = 0; k < admitted; ++k) {
     Running r;
     r.req = std::move(waiting_[chosen[k]]);
@@ -499,6 +517,14 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
                                                 fill.begin() + static_cast<ptrdiff_t>(back.prefilled + n)),
                     back.prefilled + n == fill.size()});
     budget -= static_cast<int64_t>(n);
+  }
+  // Those left waiting count the later arrivals of their own rank that went
+  // before them (the starvation bound).
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (std::find(taken.begin(), taken.end(), i) != taken.end()) continue;
+    for (const auto& [arrival, rank] : went) {
+      if (arrival > waiting_[i].arrival && rank == config_.queue.rank(waiting_[i])) ++waiting_[i].overtaken;
+    }
   }
   std::sort(taken.rbegin(), taken.rend());
   for (size_t i : taken) waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
@@ -589,12 +615,69 @@ void Scheduler::prefetch_waiting() {
   }
 }
 
-size_t Scheduler::newest_running() const {
+size_t Scheduler::retraction_victim() const {
   size_t victim = 0;
   for (size_t i = 1; i < running_.size(); ++i) {
-    if (running_[i].req.arrival > running_[victim].req.arrival) victim = i;
+    if (config_.queue.goes_back_before(running_[i].req, running_[victim].req)) victim = i;
   }
   return victim;
+}
+
+void Scheduler::preempt_for_priority() {
+  if (!config_.queue.priorities || running_.empty() || suspect_running()) return;
+  // Who wants a place. The pool short: the most urgent admitted request
+  // still waiting for rows to prefill into. The running limit reached: the
+  // most urgent waiting request.
+  const Request* urgent = nullptr;
+  auto consider = [&](const Request& q) {
+    if (!urgent || config_.queue.rank(q) > config_.queue.rank(*urgent)) urgent = &q;
+  };
+  if (memory_short_) {
+    for (const auto& r : running_) {
+      if (!r.decoding && !r.frozen && !r.loading) consider(r.req);
+    }
+  }
+  if (!urgent && static_cast<int64_t>(running_.size()) >= config_.max_running_requests) {
+    for (const auto& w : waiting_) consider(w);
+  }
+  if (!urgent) return;
+  // The least urgent running request that is free to go back: not one
+  // held for a migration, nor one copying its blocks in from the tiers.
+  std::optional<size_t> victim;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Running& r = running_[i];
+    if (r.frozen || r.loading || &r.req == urgent) continue;
+    if (!victim || config_.queue.goes_back_before(r.req, running_[*victim].req)) victim = i;
+  }
+  if (!victim || !config_.queue.may_preempt(*urgent, running_[*victim].req)) return;
+  // One a step. Its place goes to the most urgent waiting request in this
+  // step's admission; its rows (cached, unlocked) to the prefill that wanted
+  // them, as admission stays shut while memory is short.
+  retract(*victim);
+  ++stats_.preemptions;
+}
+
+void Scheduler::expire_waiting(std::vector<TokenEvent>& events) {
+  const double limit = config_.queue.timeout_seconds;
+  if (limit <= 0 || waiting_.empty()) return;
+  const double t = now();
+  for (auto w = waiting_.begin(); w != waiting_.end();) {
+    // A retracted request has run (its client may have tokens): it waits on.
+    if (w->retractions > 0 || t - w->queued_at < limit) {
+      ++w;
+      continue;
+    }
+    TokenEvent e = event_for(*w);
+    e.finish = FinishReason::error;
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.1f", t - w->queued_at);
+    e.error = std::string("the request waited ") + waited + " s in the queue, past the server's --queue-timeout; retry later";
+    e.error_kind = ErrorKind::timeout;
+    events.push_back(std::move(e));
+    ++stats_.queue_timeouts;
+    ++stats_.aborted;
+    w = waiting_.erase(w);
+  }
 }
 
 void Scheduler::retract(size_t index) {
@@ -623,7 +706,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
       running_.clear();
       return {};
     }
-    retract(newest_running());
+    retract(retraction_victim());
   }
 }
 
@@ -781,6 +864,7 @@ std::vector<TokenEvent> Scheduler::step() {
   std::vector<TokenEvent> events = std::move(pending_);
   pending_.clear();
   apply_controls(events);
+  expire_waiting(events);
   // "Finish what is running first" means nothing once nothing runs (an
   // abort may have ended the requests it waited for): without this reset
   // the queue would wait forever.
@@ -856,6 +940,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
   const bool waits = config_.tiers && config_.prefetch_policy != HiCachePrefetchPolicy::best_effort;
   if (waits) prefetch_waiting();
   if (config_.tiers) load_budget_ = load_budget();
+  preempt_for_priority();
   std::vector<Planned> plan = plan_prefill();
   if (config_.tiers) prefetch_waiting();
   // Nothing runs and what waits, waits for its blocks: sleep until one
@@ -880,7 +965,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
                ErrorKind::invalid_request);
         running_.clear();
       } else {
-        retract(newest_running());
+        retract(retraction_victim());
       }
       return {};
     }

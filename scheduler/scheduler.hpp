@@ -35,6 +35,7 @@
 #include "scheduler/drafter.hpp"
 #include "scheduler/kv_service.hpp"
 #include "scheduler/kv_tiers.hpp"
+#include "scheduler/queue_policy.hpp"
 #include "scheduler/request.hpp"
 #include "scheduler/step_budget.hpp"
 #include "scheduler/worker.hpp"
@@ -73,6 +74,8 @@ struct SchedulerConfig {
   // a decoding request's step carries its last token and up to
   // num_draft_tokens drafted ones, verified in the same forward pass.
   SpeculativeConfig speculative;
+  // Priorities, lpm's starvation bound, the queue's bound and timeout.
+  QueuePolicy queue;
   // Seconds on a monotonic clock, for timing steps; null: steady_clock.
   // Tests pass a clock their fake worker advances.
   std::function<double()> clock;
@@ -116,6 +119,10 @@ struct SchedulerStats {
   // that kept n drafts.
   int64_t spec_drafted = 0, spec_accepted = 0;
   std::array<int64_t, kMaxDraftTokens + 1> spec_accept_lengths{};
+  // Priority scheduling: running requests sent back to wait for a more
+  // urgent one (counted in retractions too). Admission: submissions refused
+  // for a full queue, and requests failed for waiting past the timeout.
+  int64_t preemptions = 0, queue_rejections = 0, queue_timeouts = 0;
   int64_t spec_verifies() const {
     int64_t n = 0;
     for (int64_t v : spec_accept_lengths) n += v;
@@ -131,6 +138,11 @@ class Scheduler {
   // Queues a request; an error message when it can never run (empty prompt,
   // prompt not shorter than the context, bad sampling parameters, id in use).
   std::optional<std::string> submit(Request request);
+  // Why a submission would be refused now for load alone (the queue holds
+  // QueuePolicy::max_queued requests), counted as a rejection; submit
+  // refuses then too. A caller that maps errors asks first: this one is
+  // ErrorKind::overloaded.
+  std::optional<std::string> queue_full();
   // Why `r` can never run here (empty, too long, bad parameters, a token id
   // outside the vocabulary, id in use). Every check of a request's values
   // that needs no tokenizer is here; the HTTP layer checks only JSON types
@@ -285,7 +297,15 @@ class Scheduler {
   // that differs from its draft (that one included) or the first that ends
   // the request; returns how many of the step's KV rows stay valid.
   size_t take_verified(Running& r, const Planned& p, std::span<const SampleResult> rows, std::vector<TokenEvent>& events);
-  size_t newest_running() const;
+  // Who goes back to wait when KV runs short: the least urgent, then the
+  // newest.
+  size_t retraction_victim() const;
+  // Priority scheduling: with no place free (the running limit, or the KV
+  // pool short), a waiting request far enough above a running one
+  // (QueuePolicy::may_preempt) sends that one back to wait.
+  void preempt_for_priority();
+  // Requests that waited past the queue timeout end with ErrorKind::timeout.
+  void expire_waiting(std::vector<TokenEvent>& events);
   void retract(size_t index);
   // kv_.extend, then (write-back) the evicted KV copied to the tiers below
   // before anything can overwrite it.

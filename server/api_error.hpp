@@ -13,6 +13,7 @@ struct ApiError {
   std::string message;
   std::string type = "invalid_request_error";
   std::string param;  // the offending field, if any ("sampling_params.top_k")
+  int retry_after = 0;  // > 0: a Retry-After header of this many seconds (429, 503)
   nlohmann::json body() const;
 };
 

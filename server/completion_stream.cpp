@@ -21,12 +21,17 @@ api::ApiError engine_error(const TextDeltaEvent& d) {
   switch (d.error_kind) {
     case ErrorKind::unavailable: return {503, d.error, "server_error", ""};
     case ErrorKind::invalid_request: return {400, d.error, "invalid_request_error", ""};
+    // A full queue (--max-queued-requests): come back shortly.
+    case ErrorKind::overloaded: return {429, d.error, "rate_limit_error", "", 1};
+    case ErrorKind::timeout: return {408, d.error, "timeout_error", ""};
     default: return {500, d.error, "server_error", ""};
   }
 }
 
 http::Response error_response(const api::ApiError& e) {
-  return http::Response::json(e.status, api::dump(e.body()));
+  http::Response r = http::Response::json(e.status, api::dump(e.body()));
+  if (e.retry_after > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after));
+  return r;
 }
 
 void read_tool_calls(std::vector<api::ChoiceResult>& results, const ResponseShape& shape,

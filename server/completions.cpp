@@ -56,10 +56,10 @@ void Completions::start(const std::shared_ptr<http::Connection>& connection, Rou
     --active_;
     ++rejected_;
     connection->respond(
-        error_response({503,
+        error_response({429,
                         "the server is at its limit of " + std::to_string(max_concurrent_) +
-                            " concurrent requests; retry later",
-                        "server_error", ""}));
+                            " concurrent requests (--max-concurrent-requests); retry later",
+                        "rate_limit_error", "", 1}));
     return;
   }
   std::thread([this, connection, route, body = std::move(body)] {

@@ -26,6 +26,8 @@ std::string_view reason(int status) {
       return "Payload Too Large";
     case 415:
       return "Unsupported Media Type";
+    case 429:
+      return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
     case 500:

@@ -40,6 +40,14 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
          double(st.scheduler.migrated_in));
   metric("actorlm_migrated_out_requests_total", "counter",
          "Running requests that went to another node with their KV.", double(st.scheduler.migrated_out));
+  metric("actorlm_preemptions_total", "counter",
+         "Running requests sent back to wait for a more urgent one (--enable-priority-scheduling).",
+         double(st.scheduler.preemptions));
+  metric("actorlm_queue_rejected_requests_total", "counter",
+         "Requests refused with 429 because the queue was full (--max-queued-requests).",
+         double(st.scheduler.queue_rejections));
+  metric("actorlm_queue_timeouts_total", "counter",
+         "Requests failed with 408 after waiting past --queue-timeout.", double(st.scheduler.queue_timeouts));
   if (st.scheduler.spec_verifies() > 0) {
     metric("actorlm_spec_verifies_total", "counter",
            "Steps of a request that carried drafted tokens (speculative decoding).", double(st.scheduler.spec_verifies()));

@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 
+#include "scheduler/queue_policy.hpp"
 #include "server/constraint_fields.hpp"
 #include "server/json_reader.hpp"
 #include "server/tool_fields.hpp"
@@ -193,7 +194,7 @@ std::optional<ApiError> read_prompts(const FieldReader& f, GenerateOptions& o, s
 constexpr std::string_view kSamplingKeys[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
-    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options"};
+    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options", "priority"};
 constexpr std::string_view kChatKeys[] = {"messages",        "top_logprobs", "chat_template_kwargs", "response_format",
                                           "tools",           "tool_choice",  "parallel_tool_calls"};
 constexpr std::string_view kCompletionKeys[] = {"prompt", "echo", "response_format"};
@@ -247,6 +248,13 @@ void keep_key_order(const std::string& body, ParsedRequest& r) {
   if (r.tools.reads_calls()) r.options.tools = r.tools.tools;
 }
 
+// vLLM's and SGLang's top-level `priority` (an integer; what it means is the
+// server's --schedule-low-priority-values-first). Accepted when the server
+// does not schedule by priority, and then without effect.
+std::optional<ApiError> read_priority(const FieldReader& f, GenerateOptions& o) {
+  return f.integer<int32_t>("priority", -kMaxPriority, kMaxPriority, &o.priority);
+}
+
 std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
   if (auto err = r.options.sampling.validate()) return bad_request("", *err);
   return r;
@@ -277,6 +285,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
     return *e;
   }
   if (auto e = read_sampling_fields(f, SamplingDialect::openai, o, r.n)) return *e;
+  if (auto e = read_priority(f, o)) return *e;
   if (auto e = read_logprobs(f, chat, o)) return *e;
   if (auto e = read_stream(f, r)) return *e;
   if (auto e = read_response_format(f, o.constraint)) return *e;
@@ -329,6 +338,7 @@ std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& 
     if (auto e = read_sglang_constraint(FieldReader(*sp, "sampling_params"), o.constraint)) return *e;
   }
   if (auto e = f.boolean("stream", &r.stream)) return *e;
+  if (auto e = read_priority(f, o)) return *e;
   return checked(std::move(r));
 }
 

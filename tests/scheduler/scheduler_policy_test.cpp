@@ -61,18 +61,23 @@ struct Harness {
   Scheduler scheduler;
   std::map<uint64_t, Ids> outputs;
   std::map<uint64_t, FinishReason> finish;
+  std::map<uint64_t, ErrorKind> kinds;
 
   Harness(int64_t pool_tokens, int32_t page, const SchedulerConfig& c)
       : kv({pool_tokens, page, 16, c.max_context, false}), scheduler(c, kv, worker) {}
 
-  void submit(uint64_t id, const Ids& prompt, int max_new) {
+  void submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0) {
+    REQUIRE_FALSE(try_submit(id, prompt, max_new, priority));
+  }
+  std::optional<std::string> try_submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0) {
     Request r;
     r.id = id;
     r.prompt = prompt;
     r.sampling.temperature = 0;
     r.stop.max_new_tokens = max_new;
+    r.priority = priority;
     worker.id_of_prompt[prompt] = id;
-    REQUIRE_FALSE(scheduler.submit(std::move(r)));
+    return scheduler.submit(std::move(r));
   }
 
   // One step; the ids in its forward batch (empty when it ran none). The KV
@@ -82,6 +87,7 @@ struct Harness {
     for (const auto& e : scheduler.step()) {
       if (e.token >= 0) outputs[e.id].push_back(e.token);
       if (e.finish != FinishReason::none) finish[e.id] = e.finish;
+      if (e.error_kind != ErrorKind::none) kinds[e.id] = e.error_kind;
     }
     auto running = scheduler.running_kv();
     INFO("after step " << scheduler.stats().steps);
@@ -266,6 +272,175 @@ TEST_CASE("While a request decodes, each step prefills one chunk in all beside i
   CHECK(g.step() == B{2, 3});
   CHECK(g.last_extends() == std::vector<int32_t>{24, 24});
   g.drain();
+}
+
+namespace {
+
+SchedulerConfig with_priorities(SchedulerConfig c, int32_t threshold = 10) {
+  c.queue.priorities = true;
+  c.queue.preemption_threshold = threshold;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("Priorities order the queue before the prefix policy, in either sense, and count for nothing when off", "[scheduler][policy][priority]") {
+  enum class Mode { off, high_first, low_first };
+  const Mode mode = GENERATE(Mode::off, Mode::high_first, Mode::low_first);
+  SchedulerConfig c = config(SchedulePolicy::lpm, 1, 2048, 0);
+  if (mode != Mode::off) c = with_priorities(c, 1'000'000);  // no preemption here: order only
+  c.queue.low_values_first = mode == Mode::low_first;
+  Harness h(1024, 1, c);
+  Ids shared = range(1, 32);
+  h.submit(100, shared, 1);
+  CHECK(h.step() == B{100});  // `shared` is cached now
+  Ids matching = shared;
+  matching.push_back(500);
+  h.submit(1, range(200, 10), 1, 0);
+  h.submit(2, matching, 1, 0);  // lpm's choice among equals
+  h.submit(3, range(300, 10), 1, 7);
+  h.submit(4, range(400, 10), 1, -3);
+  std::vector<uint64_t> order;
+  while (!h.scheduler.idle()) {
+    for (uint64_t id : h.step()) order.push_back(id);
+  }
+  switch (mode) {
+    case Mode::off: CHECK(order == B{2, 1, 3, 4}); break;
+    case Mode::high_first: CHECK(order == B{3, 2, 1, 4}); break;
+    case Mode::low_first: CHECK(order == B{4, 2, 1, 3}); break;
+  }
+  CHECK(h.scheduler.stats().preemptions == 0);
+  h.drain();
+}
+
+TEST_CASE("An urgent request takes a running one's place when none is free, and the one sent back resumes with its output", "[scheduler][policy][priority]") {
+  SECTION("the running limit is reached") {
+    Harness h(1024, 1, with_priorities(config(SchedulePolicy::fcfs, 1, 2048, 0)));
+    h.submit(1, range(100, 10), 6, 0);
+    CHECK(h.step() == B{1});
+    CHECK(h.step() == B{1});
+    h.submit(2, range(200, 10), 2, 10);  // exactly the threshold above
+    CHECK(h.step() == B{2});             // 1 went back to wait; 2 prefills
+    CHECK(h.scheduler.stats().preemptions == 1);
+    CHECK(h.scheduler.stats().retractions == 1);
+    CHECK(h.step() == B{2});  // 2's second token ends it
+    CHECK(h.finish[2] == FinishReason::length);
+    h.drain();
+    CHECK(h.outputs[1] == Ids(6, kToken));  // nothing lost or repeated
+    CHECK(h.outputs[2] == Ids(2, kToken));
+    CHECK(h.scheduler.stats().preemptions == 1);
+  }
+  SECTION("a gap below the threshold waits its turn") {
+    Harness h(1024, 1, with_priorities(config(SchedulePolicy::fcfs, 1, 2048, 0)));
+    h.submit(1, range(100, 10), 4, 0);
+    CHECK(h.step() == B{1});
+    h.submit(2, range(200, 10), 2, 9);
+    for (int i = 0; i < 3; ++i) CHECK(h.step() == B{1});
+    CHECK(h.step() == B{2});
+    CHECK(h.scheduler.stats().preemptions == 0);
+    h.drain();
+  }
+  SECTION("the KV pool is short") {
+    // 40 rows: a 30-token prompt decoding leaves no room for a 20-token one.
+    Harness h(40, 1, with_priorities(config(SchedulePolicy::fcfs, 8, 2048, 0)));
+    h.submit(1, range(100, 30), 8, -5);
+    CHECK(h.step() == B{1});
+    h.submit(2, range(200, 20), 3, 50);
+    CHECK(h.step() == B{1});  // 2 is admitted but its rows do not fit: 1 decodes
+    CHECK(h.step() == B{2});  // then 1 goes back to wait and 2 prefills into its cache's rows
+    CHECK(h.scheduler.stats().preemptions == 1);
+    h.drain();
+    CHECK(h.outputs[1] == Ids(8, kToken));
+    CHECK(h.outputs[2] == Ids(3, kToken));
+  }
+}
+
+TEST_CASE("Short of rows, the least urgent request goes back to wait, not the newest", "[scheduler][policy][priority]") {
+  Harness h(24, 1, with_priorities(config(SchedulePolicy::fcfs, 8, 2048, 0)));
+  h.submit(1, range(100, 10), 10, -1);  // older but less urgent
+  h.submit(2, range(200, 10), 10, 0);
+  CHECK(h.step() == B{2, 1});  // admitted by priority
+  CHECK(h.step() == B{2, 1});
+  CHECK(h.step() == B{2, 1});
+  CHECK(h.step() == B{2});  // the pool is full: 1 is retracted
+  CHECK(h.scheduler.stats().retractions == 1);
+  CHECK(h.scheduler.stats().preemptions == 0);  // a retraction for rows, not for a waiting request
+  h.drain();
+  CHECK(h.outputs[1] == Ids(10, kToken));
+  CHECK(h.outputs[2] == Ids(10, kToken));
+}
+
+TEST_CASE("lpm's starvation bound: a request that N later arrivals overtook goes next", "[scheduler][policy][priority]") {
+  const int32_t bound = GENERATE(0, 3);
+  INFO("max_overtakes " << bound);
+  SchedulerConfig c = config(SchedulePolicy::lpm, 1, 2048, 0);
+  c.queue.max_overtakes = bound;
+  Harness h(4096, 1, c);
+  Ids shared = range(1, 40);
+  h.submit(100, shared, 1);
+  CHECK(h.step() == B{100});
+  h.submit(7, range(900, 12), 1);  // matches nothing in the cache
+  // A stream of better-matching requests, one more arriving every step.
+  int admitted_at = -1;
+  for (int s = 0; s < 12; ++s) {
+    Ids p = shared;
+    p.push_back(1000 + s);
+    h.submit(static_cast<uint64_t>(200 + s), p, 1);
+    const B batch = h.step();
+    if (batch == B{7}) {
+      admitted_at = s;
+      break;
+    }
+  }
+  if (bound == 0) {
+    CHECK(admitted_at == -1);  // passed over every time
+  } else {
+    CHECK(admitted_at == bound);  // overtaken `bound` times, then first
+  }
+  h.drain();
+}
+
+TEST_CASE("A full queue refuses new requests as overloaded, and one that waits past the queue timeout fails as timed out", "[scheduler][policy][priority]") {
+  SECTION("max_queued") {
+    SchedulerConfig c = config(SchedulePolicy::fcfs, 1, 2048, 0);
+    c.queue.max_queued = 2;
+    Harness h(1024, 1, c);
+    h.submit(1, range(100, 10), 5);
+    CHECK(h.step() == B{1});  // running: the queue is empty again
+    h.submit(2, range(200, 10), 1);
+    h.submit(3, range(300, 10), 1);
+    auto refused = h.try_submit(4, range(400, 10), 1);
+    REQUIRE(refused);
+    CHECK(refused->find("queue is full") != std::string::npos);
+    CHECK(h.scheduler.stats().queue_rejections == 1);
+    h.drain();
+    h.submit(4, range(400, 10), 1);  // room again
+    h.drain();
+    CHECK(h.outputs[4] == Ids(1, kToken));
+  }
+  SECTION("queue timeout") {
+    double clock = 0;
+    SchedulerConfig c = config(SchedulePolicy::fcfs, 1, 2048, 0);
+    c.queue.timeout_seconds = 1.0;
+    c.clock = [&clock] { return clock; };
+    Harness h(1024, 1, c);
+    h.submit(1, range(100, 10), 6);
+    CHECK(h.step() == B{1});
+    h.submit(2, range(200, 10), 1);
+    clock = 0.9;
+    CHECK(h.step() == B{1});
+    CHECK(h.finish.count(2) == 0);
+    clock = 1.1;
+    CHECK(h.step() == B{1});
+    CHECK(h.finish[2] == FinishReason::error);
+    CHECK(h.kinds[2] == ErrorKind::timeout);
+    CHECK(h.outputs.count(2) == 0);
+    CHECK(h.scheduler.stats().queue_timeouts == 1);
+    // A running request never times out, however long it takes.
+    clock = 100;
+    h.drain();
+    CHECK(h.outputs[1] == Ids(6, kToken));
+  }
 }
 
 namespace {

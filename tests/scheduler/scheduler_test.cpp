@@ -201,6 +201,52 @@ TEST_CASE("A pool too small for everyone forces retraction and outputs stay iden
   require_no_leak(e);
 }
 
+TEST_CASE("Urgent requests take less urgent ones' places and every output stays identical", "[scheduler][priority]") {
+  auto prompts = shared_prefix_prompts(12);
+  auto solo = solo_outputs(prompts, 16);
+  // Places only, and places and KV rows (four requests need ~350 rows).
+  const int64_t pool = GENERATE(8192, 300);
+  INFO("pool " << pool);
+  // Eight requests of priority 0 start; four of priority 100 arrive at step
+  // 3. Returns each urgent request's finishing step.
+  auto run = [&](bool priorities) {
+    SchedulerConfig c = config(32);
+    c.max_running_requests = 4;
+    c.queue.priorities = priorities;
+    Engine e(pool, 1, c);
+    for (size_t i = 0; i < 8; ++i) REQUIRE_FALSE(e.scheduler.submit(make(i, prompts[i], 16)));
+    std::map<uint64_t, Ids> out;
+    std::map<uint64_t, int> done_at;
+    for (int step = 0; !e.scheduler.idle(); ++step) {
+      if (step == 3) {
+        for (size_t i = 8; i < 12; ++i) {
+          Request r = make(i, prompts[i], 16);
+          r.priority = 100;
+          REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+        }
+      }
+      for (const auto& ev : e.scheduler.step()) {
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+        if (ev.finish != FinishReason::none) done_at[ev.id] = step;
+      }
+      REQUIRE(e.kv.check_running(e.scheduler.running_kv()).empty());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i << (priorities ? ", priorities on" : ", priorities off"));
+      CHECK(out[i] == solo[i]);
+    }
+    if (priorities) CHECK(e.scheduler.stats().preemptions > 0);
+    if (!priorities) CHECK(e.scheduler.stats().preemptions == 0);
+    require_no_leak(e);
+    int last = 0;
+    for (size_t i = 8; i < 12; ++i) last = std::max(last, done_at[i]);
+    return last;
+  };
+  const int with = run(true), without = run(false);
+  INFO("the last urgent request finished at step " << with << " with priorities, " << without << " without");
+  CHECK(with < without);
+}
+
 TEST_CASE("Aborting 100 requests at random points leaks nothing", "[scheduler]") {
   Engine e(1024, 4, config(32));
   std::mt19937 rng(5);

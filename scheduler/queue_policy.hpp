@@ -1,0 +1,56 @@
+#pragma once
+// How the waiting queue is ordered and bounded beside the prefix policy
+// (lpm / fcfs): request priorities and the preemption they allow, the bound
+// that keeps lpm from passing one request over forever, and the admission
+// limits (a bounded queue, a queue timeout). Pure functions of Request; the
+// Scheduler applies them.
+
+#include <cstdint>
+
+#include "scheduler/request.hpp"
+
+namespace actorlm {
+
+// Request::priority is range-checked against this (either sign).
+inline constexpr int32_t kMaxPriority = 1'000'000;
+
+struct QueuePolicy {
+  // --enable-priority-scheduling: Request::priority orders the queue before
+  // anything else, picks retraction victims (least urgent first) and lets
+  // an urgent waiting request take a running one's place. Off: every
+  // request ranks the same, as if none had a priority.
+  bool priorities = false;
+  // --schedule-low-priority-values-first: smaller values are more urgent
+  // (vLLM's sense). Default: larger values are (SGLang's).
+  bool low_values_first = false;
+  // --priority-scheduling-preemption-threshold: how many levels more urgent
+  // a waiting request must be than a running one to send it back to wait
+  // when the engine has no place (running limit or KV) for the newcomer.
+  // The gap keeps near-equal priorities from trading places every step.
+  int32_t preemption_threshold = 10;
+  // --schedule-max-overtakes: under lpm, a waiting request that this many
+  // later arrivals of its own rank have overtaken goes before every
+  // better-matching one (then by arrival). 0: no bound.
+  int32_t max_overtakes = 32;
+  // --max-queued-requests: waiting requests beyond which a submission is
+  // refused as overloaded (HTTP 429). 0: unbounded.
+  int32_t max_queued = 0;
+  // --queue-timeout: seconds a request may wait for its first admission
+  // before it fails as timed out (HTTP 408). Retracted requests (already
+  // running once) never time out. 0: no limit.
+  double timeout_seconds = 0;
+
+  // Larger is more urgent; 0 for every request with priorities off.
+  int64_t rank(const Request& r) const;
+  bool starved(const Request& r) const { return max_overtakes > 0 && r.overtaken >= max_overtakes; }
+  // Whether `a` is admitted before `b`: rank, then a starved request, then
+  // (lpm) the longer cached prefix, then arrival.
+  bool before(const Request& a, int32_t cached_a, const Request& b, int32_t cached_b, bool lpm) const;
+  // Which of two running requests goes back to wait first (KV short, or a
+  // place wanted): the less urgent, then the newer.
+  bool goes_back_before(const Request& a, const Request& b) const;
+  // Whether waiting `w` may take running `r`'s place.
+  bool may_preempt(const Request& w, const Request& r) const;
+};
+
+}  // namespace actorlm
