@@ -15,7 +15,7 @@ const std::set<std::string> engine_flags =
     with_device_flags({"--model", "--threads", "--kv-tokens", "--page-size", "--max-running-requests",
                        "--max-prefill-tokens", "--chunked-prefill-size", "--schedule-policy", "--context-length",
                        "--hicache-size", "--hicache-dtype", "--hicache-write-policy", "--hicache-storage-dir",
-                       "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--worker-timeout", "--stall-timeout",
+                       "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--itl-target-ms", "--worker-timeout", "--stall-timeout",
                        "--speculative-algorithm", "--speculative-num-draft-tokens",
                        "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size",
                        "--speculative-draft-model-path", "--priority-scheduling-preemption-threshold",
@@ -40,6 +40,9 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   // from holding running streams for minutes in one step, and is long
   // enough that a step's fixed costs stay small beside its work.
   ec.scheduler.max_step_seconds = double(args.integer("--max-step-ms", 2000, 0, 3'600'000)) / 1000.0;
+  // The gap between running streams' tokens that a mixed step's prefill is
+  // sized for (0: one --chunked-prefill-size chunk in all).
+  ec.scheduler.itl_target_seconds = double(args.integer("--itl-target-ms", 0, 0, 3'600'000)) / 1000.0;
   // Silence (no heartbeat, no result) after which the worker is lost.
   ec.worker_silence_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(args.number("--worker-timeout", 30.0, 0.05, 86400) * 1000));

@@ -23,7 +23,7 @@ constexpr const char* usage =
     "                    [--role engine|worker] [--disaggregation-mode prefill|decode] [--allow-plain-remote] [--max-message-bytes N] [--model PATH] [--threads N] [--kv-tokens N] [--page-size N]\n"
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
-    "                    [--max-step-ms 2000] [--worker-timeout 30]  (docs/API.md: slow steps)\n"
+    "                    [--max-step-ms 2000] [--itl-target-ms MS] [--worker-timeout 30]  (docs/API.md: slow steps)\n"
     "                    [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]\n"
     "                    [--enable-priority-scheduling [--schedule-low-priority-values-first]] [--priority-scheduling-preemption-threshold 10]\n"
     "                    [--schedule-max-overtakes 32] [--max-queued-requests N] [--queue-timeout S]\n"

@@ -30,6 +30,7 @@ constexpr const char* usage =
     "                     [--context-length N] [--disable-radix-cache] "
     "[--special-tokens-in-content]\n"
     "                     [--max-step-ms 2000]  (a step's time budget: prefill is cut to fit it; 0: none)\n"
+    "                     [--itl-target-ms MS]  (streams' gap between tokens a mixed step's prefill is sized for)\n"
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
     "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"

@@ -406,14 +406,18 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   // Streams decoding ride along in this step (add_decodes), so their gap
   // between tokens is the step's prefill: one chunk in all, not one per
   // request, while any of them runs.
-  if (config_.chunked_prefill_size > 0 &&
-      std::any_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; })) {
+  // With an inter-token latency target, what fits in it at the measured
+  // costs instead.
+  const auto decoding = std::count_if(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
+  const auto itl_fits = decoding > 0 ? budget_.prefill_tokens(decoding, config_.itl_target_seconds) : std::nullopt;
+  if (itl_fits) {
+    budget = std::min(budget, *itl_fits);
+  } else if (config_.chunked_prefill_size > 0 && decoding > 0) {
     budget = std::min<int64_t>(budget, config_.chunked_prefill_size);
   }
   // The time budget: no more prompt tokens than fit beside the decode rows
   // in --max-step-ms at the measured cost. Chunks are cut smaller, never
   // differently computed, so outputs stay what they would be.
-  const auto decoding = std::count_if(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
   if (auto fits = budget_.prefill_tokens(decoding)) budget = std::min(budget, *fits);
   auto chunk_of = [&](size_t remaining) {
     size_t n = remaining;

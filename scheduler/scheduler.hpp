@@ -70,6 +70,12 @@ struct SchedulerConfig {
   // measured cost per token says fit (scheduler/step_budget.hpp), so that a
   // slow model never holds the running streams for minutes in one step.
   double max_step_seconds = 0;
+  // The gap between a running stream's tokens to keep while prompts
+  // prefill beside it (--itl-target-ms), in seconds; 0: none. A mixed
+  // step's prefill is then what the measured costs fit in it, instead of
+  // one chunked_prefill_size chunk in all (each request's chunk is still
+  // at most that).
+  double itl_target_seconds = 0;
   // Speculative decoding (--speculative-algorithm, scheduler/drafter.hpp):
   // a decoding request's step carries its last token and up to
   // num_draft_tokens drafted ones, verified in the same forward pass.

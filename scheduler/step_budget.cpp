@@ -46,9 +46,13 @@ void StepBudget::observe(int64_t prefill_tokens, int64_t decode_rows, double sec
 }
 
 std::optional<int64_t> StepBudget::prefill_tokens(int64_t decode_rows) const {
-  if (!enabled()) return std::nullopt;
+  return prefill_tokens(decode_rows, config_.target_seconds);
+}
+
+std::optional<int64_t> StepBudget::prefill_tokens(int64_t decode_rows, double target_seconds) const {
+  if (!(target_seconds > 0)) return std::nullopt;
   if (!per_token_) return config_.probe_tokens;
-  const double left = config_.target_seconds - (per_row_ ? *per_row_ * double(std::max<int64_t>(decode_rows, 0)) : 0.0);
+  const double left = target_seconds - (per_row_ ? *per_row_ * double(std::max<int64_t>(decode_rows, 0)) : 0.0);
   const double tokens = left / std::max(*per_token_, 1e-12);
   // Clamp before converting: a tiny cost must not overflow the integer.
   const double capped = std::clamp(tokens, double(config_.min_prefill_tokens), double(int64_t{1} << 40));

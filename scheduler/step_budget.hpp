@@ -44,6 +44,9 @@ class StepBudget {
   // Most prefill tokens for a step that also decodes `decode_rows` tokens;
   // nullopt when there is no target (the token limits alone decide).
   std::optional<int64_t> prefill_tokens(int64_t decode_rows) const;
+  // The same for another target (a step's length as the running streams'
+  // gap between tokens: --itl-target-ms); nullopt for a target <= 0.
+  std::optional<int64_t> prefill_tokens(int64_t decode_rows, double target_seconds) const;
 
   // The current estimates; nullopt until measured.
   std::optional<double> seconds_per_prefill_token() const { return per_token_; }

@@ -29,7 +29,10 @@ struct FixedTokenWorker final : Worker {
   std::vector<std::vector<uint64_t>> batches;
   std::vector<std::vector<int32_t>> extend_lens;
 
+  std::function<void(const ForwardBatch&)> on_run;  // e.g. a test's clock advanced by the step's cost
+
   std::vector<SampleResult> run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) override {
+    if (on_run) on_run(batch);
     std::vector<uint64_t> ids;
     std::vector<int32_t> lens;
     for (size_t i = 0; i < sampling.size(); ++i) {
@@ -441,6 +444,50 @@ TEST_CASE("A full queue refuses new requests as overloaded, and one that waits p
     h.drain();
     CHECK(h.outputs[1] == Ids(6, kToken));
   }
+}
+
+TEST_CASE("With an inter-token latency target, a mixed step prefills what the measured costs fit in it", "[scheduler][policy][priority]") {
+  const double target = GENERATE(0.0, 0.050, 0.200);
+  INFO("itl target " << target << " s");
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 8, 4096, 512);
+  c.max_context = 4096;
+  c.itl_target_seconds = target;
+  double clock = 0;
+  c.clock = [&clock] { return clock; };
+  Harness h(8192, 1, c);
+  // Every token of a step costs 1 ms, prompt or decoded.
+  h.worker.on_run = [&clock](const ForwardBatch& b) {
+    for (const auto& r : b.reqs) clock += 0.001 * r.extend_len;
+  };
+  h.submit(1, range(100, 10), 300);
+  h.submit(2, range(200, 10), 300);
+  CHECK(h.step() == B{1, 2});
+  for (int i = 0; i < 3; ++i) CHECK(h.step() == B{1, 2});  // decode-only steps: the cost per row
+  h.submit(3, range(1000, 2000), 1);
+  std::vector<int32_t> chunks;
+  for (int i = 0; i < 8 && !h.finish.count(3); ++i) {
+    const B batch = h.step();
+    INFO("mixed step " << i << ": " << Catch::Detail::stringify(batch));
+    REQUIRE(batch.size() == 3);
+    REQUIRE(batch.front() == 3);
+    chunks.push_back(h.last_extends().front());
+  }
+  if (h.finish.count(3)) chunks.pop_back();  // the prompt's remainder
+  INFO("chunks " << Catch::Detail::stringify(chunks));
+  // The first mixed step prefills the probe's 64 tokens at most; from the
+  // second the prompt's cost per token is measured.
+  REQUIRE(chunks.size() >= 3);
+  for (size_t i = 1; i < chunks.size(); ++i) {
+    if (target == 0) {
+      CHECK(chunks[i] == 512);  // one chunk in all, whatever it costs
+    } else {
+      // (target - 2 decode rows' 2 ms) at 1 ms a token, give or take rounding.
+      const auto want = static_cast<int32_t>(target * 1000) - 2;
+      CHECK(chunks[i] >= want - 2);
+      CHECK(chunks[i] <= want);
+    }
+  }
+  h.drain();
 }
 
 namespace {

@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""`actorlm serve` under limits: more concurrent requests than allowed get 503
-(OpenAI error format) while the admitted one completes; an oversized body gets
-413; the server stays healthy.
+"""`actorlm serve` under limits, each answered in OpenAI's error format while
+the admitted work completes and the server stays healthy:
+- more concurrent requests than --max-concurrent-requests get 429 with
+  Retry-After; an oversized body gets 413;
+- with --max-queued-requests 1, a request beyond a full queue gets 429 with
+  Retry-After, and with --queue-timeout one that waited past it gets 408;
+  /metrics counts both; a priority outside its range is a 400 naming it;
+- with --enable-priority-scheduling and one running place, an urgent request
+  finishes while a long one waits for it, and the long one's text is what it
+  is alone (preemption changes no token).
 
 Usage: python3 tests/server/overload_test.py path/to/actorlm
 """
@@ -20,62 +27,141 @@ BIN = sys.argv[1]
 
 
 def post(port, body, raw=None):
+    """(status, body, headers)"""
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
                                  headers={"Content-Type": "application/json"},
                                  data=raw if raw is not None else json.dumps(body).encode())
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, json.loads(r.read())
+            return r.status, json.loads(r.read()), dict(r.headers)
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
 
 
-def running_requests(port):
+def metric(port, name):
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
     for line in text.splitlines():
-        if line.startswith("actorlm_running_requests "):
+        if line.startswith(name + " "):
             return float(line.split(" ", 1)[1])
-    raise SystemExit("/metrics has no actorlm_running_requests")
+    raise SystemExit(f"/metrics has no {name}")
+
+
+def serve(*flags):
+    proc = subprocess.Popen([BIN, "serve", "--port", "0", "--threads", "2", "--kv-tokens", "4096", *flags],
+                            stderr=subprocess.PIPE, text=True)
+    while True:
+        line = proc.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if m and int(m.group(1)) > 0:
+            return proc, int(m.group(1))
+        if not line and proc.poll() is not None:
+            raise SystemExit("server exited")
+
+
+def in_background(port, body, results, key):
+    t = threading.Thread(target=lambda: results.setdefault(key, post(port, body)))
+    t.start()
+    return t
+
+
+def wait_for(port, name, at_least, alive, what):
+    deadline = time.time() + 120
+    while metric(port, name) < at_least:
+        check(alive.is_alive(), f"{what}: the request ended first")
+        check(time.time() < deadline, f"{what}: never seen")
+        time.sleep(0.02)
+
+
+def stop(proc):
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def concurrency_limit():
+    proc, port = serve("--max-concurrent-requests", "1", "--max-body-bytes", "4096")
+    try:
+        long_req = {"prompt": "Write a long story:", "max_tokens": 120, "temperature": 0}
+        results = {}
+        t = in_background(port, long_req, results, "first")
+        # The second request must arrive while the first holds the only place.
+        wait_for(port, "actorlm_running_requests", 1, t, "the first request running")
+        status, body, headers = post(port, {"prompt": "Hi", "max_tokens": 4})
+        check(status == 429, (status, body))
+        check("concurrent requests" in body["error"]["message"], body)
+        check(body["error"]["type"] == "rate_limit_error", body)
+        check(headers.get("Retry-After") == "1", headers)
+        t.join()
+        check(results["first"][0] == 200, results["first"])
+        status, body, _ = post(port, None, raw=b'{"prompt": "' + b"x" * 8000 + b'"}')
+        check(status == 413, (status, body))
+        check(urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200, "/health after")
+        status, body, _ = post(port, {"prompt": "Hi", "max_tokens": 2})
+        check(status == 200, (status, body))
+        print("overload: 429 beyond the concurrency limit, 413 for big bodies, healthy after")
+    finally:
+        stop(proc)
+
+
+def queue_limits():
+    proc, port = serve("--max-running-requests", "1", "--max-queued-requests", "1", "--queue-timeout", "1.5")
+    try:
+        status, body, _ = post(port, {"prompt": "Hi", "max_tokens": 2, "priority": 2_000_000})
+        check(status == 400 and body["error"].get("param") == "priority", (status, body))
+        results = {}
+        # 300 tokens take several seconds on any CPU: longer than the timeout.
+        running = in_background(port, {"prompt": "Count:", "max_tokens": 300, "ignore_eos": True, "temperature": 0},
+                                results, "running")
+        wait_for(port, "actorlm_running_requests", 1, running, "the long request running")
+        queued = in_background(port, {"prompt": "Hello", "max_tokens": 4}, results, "queued")
+        wait_for(port, "actorlm_waiting_requests", 1, queued, "the second request queued")
+        status, body, headers = post(port, {"prompt": "Hey", "max_tokens": 4})
+        check(status == 429, (status, body))
+        check("queue is full" in body["error"]["message"], body)
+        check(headers.get("Retry-After") == "1", headers)
+        queued.join()
+        status, body, _ = results["queued"]
+        check(status == 408, (status, body))
+        check("--queue-timeout" in body["error"]["message"], body)
+        check(running.is_alive(), "the long request ended before the queued one timed out: no wait was tested")
+        running.join()
+        status, body, _ = results["running"]
+        check(status == 200 and body["usage"]["completion_tokens"] == 300, (status, body))
+        check(metric(port, "actorlm_queue_rejected_requests_total") == 1, "rejections counted")
+        check(metric(port, "actorlm_queue_timeouts_total") == 1, "timeouts counted")
+        status, body, _ = post(port, {"prompt": "Hi", "max_tokens": 2})
+        check(status == 200, (status, body))
+        print("overload: 429 with Retry-After beyond a full queue, 408 past --queue-timeout, counted in /metrics")
+    finally:
+        stop(proc)
+
+
+def priorities():
+    proc, port = serve("--max-running-requests", "1", "--enable-priority-scheduling")
+    try:
+        slow = {"prompt": "Tell me about the sea.", "max_tokens": 160, "ignore_eos": True, "temperature": 0}
+        status, alone, _ = post(port, slow)
+        check(status == 200, (status, alone))
+        results = {}
+        t = in_background(port, slow, results, "slow")
+        wait_for(port, "actorlm_running_requests", 1, t, "the long request running")
+        status, urgent, _ = post(port, {"prompt": "Hi", "max_tokens": 8, "priority": 50})
+        check(status == 200, (status, urgent))
+        check(t.is_alive(), "the long request finished before the urgent one: it did not wait for it")
+        t.join()
+        status, body, _ = results["slow"]
+        check(status == 200, (status, body))
+        check(body["choices"][0]["text"] == alone["choices"][0]["text"],
+              ("preemption changed the text", body["choices"][0]["text"], alone["choices"][0]["text"]))
+        check(metric(port, "actorlm_preemptions_total") >= 1, "the preemption counted")
+        print("overload: an urgent request took the running place and the long one's text is its text alone")
+    finally:
+        stop(proc)
 
 
 def main():
-    proc = subprocess.Popen([BIN, "serve", "--port", "0", "--threads", "2", "--kv-tokens", "4096",
-                             "--max-concurrent-requests", "1", "--max-body-bytes", "4096"],
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        while port is None:
-            line = proc.stderr.readline()
-            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-            if m and int(m.group(1)) > 0:
-                port = int(m.group(1))
-            if not line and proc.poll() is not None:
-                raise SystemExit("server exited")
-        long_req = {"prompt": "Write a long story:", "max_tokens": 120, "temperature": 0}
-        results = {}
-        t = threading.Thread(target=lambda: results.setdefault("first", post(port, long_req)))
-        t.start()
-        # The second request must arrive while the first holds the only place:
-        # wait until the engine reports it running (or it already finished).
-        deadline = time.time() + 120
-        while running_requests(port) < 1:
-            check(t.is_alive(), f"the first request ended before it was seen running: {results}")
-            check(time.time() < deadline, "the first request never started running")
-            time.sleep(0.02)
-        status, body = post(port, {"prompt": "Hi", "max_tokens": 4})
-        check(status == 503, (status, body))
-        check("concurrent requests" in body["error"]["message"], body)
-        t.join()
-        check(results["first"][0] == 200, results["first"])
-        status, body = post(port, None, raw=b'{"prompt": "' + b"x" * 8000 + b'"}')
-        check(status == 413, (status, body))
-        check(urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200, 'urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200')
-        status, body = post(port, {"prompt": "Hi", "max_tokens": 2})
-        check(status == 200, (status, body))
-        print("overload: 503 beyond the limit, 413 for big bodies, healthy after")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    concurrency_limit()
+    queue_limits()
+    priorities()
 
 
 if __name__ == "__main__":
