@@ -292,11 +292,10 @@ struct HttpServer::Impl final : http::RequestHandler {
       acceptor.close(ignored);
       for (auto& c : all_connections()) c->drain();
     }
-    const auto abort_at = std::chrono::steady_clock::now() + deadline;
-    drain_timer.expires_at(abort_at);
-    drain_timer.async_wait([this, abort_at](boost::system::error_code ec) {
-      if (!ec) poll_drain(abort_at);
-    });
+    // Polled from now on, not from the deadline: an idle server (or one
+    // whose last request ends early) exits at once rather than after the
+    // whole --shutdown-timeout.
+    poll_drain(std::chrono::steady_clock::now() + deadline);
   }
 
   void poll_drain(std::chrono::steady_clock::time_point abort_at) {
