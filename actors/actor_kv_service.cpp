@@ -89,6 +89,7 @@ size_t ActorKvService::admit(std::span<RequestKv* const> reqs, std::span<const s
     const auto& p = prompts[i];
     q->tokens.assign(p.begin(), p.empty() ? p.end() : p.end() - 1);
     q->lock = true;
+    q->priority = reqs[i]->priority;
     m.queries.push_back(std::move(q));
   }
   auto r = open_reply<fb::MatchPrefixReply>(ask(radix_, "radix-cache manager", msg::pack(m)), "radix-cache manager");
@@ -166,6 +167,7 @@ void ActorKvService::cache(std::span<RequestKv* const> reqs, int mode) {
     q->kv_indices = k->kv;
     q->prefix_len = k->prefix_len;
     q->last_node = k->last_node;
+    q->priority = k->priority;
     m.reqs.push_back(std::move(q));
   }
   auto r = open_reply<fb::CacheReqsReply>(ask(radix_, "radix-cache manager", msg::pack(m)), "radix-cache manager");

@@ -49,6 +49,7 @@ struct EngineConfig {
   int32_t page_size = 1;
   int32_t max_requests = 64;       // request slots
   bool disable_radix_cache = false;
+  EvictionPolicy radix_eviction = EvictionPolicy::lru;  // --radix-eviction-policy
   SchedulerConfig scheduler;       // max_context 0 = the model's
   LoadProgress progress;
   // Chat messages: special-token text in a role or content becomes special

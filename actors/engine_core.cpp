@@ -70,7 +70,8 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
                                     {config.device, config.threads, config.mem_fraction_static, config.kv_cache_dtype},
                                     config.kv_tokens, config.page_size, config.max_requests, max_context);
   core.device = made.description;
-  core.kv = {made.kv_tokens, config.page_size, config.max_requests, max_context, config.disable_radix_cache};
+  core.kv = {made.kv_tokens, config.page_size, config.max_requests, max_context, config.disable_radix_cache,
+             config.radix_eviction};
   auto runner = std::make_shared<ModelRunner>(
       std::move(made.executor),
       ModelRunnerConfig{.kv_pool_rows = TokenToKVPoolAllocator(core.kv.capacity_tokens, core.kv.page_size).pool_rows(),
@@ -99,7 +100,7 @@ EngineCore spawn_managers(caf::actor_system& system, const KvStoreConfig& kv, Sc
   core.kv_tokens = kv.capacity_tokens;
   core.constraints = sc.constraints;
   core.pool = spawn_pool_manager(system, kv);
-  core.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache);
+  core.radix = spawn_radix_manager(system, kv.page_size, kv.disable_radix_cache, kv.eviction);
   core.worker = std::move(worker);
   core.scheduler = spawn_scheduler(system, sc, core.pool, core.radix, core.worker, std::move(sink), liveness, core.board);
   return core;

@@ -20,7 +20,7 @@ std::vector<uint8_t> match(RadixCache& t, const fb::MatchPrefix& m) {
   try {
     if (m.queries()) {
       for (const fb::PrefixQuery* q : *m.queries()) {
-        auto res = t.match_prefix(to_ints(q->tokens()));
+        auto res = t.match_prefix(to_ints(q->tokens()), {q->priority(), q->lock()});
         if (q->lock()) t.inc_lock_ref(res.last_node);
         auto pm = std::make_unique<fb::PrefixMatchT>();
         pm->request_id = q->request_id();
@@ -50,8 +50,8 @@ std::vector<uint8_t> cache(RadixCache& t, const fb::CacheReqs& m) {
           auto rows = t.release_req(kv, q->prefix_len(), q->last_node());
           r.to_free.insert(r.to_free.end(), rows.begin(), rows.end());
         } else {
-          auto c = q->mode() == fb::CacheMode::Finished ? t.cache_finished_req(tokens, kv, q->prefix_len(), q->last_node())
-                                                         : t.cache_unfinished_req(tokens, kv, q->prefix_len(), q->last_node());
+          auto c = q->mode() == fb::CacheMode::Finished ? t.cache_finished_req(tokens, kv, q->prefix_len(), q->last_node(), q->priority())
+                                                         : t.cache_unfinished_req(tokens, kv, q->prefix_len(), q->last_node(), q->priority());
           r.to_free.insert(r.to_free.end(), c.to_free.begin(), c.to_free.end());
           res->new_prefix_len = c.new_prefix_len;
           res->new_prefix_indices = std::move(c.new_prefix_indices);
@@ -103,15 +103,16 @@ WireMessage dispatch(RadixCache& t, const WireMessage& in) {
   return {std::move(out)};
 }
 
-caf::behavior radix_manager(caf::stateful_actor<RadixState>* self, int32_t page_size, bool disabled) {
-  self->state.tree = std::make_unique<RadixCache>(page_size, disabled);
+caf::behavior radix_manager(caf::stateful_actor<RadixState>* self, int32_t page_size, bool disabled,
+                            EvictionPolicy policy) {
+  self->state.tree = std::make_unique<RadixCache>(page_size, disabled, policy);
   return {[self](kv_atom, const WireMessage& in) -> WireMessage { return dispatch(*self->state.tree, in); }};
 }
 
 }  // namespace
 
-caf::actor spawn_radix_manager(caf::actor_system& system, int32_t page_size, bool disabled) {
-  return system.spawn(radix_manager, page_size, disabled);
+caf::actor spawn_radix_manager(caf::actor_system& system, int32_t page_size, bool disabled, EvictionPolicy policy) {
+  return system.spawn(radix_manager, page_size, disabled, policy);
 }
 
 }  // namespace actorlm

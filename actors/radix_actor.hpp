@@ -7,8 +7,11 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "kvstore/radix_cache.hpp"
+
 namespace actorlm {
 
-caf::actor spawn_radix_manager(caf::actor_system& system, int32_t page_size, bool disabled);
+caf::actor spawn_radix_manager(caf::actor_system& system, int32_t page_size, bool disabled,
+                               EvictionPolicy policy = EvictionPolicy::lru);
 
 }  // namespace actorlm

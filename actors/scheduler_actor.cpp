@@ -77,8 +77,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
     std::optional<std::string> err;
     Request r = request_from(m, err);
     ErrorKind kind = ErrorKind::invalid_request;
-    if (!err && (err = sched.queue_full())) kind = ErrorKind::overloaded;
-    if (!err) err = sched.submit(std::move(r));
+    if (!err) err = sched.submit(std::move(r), &kind);
     if (err) {
       TokenEvent e;
       e.id = m.request_id();

@@ -19,7 +19,8 @@ const std::set<std::string> engine_flags =
                        "--speculative-algorithm", "--speculative-num-draft-tokens",
                        "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size",
                        "--speculative-draft-model-path", "--priority-scheduling-preemption-threshold",
-                       "--schedule-max-overtakes", "--max-queued-requests", "--queue-timeout"});
+                       "--schedule-max-overtakes", "--max-queued-requests", "--queue-timeout",
+                       "--radix-eviction-policy"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -108,6 +109,17 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   q.max_overtakes = static_cast<int32_t>(args.integer("--schedule-max-overtakes", 32, 0, 1 << 20));
   q.max_queued = static_cast<int32_t>(args.integer("--max-queued-requests", 0, 0, 1 << 20));
   q.timeout_seconds = args.number("--queue-timeout", 0.0, 0.0, 86400);
+  // Which cached prefixes go first when the pool is short (kvstore/radix_cache.hpp).
+  const std::string eviction = args.str("--radix-eviction-policy").value_or("lru");
+  if (auto e = parse_eviction_policy(eviction)) {
+    ec.radix_eviction = *e;
+  } else {
+    throw cli::UsageError("--radix-eviction-policy must be lru, lfu or priority");
+  }
+  if (ec.radix_eviction == EvictionPolicy::priority && !q.priorities) {
+    // Without it every request ranks the same and the policy is lru's.
+    throw cli::UsageError(std::string("--radix-eviction-policy priority needs ") + priority_scheduling_switch);
+  }
   ec.hicache_storage_dir = args.str("--hicache-storage-dir").value_or("");
   ec.hicache_storage_bytes = args.integer("--hicache-storage-gb", 16, 1, 1 << 20) << 30;
   return ec;

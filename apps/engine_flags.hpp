@@ -10,7 +10,8 @@
 // waiting queue's --enable-priority-scheduling (with
 // --schedule-low-priority-values-first and
 // --priority-scheduling-preemption-threshold), --schedule-max-overtakes,
-// --max-queued-requests and --queue-timeout.
+// --max-queued-requests and --queue-timeout; --radix-eviction-policy
+// lru|lfu|priority.
 
 #include <set>
 #include <string>

@@ -27,6 +27,7 @@ constexpr const char* usage =
     "                    [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]\n"
     "                    [--enable-priority-scheduling [--schedule-low-priority-values-first]] [--priority-scheduling-preemption-threshold 10]\n"
     "                    [--schedule-max-overtakes 32] [--max-queued-requests N] [--queue-timeout S]\n"
+    "                    [--radix-eviction-policy lru|lfu|priority]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"

@@ -37,6 +37,7 @@ constexpr const char* usage =
     "                     [--enable-priority-scheduling [--schedule-low-priority-values-first]]\n"
     "                     [--priority-scheduling-preemption-threshold 10] [--schedule-max-overtakes 32]\n"
     "                     [--max-queued-requests N] [--queue-timeout S]  (429 / 408; docs/API.md, queueing)\n"
+    "                     [--radix-eviction-policy lru|lfu|priority]  (which cached prefixes go first)\n"
     "                     [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype "
     "auto|f16|bf16]\n"
     "                     [--hicache-size GB] [--hicache-dtype same|f16|q8_0]  (KV the pool lets go kept in RAM)\n"

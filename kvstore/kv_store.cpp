@@ -10,7 +10,7 @@ KvStore::KvStore(const KvStoreConfig& config)
     : config_(config),
       req_to_token_(config.max_requests, config.max_context_len),
       allocator_(config.capacity_tokens, config.page_size),
-      radix_(config.page_size, config.disable_radix_cache) {}
+      radix_(config.page_size, config.disable_radix_cache, config.eviction) {}
 
 void KvStore::free_rows(std::span<const int32_t> rows) {
   if (!rows.empty()) allocator_.free(rows);
@@ -28,7 +28,7 @@ bool KvStore::admit(RequestKv& req, std::span<const int32_t> prompt) {
   req.slot = (*slot)[0];
   // The last prompt token is always computed: its forward pass yields the
   // logits of the first output token.
-  auto match = radix_.match_prefix(prompt.empty() ? prompt : prompt.first(prompt.size() - 1));
+  auto match = radix_.match_prefix(prompt.empty() ? prompt : prompt.first(prompt.size() - 1), {req.priority, true});
   radix_.inc_lock_ref(match.last_node);
   req.prefix_len = static_cast<int32_t>(match.indices.size());
   req.cached_on_admit = req.prefix_len;
@@ -98,7 +98,7 @@ bool KvStore::extend_batch(std::span<RequestKv* const> reqs,
 
 void KvStore::cache_unfinished(RequestKv& req) {
   require_running(req, "cache_unfinished");
-  auto res = radix_.cache_unfinished_req(req.tokens, req.kv, req.prefix_len, req.last_node);
+  auto res = radix_.cache_unfinished_req(req.tokens, req.kv, req.prefix_len, req.last_node, req.priority);
   free_rows(res.to_free);
   if (res.new_prefix_len > req.prefix_len) {
     std::span<const int32_t> fresh(res.new_prefix_indices);
@@ -112,7 +112,7 @@ void KvStore::cache_unfinished(RequestKv& req) {
 
 void KvStore::finish(RequestKv& req) {
   require_running(req, "finish");
-  auto res = radix_.cache_finished_req(req.tokens, req.kv, req.prefix_len, req.last_node);
+  auto res = radix_.cache_finished_req(req.tokens, req.kv, req.prefix_len, req.last_node, req.priority);
   free_rows(res.to_free);
   req_to_token_.free(req.slot);
   req = RequestKv{};

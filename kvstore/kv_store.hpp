@@ -43,6 +43,7 @@ struct KvStoreConfig {
   int32_t max_requests = 0;     // request slots
   int32_t max_context_len = 0;  // positions per slot
   bool disable_radix_cache = false;
+  EvictionPolicy eviction = EvictionPolicy::lru;  // --radix-eviction-policy
 };
 
 // What the scheduler keeps per request about its KV. Positions
@@ -58,6 +59,9 @@ struct RequestKv {
   int32_t prefix_len = 0;
   NodeId last_node = RadixCache::root_id;
   int32_t cached_on_admit = 0;  // prefix length found when admitted (cache hits)
+  // The request's urgency (larger: more urgent), set before admission: the
+  // cache's priority eviction keeps the prefixes it used longer.
+  int64_t priority = 0;
 };
 
 // The rows truncating `req` to `length` tokens gives back: one per page

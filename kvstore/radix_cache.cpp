@@ -1,12 +1,30 @@
 #include "kvstore/radix_cache.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kvstore/kv_error.hpp"
 
 namespace actorlm {
 
-RadixCache::RadixCache(int32_t page_size, bool disabled) : page_size_(page_size), disabled_(disabled) {
+std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name) {
+  if (name == "lru") return EvictionPolicy::lru;
+  if (name == "lfu") return EvictionPolicy::lfu;
+  if (name == "priority") return EvictionPolicy::priority;
+  return std::nullopt;
+}
+
+const char* eviction_policy_name(EvictionPolicy p) {
+  switch (p) {
+    case EvictionPolicy::lfu: return "lfu";
+    case EvictionPolicy::priority: return "priority";
+    case EvictionPolicy::lru: break;
+  }
+  return "lru";
+}
+
+RadixCache::RadixCache(int32_t page_size, bool disabled, EvictionPolicy policy)
+    : page_size_(page_size), disabled_(disabled), policy_(policy) {
   if (page_size < 1) throw KvStoreError("RadixCache: page_size must be >= 1");
   nodes_.emplace_back();
   nodes_[0].alive = true;
@@ -72,26 +90,44 @@ size_t RadixCache::match_len(const std::vector<int32_t>& key, std::span<const in
   return i / static_cast<size_t>(page_size_) * static_cast<size_t>(page_size_);
 }
 
-// The LRU list holds exactly the unlocked leaves, keyed by their last access.
-// Every change to a node's access time, lock count or children ends with
-// sync_lru on that node, so evict() never has to scan the tree.
-void RadixCache::sync_lru(int32_t node) {
+RadixCache::EvictKey RadixCache::evict_key(int32_t node) const {
+  const Node& n = nodes_[static_cast<size_t>(node)];
+  int64_t measure = 0;
+  if (policy_ == EvictionPolicy::lfu) measure = static_cast<int64_t>(std::min<uint64_t>(n.hits, INT64_MAX));
+  if (policy_ == EvictionPolicy::priority) measure = n.priority;
+  return {measure, n.last_access, node};
+}
+
+// The eviction list holds exactly the unlocked leaves, under their current
+// keys. Every change to a node's access time, hits, priority, lock count or
+// children ends with sync_leaf on that node, so evict() never has to scan
+// the tree.
+void RadixCache::sync_leaf(int32_t node) {
   auto& n = nodes_[static_cast<size_t>(node)];
   bool want = node != 0 && n.alive && n.children.empty() && n.lock_ref == 0;
-  if (n.listed && (!want || n.listed_at != n.last_access)) {
-    lru_.erase({n.listed_at, node});
+  if (n.listed && (!want || n.listed_key != evict_key(node))) {
+    leaves_.erase(n.listed_key);
     n.listed = false;
   }
   if (want && !n.listed) {
-    lru_.insert({n.last_access, node});
+    n.listed_key = evict_key(node);
+    leaves_.insert(n.listed_key);
     n.listed = true;
-    n.listed_at = n.last_access;
   }
 }
 
 void RadixCache::touch(int32_t node) {
   nodes_[static_cast<size_t>(node)].last_access = clock_;
-  sync_lru(node);
+  sync_leaf(node);
+}
+
+// Called on a node after any split, so that only the part a request used
+// (not the rest of a node it matched into) gains its hit and priority.
+void RadixCache::credit(int32_t node, bool hit, int64_t priority) {
+  auto& n = nodes_[static_cast<size_t>(node)];
+  if (hit) ++n.hits;
+  n.priority = std::max(n.priority, priority);
+  sync_leaf(node);
 }
 
 // child = parent -> [key]; becomes parent -> upper [key[:at]] -> child [key[at:]].
@@ -108,6 +144,8 @@ int32_t RadixCache::split(int32_t child, size_t at) {
   u.parent = c.parent;
   u.lock_ref = c.lock_ref;
   u.last_access = c.last_access;
+  u.hits = c.hits;
+  u.priority = c.priority;
   c.key.erase(c.key.begin(), c.key.begin() + static_cast<ptrdiff_t>(at));
   c.value.erase(c.value.begin(), c.value.begin() + static_cast<ptrdiff_t>(at));
   c.parent = upper;
@@ -124,12 +162,12 @@ void RadixCache::delete_leaf(int32_t node) {
   auto& siblings = nodes_[static_cast<size_t>(parent)].children;
   siblings.erase(siblings.find(page_key(n.key)));
   n.alive = false;
-  sync_lru(node);
+  sync_leaf(node);
   n.key = {};
   n.value = {};
   n.children = {};
   free_nodes_.push_back(node);
-  sync_lru(parent);
+  sync_leaf(parent);
 }
 
 void RadixCache::check_aligned(std::span<const int32_t> tokens, std::span<const int32_t> values,
@@ -150,7 +188,7 @@ void RadixCache::check_aligned(std::span<const int32_t> tokens, std::span<const 
 
 // --- match / insert ----------------------------------------------------------
 
-RadixCache::MatchResult RadixCache::match_prefix(std::span<const int32_t> tokens) {
+RadixCache::MatchResult RadixCache::match_prefix(std::span<const int32_t> tokens, Use use) {
   MatchResult result;
   if (disabled_) return result;
   ++clock_;
@@ -167,6 +205,7 @@ RadixCache::MatchResult RadixCache::match_prefix(std::span<const int32_t> tokens
     size_t m = match_len(nodes_[static_cast<size_t>(child)].key, tokens.subspan(pos));
     bool partial = m < nodes_[static_cast<size_t>(child)].key.size();
     if (partial) child = split(child, m);
+    if (use.hit) credit(child, true, use.priority);
     const auto& v = nodes_[static_cast<size_t>(child)].value;
     result.indices.insert(result.indices.end(), v.begin(), v.end());
     node = child;
@@ -177,7 +216,7 @@ RadixCache::MatchResult RadixCache::match_prefix(std::span<const int32_t> tokens
   return result;
 }
 
-int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> values) {
+int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> values, int64_t priority) {
   check_aligned(tokens, values, "insert");
   if (disabled_) return 0;
   ++clock_;
@@ -193,6 +232,9 @@ int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
     // A partial match ends the walk: the upper half of the split has a single
     // child whose first page differs from what is left of tokens.
     if (m < nodes_[static_cast<size_t>(child)].key.size()) child = split(child, m);
+    // Inserting is no hit (the request counted when it was admitted), but
+    // its priority is the path's from now on.
+    credit(child, false, priority);
     node = child;
   }
   auto cached = static_cast<int32_t>(pos);
@@ -203,10 +245,11 @@ int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
     l.value.assign(values.begin() + static_cast<ptrdiff_t>(pos), values.end());
     l.parent = node;
     l.last_access = clock_;
+    l.priority = priority;
     evictable_size_ += static_cast<int64_t>(l.value.size());
     nodes_[static_cast<size_t>(node)].children.emplace(std::string(page_key(l.key)), leaf);
-    sync_lru(node);  // no longer a leaf
-    sync_lru(leaf);
+    sync_leaf(node);  // no longer a leaf
+    sync_leaf(leaf);
   }
   return cached;
 }
@@ -225,7 +268,7 @@ int64_t RadixCache::inc_lock_ref(NodeId id) {
       delta -= len;
     }
     ++node.lock_ref;
-    if (node.lock_ref == 1) sync_lru(n);
+    if (node.lock_ref == 1) sync_leaf(n);
   }
   return delta;
 }
@@ -250,7 +293,7 @@ int64_t RadixCache::dec_lock_ref(NodeId id) {
       delta += len;
     }
     --node.lock_ref;
-    if (node.lock_ref == 0) sync_lru(n);
+    if (node.lock_ref == 0) sync_leaf(n);
   }
   return delta;
 }
@@ -261,11 +304,11 @@ std::vector<int32_t> RadixCache::evict(int64_t num_tokens, std::vector<EvictedPa
   std::vector<int32_t> freed;
   if (disabled_ || num_tokens <= 0) return freed;
   int64_t evicted = 0;
-  // Oldest unlocked leaf first; ties by node index. A parent left childless
-  // and unlocked joins the list (delete_leaf syncs it) under its own access
-  // time, which is never older than its children's.
-  while (evicted < num_tokens && !lru_.empty()) {
-    int32_t x = lru_.begin()->second;
+  // The policy's first unlocked leaf; ties by age, then node index. A parent
+  // left childless and unlocked joins the list (delete_leaf syncs it) under
+  // its own key, which never comes before its children's.
+  while (evicted < num_tokens && !leaves_.empty()) {
+    int32_t x = std::get<2>(*leaves_.begin());
     auto& n = nodes_[static_cast<size_t>(x)];
     freed.insert(freed.end(), n.value.begin(), n.value.end());
     if (evicted_paths) {

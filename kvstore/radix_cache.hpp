@@ -13,9 +13,12 @@
 // - lock_ref counts the requests using a node; inc/dec walk to the root.
 //   Every row in the tree is either evictable (its node's lock_ref == 0) or
 //   protected (lock_ref > 0): total_size() == evictable + protected.
-// - LRU uses a logical clock (one tick per match/insert, never wall time), and
-//   ties between equally old leaves are broken by node index, so the same
-//   sequence of calls always evicts the same rows in the same order.
+// - Eviction takes unlocked leaves in the order of an EvictionPolicy: least
+//   recently used (a logical clock, one tick per match/insert, never wall
+//   time), fewest hits, or lowest priority, each then by age. Ties are broken
+//   by node index, so the same sequence of calls always evicts the same rows
+//   in the same order. A parent is never older, less hit or of lower priority
+//   than its children (every match or insert through a child passes it).
 // - Node ids are uint64 values that can travel in messages. They are stable
 //   across splits (a split creates the new *upper* node; the lower one keeps
 //   its id, so a request's last_node still names the end of its prefix) and
@@ -32,10 +35,12 @@
 // Errors: KvStoreError (kvstore/kv_error.hpp) with a message naming the fault.
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -43,6 +48,24 @@
 namespace actorlm {
 
 using NodeId = uint64_t;
+
+// Which unlocked leaf evict() takes first (--radix-eviction-policy).
+enum class EvictionPolicy : uint8_t {
+  lru,       // the least recently used
+  lfu,       // the fewest admitted requests matched through it, then lru
+  priority,  // the lowest priority of any request that used it, then lru
+};
+std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
+const char* eviction_policy_name(EvictionPolicy p);
+
+// Who matches a prefix. A request being admitted counts as a hit on every
+// node of its path (lfu) and lends the path its priority (priority
+// eviction); a probe (the scheduler ranking its queue, a router's mirror)
+// only refreshes access times, or ranking a queue would count as use.
+struct PrefixUse {
+  int64_t priority = 0;  // larger is kept longer
+  bool hit = false;
+};
 
 class RadixCache {
  public:
@@ -70,27 +93,34 @@ class RadixCache {
     int32_t lock_ref = 0;
     uint64_t last_access = 0;  // logical clock
     int32_t num_children = 0;
+    uint64_t hits = 0;         // admitted requests matched through it
+    int64_t priority = 0;      // the highest priority of a request that used it
   };
+
+  using Use = PrefixUse;
 
   // page_size >= 1. disabled: no reuse — match finds nothing, insert stores
   // nothing, locks are no-ops, and cache_finished_req returns every row.
-  explicit RadixCache(int32_t page_size, bool disabled = false);
+  explicit RadixCache(int32_t page_size, bool disabled = false, EvictionPolicy policy = EvictionPolicy::lru);
 
   int32_t page_size() const { return page_size_; }
   bool disabled() const { return disabled_; }
+  EvictionPolicy policy() const { return policy_; }
 
   // Longest cached prefix of tokens, truncated to whole pages. Splits the
   // last node when the match ends inside it; refreshes access times along
-  // the path. Does not lock: call inc_lock_ref(last_node) to keep the rows.
-  MatchResult match_prefix(std::span<const int32_t> tokens);
+  // the path (and, for a hit, counts it and raises the path's priority).
+  // Does not lock: call inc_lock_ref(last_node) to keep the rows.
+  MatchResult match_prefix(std::span<const int32_t> tokens, Use use = {});
 
   // Adds (tokens -> values); both the same length, a multiple of page_size
   // (else KvStoreError). Returns how many leading tokens were already cached:
   // the tree keeps its own rows for them, so the caller's
   // values[its_prefix_len, returned) are duplicates it must free, and only
   // values[returned, end) now belong to the tree. New nodes are unlocked
-  // (evictable).
-  int32_t insert(std::span<const int32_t> tokens, std::span<const int32_t> values);
+  // (evictable). The path's priority is raised to `priority`; a new node
+  // starts at it.
+  int32_t insert(std::span<const int32_t> tokens, std::span<const int32_t> values, int64_t priority = 0);
 
   // Lock / unlock the path root..node. Return the change in evictable size.
   // A stale id throws; dec on a path that is not locked throws. Both change
@@ -109,7 +139,7 @@ class RadixCache {
     int32_t start = 0;
   };
 
-  // Removes least-recently-used unlocked leaves (a parent left childless
+  // Removes unlocked leaves in the policy's order (a parent left childless
   // becomes a candidate) until at least num_tokens rows are freed or nothing
   // evictable is left. Returns the freed rows, whole nodes at a time; the
   // caller frees them through the allocator. Locked paths are never touched.
@@ -122,16 +152,16 @@ class RadixCache {
   // pages, unlock. to_free = its duplicates kv[prefix_len, cached) plus its
   // unaligned tail kv[aligned, end) — everything it owned that the tree did
   // not take. Disabled: to_free = all of kv. The caller also frees the
-  // request's slot.
+  // request's slot. `priority` is the request's (see insert).
   CacheResult cache_finished_req(std::span<const int32_t> tokens, std::span<const int32_t> kv,
-                                 int32_t prefix_len, NodeId last_node);
+                                 int32_t prefix_len, NodeId last_node, int64_t priority = 0);
   // A request continues (between prefill chunks): insert its whole pages,
   // return duplicates kv[prefix_len, cached) in to_free, move its lock to the
   // new deepest node. The caller rewrites its rows (and req_to_token) for
   // [prefix_len, new_prefix_len) with new_prefix_indices and keeps owning its
   // unaligned tail. Disabled: nothing changes.
   CacheResult cache_unfinished_req(std::span<const int32_t> tokens, std::span<const int32_t> kv,
-                                   int32_t prefix_len, NodeId last_node);
+                                   int32_t prefix_len, NodeId last_node, int64_t priority = 0);
   // A request is aborted: unlock its prefix and return the rows it owns
   // privately (kv[prefix_len, end)); nothing is inserted.
   std::vector<int32_t> release_req(std::span<const int32_t> kv, int32_t prefix_len,
@@ -172,8 +202,9 @@ class RadixCache {
   // Empty when every structural invariant holds, else the first violation:
   // key and value lengths agree, keys are whole pages, children are keyed by
   // their first page, parent links agree, sizes add up, lock refs are
-  // non-negative and never exceed the parent's, no row appears twice, and
-  // the LRU list holds exactly the unlocked leaves.
+  // non-negative and never exceed the parent's, no parent is older, less hit
+  // or of lower priority than a child, no row appears twice, and the
+  // eviction list holds exactly the unlocked leaves under their current keys.
   std::string check_integrity() const;
 
  private:
@@ -185,7 +216,8 @@ class RadixCache {
   // ints, no per-token nodes. Strings of <= 15 bytes (page_size <= 3) stay
   // inline.
   using ChildMap = std::unordered_map<std::string, int32_t, PageHash, std::equal_to<>>;
-  using LruKey = std::pair<uint64_t, int32_t>;  // (last access, node index)
+  // (the policy's measure, last access, node index): evicted smallest first.
+  using EvictKey = std::tuple<int64_t, uint64_t, int32_t>;
 
   struct Node {
     std::vector<int32_t> key;
@@ -194,10 +226,12 @@ class RadixCache {
     ChildMap children;
     int32_t lock_ref = 0;
     uint64_t last_access = 0;
+    uint64_t hits = 0;
+    int64_t priority = 0;
     uint32_t generation = 0;
     bool alive = false;
-    bool listed = false;     // in lru_, under (listed_at, index)
-    uint64_t listed_at = 0;
+    bool listed = false;  // in leaves_, under listed_key
+    EvictKey listed_key{};
   };
 
   std::string_view page_key(std::span<const int32_t> tokens) const;
@@ -207,7 +241,9 @@ class RadixCache {
   int32_t split(int32_t child, size_t at);
   void delete_leaf(int32_t node);
   void touch(int32_t node);
-  void sync_lru(int32_t node);
+  void credit(int32_t node, bool hit, int64_t priority);
+  EvictKey evict_key(int32_t node) const;
+  void sync_leaf(int32_t node);
   int32_t index_of(NodeId id) const;  // throws for stale or unknown ids
   NodeId id_of(int32_t index) const;
   void check_aligned(std::span<const int32_t> tokens, std::span<const int32_t> values,
@@ -217,9 +253,10 @@ class RadixCache {
 
   int32_t page_size_;
   bool disabled_;
+  EvictionPolicy policy_;
   std::vector<Node> nodes_;  // [0] is the root
   std::vector<int32_t> free_nodes_;
-  std::set<LruKey> lru_;     // unlocked leaves, oldest first
+  std::set<EvictKey> leaves_;  // unlocked leaves, the next to evict first
   uint64_t clock_ = 0;
   int64_t evictable_size_ = 0;
   int64_t protected_size_ = 0;

@@ -22,6 +22,8 @@ RadixCache::NodeInfo RadixCache::node_info(NodeId id) const {
   }
   info.lock_ref = n.lock_ref;
   info.last_access = n.last_access;
+  info.hits = n.hits;
+  info.priority = n.priority;
   info.num_children = static_cast<int32_t>(n.children.size());
   return info;
 }
@@ -94,6 +96,8 @@ std::string RadixCache::check_integrity() const {
       }
       if (n.parent != 0 && p.lock_ref < n.lock_ref) return where + "locked more than its parent";
       if (p.last_access < n.last_access) return where + "accessed after its parent";
+      if (n.parent != 0 && p.hits < n.hits) return where + "hit more often than its parent";
+      if (n.parent != 0 && p.priority < n.priority) return where + "of higher priority than its parent";
       (n.lock_ref > 0 ? locked : evictable) += static_cast<int64_t>(n.value.size());
       for (int32_t r : n.value) {
         if (!rows.insert(r).second) return where + "row " + std::to_string(r) + " appears twice in the tree";
@@ -107,16 +111,18 @@ std::string RadixCache::check_integrity() const {
       }
     }
     bool evictable_leaf = i != 0 && n.children.empty() && n.lock_ref == 0;
-    if (evictable_leaf != n.listed) return where + (n.listed ? "on the LRU list but not an unlocked leaf" : "unlocked leaf missing from the LRU list");
+    if (evictable_leaf != n.listed) {
+      return where + (n.listed ? "on the eviction list but not an unlocked leaf" : "unlocked leaf missing from the eviction list");
+    }
     if (n.listed) {
       ++leaves;
-      if (n.listed_at != n.last_access || !lru_.count({n.listed_at, static_cast<int32_t>(i)})) {
-        return where + "LRU entry is stale";
+      if (n.listed_key != evict_key(static_cast<int32_t>(i)) || !leaves_.count(n.listed_key)) {
+        return where + "eviction list entry is stale";
       }
     }
   }
   if (alive != node_count()) return "live node count disagrees with the free list";
-  if (leaves != lru_.size()) return "LRU list holds entries for no node";
+  if (leaves != leaves_.size()) return "the eviction list holds entries for no node";
   if (evictable != evictable_size_) {
     return "evictable_size is off: counted " + std::to_string(evictable) + ", recorded " +
            std::to_string(evictable_size_);

@@ -91,7 +91,7 @@ void require_same_length(std::span<const int32_t> tokens, std::span<const int32_
 
 RadixCache::CacheResult RadixCache::cache_finished_req(std::span<const int32_t> tokens,
                                                        std::span<const int32_t> kv,
-                                                       int32_t prefix_len, NodeId last_node) {
+                                                       int32_t prefix_len, NodeId last_node, int64_t priority) {
   require_same_length(tokens, kv, "cache_finished_req");
   require_request_prefix(tokens, kv, prefix_len, last_node, "cache_finished_req");
   CacheResult result;
@@ -101,7 +101,7 @@ RadixCache::CacheResult RadixCache::cache_finished_req(std::span<const int32_t> 
   }
   size_t aligned = kv.size() / static_cast<size_t>(page_size_) * static_cast<size_t>(page_size_);
   // At least prefix_len: the request's locked path spells tokens[0, prefix_len).
-  auto cached = static_cast<size_t>(insert(tokens.first(aligned), kv.first(aligned)));
+  auto cached = static_cast<size_t>(insert(tokens.first(aligned), kv.first(aligned), priority));
   result.to_free.assign(kv.begin() + prefix_len, kv.begin() + static_cast<ptrdiff_t>(cached));
   result.to_free.insert(result.to_free.end(), kv.begin() + static_cast<ptrdiff_t>(aligned), kv.end());
   dec_lock_ref(last_node);
@@ -110,7 +110,7 @@ RadixCache::CacheResult RadixCache::cache_finished_req(std::span<const int32_t> 
 
 RadixCache::CacheResult RadixCache::cache_unfinished_req(std::span<const int32_t> tokens,
                                                          std::span<const int32_t> kv,
-                                                         int32_t prefix_len, NodeId last_node) {
+                                                         int32_t prefix_len, NodeId last_node, int64_t priority) {
   require_same_length(tokens, kv, "cache_unfinished_req");
   require_request_prefix(tokens, kv, prefix_len, last_node, "cache_unfinished_req");
   CacheResult result;
@@ -120,7 +120,7 @@ RadixCache::CacheResult RadixCache::cache_unfinished_req(std::span<const int32_t
     return result;
   }
   size_t aligned = kv.size() / static_cast<size_t>(page_size_) * static_cast<size_t>(page_size_);
-  auto cached = static_cast<size_t>(insert(tokens.first(aligned), kv.first(aligned)));
+  auto cached = static_cast<size_t>(insert(tokens.first(aligned), kv.first(aligned), priority));
   result.to_free.assign(kv.begin() + prefix_len, kv.begin() + static_cast<ptrdiff_t>(cached));
   // Re-match to get the tree's rows for the whole aligned part (its own for
   // [0, cached), the request's former rows for [cached, aligned)) and the

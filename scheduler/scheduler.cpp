@@ -130,20 +130,17 @@ std::optional<std::string> Scheduler::start_constraint(Request& r) const {
   return std::nullopt;
 }
 
-std::optional<std::string> Scheduler::queue_full() {
-  const int32_t limit = config_.queue.max_queued;
-  if (limit <= 0 || static_cast<int64_t>(waiting_.size()) < limit) return std::nullopt;
-  ++stats_.queue_rejections;
-  return "the server's queue is full (" + std::to_string(limit) + " requests waiting, --max-queued-requests); retry later";
-}
-
-std::optional<std::string> Scheduler::submit(Request r) {
+std::optional<std::string> Scheduler::submit(Request r, ErrorKind* kind) {
+  if (kind) *kind = ErrorKind::invalid_request;
   if (auto why = refusal(r)) return why;
-  if (auto why = queue_full()) return why;
+  if (const int32_t limit = config_.queue.max_queued; limit > 0 && static_cast<int64_t>(waiting_.size()) >= limit) {
+    ++stats_.queue_rejections;
+    if (kind) *kind = ErrorKind::overloaded;
+    return "the server's queue is full (" + std::to_string(limit) + " requests waiting, --max-queued-requests); retry later";
+  }
   if (auto why = start_constraint(r)) return why;
   r.arrival = next_arrival_++;
   r.queued_at = now();
-  r.overtaken = 0;
   waiting_.push_back(std::move(r));
   return std::nullopt;
 }
@@ -221,6 +218,7 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
   }
   Running run;
   run.req = std::move(r);
+  run.req.kv.priority = config_.queue.rank(run.req);
   RequestKv* kv[] = {&run.req.kv};
   // The tokens with KV: the prompt, and a migrated request's output but its
   // last token (fill minus one; admit matches all but the last token too).
@@ -487,6 +485,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::vector<RequestKv*> kv_ptrs;
   std::vector<std::vector<int32_t>> prompts;
   for (size_t k = 0; k < chosen.size(); ++k) {
+    kvs[k].priority = config_.queue.rank(waiting_[chosen[k]]);
     kv_ptrs.push_back(&kvs[k]);
     // Scoring a prompt needs the logits at each of its positions: match
     // nothing, compute it all.
@@ -619,10 +618,12 @@ void Scheduler::prefetch_waiting() {
   }
 }
 
-size_t Scheduler::retraction_victim() const {
-  size_t victim = 0;
-  for (size_t i = 1; i < running_.size(); ++i) {
-    if (config_.queue.goes_back_before(running_[i].req, running_[victim].req)) victim = i;
+std::optional<size_t> Scheduler::retraction_victim(bool movable_only, const Request* spare) const {
+  std::optional<size_t> victim;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Running& r = running_[i];
+    if (movable_only && (r.frozen || r.loading || &r.req == spare)) continue;
+    if (!victim || config_.queue.goes_back_before(r.req, running_[*victim].req)) victim = i;
   }
   return victim;
 }
@@ -645,14 +646,8 @@ void Scheduler::preempt_for_priority() {
     for (const auto& w : waiting_) consider(w);
   }
   if (!urgent) return;
-  // The least urgent running request that is free to go back: not one
-  // held for a migration, nor one copying its blocks in from the tiers.
-  std::optional<size_t> victim;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    const Running& r = running_[i];
-    if (r.frozen || r.loading || &r.req == urgent) continue;
-    if (!victim || config_.queue.goes_back_before(r.req, running_[*victim].req)) victim = i;
-  }
+  // The least urgent running request that is free to go back.
+  const std::optional<size_t> victim = retraction_victim(true, urgent);
   if (!victim || !config_.queue.may_preempt(*urgent, running_[*victim].req)) return;
   // One a step. Its place goes to the most urgent waiting request in this
   // step's admission; its rows (cached, unlocked) to the prefill that wanted
@@ -710,7 +705,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_decode(std::vector<TokenEvent>& 
       running_.clear();
       return {};
     }
-    retract(retraction_victim());
+    retract(*retraction_victim());
   }
 }
 
@@ -969,7 +964,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
                ErrorKind::invalid_request);
         running_.clear();
       } else {
-        retract(retraction_victim());
+        retract(*retraction_victim());
       }
       return {};
     }

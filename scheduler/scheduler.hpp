@@ -142,13 +142,11 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worker);
 
   // Queues a request; an error message when it can never run (empty prompt,
-  // prompt not shorter than the context, bad sampling parameters, id in use).
-  std::optional<std::string> submit(Request request);
-  // Why a submission would be refused now for load alone (the queue holds
-  // QueuePolicy::max_queued requests), counted as a rejection; submit
-  // refuses then too. A caller that maps errors asks first: this one is
-  // ErrorKind::overloaded.
-  std::optional<std::string> queue_full();
+  // prompt not shorter than the context, bad sampling parameters, id in use:
+  // ErrorKind::invalid_request) or cannot now (the queue holds
+  // QueuePolicy::max_queued requests, counted as a rejection:
+  // ErrorKind::overloaded). `kind`, when given, is set to which.
+  std::optional<std::string> submit(Request request, ErrorKind* kind = nullptr);
   // Why `r` can never run here (empty, too long, bad parameters, a token id
   // outside the vocabulary, id in use). Every check of a request's values
   // that needs no tokenizer is here; the HTTP layer checks only JSON types
@@ -303,9 +301,10 @@ class Scheduler {
   // that differs from its draft (that one included) or the first that ends
   // the request; returns how many of the step's KV rows stay valid.
   size_t take_verified(Running& r, const Planned& p, std::span<const SampleResult> rows, std::vector<TokenEvent>& events);
-  // Who goes back to wait when KV runs short: the least urgent, then the
-  // newest.
-  size_t retraction_victim() const;
+  // Who goes back to wait first: the least urgent running request, then the
+  // newest. With `movable_only`, never one held for a migration or copying
+  // its blocks in from the tiers, nor `spare`. Empty when none qualifies.
+  std::optional<size_t> retraction_victim(bool movable_only = false, const Request* spare = nullptr) const;
   // Priority scheduling: with no place free (the running limit, or the KV
   // pool short), a waiting request far enough above a running one
   // (QueuePolicy::may_preempt) sends that one back to wait.

@@ -114,7 +114,8 @@ EngineParts start_remote_worker(caf::actor_system& system, const EngineConfig& c
     caf::anon_send_exit(parts.detokenizer, caf::exit_reason::user_shutdown);
     throw std::runtime_error(why);
   }
-  KvStoreConfig kv{w.kv_tokens, w.page_size, w.max_requests, w.max_context, config.disable_radix_cache};
+  KvStoreConfig kv{w.kv_tokens, w.page_size, w.max_requests, w.max_context, config.disable_radix_cache,
+                   config.radix_eviction};
   SchedulerConfig sc = scheduler_config(config, parts.model, *parts.tok);
   sc.constraints = make_constraint_compiler(*parts.tok, parts.model.vocab_size, kConstraintThreads);
   sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);

@@ -34,8 +34,10 @@ void mix(SimResult& r, int64_t v) {
   r.trace *= 1099511628211ull;
 }
 
-SimResult simulate(uint64_t seed, int32_t page_size, int operations) {
+SimResult simulate(uint64_t seed, int32_t page_size, int operations,
+                   actorlm::EvictionPolicy policy = actorlm::EvictionPolicy::lru) {
   KvStoreConfig cfg;
+  cfg.eviction = policy;
   cfg.capacity_tokens = 768;
   cfg.page_size = page_size;
   cfg.max_requests = 12;
@@ -68,7 +70,9 @@ SimResult simulate(uint64_t seed, int32_t page_size, int operations) {
       r.prompt = r.kv.tokens;
       r.output_len = std::max(1, r.output_len - produced);
     }
+    const int64_t priority = r.kv.priority;
     store.finish(r.kv);
+    r.kv.priority = priority;
     r.admitted = false;
     waiting.push_back(std::move(r));
     ++result.retracted;
@@ -83,6 +87,7 @@ SimResult simulate(uint64_t seed, int32_t page_size, int operations) {
       int tail = uniform(1, 40);
       for (int i = 0; i < tail; ++i) r.prompt.push_back(uniform(0, 40));
       r.output_len = uniform(1, 30);
+      r.kv.priority = uniform(-3, 3);
       waiting.push_back(std::move(r));
     } else if (kind < 30 && !waiting.empty()) {  // admit one waiting request
       size_t i = static_cast<size_t>(uniform(0, static_cast<int>(waiting.size()) - 1));
@@ -167,7 +172,9 @@ SimResult simulate(uint64_t seed, int32_t page_size, int operations) {
 
 TEST_CASE("Randomized KV store run keeps the pool invariant after every operation", "[kvstore][random]") {
   int32_t page = GENERATE(1, 4, 16);
-  SimResult r = simulate(42 + static_cast<uint64_t>(page), page, 12000);
+  // Requests of random priorities; every eviction order keeps the invariants.
+  auto policy = GENERATE(actorlm::EvictionPolicy::lru, actorlm::EvictionPolicy::lfu, actorlm::EvictionPolicy::priority);
+  SimResult r = simulate(42 + static_cast<uint64_t>(page), page, 12000, policy);
   CHECK(r.operations == 12000);
   // The run must actually exercise the interesting paths.
   CHECK(r.finished > 50);

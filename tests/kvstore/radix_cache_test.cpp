@@ -114,6 +114,75 @@ TEST_CASE("Eviction takes least recently used leaves first", "[kvstore][radix]")
   CHECK(t.evict(2).empty());
 }
 
+TEST_CASE("lfu eviction takes the least hit leaf first, and probes and inserts are no hits", "[kvstore][radix]") {
+  using actorlm::EvictionPolicy;
+  RadixCache t(1, false, EvictionPolicy::lfu);
+  t.insert(V{1, 1}, V{11, 12});
+  t.insert(V{2, 2}, V{21, 22});
+  t.insert(V{3, 3}, V{31, 32});
+  for (int i = 0; i < 3; ++i) t.match_prefix(V{2, 2}, {.priority = 0, .hit = true});  // 2: three admissions
+  t.match_prefix(V{3, 3}, {.priority = 0, .hit = true});                             // 3: one
+  for (int i = 0; i < 5; ++i) t.match_prefix(V{1, 1});  // 1: probes only, the most recent
+  t.insert(V{1, 1}, V{11, 12});                          // and an insert: still no hit
+  CHECK(t.node_info(t.match_prefix(V{2, 2}).last_node).hits == 3);
+  require_sound(t);
+  CHECK(t.evict(2) == V{11, 12});  // no hit, though the most recent: first
+  CHECK(t.evict(2) == V{31, 32});
+  CHECK(t.evict(2) == V{21, 22});
+  // The same calls under lru evict by age alone.
+  RadixCache l(1);
+  l.insert(V{1, 1}, V{11, 12});
+  l.insert(V{2, 2}, V{21, 22});
+  l.match_prefix(V{2, 2}, {.priority = 0, .hit = true});
+  l.match_prefix(V{1, 1});
+  CHECK(l.evict(2) == V{21, 22});
+}
+
+TEST_CASE("lfu: a split keeps the hits on both halves and parents count every hit below", "[kvstore][radix]") {
+  RadixCache t(1, false, actorlm::EvictionPolicy::lfu);
+  t.insert(V{1, 2, 3}, V{11, 12, 13});
+  t.match_prefix(V{1, 2, 3}, {.priority = 0, .hit = true});
+  t.match_prefix(V{1, 2, 3}, {.priority = 0, .hit = true});
+  t.insert(V{1, 2, 6}, V{11, 12, 16});  // splits [1,2] off [3]
+  auto upper = t.match_prefix(V{1, 2}).last_node;
+  CHECK(t.node_info(upper).hits == 2);
+  t.match_prefix(V{1, 2, 6}, {.priority = 0, .hit = true});
+  CHECK(t.node_info(upper).hits == 3);
+  require_sound(t);
+  // [6] (1 hit) goes before [3] (2 hits), though [3] is older.
+  CHECK(t.evict(1) == V{16});
+  CHECK(t.evict(1) == V{13});
+  CHECK(t.evict(1) == V{11, 12});
+}
+
+TEST_CASE("priority eviction spares the prefixes of more urgent requests", "[kvstore][radix]") {
+  RadixCache t(1, false, actorlm::EvictionPolicy::priority);
+  // Inserted by requests of priority 5, -3 and 0 (larger: more urgent).
+  t.insert(V{1, 1}, V{11, 12}, 5);
+  t.insert(V{2, 2}, V{21, 22}, -3);
+  t.insert(V{3, 3}, V{31, 32}, 0);
+  // A probe lends nothing; an admission of priority 9 raises [3]; a later
+  // use by a less urgent request lowers nothing.
+  t.match_prefix(V{2, 2}, {.priority = 100, .hit = false});
+  t.match_prefix(V{3, 3}, {.priority = 9, .hit = true});
+  t.match_prefix(V{3, 3}, {.priority = -50, .hit = true});
+  CHECK(t.node_info(t.match_prefix(V{3, 3}).last_node).priority == 9);
+  // A shared prefix carries its most urgent user's priority.
+  t.insert(V{4, 4, 4}, V{41, 42, 43}, -7);
+  t.insert(V{4, 4, 5}, V{41, 42, 53}, 2);
+  CHECK(t.node_info(t.match_prefix(V{4, 4}).last_node).priority == 2);
+  require_sound(t);
+  // Lowest priority first, whatever the age: -7, -3, 2, then the shared
+  // [4,4] (2, a leaf once both children are gone), 5, 9.
+  CHECK(t.evict(1) == V{43});
+  CHECK(t.evict(1) == V{21, 22});
+  CHECK(t.evict(1) == V{53});
+  CHECK(t.evict(1) == V{41, 42});
+  CHECK(t.evict(1) == V{11, 12});
+  CHECK(t.evict(1) == V{31, 32});
+  require_sound(t);
+}
+
 TEST_CASE("Eviction climbs to parents that become leaves", "[kvstore][radix]") {
   RadixCache t(1);
   t.insert(V{1, 2}, V{11, 12});

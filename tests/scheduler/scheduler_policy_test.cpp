@@ -66,8 +66,8 @@ struct Harness {
   std::map<uint64_t, FinishReason> finish;
   std::map<uint64_t, ErrorKind> kinds;
 
-  Harness(int64_t pool_tokens, int32_t page, const SchedulerConfig& c)
-      : kv({pool_tokens, page, 16, c.max_context, false}), scheduler(c, kv, worker) {}
+  Harness(int64_t pool_tokens, int32_t page, const SchedulerConfig& c, EvictionPolicy eviction = EvictionPolicy::lru)
+      : kv({pool_tokens, page, 16, c.max_context, false, eviction}), scheduler(c, kv, worker) {}
 
   void submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0) {
     REQUIRE_FALSE(try_submit(id, prompt, max_new, priority));
@@ -371,6 +371,30 @@ TEST_CASE("Short of rows, the least urgent request goes back to wait, not the ne
   h.drain();
   CHECK(h.outputs[1] == Ids(10, kToken));
   CHECK(h.outputs[2] == Ids(10, kToken));
+}
+
+TEST_CASE("Priority eviction keeps an urgent request's prefix through a flood of less urgent ones, which lru does not", "[scheduler][policy][priority]") {
+  const EvictionPolicy eviction = GENERATE(EvictionPolicy::lru, EvictionPolicy::priority);
+  Harness h(256, 1, with_priorities(config(SchedulePolicy::lpm, 4, 2048, 0)), eviction);
+  const Ids urgent = range(1000, 64);
+  h.submit(1, urgent, 1, 50);
+  h.drain();
+  // Six less urgent prompts of 64 tokens, one after another: 390 tokens to
+  // cache in a pool of 256, so older prefixes must go.
+  for (uint64_t k = 0; k < 6; ++k) {
+    h.submit(10 + k, range(2000 + 100 * static_cast<int32_t>(k), 64), 1, 0);
+    h.drain();
+  }
+  // The urgent prompt again (a new id, its prompt known to the worker).
+  h.submit(2, urgent, 1, 50);
+  CHECK(h.step() == B{2});
+  const int32_t computed = h.last_extends()[0];
+  if (eviction == EvictionPolicy::priority) {
+    CHECK(computed == 1);  // all but the last token was still cached
+  } else {
+    CHECK(computed == 64);  // the oldest prefix went first
+  }
+  h.drain();
 }
 
 TEST_CASE("lpm's starvation bound: a request that N later arrivals overtook goes next", "[scheduler][policy][priority]") {

@@ -8,7 +8,11 @@ the admitted work completes and the server stays healthy:
   /metrics counts both; a priority outside its range is a 400 naming it;
 - with --enable-priority-scheduling and one running place, an urgent request
   finishes while a long one waits for it, and the long one's text is what it
-  is alone (preemption changes no token).
+  is alone (preemption changes no token);
+- with --radix-eviction-policy priority, an urgent prompt's prefix survives a
+  flood of less urgent prompts through a small pool (cached on its return);
+  under lru the flood evicts it; `priority` without priority scheduling is a
+  usage error.
 
 Usage: python3 tests/server/overload_test.py path/to/actorlm
 """
@@ -158,10 +162,42 @@ def priorities():
         stop(proc)
 
 
+def eviction(policy):
+    """The cached tokens an urgent prompt gets back after a flood of six others
+    through a 1,024-token pool."""
+    flags = ["--kv-tokens", "1024", "--enable-priority-scheduling", "--radix-eviction-policy", policy]
+    proc, port = serve(*flags)
+    try:
+        urgent = {"prompt": "Urgent notes: " + " ".join(f"item {i} is ready" for i in range(60)), "max_tokens": 2,
+                  "priority": 20}
+        status, first, _ = post(port, urgent)
+        check(status == 200 and first["usage"]["prompt_tokens"] > 200, (status, first))
+        for k in range(6):
+            flood = {"prompt": f"Flood {k}: " + " ".join(f"row {k} {i} done" for i in range(60)), "max_tokens": 2}
+            status, body, _ = post(port, flood)
+            check(status == 200, (status, body))
+        status, again, _ = post(port, urgent)
+        check(status == 200, (status, again))
+        return first["usage"]["prompt_tokens"], again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    finally:
+        stop(proc)
+
+
+def eviction_policies():
+    n, kept = eviction("priority")
+    check(kept >= n - 2, f"priority eviction: the urgent prompt came back with {kept} of {n} tokens cached")
+    n, lost = eviction("lru")
+    check(lost < n // 2, f"lru: the urgent prompt came back with {lost} of {n} tokens cached; the flood should evict it")
+    refused = subprocess.run([BIN, "serve", "--radix-eviction-policy", "priority"], capture_output=True, text=True)
+    check(refused.returncode != 0 and "needs --enable-priority-scheduling" in refused.stderr, refused.stderr[-300:])
+    print(f"overload: an urgent prompt's {n} tokens came back {kept} cached under priority eviction, {lost} under lru")
+
+
 def main():
     concurrency_limit()
     queue_limits()
     priorities()
+    eviction_policies()
 
 
 if __name__ == "__main__":
