@@ -423,10 +423,26 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     return std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>(budget, 0)));
   };
 
+  // With priorities, a step that admits a request far more urgent (by the
+  // preemption threshold) than prompts in progress or waiting carries its
+  // prefill without them, beside the decodes: they go on a step later
+  // rather than lengthen its time to first token. Only when it can be
+  // admitted now, or nothing would move.
+  const Request* urgent = nullptr;
+  const bool admits = !memory_short_ && static_cast<int64_t>(running_.size()) < config_.max_running_requests &&
+                      !suspect_running() &&
+                      std::none_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
+  if (config_.queue.priorities && admits) {
+    for (const auto& w : waiting_) {
+      if (!awaits_prefetch(w) && (!urgent || config_.queue.rank(w) > config_.queue.rank(*urgent))) urgent = &w;
+    }
+  }
+  auto waits_for_urgent = [&](const Request& q) { return urgent && config_.queue.may_preempt(*urgent, q); };
   // A request in the middle of a chunked prefill goes first; one still
   // loading from the tiers loads more, and computes once that is done.
   for (auto& r : running_) {
     if (r.decoding) continue;
+    if (waits_for_urgent(r.req)) continue;
     if (r.loading) {
       load_from_tiers(r);
       if (r.loading) continue;
@@ -473,6 +489,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     if (chosen.size() == room || estimate <= 0) break;
     if (suspects && waiting_[i].step_failures == 0) continue;
     if (awaits_prefetch(waiting_[i])) continue;
+    if (waits_for_urgent(waiting_[i])) break;  // sorted by rank first: the rest are less urgent still
     int64_t need = static_cast<int64_t>(fills[i].size()) - cached[i];
     if (config_.chunked_prefill_size == 0 && need > estimate && !chosen.empty()) break;
     chosen.push_back(i);

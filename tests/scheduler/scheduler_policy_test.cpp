@@ -373,6 +373,27 @@ TEST_CASE("Short of rows, the least urgent request goes back to wait, not the ne
   CHECK(h.outputs[2] == Ids(10, kToken));
 }
 
+TEST_CASE("An urgent request's prefill runs without the less urgent prompts in progress or waiting", "[scheduler][policy][priority]") {
+  const bool on = GENERATE(false, true);
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 4, 2048, 16);
+  if (on) c = with_priorities(c);
+  Harness h(1024, 1, c);
+  h.submit(1, range(100, 64), 2, 0);  // four chunks of 16
+  CHECK(h.step() == B{1});
+  h.submit(2, range(300, 10), 2, 50);
+  h.submit(3, range(400, 10), 2, 0);
+  if (on) {
+    CHECK(h.step() == B{2});             // alone: 1's next chunk and 3 wait a step
+    CHECK(h.last_extends() == std::vector<int32_t>{10});
+    CHECK(h.step() == B{1, 2});          // then 1 goes on beside 2's decode
+  } else {
+    CHECK(h.step() == B{1, 2, 3});  // one chunk in all: 1's 16 tokens, then the others as budget allows
+  }
+  h.drain();
+  CHECK(h.outputs[1].size() == 2);
+  CHECK(h.outputs[3].size() == 2);
+}
+
 TEST_CASE("Priority eviction keeps an urgent request's prefix through a flood of less urgent ones, which lru does not", "[scheduler][policy][priority]") {
   const EvictionPolicy eviction = GENERATE(EvictionPolicy::lru, EvictionPolicy::priority);
   Harness h(256, 1, with_priorities(config(SchedulePolicy::lpm, 4, 2048, 0)), eviction);
