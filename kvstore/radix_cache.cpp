@@ -14,15 +14,6 @@ std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name) {
   return std::nullopt;
 }
 
-const char* eviction_policy_name(EvictionPolicy p) {
-  switch (p) {
-    case EvictionPolicy::lfu: return "lfu";
-    case EvictionPolicy::priority: return "priority";
-    case EvictionPolicy::lru: break;
-  }
-  return "lru";
-}
-
 RadixCache::RadixCache(int32_t page_size, bool disabled, EvictionPolicy policy)
     : page_size_(page_size), disabled_(disabled), policy_(policy) {
   if (page_size < 1) throw KvStoreError("RadixCache: page_size must be >= 1");

@@ -56,7 +56,6 @@ enum class EvictionPolicy : uint8_t {
   priority,  // the lowest priority of any request that used it, then lru
 };
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
-const char* eviction_policy_name(EvictionPolicy p);
 
 // Who matches a prefix. A request being admitted counts as a hit on every
 // node of its path (lfu) and lends the path its priority (priority
@@ -105,7 +104,6 @@ class RadixCache {
 
   int32_t page_size() const { return page_size_; }
   bool disabled() const { return disabled_; }
-  EvictionPolicy policy() const { return policy_; }
 
   // Longest cached prefix of tokens, truncated to whole pages. Splits the
   // last node when the match ends inside it; refreshes access times along

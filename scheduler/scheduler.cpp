@@ -428,10 +428,11 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   // prefill without them, beside the decodes: they go on a step later
   // rather than lengthen its time to first token. Only when it can be
   // admitted now, or nothing would move.
+  // After a failed step its requests are admitted one at a time (below).
+  const bool suspects = std::any_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
   const Request* urgent = nullptr;
   const bool admits = !memory_short_ && static_cast<int64_t>(running_.size()) < config_.max_running_requests &&
-                      !suspect_running() &&
-                      std::none_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
+                      !suspect_running() && !suspects;
   if (config_.queue.priorities && admits) {
     for (const auto& w : waiting_) {
       if (!awaits_prefetch(w) && (!urgent || config_.queue.rank(w) > config_.queue.rank(*urgent))) urgent = &w;
@@ -460,7 +461,6 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   if (room == 0) return plan;
   // After a failed step its requests are admitted one at a time, before
   // anything else, each alone until it has sampled a token.
-  const bool suspects = std::any_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
   if (suspect_running()) return plan;
   if (suspects) {
     if (!plan.empty()) return plan;  // a chunk in progress finishes first
