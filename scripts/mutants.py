@@ -19,8 +19,9 @@ other mutants): only a command that passes there kills the mutant. A mutant is
 Exit status: 0 only when every mutant was killed; 1 otherwise. The user's
 tree and ./build are never touched.
 
-Usage: scripts/mutants.py [--list] [--ci] [--workdir DIR] [-j N] [NAME ...]
+Usage: scripts/mutants.py [--list] [--ci] [--check-patterns] [--workdir DIR] [-j N] [NAME ...]
   --ci: the mutants CI runs (scripts/test.sh), those whose tests take seconds.
+  --check-patterns: no build, only that each mutant's line is there once.
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ MUTANTS = [
            KV_TESTS, catch_runs(KV_TESTS)),
     Mutant("lpm-inverted",
            "the scheduler's lpm order puts the shortest cached prefix first",
-           "scheduler/scheduler.cpp",
-           "cached[a] != cached[b]) return cached[a] > cached[b];",
-           "cached[a] != cached[b]) return cached[a] < cached[b];",
+           "scheduler/queue_policy.cpp",
+           "cached_a != cached_b) return cached_a > cached_b;",
+           "cached_a != cached_b) return cached_a < cached_b;",
            SCHED_TESTS, catch_runs(SCHED_TESTS)),
     Mutant("api-key-chat-only",
            "the API key is checked only on /v1/chat/completions",
@@ -332,11 +333,31 @@ def copy_tree(src: Path, dst: Path) -> None:
         shutil.copy2(s, d)
 
 
+def check_patterns() -> int:
+    """0 when every mutant's line is found exactly once in the checkout.
+
+    The mutation run itself comes last in CI (an hour in); this check runs in
+    build/'s CTest run, so a commit that moves a mutant's line fails in
+    seconds, and on the machine of whoever moved it."""
+    stale = 0
+    for m in MUTANTS:
+        path = ROOT / m.path
+        count = path.read_text().count(m.old) if path.is_file() else -1
+        if count != 1:
+            stale += 1
+            where = "does not exist" if count < 0 else f"holds its line {count} times, not once"
+            print(f"mutant {m.name}: {m.path} {where} (the code changed: update the mutant)")
+    print(f"{len(MUTANTS) - stale} of {len(MUTANTS)} mutants' lines found once")
+    return 1 if stale else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="mutants to run (default: all)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--ci", action="store_true", help="only the mutants CI runs")
+    ap.add_argument("--check-patterns", action="store_true",
+                    help="only check that every mutant's line occurs exactly once (no build; a CTest test)")
     # Default under the repository root (ignored by /build*/): ccache's
     # base_dir then sees the same relative paths as a ./build-cpu build.
     ap.add_argument("--workdir", type=Path, default=ROOT / "build-mutants",
@@ -349,6 +370,8 @@ def main() -> int:
         for m in MUTANTS:
             print(f"{m.name:24} {'ci ' if m.ci else '   '}{m.path}: {m.what}")
         return 0
+    if args.check_patterns:
+        return check_patterns()
     unknown = set(args.names) - {m.name for m in MUTANTS}
     if unknown:
         ap.error(f"unknown mutants: {', '.join(sorted(unknown))} (see --list)")

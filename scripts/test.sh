@@ -7,8 +7,27 @@
 # runs of build/ and the CPU-only build.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Each stage's time and each CTest run's slowest tests are printed again when
+# the script exits, pass or fail: CI shows only the end of the log, and a run
+# that comes near its time limit must say where the time went.
+summary="$(mktemp)"
+trap 'echo "test.sh: where the time went ($(( $(date +%s) - started )) s in all):"; cat "$summary"; rm -f "$summary"' EXIT
+started=$(date +%s)
+step() { echo "test.sh: $1 took $(( $(date +%s) - $2 )) s" | tee -a "$summary"; }
+# The ten slowest tests of the CTest run in build folder $1 (CTest's own
+# record of each test's time), before the folder is pruned.
+slowest() {
+  local costs="$1/Testing/Temporary/CTestCostData.txt"
+  [[ -f "$costs" ]] || return 0
+  awk '/^---/ { exit } NF >= 3 { t = $NF; NF -= 2; printf "%9.1f s  %s\n", t, $0 }' "$costs" \
+    | sort -rn | head -10 >> "$summary"
+}
+t=$(date +%s)
 bash "$root/scripts/setup.sh"
+step "setup" "$t"
+t=$(date +%s)
 bash "$root/scripts/build.sh"
+step "build/ (configure and build)" "$t"
 build="${ACTORLM_BUILD_DIR:-$root/build}"
 # ACTORLM_PRUNE_BUILDS=1 (.ci/run sets it) deletes each build folder once its
 # stage is done. CI's disk is not ours to size: one run ran out of it linking
@@ -29,16 +48,22 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 && "${ACTORLM_CI_SANITIZERS:-1}" != 0 
   select=(-LE '^catch2$')
   echo "test.sh: no GPU visible; build/ runs its process tests, the ASan build every Catch2 test"
 fi
-(cd "$build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 "${select[@]}" "$@")
+t=$(date +%s)
+status=0
+(cd "$build" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900 "${select[@]}" "$@") || status=$?
+step "build/'s tests" "$t"
+slowest "$build"
+(( status == 0 )) || exit "$status"
 # The embedding examples built out of tree against this build's install
 # (find_package and pkg-config) and run: the install rules cannot rot.
+t=$(date +%s)
 bash "$root/scripts/check_embedding.sh" "$build"
+step "the embedding check" "$t"
 prune "$build" "$root/build-fuzz"
 
 # Unless ACTORLM_SKIP_CPU_BUILD=1 (e.g. while iterating locally), the checks
 # that keep the suite's guarantees from rotting (docs/TESTING.md, "CI"):
 if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
-  step() { echo "test.sh: $1 took $(( $(date +%s) - $2 )) s"; }
   # The CPU-only configuration (-DACTORLM_CUDA=OFF), which is what a machine
   # without nvcc gets: the build above takes the CUDA branch of every
   # `#if ACTORLM_HAVE_CUDA` wherever nvcc exists, so only this build proves the
@@ -50,8 +75,11 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   # tests only (quicker, for local iteration; CI keeps the sanitizers).
   t=$(date +%s)
   if [[ "${ACTORLM_CI_SANITIZERS:-1}" != 0 ]]; then
-    bash "$root/scripts/sanitize.sh" --ci "$@"
+    status=0
+    bash "$root/scripts/sanitize.sh" --ci "$@" || status=$?
     step "the ASan+UBSan CPU-only build and its tests" "$t"
+    slowest "${ACTORLM_ASAN_BUILD_DIR:-$root/build-asan}"
+    (( status == 0 )) || exit "$status"
     prune "${ACTORLM_ASAN_BUILD_DIR:-$root/build-asan}"
   else
     cpu_build="${ACTORLM_CPU_BUILD_DIR:-$root/build-cpu}"
@@ -64,8 +92,11 @@ if [[ "${ACTORLM_SKIP_CPU_BUILD:-0}" != 1 ]]; then
   # ThreadSanitizer over the actor, cluster and scheduler tests (their Catch2
   # binaries but the scheduler's real-model one; see scripts/tsan.sh).
   t=$(date +%s)
-  bash "$root/scripts/tsan.sh" --ci
+  status=0
+  bash "$root/scripts/tsan.sh" --ci || status=$?
   step "the TSan build and its tests" "$t"
+  slowest "${ACTORLM_TSAN_BUILD_DIR:-$root/build-tsan}"
+  (( status == 0 )) || exit "$status"
   prune "${ACTORLM_TSAN_BUILD_DIR:-$root/build-tsan}"
   # A binary for any x86-64 (-DACTORLM_NATIVE=OFF): it once stopped compiling
   # under -Werror with nobody noticing, so it is built here and answers one
