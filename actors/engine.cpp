@@ -1,6 +1,7 @@
 #include "actors/engine.hpp"
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
@@ -32,6 +33,7 @@ struct Engine::Impl {
   std::shared_ptr<StatsBoard> board;  // see EngineParts::board
   caf::actor pool, radix;
   std::chrono::milliseconds stall_timeout{600'000};  // EngineConfig::stall_timeout
+  std::vector<AdapterInfo> adapters;
   explicit Impl(caf::actor_system& s) : system(s) {}
 };
 
@@ -52,6 +54,7 @@ EngineParts local_parts(caf::actor_system& system, const EngineConfig& config) {
   p.board = core.board;
   p.pool = core.pool;
   p.radix = core.radix;
+  p.adapters = core.adapters;
   p.stop = [core] { stop_engine_core(core); };
   return p;
 }
@@ -76,6 +79,7 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.pool = std::move(parts.pool);
   m.radix = std::move(parts.radix);
   m.stall_timeout = config.stall_timeout;
+  m.adapters = std::move(parts.adapters);
   caf::anon_send(m.detokenizer, m.scheduler);
   m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content,
                                 config.chat_template, std::move(parts.constraints));
@@ -95,6 +99,7 @@ const std::string& Engine::device() const { return impl_->device; }
 int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
 int32_t Engine::max_context() const { return impl_->max_context; }
 ToolFormat Engine::tool_format() const { return impl_->tool_format; }
+const std::vector<AdapterInfo>& Engine::adapters() const { return impl_->adapters; }
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
   return impl_->tok->encode(text, add_special && impl_->tok->add_bos_by_default(), parse_special);
@@ -126,6 +131,20 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   caf::scoped_actor self{impl_->system};
   fb::GenerateRequestT g;
   g.request_id = o.request_id != 0 ? o.request_id : impl_->next_id++;
+  if (!o.adapter.empty()) {
+    const auto& list = impl_->adapters;
+    const auto a = std::find_if(list.begin(), list.end(), [&](const AdapterInfo& x) { return x.name == o.adapter; });
+    if (a == list.end()) {
+      TextDeltaEvent refused;
+      refused.request_id = g.request_id;
+      refused.finish = FinishReason::error;
+      refused.error = "no LoRA adapter named '" + o.adapter + "' is loaded";
+      refused.error_kind = ErrorKind::invalid_request;
+      on_delta(refused);
+      return refused;
+    }
+    g.adapter = a->id;
+  }
   if (!o.input_ids.empty()) {
     g.input_ids = o.input_ids;
   } else if (!o.messages.empty() || o.chat) {

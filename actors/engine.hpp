@@ -35,8 +35,25 @@
 
 namespace actorlm {
 
+// A LoRA adapter to load with the model (--lora NAME=PATH): requests pick
+// it by name (GenerateOptions::adapter). scale multiplies its alpha / rank.
+struct LoraSpec {
+  std::string name;
+  std::string path;
+  float scale = 1.0f;
+};
+
+// The adapters an engine serves: name, worker id, file, float32 bytes.
+struct AdapterInfo {
+  std::string name;
+  int32_t id = 0;
+  std::string path;
+  int64_t bytes = 0;
+};
+
 struct EngineConfig {
   std::string model_path;          // GGUF file or Hugging Face folder
+  std::vector<LoraSpec> lora;      // LoRA adapters (model/lora_adapter.hpp), CPU backend
   // Speculative decoding's draft model (scheduler.speculative.algorithm ==
   // draft): a GGUF file or Hugging Face folder with the same vocabulary,
   // run on the same device beside the target (model/draft_model.hpp).
@@ -113,6 +130,9 @@ struct GenerateOptions {
   // How urgent it is, in [-kMaxPriority, kMaxPriority]: used where the engine
   // schedules by priority (SchedulerConfig::queue), ignored elsewhere.
   int32_t priority = 0;
+  // The LoRA adapter to run with, by name (Engine::adapters()); empty: the
+  // base model. A name the engine does not serve fails the request.
+  std::string adapter;
   // 0: the engine numbers the request. A caller that must be able to abort
   // a request before its first delta arrives takes one from
   // Engine::new_request_id() and passes it here.
@@ -162,6 +182,7 @@ struct EngineParts {
   // so that stats() never waits for a step. Null: stats() asks `scheduler`.
   std::shared_ptr<StatsBoard> board;
   caf::actor pool, radix;
+  std::vector<AdapterInfo> adapters;  // LoRA adapters the scheduler's worker holds
 };
 
 class Engine {
@@ -185,6 +206,8 @@ class Engine {
   // How this model is shown tools and writes its calls (its chat template's
   // convention).
   ToolFormat tool_format() const;
+  // The LoRA adapters requests may name (GenerateOptions::adapter).
+  const std::vector<AdapterInfo>& adapters() const;
   // The model's tokenizer, as a request's text is tokenized (add_special:
   // the beginning-of-sequence token where the model adds one; parse_special:
   // control-token text becomes those tokens).

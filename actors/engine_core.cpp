@@ -78,6 +78,14 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
                         .max_requests = core.kv.max_requests,
                         .max_context = max_context});
   if (!config.draft_model_path.empty()) attach_draft_model(*runner, config, made.kv_tokens, max_context, core);
+  for (const LoraSpec& spec : config.lora) {
+    const auto id = static_cast<int32_t>(core.adapters.size() + 1);
+    const LoraAdapter adapter = load_lora_adapter(spec.path, core.model, spec.scale);
+    runner->add_adapter(id, adapter);
+    core.adapters.push_back({spec.name, id, spec.path, adapter.bytes()});
+    std::fprintf(stderr, "actorlm: LoRA adapter %s: %s, %lld matrices, %.1f MB\n", spec.name.c_str(),
+                 spec.path.c_str(), static_cast<long long>(adapter.matrices()), double(adapter.bytes()) / 1e6);
+  }
   core.kv_dtype = runner->kv_dtype();
   core.kv_token_bytes = runner->kv_token_bytes();
   std::vector<std::span<uint8_t>> probe;
@@ -145,6 +153,7 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
                              caf::actor sink) {
   WorkerCore w = spawn_worker_core(system, config, tok);
   SchedulerConfig sc = scheduler_config(config, w.model, tok);
+  for (const AdapterInfo& a : w.adapters) sc.adapters.push_back(a.id);
   sc.constraints = make_constraint_compiler(tok, w.model.vocab_size, kConstraintThreads);
   if (!config.hicache_storage_dir.empty() || config.hicache_host_bytes > 0) {
     try {
@@ -164,6 +173,7 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
   core.kv_dtype = w.kv_dtype;
   core.kv_token_bytes = w.kv_token_bytes;
   core.kv_spans = w.kv_spans;
+  core.adapters = w.adapters;
   return core;
 }
 

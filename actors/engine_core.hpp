@@ -38,6 +38,7 @@ struct EngineCore {
   KvRowSpans kv_spans;
   // The scheduler's figures after each step (scheduler/stats_board.hpp).
   std::shared_ptr<StatsBoard> board;
+  std::vector<AdapterInfo> adapters;  // loaded with the model
 };
 
 // A worker alone: the weights and KV tensors, sized as `kv` says (a worker
@@ -50,6 +51,7 @@ struct WorkerCore {
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
   KvRowSpans kv_spans;  // see EngineCore
+  std::vector<AdapterInfo> adapters;  // EngineConfig::lora, loaded (ids 1, 2, ...)
   // A new worker actor over the same model runner: how an ended one is
   // started again (WorkerLiveness::restart).
   std::function<caf::actor()> respawn;

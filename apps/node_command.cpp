@@ -69,6 +69,9 @@ int node_command(int argc, char** argv, int first) {
   }
   NodeConfig nc;
   nc.engine = engine_from_flags(args);
+  // A head does not know a node's adapters by name yet: refused rather
+  // than loaded for nothing.
+  if (!nc.engine.lora.empty()) throw cli::UsageError("--lora is for serve, chat and run, not for a cluster node (yet)");
   nc.host = args.str("--host").value_or("127.0.0.1");
   nc.port = static_cast<uint16_t>(args.integer("--port", 7100, 0, 65535));
   nc.security = security_from_flags(args);

@@ -34,6 +34,7 @@ constexpr const char* usage =
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
     "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
+    "                     [--lora NAME=PATH ...]  (LoRA adapters, GGUF; a request picks one with \"model\": \"NAME\")\n"
     "                     [--enable-priority-scheduling [--schedule-low-priority-values-first]]\n"
     "                     [--priority-scheduling-preemption-threshold 10] [--schedule-max-overtakes 32]\n"
     "                     [--max-queued-requests N] [--queue-timeout S]  (429 / 408; docs/API.md, queueing)\n"

@@ -366,7 +366,7 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   ops.set_attention(attn, sched);
   auto span_at = [&](size_t at, size_t n) { return std::span<const int32_t>(st.device<int32_t>(at), n); };
   const ForwardInputs in{span_at(o_tok, tokens.size()), span_at(o_pos, positions.size()), span_at(o_loc, loc.size()),
-                         span_at(o_rows, rows.size()),  m.kv,  &plan.attention};
+                         span_at(o_rows, rows.size()),  m.kv,  &plan.attention, plan.lora};
   ops.begin_pass();
   const float* logits = nullptr;
   if (graph) {

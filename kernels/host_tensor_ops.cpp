@@ -17,6 +17,24 @@ void need_contiguous(const Tensor& t, const char* op) {
   }
 }
 
+// Sixteen running sums, each over every sixteenth element, then added in a
+// fixed order: the compiler keeps them in vector registers without
+// reordering anything, and the result depends only on a and b.
+float fixed_order_dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  float sum = acc[0];
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 }  // namespace
 
 const std::vector<MatrixView>& HostTensorOps::weight(WeightId w) const {
@@ -216,6 +234,49 @@ void HostTensorOps::scatter_add_rows(Tensor dst, std::span<const int32_t> rows, 
   need_contiguous(dst, "scatter_add_rows");
   need_contiguous(src, "scatter_add_rows");
   backend_.scatter_add_rows(dst.f32(), dst.cols, rows, weights, src.f32());
+}
+
+}  // namespace actorlm
+
+namespace actorlm {
+
+LoraId HostTensorOps::add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
+                               int64_t out) {
+  if (rank <= 0 || in <= 0 || out <= 0 || a.size() != static_cast<size_t>(rank * in) ||
+      b.size() != static_cast<size_t>(out * rank)) {
+    throw std::invalid_argument("host tensor ops: a LoRA update needs a of [rank][in] and b of [out][rank]");
+  }
+  LowRank m{{a.begin(), a.end()}, {b.begin(), b.end()}, rank, in, out};
+  lora_bytes_ += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
+  for (size_t i = 0; i < loras_.size(); ++i) {
+    if (loras_[i].rank == 0) {
+      loras_[i] = std::move(m);
+      return {static_cast<int32_t>(i)};
+    }
+  }
+  loras_.push_back(std::move(m));
+  return {static_cast<int32_t>(loras_.size() - 1)};
+}
+
+void HostTensorOps::drop_lora(LoraId id) {
+  LowRank& m = loras_.at(static_cast<size_t>(id.index));
+  lora_bytes_ -= static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
+  m = {};
+}
+
+void HostTensorOps::lora(Tensor x, LoraId id, Tensor out, int64_t row_begin, int64_t rows) {
+  const LowRank& m = loras_.at(static_cast<size_t>(id.index));
+  if (m.rank == 0 || x.cols != m.in || out.cols != m.out || x.dtype != DType::f32 || out.dtype != DType::f32 ||
+      row_begin < 0 || rows < 0 || row_begin + rows > x.rows || row_begin + rows > out.rows) {
+    throw std::logic_error("host tensor ops: lora's shapes do not match its update");
+  }
+  std::vector<float> t(static_cast<size_t>(m.rank));
+  for (int64_t r = row_begin; r < row_begin + rows; ++r) {
+    const float* xr = x.f32() + r * x.ld;
+    for (int32_t k = 0; k < m.rank; ++k) t[static_cast<size_t>(k)] = fixed_order_dot(xr, m.a.data() + k * m.in, m.in);
+    float* yr = out.f32() + r * out.ld;
+    for (int64_t o = 0; o < m.out; ++o) yr[o] += fixed_order_dot(t.data(), m.b.data() + o * m.rank, m.rank);
+  }
 }
 
 }  // namespace actorlm

@@ -51,8 +51,18 @@ class HostTensorOps final : public TensorOps {
   void gather_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   void scatter_add_rows(Tensor dst, std::span<const int32_t> rows, std::span<const float> weights,
                         Tensor src) override;
+  LoraId add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
+                  int64_t out) override;
+  void drop_lora(LoraId id) override;
+  void lora(Tensor x, LoraId id, Tensor out, int64_t row_begin, int64_t rows) override;
+  int64_t lora_bytes() const override { return lora_bytes_; }
 
  private:
+  struct LowRank {
+    std::vector<float> a, b;  // [rank][in], [out][rank]; empty once dropped
+    int32_t rank = 0;
+    int64_t in = 0, out = 0;
+  };
   const std::vector<MatrixView>& weight(WeightId w) const;
   const std::vector<float>& vector(VectorId v) const;
   void count_bytes(const MatrixView& m);
@@ -63,6 +73,8 @@ class HostTensorOps final : public TensorOps {
   std::vector<std::vector<float>> vectors_;
   std::vector<RopeTable> ropes_;
   int64_t weight_bytes_ = 0;
+  std::vector<LowRank> loras_;  // by LoraId; a dropped one's place is reused
+  int64_t lora_bytes_ = 0;
   std::unordered_set<const void*> counted_;
   // Scratch buffers, reused pass after pass in the order they are asked
   // for (a pass asks for the same shapes each step, so steady state

@@ -49,6 +49,10 @@ struct VectorId {  // a norm weight or a bias
 struct RopeId {
   int32_t index = -1;
 };
+struct LoraId {  // one matrix's low-rank update (a LoRA adapter's A and B)
+  int32_t index = -1;
+  bool valid() const { return index >= 0; }
+};
 
 // What a scratch tensor is for; it decides the element type on a device.
 enum class Use : uint8_t {
@@ -116,6 +120,21 @@ class TensorOps {
   virtual void add(Tensor x, Tensor y) = 0;  // x += y
   virtual void scale(Tensor x, float s) = 0;
   virtual void softcap(Tensor x, float cap) = 0;  // x = cap * tanh(x / cap)
+
+  // --- LoRA adapters: out += (x · aᵀ) · bᵀ on some rows, a low-rank update
+  // of one matrix's products. a is [rank][in], b [out][rank], float32, the
+  // adapter's scale already folded into b. Adapters come and go while the
+  // model runs (between passes). Each row's sums are taken in the same
+  // order whatever the other rows are, so a request's outputs do not
+  // depend on its batch. A device that does not run adapters throws
+  // std::invalid_argument from add_lora (the defaults below).
+  virtual LoraId add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
+                          int64_t out);
+  virtual void drop_lora(LoraId id);
+  // Rows [row_begin, row_begin + rows) of out (x's rows of the same index).
+  virtual void lora(Tensor x, LoraId id, Tensor out, int64_t row_begin, int64_t rows);
+  // Bytes the adapters' matrices take.
+  virtual int64_t lora_bytes() const { return 0; }
 
   // Mixture of experts (Backend::route_experts, gather_rows, scatter_add_rows).
   virtual std::vector<ExpertChoice> route_experts(Tensor logits, int32_t k, bool normalize, float scale) = 0;

@@ -35,6 +35,19 @@ struct ForwardRequest {
   // which the draft model runs again so its KV there is its own (the
   // previous step's last draft is one it proposed but never ran). -1: none.
   int32_t draft_prev_token = -1;
+  // The LoRA adapter this request runs with (ModelRunner::add_adapter's
+  // id); 0: the base model.
+  int32_t adapter = 0;
+};
+
+// The rows of a pass that run with one LoRA adapter: token rows
+// [row_begin, row_begin + rows) and, of the rows that get logits,
+// [logit_begin, logit_begin + logit_count). Rows no entry names run the
+// base model alone.
+struct LoraRows {
+  int32_t adapter = 0;  // LlamaModel::add_adapter's id
+  int32_t row_begin = 0, rows = 0;
+  int32_t logit_begin = 0, logit_count = 0;
 };
 
 // req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.

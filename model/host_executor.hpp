@@ -23,6 +23,9 @@ class HostExecutor final : public ModelExecutor {
   void write_req_to_token(int32_t, int32_t, std::span<const int32_t>) override {}  // rows come with the plan
   ForwardOutput forward(const ForwardBatch& batch, const StepPlan& plan) override;
   std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) override;
+  void add_adapter(int32_t id, const LoraAdapter& adapter) override { model_.add_adapter(id, adapter); }
+  void drop_adapter(int32_t id) override { model_.drop_adapter(id); }
+  int64_t adapter_bytes() const override { return ops_.lora_bytes(); }
   int64_t kv_token_bytes() const override;
   std::string kv_dtype() const override { return f16_kv_ ? "f16" : "f32"; }
   void read_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,

@@ -171,9 +171,13 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
   // residual stream, so it needs a buffer of its own.
   const Tensor branch = c.sandwich_norm ? ops.alloc(T, H, Use::state) : Tensor{};
   // x += in · w; with sandwich norms, x += norm(in · w).
-  auto into_residual = [&](Tensor a, WeightId w, bool post_norms, VectorId post_norm) {
-    if (!post_norms) return ops.matmul(a, w, {&x, 1}, /*accumulate=*/true);
+  auto into_residual = [&](Tensor a, WeightId w, bool post_norms, VectorId post_norm, int32_t l, LoraTarget t) {
+    if (!post_norms) {
+      ops.matmul(a, w, {&x, 1}, /*accumulate=*/true);
+      return adapt(in.lora, l, t, a, x);
+    }
     ops.matmul(a, w, {&branch, 1});
+    adapt(in.lora, l, t, a, branch);
     ops.rms_norm(branch, post_norm, eps, branch);
     ops.add(x, branch);
   };
@@ -187,6 +191,9 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
     ops.rms_norm(x, L.attn_norm, eps, h);
     ops.matmul(h, L.qkv, qkv);
     const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
+    adapt(in.lora, l, LoraTarget::q, h, q);
+    adapt(in.lora, l, LoraTarget::k, h, k);
+    adapt(in.lora, l, LoraTarget::v, h, v);
     if (L.bias) {
       ops.add_bias(q, L.bq);
       ops.add_bias(k, L.bk);
@@ -199,7 +206,7 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
     if (c.layer_has_rope(l)) ops.rope(q, c.n_heads, k, c.n_kv_heads, in.positions, sliding ? rope_sliding_ : rope_);
     ops.store_kv(kv, k, v, in.out_cache_loc);
     ops.attention(q, kv, *in.plan, LayerAttention{sliding ? c.sliding_window : 0, c.attn_softcap}, attn);
-    into_residual(attn, L.wo, L.has_post_norms, L.post_attn_norm);
+    into_residual(attn, L.wo, L.has_post_norms, L.post_attn_norm, l, LoraTarget::o);
 
     ops.rms_norm(x, L.ffn_norm, eps, h);
     if (!L.experts.empty()) {
@@ -207,9 +214,11 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
       continue;
     }
     ops.matmul(h, L.gate_up, gate_up);
+    adapt(in.lora, l, LoraTarget::gate, h, gate_up[0]);
+    adapt(in.lora, l, LoraTarget::up, h, gate_up[1]);
     ops.glu(c.activation == ModelConfig::Activation::gelu_tanh ? Glu::gelu_tanh : Glu::silu, gate_up[0], gate_up[1],
             act);
-    into_residual(act, L.down, L.has_post_norms, L.post_ffn_norm);
+    into_residual(act, L.down, L.has_post_norms, L.post_ffn_norm, l, LoraTarget::down);
   }
 
   // Only the rows that need logits go through the final norm and lm_head.
@@ -218,8 +227,66 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
   ops.rms_norm(x, output_norm_, eps, picked, in.logit_rows);
   Tensor logits = ops.alloc(R, c.vocab_size, Use::state);
   ops.matmul(picked, output_, {&logits, 1});
+  adapt(in.lora, -1, LoraTarget::q, picked, logits);
   if (c.final_softcap > 0) ops.softcap(logits, c.final_softcap);
   return logits;
+}
+
+void LlamaModel::adapt(std::span<const LoraRows> lora, int32_t layer, LoraTarget target, Tensor x, Tensor out) {
+  for (const LoraRows& seg : lora) {
+    const AdapterIds& ids = adapters_.at(seg.adapter);
+    const LoraId id = layer < 0 ? ids.output : ids.layers[static_cast<size_t>(layer)][static_cast<size_t>(target)];
+    if (!id.valid()) continue;
+    if (layer < 0) {
+      if (seg.logit_count > 0) ops_.lora(x, id, out, seg.logit_begin, seg.logit_count);
+    } else if (seg.rows > 0) {
+      ops_.lora(x, id, out, seg.row_begin, seg.rows);
+    }
+  }
+}
+
+void LlamaModel::add_adapter(int32_t id, const LoraAdapter& adapter) {
+  if (id <= 0 || adapters_.count(id)) throw std::invalid_argument("LoRA adapter id " + std::to_string(id) + " is in use or not positive");
+  if (adapter.layers.size() != layers_.size()) {
+    throw std::invalid_argument("LoRA adapter " + adapter.path + " was made for " + std::to_string(adapter.layers.size()) +
+                                " layers, the model has " + std::to_string(layers_.size()));
+  }
+  AdapterIds ids;
+  ids.layers.resize(layers_.size());
+  std::vector<LoraId> added;
+  auto add = [&](const std::optional<LowRankMatrix>& m) {
+    if (!m) return LoraId{};
+    const LoraId lid = ops_.add_lora(m->a, m->b, m->rank, m->in, m->out);
+    added.push_back(lid);
+    return lid;
+  };
+  try {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (!layers_[l].experts.empty() && (adapter.layers[l][static_cast<size_t>(LoraTarget::gate)] ||
+                                          adapter.layers[l][static_cast<size_t>(LoraTarget::up)] ||
+                                          adapter.layers[l][static_cast<size_t>(LoraTarget::down)])) {
+        throw std::invalid_argument("LoRA adapter " + adapter.path + " adapts the FFN of a mixture-of-experts layer");
+      }
+      for (size_t t = 0; t < kLoraTargets; ++t) ids.layers[l][t] = add(adapter.layers[l][t]);
+    }
+    ids.output = add(adapter.output);
+  } catch (...) {
+    for (LoraId lid : added) ops_.drop_lora(lid);
+    throw;
+  }
+  adapters_.emplace(id, std::move(ids));
+}
+
+void LlamaModel::drop_adapter(int32_t id) {
+  const auto it = adapters_.find(id);
+  if (it == adapters_.end()) throw std::invalid_argument("no LoRA adapter " + std::to_string(id));
+  for (const auto& layer : it->second.layers) {
+    for (LoraId lid : layer) {
+      if (lid.valid()) ops_.drop_lora(lid);
+    }
+  }
+  if (it->second.output.valid()) ops_.drop_lora(it->second.output);
+  adapters_.erase(it);
 }
 
 }  // namespace actorlm

@@ -7,17 +7,21 @@
 // its graphs. Stateless apart from its weights' handles: the KV buffers and
 // the attention plan come from the caller.
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
 #include "kernels/tensor_ops.hpp"
+#include "model/forward_batch.hpp"
 #include "model/llama_weights.hpp"
+#include "model/lora_adapter.hpp"
 
 namespace actorlm {
 
 // One pass's inputs. Index arrays are in the TensorOps' memory (the
-// executor put them there); kv has one view per layer.
+// executor put them there); kv has one view per layer; lora is host memory.
 struct ForwardInputs {
   std::span<const int32_t> tokens;         // one per new token
   std::span<const int32_t> positions;      // one per new token
@@ -25,6 +29,7 @@ struct ForwardInputs {
   std::span<const int32_t> logit_rows;     // token rows that get logits, in order
   std::span<const KvLayerView> kv;
   const AttentionPlan* plan = nullptr;
+  std::span<const LoraRows> lora;
 };
 
 class LlamaModel {
@@ -42,6 +47,14 @@ class LlamaModel {
   // until its next begin_pass() (which the caller calls before this).
   Tensor forward(const ForwardInputs& in);
 
+  // A LoRA adapter under id (> 0) for the rows ForwardInputs::lora gives
+  // it, from the next pass on. std::invalid_argument for an id in use, an
+  // adapter made for another shape (load_lora_adapter checks that), or
+  // ops that do not run adapters; nothing is added then.
+  void add_adapter(int32_t id, const LoraAdapter& adapter);
+  void drop_adapter(int32_t id);  // std::invalid_argument for an unknown id
+  bool has_adapter(int32_t id) const { return adapters_.count(id) != 0; }
+
  private:
   struct Layer {
     VectorId attn_norm, ffn_norm, post_attn_norm, post_ffn_norm, q_norm, k_norm;
@@ -51,7 +64,15 @@ class LlamaModel {
     std::vector<std::pair<WeightId, WeightId>> experts;  // (gate|up, down)
     bool bias = false, has_q_norm = false, has_post_norms = false;
   };
+  // An adapter's updates as the ops hold them (invalid: not adapted).
+  struct AdapterIds {
+    std::vector<std::array<LoraId, kLoraTargets>> layers;
+    LoraId output;
+  };
   LlamaModel(const ModelConfig& config, TensorOps& ops);
+  // out += each adapter's update of `target` in `layer` (-1: the output
+  // head, over logit rows) on the rows it runs on.
+  void adapt(std::span<const LoraRows> lora, int32_t layer, LoraTarget target, Tensor x, Tensor out);
   // The FFN of a mixture-of-experts layer on the normed rows h; adds each
   // token's weighted expert outputs to x.
   void experts_into_residual(const Layer& L, Tensor h, Tensor x);
@@ -62,6 +83,7 @@ class LlamaModel {
   WeightId embedding_, output_;
   VectorId output_norm_;
   std::vector<Layer> layers_;
+  std::map<int32_t, AdapterIds> adapters_;
 };
 
 // Rotation frequencies for a config (Llama 3 or linear scaling and per-pair

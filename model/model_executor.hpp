@@ -13,6 +13,7 @@
 
 #include "kernels/backend.hpp"
 #include "model/forward_batch.hpp"
+#include "model/lora_adapter.hpp"
 #include "model/model_config.hpp"
 
 namespace actorlm {
@@ -23,6 +24,7 @@ struct StepPlan {
   std::vector<int32_t> slots;        // per request
   std::vector<int32_t> positions;    // per new token
   std::vector<int32_t> logit_rows;   // token rows that get logits, in order
+  std::vector<LoraRows> lora;        // rows that run with an adapter
   // The logits must reach the host (all_logits, or prompt rows to score)
   // even on an executor that would keep them on the device.
   bool host_logits = false;
@@ -48,6 +50,12 @@ class ModelExecutor {
   // One token per row of `out`, which must come from this executor's latest
   // forward().
   virtual std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) = 0;
+
+  // LoRA adapters (ModelRunner::add_adapter). The defaults refuse: an
+  // executor without adapter kernels throws std::invalid_argument.
+  virtual void add_adapter(int32_t id, const LoraAdapter& adapter);
+  virtual void drop_adapter(int32_t id);
+  virtual int64_t adapter_bytes() const { return 0; }
 
   // Copying KV rows out of and into the pool, for moving a request's KV to
   // another engine (prefill/decode disaggregation) or another tier. Bytes

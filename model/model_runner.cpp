@@ -120,6 +120,22 @@ void ModelRunner::write_kv(std::span<const int32_t> rows, int32_t first_layer, i
   executor_->write_kv(rows, first_layer, last_layer, bytes);
 }
 
+void ModelRunner::add_adapter(int32_t id, const LoraAdapter& adapter) {
+  if (id <= 0 || adapters_.count(id)) {
+    throw std::invalid_argument("LoRA adapter id " + std::to_string(id) + " is in use or not positive");
+  }
+  executor_->add_adapter(id, adapter);
+  adapters_.insert(id);
+}
+
+void ModelRunner::drop_adapter(int32_t id) {
+  if (adapters_.count(id) == 0) throw std::invalid_argument("no LoRA adapter " + std::to_string(id) + " is loaded");
+  executor_->drop_adapter(id);
+  adapters_.erase(id);
+}
+
+int64_t ModelRunner::adapter_bytes() const { return executor_->adapter_bytes(); }
+
 void ModelRunner::validate(const ForwardBatch& b, bool drafts_pending) const {
   auto fail = [](const std::string& why) { throw std::invalid_argument("invalid forward batch: " + why); };
   if (b.reqs.empty()) fail("no requests");
@@ -157,6 +173,7 @@ void ModelRunner::validate(const ForwardBatch& b, bool drafts_pending) const {
       fail("draft_prev_token must be -1 or a token of the vocabulary at a position after the first");
     }
     if (r.logit_rows > 1 && (r.prompt_logprobs || b.all_logits)) fail("logit_rows above 1 cannot be combined with prompt scoring");
+    if (r.adapter != 0 && adapters_.count(r.adapter) == 0) fail("no LoRA adapter " + std::to_string(r.adapter) + " is loaded");
     if (!r.prompt_logprobs) continue;
     if (r.prompt_top_n < 0 || r.prompt_top_n > 20) fail("prompt_top_n must be in [0, 20]");
     if (r.next_token < -1 || r.next_token >= vocab) fail("next_token " + std::to_string(r.next_token) + " outside the vocabulary");
@@ -234,12 +251,24 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
     }
     plan.kv_indptr.push_back(static_cast<int32_t>(kv_total));
     const bool every_row = b.all_logits || r.prompt_logprobs;
+    const auto logit_begin = static_cast<int32_t>(step.logit_rows.size());
     for (int32_t j = 0; j < r.extend_len; ++j) {
       step.positions.push_back(r.prefix_len + j);
       if (every_row) step.logit_rows.push_back(q_start + j);
     }
     if (!every_row) {
       for (int32_t j = r.extend_len - r.logit_rows; j < r.extend_len; ++j) step.logit_rows.push_back(q_start + j);
+    }
+    if (r.adapter != 0) {
+      const auto logit_count = static_cast<int32_t>(step.logit_rows.size()) - logit_begin;
+      // Neighbours with the same adapter run as one segment.
+      if (!step.lora.empty() && step.lora.back().adapter == r.adapter &&
+          step.lora.back().row_begin + step.lora.back().rows == q_start) {
+        step.lora.back().rows += r.extend_len;
+        step.lora.back().logit_count += logit_count;
+      } else {
+        step.lora.push_back({r.adapter, q_start, r.extend_len, logit_begin, logit_count});
+      }
     }
     q_start += r.extend_len;
   }

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "kernels/backend.hpp"
 #include "model/forward_batch.hpp"
 #include "model/llama_model.hpp"
+#include "model/lora_adapter.hpp"
 #include "model/model_executor.hpp"
 
 namespace actorlm {
@@ -50,6 +52,17 @@ class ModelRunner {
   ForwardOutput forward(const ForwardBatch& batch);
 
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv);
+
+  // LoRA adapters (model/lora_adapter.hpp): requests whose
+  // ForwardRequest::adapter is `id` run with it from the next batch on; a
+  // batch naming an id that is not loaded is refused. std::invalid_argument
+  // for an id in use or not positive, an unknown id to drop, or an executor
+  // that does not run adapters. The draft model never runs the adapter
+  // (its drafts are then only worse guesses, checked like any other).
+  void add_adapter(int32_t id, const LoraAdapter& adapter);
+  void drop_adapter(int32_t id);
+  bool has_adapter(int32_t id) const { return adapters_.count(id) != 0; }
+  int64_t adapter_bytes() const;
 
   // Speculative decoding with a draft model (model/draft_model.hpp): from
   // now on every step also runs it. std::invalid_argument unless it has this
@@ -101,6 +114,7 @@ class ModelRunner {
   int32_t max_context_;
   std::vector<int32_t> req_to_token_;      // host mirror, [max_requests][max_context]
   std::unique_ptr<DraftModel> draft_;
+  std::set<int32_t> adapters_;
 };
 
 }  // namespace actorlm

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "grammar/constraint.hpp"
@@ -34,6 +35,27 @@ struct StopConditions {
   bool max_new_tokens_strict = false;  // prompt + max_new_tokens must fit the context
 };
 
+// LoRA adapters share the radix cache with the base model but never a
+// prefix: a request with an adapter keys its KV by its tokens with the
+// adapter's id in bits 21-30 (vocabularies stay under 2^21 ids, checked at
+// submission), so no path of the tree, and no tier block, holds rows of two
+// adapters. Ids are never reused within a process (the engine counts them
+// up), so a key cannot outlive its adapter and match another.
+inline constexpr int kAdapterKeyShift = 21;
+inline constexpr int32_t kMaxAdapterId = 1023;
+inline constexpr int32_t kAdapterVocabLimit = int32_t{1} << kAdapterKeyShift;
+inline std::vector<int32_t> kv_keys(std::span<const int32_t> tokens, int32_t adapter) {
+  std::vector<int32_t> keys(tokens.begin(), tokens.end());
+  // A placeholder (-1) stays -1 whatever the adapter.
+  if (adapter != 0) {
+    for (int32_t& t : keys) t |= adapter << kAdapterKeyShift;
+  }
+  return keys;
+}
+// Whether a key carries an adapter's id (write-back tiers keep only the
+// base model's blocks: an id means nothing to the next process).
+inline bool adapter_key(int32_t key) { return key >= kAdapterVocabLimit; }
+
 // OpenAI's limit on alternatives per token.
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -56,6 +78,9 @@ struct Request {
   // Priority scheduling (scheduler/queue_policy.hpp): how urgent it is, in
   // [-kMaxPriority, kMaxPriority]; ignored while priorities are off.
   int32_t priority = 0;
+  // The LoRA adapter it runs with (the worker's id, 1..kMaxAdapterId); 0:
+  // the base model.
+  int32_t adapter = 0;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;
@@ -82,6 +107,9 @@ struct Request {
 
   // Its prompt still has to be scored (before the first output token).
   bool scores_prompt() const { return prompt_logprobs && output.empty(); }
+
+  // fill_ids() as its KV is keyed in the radix cache (kv_keys).
+  std::vector<int32_t> key_ids() const { return kv_keys(fill_ids(), adapter); }
 
   // All tokens the model has seen or produced, in order.
   std::vector<int32_t> fill_ids() const {

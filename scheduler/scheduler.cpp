@@ -28,6 +28,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worke
     drafter_ = make_drafter(config_.speculative);
   }
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) kv_.record_evictions(true);
+  adapters_.insert(config_.adapters.begin(), config_.adapters.end());
 }
 
 double Scheduler::now() const {
@@ -40,9 +41,25 @@ bool Scheduler::extend(std::span<RequestKv* const> kvs, std::span<const std::vec
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) {
     // Even a refused extend may have evicted. The freed rows are only
     // written once the worker runs, after this copy.
-    if (auto paths = kv_.take_evicted(); !paths.empty()) config_.tiers->after_eviction(worker_, paths);
+    auto paths = kv_.take_evicted();
+    std::erase_if(paths, [](const RadixCache::EvictedPath& p) { return !p.tokens.empty() && adapter_key(p.tokens[0]); });
+    if (!paths.empty()) config_.tiers->after_eviction(worker_, paths);
   }
   return ok;
+}
+
+bool Scheduler::adapter_in_use(int32_t id) const {
+  auto uses = [id](const Request& q) { return q.adapter == id; };
+  return std::any_of(waiting_.begin(), waiting_.end(), uses) ||
+         std::any_of(running_.begin(), running_.end(), [&](const Running& r) { return uses(r.req); }) ||
+         std::any_of(reserved_.begin(), reserved_.end(), [&](const Running& r) { return uses(r.req); }) ||
+         std::any_of(held_.begin(), held_.end(), [&](const Running& r) { return uses(r.req); });
+}
+
+bool Scheduler::remove_adapter(int32_t id) {
+  if (adapter_in_use(id)) return false;
+  adapters_.erase(id);
+  return true;
 }
 
 std::optional<std::string> Scheduler::refusal(const Request& r) const {
@@ -73,6 +90,14 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
   }
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
     return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
+  }
+  if (r.adapter != 0) {
+    if (r.adapter < 0 || r.adapter > kMaxAdapterId || adapters_.count(r.adapter) == 0) {
+      return "no LoRA adapter with id " + std::to_string(r.adapter) + " is loaded";
+    }
+    if (config_.vocab_size <= 0 || config_.vocab_size > kAdapterVocabLimit) {
+      return "LoRA adapters need a vocabulary of at most " + std::to_string(kAdapterVocabLimit) + " tokens";
+    }
   }
   if (config_.vocab_size > 0) {
     const int32_t v = config_.vocab_size;
@@ -210,6 +235,10 @@ Scheduler::Reserved Scheduler::reserve(Request r) {
   // would have to come with it.
   if (r.output.empty() && r.constraint_spec.active()) {
     out.error = "structured output cannot be combined with a KV transfer";
+    return out;
+  }
+  if (r.adapter != 0) {
+    out.error = "a request with a LoRA adapter cannot be combined with a KV transfer";
     return out;
   }
   if (auto why = start_constraint(r)) {
@@ -469,7 +498,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
 
   // Order the queue: longest cached prefix first (lpm) or arrival (fcfs).
   std::vector<std::vector<int32_t>> fills;
-  for (const auto& w : waiting_) fills.push_back(w.fill_ids());
+  for (const auto& w : waiting_) fills.push_back(w.key_ids());
   std::vector<size_t> order(waiting_.size());
   std::iota(order.begin(), order.end(), 0);
   std::vector<int32_t> cached(waiting_.size(), 0);
@@ -565,7 +594,7 @@ void Scheduler::load_from_tiers(Running& r) {
   KvTiers& tiers = *config_.tiers;
   Request& q = r.req;
   r.loading = false;
-  if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2) return;
+  if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2 || q.adapter != 0) return;
   const auto b = static_cast<size_t>(tiers.block_tokens());
   // The last prompt token is always computed: its logits give the first token.
   const size_t limit = q.prompt.size() - 1;
@@ -619,7 +648,7 @@ void Scheduler::prefetch_waiting() {
   std::vector<std::vector<int32_t>> keys;
   const auto b = static_cast<size_t>(config_.tiers->block_tokens());
   for (auto& q : waiting_) {
-    if (q.prefetched || q.scores_prompt() || q.retractions > 0 || q.prompt.size() <= b) continue;
+    if (q.prefetched || q.scores_prompt() || q.retractions > 0 || q.prompt.size() <= b || q.adapter != 0) continue;
     q.prefetched = true;
     q.prefetch_at = now();
     fresh.push_back(&q);
@@ -827,7 +856,7 @@ bool Scheduler::extend(const std::vector<Planned>& plan) {
   std::vector<std::vector<int32_t>> toks;
   for (const auto& p : plan) {
     kvs.push_back(&p.run->req.kv);
-    toks.push_back(p.tokens);
+    toks.push_back(kv_keys(p.tokens, p.run->req.adapter));
   }
   return extend(kvs, toks);
 }
@@ -1015,6 +1044,7 @@ Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
       f.next_token = p.sample ? -1 : q.prompt[after];
     }
     in.batch.reqs.back().logit_rows = static_cast<int32_t>(p.rows());
+    in.batch.reqs.back().adapter = q.adapter;
     if (config_.speculative.algorithm == SpeculativeAlgorithm::draft) {
       ForwardRequest& f = in.batch.reqs.back();
       f.model_drafts = static_cast<int32_t>(p.drafts.size());
@@ -1095,7 +1125,7 @@ TokenEvent Scheduler::take_token(Running& r, const SampleResult& s) {
     e.finish = stop_reason(q, constraint_done);
   }
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_through && !r.decoding &&
-      q.retractions == 0) {
+      q.retractions == 0 && q.adapter == 0) {
     config_.tiers->after_prefill(worker_, q.prompt, q.kv.kv);
   }
   e.held = e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill;
@@ -1138,7 +1168,7 @@ void Scheduler::take_model_drafts(Request& q, Planned& p, std::span<const Sample
   const size_t first = q.kv.tokens.size() - p.tokens.size() + 1;
   for (size_t j = 0; j < p.drafts.size(); ++j) {
     p.drafts[j] = j < rows.size() ? rows[j].draft : kModelDraft;
-    q.kv.tokens[first + j] = p.drafts[j];
+    q.kv.tokens[first + j] = kv_keys(std::span(&p.drafts[j], 1), q.adapter)[0];
   }
 }
 

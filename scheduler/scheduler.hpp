@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,8 @@ struct SchedulerConfig {
   // a decoding request's step carries its last token and up to
   // num_draft_tokens drafted ones, verified in the same forward pass.
   SpeculativeConfig speculative;
+  // LoRA adapters loaded before the first request (their worker ids).
+  std::vector<int32_t> adapters;
   // Priorities, lpm's starvation bound, the queue's bound and timeout.
   QueuePolicy queue;
   // Seconds on a monotonic clock, for timing steps; null: steady_clock.
@@ -152,6 +155,13 @@ class Scheduler {
   // that needs no tokenizer is here; the HTTP layer checks only JSON types
   // and the ranges it reports by field name.
   std::optional<std::string> refusal(const Request& r) const;
+  // LoRA adapters the worker has loaded (ModelRunner::add_adapter): a
+  // request naming any other id is refused at submission. remove_adapter
+  // refuses (false) while a request waiting, running or held uses it, so
+  // an adapter never leaves mid-request.
+  void add_adapter(int32_t id) { adapters_.insert(id); }
+  bool remove_adapter(int32_t id);
+  bool adapter_in_use(int32_t id) const;
   // Takes effect at the start of the next step; unknown ids are ignored.
   void abort(uint64_t id);
   // Finish a running request as stopped (a stop string matched downstream).
@@ -353,6 +363,7 @@ class Scheduler {
   DraftPace engine_pace_{1};          // every request's verifies: the prior of a new one
   StepBudget budget_;
   std::deque<Request> waiting_;
+  std::set<int32_t> adapters_;
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step
   std::deque<Running> held_, reserved_;  // disaggregation: KV kept for a transfer, or awaiting one
   std::vector<TokenEvent> pending_;      // events of activate(), sent with the next step

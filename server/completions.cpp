@@ -85,11 +85,18 @@ bool Completions::wait_idle(std::chrono::milliseconds timeout) {
   return idle_.wait_for(lock, timeout, [this] { return active_ == 0; });
 }
 
+std::vector<std::string> Completions::adapter_names() const {
+  std::vector<std::string> names;
+  for (const AdapterInfo& a : engine_.adapters()) names.push_back(a.name);
+  return names;
+}
+
 void Completions::run(const std::shared_ptr<http::Connection>& connection, Route route,
                       const std::string& body) {
   const auto arrival = Clock::now();
-  auto parsed = route == Route::native ? api::parse_generate_request(body, model_id_)
-                                       : api::parse_request(body, route == Route::chat, model_id_);
+  const api::ServedModels models(model_id_, adapter_names());
+  auto parsed = route == Route::native ? api::parse_generate_request(body, models)
+                                       : api::parse_request(body, route == Route::chat, models);
   if (auto* e = std::get_if<api::ApiError>(&parsed)) {
     ++rejected_;
     return connection->respond(error_response(*e));
@@ -190,7 +197,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   }
   const nlohmann::json answer = route == Route::native
                                     ? api::generate_response(results)
-                                    : api::completion_response(shape.id, model_id_, shape.chat, results, r.n,
+                                    : api::completion_response(shape.id, shape.model, shape.chat, results, r.n,
                                                                r.options.logprobs, shape.created);
   connection->respond(http::Response::json(200, api::dump(answer)));
 }
@@ -199,7 +206,8 @@ ResponseShape Completions::shape_of(Route route, const api::ParsedRequest& r) {
   ResponseShape s;
   s.chat = route == Route::chat;
   s.id = (s.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-  s.model = model_id_;
+  // An adapter's answers name the adapter (as vLLM's do).
+  s.model = r.options.adapter.empty() ? model_id_ : r.options.adapter;
   s.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                   .count();
   s.n = r.n;

@@ -60,6 +60,8 @@ class Completions {
   // answer whole or finish the stream.
   void run(const std::shared_ptr<http::Connection>& connection, Route route,
            const std::string& body);
+  // The LoRA adapters a request's "model" may name.
+  std::vector<std::string> adapter_names() const;
   // The response's id, creation time and what shapes its choices.
   ResponseShape shape_of(Route route, const api::ParsedRequest& r);
   // One choice to its end, feeding the latency histograms.

@@ -135,13 +135,25 @@ struct HttpServer::Impl final : http::RequestHandler {
           }
         });
       case http::RouteId::models: {
-        json models = {{"object", "list"},
-                       {"data", json::array({{{"id", config.model_id},
-                                              {"object", "model"},
-                                              {"owned_by", "actorlm"},
-                                              {"created", 0},
-                                              {"context_length", engine.max_context()},
-                                              {"max_model_len", engine.max_context()}}})}};
+        json list = json::array({{{"id", config.model_id},
+                                  {"object", "model"},
+                                  {"owned_by", "actorlm"},
+                                  {"created", 0},
+                                  {"context_length", engine.max_context()},
+                                  {"max_model_len", engine.max_context()}}});
+        // LoRA adapters as vLLM lists them: a model of their own whose
+        // parent is the base model.
+        for (const AdapterInfo& a : engine.adapters()) {
+          list.push_back({{"id", a.name},
+                          {"object", "model"},
+                          {"owned_by", "actorlm"},
+                          {"created", 0},
+                          {"parent", config.model_id},
+                          {"root", a.path},
+                          {"context_length", engine.max_context()},
+                          {"max_model_len", engine.max_context()}});
+        }
+        json models = {{"object", "list"}, {"data", list}};
         return c->respond(http::Response::json(200, models.dump()));
       }
       case http::RouteId::metrics:

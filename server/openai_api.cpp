@@ -45,14 +45,35 @@ std::variant<const json*, ApiError> body_object(const std::variant<json, ApiErro
   return &j;
 }
 
-std::optional<ApiError> check_model(const FieldReader& f, const std::string& model_id) {
-  const json* m = f.find("model");
-  if (!m) return std::nullopt;
-  if (!m->is_string()) return f.error("model", "must be a string");
-  const auto& name = m->get_ref<const std::string&>();
-  if (name == model_id || name == "default") return std::nullopt;
-  return ApiError{404, "the model " + echo(name) + " does not exist", "invalid_request_error",
-                  "model"};
+// The model a request names: the base model (absent, its id or "default"),
+// or a LoRA adapter by its name alone (vLLM's way) or as "<id>:<name>"; a
+// `lora` field (a name) picks an adapter too, and must agree with `model`.
+std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& models, GenerateOptions& o) {
+  auto served = [&](const std::string& name) {
+    return std::find(models.adapters.begin(), models.adapters.end(), name) != models.adapters.end();
+  };
+  if (const json* m = f.find("model")) {
+    if (!m->is_string()) return f.error("model", "must be a string");
+    const auto& name = m->get_ref<const std::string&>();
+    const std::string prefix = models.id + ":";
+    if (name == models.id || name == "default") {
+    } else if (served(name)) {
+      o.adapter = name;
+    } else if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+               served(name.substr(prefix.size()))) {
+      o.adapter = name.substr(prefix.size());
+    } else {
+      return ApiError{404, "the model " + echo(name) + " does not exist", "invalid_request_error", "model"};
+    }
+  }
+  if (const json* l = f.find("lora"); l && !l->is_null()) {
+    if (!l->is_string()) return f.error("lora", "must be the name of a loaded adapter");
+    const auto& name = l->get_ref<const std::string&>();
+    if (!served(name)) return ApiError{404, "no LoRA adapter named " + echo(name) + " is loaded", "invalid_request_error", "lora"};
+    if (!o.adapter.empty() && o.adapter != name) return f.error("lora", "names another adapter than 'model' does");
+    o.adapter = name;
+  }
+  return std::nullopt;
 }
 
 // A non-empty list of at most 2^20 token ids; false (ids unspecified) when
@@ -194,7 +215,7 @@ std::optional<ApiError> read_prompts(const FieldReader& f, GenerateOptions& o, s
 constexpr std::string_view kSamplingKeys[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
-    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options", "priority"};
+    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options", "priority", "lora"};
 constexpr std::string_view kChatKeys[] = {"messages",        "top_logprobs", "chat_template_kwargs", "response_format",
                                           "tools",           "tool_choice",  "parallel_tool_calls"};
 constexpr std::string_view kCompletionKeys[] = {"prompt", "echo", "response_format"};
@@ -263,17 +284,17 @@ std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
 }  // namespace
 
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
-                                                    const std::string& model_id) {
+                                                    const ServedModels& models) {
   const auto parsed = read_json(body);
   const auto object = body_object(parsed);
   if (const auto* e = std::get_if<ApiError>(&object)) return *e;
   const FieldReader f(*std::get<const json*>(object), "");
-  if (auto e = check_model(f, model_id)) return *e;
-  if (auto e = refuse_unknown_fields(*std::get<const json*>(object), chat)) return *e;
   ParsedRequest r;
   r.chat = chat;
   GenerateOptions& o = r.options;
   o.chat = chat;
+  if (auto e = read_model(f, models, o)) return *e;
+  if (auto e = refuse_unknown_fields(*std::get<const json*>(object), chat)) return *e;
   if (chat) {
     if (auto e = read_messages(f, o.messages)) return *e;
     if (const json* kw = f.find("chat_template_kwargs")) {
@@ -310,16 +331,16 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
 }
 
 std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body,
-                                                             const std::string& model_id) {
+                                                             const ServedModels& models) {
   const auto parsed = read_json(body);
   const auto object = body_object(parsed);
   if (const auto* e = std::get_if<ApiError>(&object)) return *e;
   const FieldReader f(*std::get<const json*>(object), "");
-  if (auto e = check_model(f, model_id)) return *e;
   ParsedRequest r;
   r.chat = false;
   GenerateOptions& o = r.options;
   o.chat = false;
+  if (auto e = read_model(f, models, o)) return *e;
   const json* text = f.find("text");
   if ((text != nullptr) == (f.find("input_ids") != nullptr)) {
     return bad_request("text",

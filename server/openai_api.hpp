@@ -49,8 +49,19 @@ struct ParsedRequest {
   ToolRequest tools;  // chat: function calling (server/tool_fields.hpp)
 };
 
+// What a request's "model" may name: the base model (`id`, or "default")
+// and the LoRA adapters by name ("NAME" or "<id>:NAME"; also a "lora"
+// field holding a name).
+struct ServedModels {
+  std::string id;
+  std::vector<std::string> adapters;
+  ServedModels(std::string model_id, std::vector<std::string> adapter_names = {})  // NOLINT: a bare id converts
+      : id(std::move(model_id)), adapters(std::move(adapter_names)) {}
+  ServedModels(const char* model_id) : ServedModels(std::string(model_id)) {}  // NOLINT
+};
+
 // /v1/chat/completions (chat) or /v1/completions. The model must be absent,
-// model_id or "default" (else 404). stream_options needs "stream": true.
+// the base model or an adapter (ServedModels; else 404). stream_options needs "stream": true.
 // Completions' prompt: a string, a non-empty list of at most 2^20 token ids,
 // or a batch: a list of up to 32 strings or of up to 32 such lists (prompts
 // x n at most 64 choices). echo: true (completions) puts the prompt before
@@ -58,7 +69,7 @@ struct ParsedRequest {
 // (the first with null logprob and top_logprobs, as OpenAI). Chat roles: system, developer (as system), user,
 // assistant.
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat,
-                                                    const std::string& model_id);
+                                                    const ServedModels& models);
 
 // SGLang's native /generate: {"text": str | "input_ids": [int...],
 // "sampling_params": {...}, "stream": bool} with exactly one of text and
@@ -66,7 +77,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
 // "max_new_tokens" for the output length. A "model" field, if given, is
 // checked as on the OpenAI routes. The result streams in completions' format.
 std::variant<ParsedRequest, ApiError> parse_generate_request(const std::string& body,
-                                                             const std::string& model_id);
+                                                             const ServedModels& models);
 
 // /tokenize: {"text" (SGLang) or "prompt" (vLLM): str, "add_special_tokens":
 // bool = true}; /detokenize: {"tokens": [int...]} (ids checked against the

@@ -20,6 +20,7 @@
 #include "model/draft_model.hpp"
 #include "model/gguf_file.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tests/model/lora_file.hpp"
 #include "tests/model/tiny_llama_gguf.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -1603,4 +1604,91 @@ TEST_CASE("A draft model of another shape changes no token: seeded sampling with
   // cost nothing, so the requests go on drafting: every rejection path runs).
   CHECK(fast_stats.spec_drafted > 200);
   CHECK(fast_stats.spec_accepted * 2 < fast_stats.spec_drafted);
+}
+
+TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapter, batch as alone, and an adapter in use cannot leave", "[scheduler][lora]") {
+  SchedulerConfig sc = config();
+  sc.vocab_size = weights().config.vocab_size;
+  const ModelConfig& mc = weights().config;
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string pa = (dir / "actorlm_sched_lora_a.gguf").string(), pb = (dir / "actorlm_sched_lora_b.gguf").string();
+  test::write_adapter(pa, mc, {0, 2, 6}, 8, 16.0f, 21, false, 0.3f);
+  test::write_adapter(pb, mc, {1, 3, 4}, 4, 0.0f, 22, false, 0.1f);
+  auto with_adapters = [&](Engine& e) {
+    e.runner.add_adapter(1, load_lora_adapter(pa, mc));
+    e.runner.add_adapter(2, load_lora_adapter(pb, mc));
+    e.scheduler.add_adapter(1);
+    e.scheduler.add_adapter(2);
+  };
+  const int32_t page = GENERATE(1, 16);
+  INFO("page size " << page);
+  const std::vector<Ids> prompts = shared_prefix_prompts(3);
+
+  // One at a time: what each (prompt, adapter) gives alone, and what it
+  // finds cached.
+  Engine one(4096, page, sc);
+  with_adapters(one);
+  std::map<std::pair<size_t, int32_t>, Ids> alone;
+  uint64_t id = 1;
+  auto run = [&](size_t p, int32_t adapter) {
+    Request r = make(id, prompts[p], 8);
+    r.stop.ignore_eos = true;
+    r.adapter = adapter;
+    REQUIRE_FALSE(one.scheduler.submit(std::move(r)));
+    Outcome out;
+    while (!one.scheduler.idle()) {
+      for (const auto& ev : one.scheduler.step()) {
+        if (ev.id != id || ev.token < 0) continue;
+        out.tokens.push_back(ev.token);
+        out.cached = ev.cached_tokens;
+      }
+    }
+    ++id;
+    return out;
+  };
+  const Outcome base = run(0, 0);
+  const Outcome first = run(0, 1);  // the base model's rows of the same prompt are not its own
+  CHECK(first.cached == 0);
+  CHECK(first.tokens != base.tokens);
+  const Outcome again = run(0, 1);  // its own are
+  CHECK(again.cached >= static_cast<int32_t>(prompts[0].size()) - page);
+  CHECK(again.tokens == first.tokens);
+  const Outcome other = run(0, 2);
+  CHECK(other.cached == 0);
+  CHECK(run(0, 0).cached > 0);  // and the base model's prefix is still the base model's
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int32_t a : {0, 1, 2}) alone[{p, a}] = run(p, a).tokens;
+  }
+  require_no_leak(one);
+
+  // All nine at once, adapters interleaved in the batch.
+  Engine all(4096, page, sc);
+  with_adapters(all);
+  std::map<uint64_t, std::pair<size_t, int32_t>> who;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int32_t a : {1, 0, 2}) {
+      Request r = make(100 + who.size(), prompts[p], 8);
+      r.stop.ignore_eos = true;
+      r.adapter = a;
+      who[r.id] = {p, a};
+      REQUIRE_FALSE(all.scheduler.submit(std::move(r)));
+    }
+  }
+  // An adapter in use cannot leave; an unknown one is refused.
+  CHECK_FALSE(all.scheduler.remove_adapter(1));
+  Request unknown = make(999, prompts[0], 4);
+  unknown.adapter = 3;
+  CHECK(*all.scheduler.submit(unknown) == "no LoRA adapter with id 3 is loaded");
+  auto got = all.drain([&](int) { CHECK(all.kv.check_running(all.scheduler.running_kv()).empty()); });
+  for (const auto& [rid, pa_] : who) {
+    INFO("prompt " << pa_.first << " adapter " << pa_.second);
+    CHECK(got[rid].first == alone[pa_]);
+  }
+  CHECK(all.scheduler.remove_adapter(1));
+  Request gone = make(1000, prompts[0], 4);
+  gone.adapter = 1;
+  CHECK(all.scheduler.submit(gone));
+  require_no_leak(all);
+  std::filesystem::remove(pa);
+  std::filesystem::remove(pb);
 }
