@@ -163,6 +163,24 @@ std::vector<uint8_t> ActorWorker::copy_rows(Atom atom, std::span<const int32_t> 
   return std::move(r->data);
 }
 
+std::vector<uint8_t> ActorWorker::change_adapter(std::vector<uint8_t> change) {
+  fb::AdapterReplyT failed;
+  if (!lost_.empty()) {
+    failed.error = "worker lost: " + lost_;
+    return msg::pack(failed);
+  }
+  std::vector<uint8_t> out;
+  std::string failure;
+  self_->request(worker_, liveness_.copy_timeout, adapter_atom::value, WireMessage{std::move(change)})
+      .receive([&](WireMessage& reply) { out = std::move(reply.bytes); },
+               [&](caf::error& err) { failure = self_->system().render(err); });
+  if (!failure.empty()) {
+    failed.error = "worker unreachable: " + failure;
+    return msg::pack(failed);
+  }
+  return out;
+}
+
 // A worker actor in this process takes the rows as they are (kv_read_raw,
 // kv_write_raw): no envelope to pack, checksum and verify, which cost three
 // passes over every byte and held a HiCache load of a 600-token prompt at

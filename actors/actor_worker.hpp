@@ -76,6 +76,10 @@ class ActorWorker final : public Worker {
   void write_kv(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                 std::span<const uint8_t> data) override;
 
+  // A LoRA adapter loaded into or dropped from the worker's runner
+  // (AdapterChange -> AdapterReply, packed); the reply's error says why not.
+  std::vector<uint8_t> change_adapter(std::vector<uint8_t> change);
+
   // Why the worker is lost for good; empty while it is not.
   const std::string& lost() const { return lost_; }
   // How many times an ended worker actor was started again.

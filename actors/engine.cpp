@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cmath>
 #include <functional>
+#include <mutex>
 
 #include "actors/actor_kv_service.hpp"
 #include "actors/detokenizer_actor.hpp"
@@ -33,7 +35,11 @@ struct Engine::Impl {
   std::shared_ptr<StatsBoard> board;  // see EngineParts::board
   caf::actor pool, radix;
   std::chrono::milliseconds stall_timeout{600'000};  // EngineConfig::stall_timeout
-  std::vector<AdapterInfo> adapters;
+  std::vector<AdapterInfo> adapters;  // under adapters_mutex: HTTP threads read it
+  mutable std::mutex adapters_mutex;
+  std::mutex adapter_changes;  // one load or unload at a time
+  int32_t next_adapter = 1;
+  int64_t max_lora_bytes = 0;
   explicit Impl(caf::actor_system& s) : system(s) {}
 };
 
@@ -80,6 +86,8 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.radix = std::move(parts.radix);
   m.stall_timeout = config.stall_timeout;
   m.adapters = std::move(parts.adapters);
+  for (const AdapterInfo& a : m.adapters) m.next_adapter = std::max(m.next_adapter, a.id + 1);
+  m.max_lora_bytes = config.max_lora_bytes;
   caf::anon_send(m.detokenizer, m.scheduler);
   m.tokenizer = spawn_tokenizer(system, m.tok, m.scheduler, m.detokenizer, config.special_tokens_in_content,
                                 config.chat_template, std::move(parts.constraints));
@@ -99,7 +107,96 @@ const std::string& Engine::device() const { return impl_->device; }
 int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
 int32_t Engine::max_context() const { return impl_->max_context; }
 ToolFormat Engine::tool_format() const { return impl_->tool_format; }
-const std::vector<AdapterInfo>& Engine::adapters() const { return impl_->adapters; }
+std::vector<AdapterInfo> Engine::adapters() const {
+  std::lock_guard lock(impl_->adapters_mutex);
+  return impl_->adapters;
+}
+
+bool valid_adapter_name(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && name != "default" &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+             std::string_view::npos;
+}
+
+namespace {
+
+// One AdapterChange through the scheduler (which asks its worker); the
+// reply's error, or its bytes and matrices.
+fb::AdapterReplyT change_adapter(caf::actor_system& system, const caf::actor& scheduler, fb::AdapterChangeT change) {
+  fb::AdapterReplyT out;
+  caf::scoped_actor self{system};
+  std::vector<uint8_t> bytes;
+  self->request(scheduler, std::chrono::minutes(10), adapter_atom::value, WireMessage{msg::pack(change)})
+      .receive([&](WireMessage& reply) { bytes = std::move(reply.bytes); },
+               [&](const caf::error& err) { out.error = "the scheduler did not answer: " + system.render(err); });
+  if (!out.error.empty()) return out;
+  std::string err;
+  auto r = msg::unpack<fb::AdapterReply>(bytes, &err);
+  if (!r) out.error = "unreadable reply: " + err;
+  return r ? std::move(*r) : out;
+}
+
+}  // namespace
+
+std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, const std::string& path, float scale) {
+  auto& m = *impl_;
+  using K = AdapterRefusal::Kind;
+  if (!valid_adapter_name(name)) {
+    return AdapterRefusal{K::invalid, "an adapter name is 1-64 of letters, digits, '.', '_' and '-' (not 'default')"};
+  }
+  if (!std::isfinite(scale)) return AdapterRefusal{K::invalid, "the adapter's scale must be a finite number"};
+  std::lock_guard changes(m.adapter_changes);
+  int64_t used = 0;
+  {
+    std::lock_guard lock(m.adapters_mutex);
+    for (const AdapterInfo& a : m.adapters) {
+      if (a.name == name) return AdapterRefusal{K::exists, "an adapter named '" + name + "' is loaded already"};
+      used += a.bytes;
+    }
+  }
+  if (m.next_adapter > kMaxAdapterId) {
+    return AdapterRefusal{K::failed, "this process has loaded " + std::to_string(kMaxAdapterId) +
+                                         " adapters, the most one process may (restart it to load more)"};
+  }
+  fb::AdapterChangeT change;
+  change.load = true;
+  change.id = m.next_adapter++;
+  change.path = path;
+  change.scale = scale;
+  change.max_bytes = std::max<int64_t>(m.max_lora_bytes - used, 0);
+  const fb::AdapterReplyT r = change_adapter(m.system, m.scheduler, change);
+  if (!r.error.empty()) return AdapterRefusal{K::invalid, r.error};
+  std::lock_guard lock(m.adapters_mutex);
+  m.adapters.push_back({name, change.id, path, r.bytes});
+  std::fprintf(stderr, "actorlm: LoRA adapter %s loaded: %s, %lld matrices, %.1f MB\n", name.c_str(), path.c_str(),
+               static_cast<long long>(r.matrices), double(r.bytes) / 1e6);
+  return std::nullopt;
+}
+
+std::optional<AdapterRefusal> Engine::unload_adapter(const std::string& name) {
+  auto& m = *impl_;
+  using K = AdapterRefusal::Kind;
+  std::lock_guard changes(m.adapter_changes);
+  int32_t id = 0;
+  {
+    std::lock_guard lock(m.adapters_mutex);
+    for (const AdapterInfo& a : m.adapters) {
+      if (a.name == name) id = a.id;
+    }
+  }
+  if (id == 0) return AdapterRefusal{K::unknown, "no LoRA adapter named '" + name + "' is loaded"};
+  fb::AdapterChangeT change;
+  change.load = false;
+  change.id = id;
+  const fb::AdapterReplyT r = change_adapter(m.system, m.scheduler, change);
+  if (!r.error.empty()) {
+    return AdapterRefusal{r.error.find("in use") != std::string::npos ? K::in_use : K::failed, r.error};
+  }
+  std::lock_guard lock(m.adapters_mutex);
+  std::erase_if(m.adapters, [&](const AdapterInfo& a) { return a.id == id; });
+  std::fprintf(stderr, "actorlm: LoRA adapter %s unloaded\n", name.c_str());
+  return std::nullopt;
+}
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
   return impl_->tok->encode(text, add_special && impl_->tok->add_bos_by_default(), parse_special);
@@ -132,7 +229,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   fb::GenerateRequestT g;
   g.request_id = o.request_id != 0 ? o.request_id : impl_->next_id++;
   if (!o.adapter.empty()) {
-    const auto& list = impl_->adapters;
+    const std::vector<AdapterInfo> list = adapters();
     const auto a = std::find_if(list.begin(), list.end(), [&](const AdapterInfo& x) { return x.name == o.adapter; });
     if (a == list.end()) {
       TextDeltaEvent refused;

@@ -51,9 +51,22 @@ struct AdapterInfo {
   int64_t bytes = 0;
 };
 
+// An adapter name requests can carry: 1-64 of letters, digits, '.', '_'
+// and '-', and not "default" (the base model's other name).
+bool valid_adapter_name(std::string_view name);
+
+// Why an adapter could not be loaded or unloaded (an HTTP status's worth).
+struct AdapterRefusal {
+  enum class Kind { invalid, exists, unknown, in_use, failed } kind = Kind::failed;
+  std::string message;
+};
+
 struct EngineConfig {
   std::string model_path;          // GGUF file or Hugging Face folder
   std::vector<LoraSpec> lora;      // LoRA adapters (model/lora_adapter.hpp), CPU backend
+  // The most the adapters' float32 matrices may take together (loaded at
+  // start or at run time).
+  int64_t max_lora_bytes = int64_t{2} << 30;
   // Speculative decoding's draft model (scheduler.speculative.algorithm ==
   // draft): a GGUF file or Hugging Face folder with the same vocabulary,
   // run on the same device beside the target (model/draft_model.hpp).
@@ -207,7 +220,14 @@ class Engine {
   // convention).
   ToolFormat tool_format() const;
   // The LoRA adapters requests may name (GenerateOptions::adapter).
-  const std::vector<AdapterInfo>& adapters() const;
+  std::vector<AdapterInfo> adapters() const;
+  // LoRA adapters at run time (vLLM's /v1/load_lora_adapter and
+  // /v1/unload_lora_adapter): the worker reads the file between two steps,
+  // then requests may name it; an adapter a request still uses stays.
+  // Each load takes a new id (ids are never reused: see scheduler/request.hpp),
+  // so a process loads at most kMaxAdapterId adapters in its life.
+  std::optional<AdapterRefusal> load_adapter(const std::string& name, const std::string& path, float scale = 1.0f);
+  std::optional<AdapterRefusal> unload_adapter(const std::string& name);
   // The model's tokenizer, as a request's text is tokenized (add_special:
   // the beginning-of-sequence token where the model adds one; parse_special:
   // control-token text becomes those tokens).

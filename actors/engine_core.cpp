@@ -78,9 +78,15 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
                         .max_requests = core.kv.max_requests,
                         .max_context = max_context});
   if (!config.draft_model_path.empty()) attach_draft_model(*runner, config, made.kv_tokens, max_context, core);
+  int64_t lora_bytes = 0;
   for (const LoraSpec& spec : config.lora) {
     const auto id = static_cast<int32_t>(core.adapters.size() + 1);
     const LoraAdapter adapter = load_lora_adapter(spec.path, core.model, spec.scale);
+    lora_bytes += adapter.bytes();
+    if (lora_bytes > config.max_lora_bytes) {
+      throw std::invalid_argument("LoRA adapter " + spec.name + ": the adapters take " + std::to_string(lora_bytes / 1000000) +
+                                  " MB, more than --max-lora-memory-mb " + std::to_string(config.max_lora_bytes / 1000000));
+    }
     runner->add_adapter(id, adapter);
     core.adapters.push_back({spec.name, id, spec.path, adapter.bytes()});
     std::fprintf(stderr, "actorlm: LoRA adapter %s: %s, %lld matrices, %.1f MB\n", spec.name.c_str(),

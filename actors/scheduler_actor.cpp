@@ -176,6 +176,30 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   auto on_thaw = [&](kv_thaw_atom, const WireMessage& in) {
     if (auto id = move_id(in)) sched.thaw(*id);
   };
+  // A LoRA adapter comes (the worker loads it, then requests may name it)
+  // or goes (refused while a request uses it); only from this process.
+  auto on_adapter = [&](adapter_atom, WireMessage& in) -> WireMessage {
+    fb::AdapterReplyT reply;
+    auto change = msg::open<fb::AdapterChange>(in.bytes);
+    if (!self->current_sender() || self->current_sender()->node() != self->node()) {
+      reply.error = "adapters are changed only by the engine's own process";
+    } else if (!change) {
+      reply.error = "rejected adapter change: " + change.error;
+    } else if (change.message->id() <= 0 || change.message->id() > kMaxAdapterId) {
+      reply.error = "adapter id " + std::to_string(change.message->id()) + " out of range";
+    } else if (change.message->load()) {
+      const int32_t id = change.message->id();
+      std::vector<uint8_t> answer = w.change_adapter(std::move(in.bytes));
+      auto r = msg::open<fb::AdapterReply>(answer);
+      if (r && (!r.message->error() || r.message->error()->size() == 0)) sched.add_adapter(id);
+      return WireMessage{std::move(answer)};
+    } else if (!sched.remove_adapter(change.message->id())) {
+      reply.error = "the adapter is in use by a request";
+    } else {
+      return WireMessage{w.change_adapter(std::move(in.bytes))};
+    }
+    return WireMessage{msg::pack(reply)};
+  };
   auto on_shutdown = [&](shutdown_atom) { running = false; };
   // Between steps: the worker's down message (it is lost: the next step
   // fails at once), and what belongs to a step already given up on.
@@ -190,11 +214,12 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   while (running) {
     if (sched.idle() && rejected.empty()) {
       self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate, on_cancel,
-                    on_release, on_freeze, on_thaw, on_down, on_late_done, on_late_failure, on_late_beat);
+                    on_release, on_freeze, on_thaw, on_adapter, on_down, on_late_done, on_late_failure, on_late_beat);
     }
     for (bool more = true; more && running;) {
       self->receive(on_generate, on_abort, on_stop, on_stats, on_flush, on_shutdown, on_reserve, on_activate,
-                    on_cancel, on_release, on_freeze, on_thaw, on_down, on_late_done, on_late_failure, on_late_beat,
+                    on_cancel, on_release, on_freeze, on_thaw, on_adapter, on_down, on_late_done, on_late_failure,
+                    on_late_beat,
                     caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
     }
     if (!running) break;

@@ -23,6 +23,9 @@ typename Inspector::result_type inspect(Inspector& f, WireMessage& x) {
 }
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+// LoRA adapters at run time: (adapter_atom, WireMessage{AdapterChange}) ->
+// WireMessage{AdapterReply}, engine to scheduler to worker, this process only.
+using adapter_atom = caf::atom_constant<caf::atom("adapter")>;
 // Liveness of a step (actors/actor_worker.hpp, ActorWorker): the worker
 // sends (heartbeat_atom, batch id) while it computes a batch whose sender
 // asked for beats; the scheduler's relay hands it a step's outcome as

@@ -100,6 +100,36 @@ WireMessage copy_kv(ModelRunner& runner, const WireMessage& in, bool write) {
   return {msg::pack(reply)};
 }
 
+// A LoRA adapter loaded from its file into the runner, or dropped from it,
+// between two batches.
+WireMessage change_adapter(ModelRunner& runner, const WireMessage& in) {
+  fb::AdapterReplyT reply;
+  auto opened = msg::open<fb::AdapterChange>(in.bytes);
+  if (!opened) {
+    reply.error = "rejected adapter change: " + opened.error;
+    return {msg::pack(reply)};
+  }
+  const fb::AdapterChange& q = *opened.message;
+  try {
+    if (!q.load()) {
+      runner.drop_adapter(q.id());
+    } else {
+      const LoraAdapter adapter = load_lora_adapter(q.path() ? q.path()->str() : "", runner.model_config(), q.scale());
+      if (adapter.bytes() > q.max_bytes()) {
+        reply.error = "the adapter takes " + std::to_string(adapter.bytes() / 1000000) + " MB, more than the " +
+                      std::to_string(q.max_bytes() / 1000000) + " MB left of --max-lora-memory-mb";
+        return {msg::pack(reply)};
+      }
+      runner.add_adapter(q.id(), adapter);
+      reply.bytes = adapter.bytes();
+      reply.matrices = adapter.matrices();
+    }
+  } catch (const std::exception& e) {
+    reply.error = e.what();
+  }
+  return {msg::pack(reply)};
+}
+
 caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<ModelRunner> runner) {
   self->state.runner = std::move(runner);
   self->state.fault = test_fault_from_env();
@@ -133,6 +163,15 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
         self->send(reply_to, step_done_atom::value, id, std::move(out));
       },
       [self](kv_read_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, false); },
+      // A path to read: only from this process, never from a peer.
+      [self](adapter_atom, const WireMessage& in) -> WireMessage {
+        if (!self->current_sender() || self->current_sender()->node() != self->node()) {
+          fb::AdapterReplyT reply;
+          reply.error = "adapters are loaded only by the worker's own process";
+          return {msg::pack(reply)};
+        }
+        return change_adapter(*self->state.runner, in);
+      },
       [self](kv_write_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, true); },
       // The same for a data plane in this process (cluster/transfer/
       // kv_data_plane.hpp): the bytes as they are, no envelope to pack and

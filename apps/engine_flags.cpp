@@ -20,7 +20,7 @@ const std::set<std::string> engine_flags =
                        "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size",
                        "--speculative-draft-model-path", "--priority-scheduling-preemption-threshold",
                        "--schedule-max-overtakes", "--max-queued-requests", "--queue-timeout",
-                       "--radix-eviction-policy", "--lora"});
+                       "--radix-eviction-policy", "--lora", "--max-lora-memory-mb"});
 
 EngineConfig engine_from_flags(const cli::Args& args) {
   EngineConfig ec;
@@ -120,20 +120,18 @@ EngineConfig engine_from_flags(const cli::Args& args) {
     // Without it every request ranks the same and the policy is lru's.
     throw cli::UsageError(std::string("--radix-eviction-policy priority needs ") + priority_scheduling_switch);
   }
+  ec.max_lora_bytes = args.integer("--max-lora-memory-mb", 2048, 0, int64_t{1} << 30) * 1'000'000;
   // LoRA adapters, llama.cpp's GGUF form: --lora NAME=PATH, repeatable.
   for (const std::string& spec : args.all("--lora")) {
     const size_t eq = spec.find('=');
     const std::string name = spec.substr(0, eq == std::string::npos ? 0 : eq);
-    const bool plain = !name.empty() && name.size() <= 64 &&
-                       name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
-                           std::string::npos;
-    if (eq == std::string::npos || !plain || eq + 1 == spec.size()) {
-      throw cli::UsageError("--lora takes NAME=PATH (NAME: 1-64 of letters, digits, '.', '_' and '-'), not '" + spec + "'");
+    if (eq == std::string::npos || !valid_adapter_name(name) || eq + 1 == spec.size()) {
+      throw cli::UsageError("--lora takes NAME=PATH (NAME: 1-64 of letters, digits, '.', '_' and '-', not 'default'), not '" +
+                            spec + "'");
     }
     for (const LoraSpec& l : ec.lora) {
       if (l.name == name) throw cli::UsageError("--lora " + name + " is given twice");
     }
-    if (name == "default") throw cli::UsageError("--lora: 'default' names the base model");
     if (ec.lora.size() >= static_cast<size_t>(kMaxAdapterId)) throw cli::UsageError("--lora: too many adapters");
     ec.lora.push_back({name, spec.substr(eq + 1), 1.0f});
   }

@@ -34,7 +34,8 @@ constexpr const char* usage =
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
     "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
-    "                     [--lora NAME=PATH ...]  (LoRA adapters, GGUF; a request picks one with \"model\": \"NAME\")\n"
+    "                     [--lora NAME=PATH ...] [--lora-dir DIR] [--max-lora-memory-mb 2048]  (LoRA adapters, GGUF:\n"
+    "                       a request picks one with \"model\": \"NAME\"; --lora-dir turns on /v1/load_lora_adapter)\n"
     "                     [--enable-priority-scheduling [--schedule-low-priority-values-first]]\n"
     "                     [--priority-scheduling-preemption-threshold 10] [--schedule-max-overtakes 32]\n"
     "                     [--max-queued-requests N] [--queue-timeout S]  (429 / 408; docs/API.md, queueing)\n"
@@ -104,7 +105,7 @@ int serve_command(int argc, char** argv, int first) {
                                     "--max-body-bytes", "--max-connections", "--max-header-bytes",
                                     "--header-timeout", "--body-timeout", "--keep-alive-timeout",
                                     "--write-timeout", "--shutdown-timeout", "--allowed-host",
-                                    "--stream-resume-window", "--stream-resume-max-mib", "--stream-resume-total-mib",
+                                    "--stream-resume-window", "--stream-resume-max-mib", "--stream-resume-total-mib", "--lora-dir",
                                     chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
       {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
@@ -153,6 +154,7 @@ int serve_command(int argc, char** argv, int first) {
   sc.keep_alive_timeout = seconds_flag(args, "--keep-alive-timeout", 30);
   sc.write_timeout = seconds_flag(args, "--write-timeout", 30);
   sc.shutdown_timeout = seconds_flag(args, "--shutdown-timeout", 10);
+  sc.lora_dir = args.str("--lora-dir").value_or("");
   sc.stream_resume.window =
       std::chrono::milliseconds(static_cast<int64_t>(args.number("--stream-resume-window", 0, 0, 3600) * 1000));
   sc.stream_resume.max_stream_bytes = static_cast<size_t>(args.integer("--stream-resume-max-mib", 4, 1, 1024)) << 20;

@@ -38,7 +38,8 @@ constexpr const char* kind_names[] = {
     "Free",           "FreeReply",       "PoolStatsRequest", "PoolStats",      "ForwardBatch",
     "BatchResult",    "StatsRequest",    "EngineStats",      "NodeHello",      "NodeChallenge",
     "NodeJoin",       "NodeWelcome",     "KvChunk",          "KvRowsRequest",  "KvRowsReply",
-    "KvReserveReply", "KvHandoff", "KvSendOrder", "KvMove", "KvFreezeReply"};
+    "KvReserveReply", "KvHandoff", "KvSendOrder", "KvMove", "KvFreezeReply",
+    "AdapterChange",  "AdapterReply"};
 static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == max_kind + 1);
 
 }  // namespace

@@ -56,8 +56,10 @@ enum class Kind : uint16_t {
   KvSendOrder,
   KvMove,
   KvFreezeReply,
+  AdapterChange,
+  AdapterReply,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::KvFreezeReply);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::AdapterReply);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -111,6 +113,8 @@ ACTORLM_MESSAGE_KIND(KvHandoff, "KVHO");
 ACTORLM_MESSAGE_KIND(KvSendOrder, "KVSO");
 ACTORLM_MESSAGE_KIND(KvMove, "KVMV");
 ACTORLM_MESSAGE_KIND(KvFreezeReply, "KVFZ");
+ACTORLM_MESSAGE_KIND(AdapterChange, "ADCH");
+ACTORLM_MESSAGE_KIND(AdapterReply, "ADRP");
 
 #undef ACTORLM_MESSAGE_KIND
 

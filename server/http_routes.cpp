@@ -27,6 +27,9 @@ constexpr Route kRoutes[] = {
     // or take it back.
     {"/nodes/{id}/drain", verb::post, RouteId::node_drain, false},
     {"/nodes/{id}/undrain", verb::post, RouteId::node_undrain, false},
+    // LoRA adapters at run time (vLLM's routes); off unless --lora-dir.
+    {"/v1/load_lora_adapter", verb::post, RouteId::lora_load, false},
+    {"/v1/unload_lora_adapter", verb::post, RouteId::lora_unload, false},
 };
 
 constexpr std::string_view param = "{id}";

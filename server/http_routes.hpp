@@ -12,7 +12,8 @@
 namespace actorlm::http {
 
 enum class RouteId {
-  page, script, health, models, metrics, nodes, chat, completion, native, tokenize, detokenize, node_drain, node_undrain
+  page, script, health, models, metrics, nodes, chat, completion, native, tokenize, detokenize, node_drain, node_undrain,
+  lora_load, lora_unload
 };
 
 struct Route {

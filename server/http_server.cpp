@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "server/adapter_dir.hpp"
 #include "server/chat_page.hpp"
 #include "server/completions.hpp"
 #include "server/http_connection.hpp"
@@ -38,6 +39,7 @@ http::Response error(int status, const std::string& message,
 struct HttpServer::Impl final : http::RequestHandler {
   Engine& engine;
   ServerConfig config;
+  AdapterDir adapter_dir;
   http::ConnectionLimits limits;
   // Declared before everything that may post to it, so it outlives them.
   asio::io_context ioc;
@@ -57,6 +59,7 @@ struct HttpServer::Impl final : http::RequestHandler {
       : engine(e),
         config(std::move(c)),
         completions(e, config.model_id, config.max_concurrent_requests, config.stream_resume) {
+    if (!config.lora_dir.empty()) adapter_dir = AdapterDir(config.lora_dir);
     limits.max_header_bytes = config.max_header_bytes;
     limits.max_header_fields = config.max_header_fields;
     limits.max_body_bytes = config.max_body_bytes;
@@ -176,6 +179,37 @@ struct HttpServer::Impl final : http::RequestHandler {
           std::string state = engine.drain_node(node, on);
           if (state.starts_with("error: ")) return c->respond(error(404, state.substr(7)));
           c->respond(http::Response::json(200, state));
+        });
+      }
+      case http::RouteId::lora_load:
+      case http::RouteId::lora_unload: {
+        const bool load = route->id == http::RouteId::lora_load;
+        // Off the I/O threads: the worker reads the file between two steps.
+        return asio::post(blocking, [this, c, load, body = std::move(request.body())] {
+          auto parsed = api::parse_lora_request(body, load);
+          if (auto* e = std::get_if<api::ApiError>(&parsed)) {
+            return c->respond(http::Response::json(e->status, api::dump(e->body())));
+          }
+          const auto& r = std::get<api::LoraRequest>(parsed);
+          std::optional<AdapterRefusal> refused;
+          if (load) {
+            std::string why;
+            const std::optional<std::string> path = adapter_dir.resolve(r.path, &why);
+            if (!path) return c->respond(error(adapter_dir.enabled() ? 404 : 403, why));
+            refused = engine.load_adapter(r.name, *path, r.scale);
+          } else {
+            refused = engine.unload_adapter(r.name);
+          }
+          if (refused) {
+            using K = AdapterRefusal::Kind;
+            const int status = refused->kind == K::unknown                               ? 404
+                               : refused->kind == K::exists || refused->kind == K::in_use ? 409
+                               : refused->kind == K::invalid                             ? 400
+                                                                                          : 500;
+            return c->respond(error(status, refused->message));
+          }
+          c->respond(http::Response::json(
+              200, api::dump(json{{"object", "lora_adapter"}, {"id", r.name}, {"status", load ? "loaded" : "unloaded"}})));
         });
       }
       case http::RouteId::tokenize:

@@ -42,6 +42,9 @@ struct ServerConfig {
   std::chrono::milliseconds write_timeout{30'000};       // one write to a client not reading
   std::chrono::milliseconds shutdown_timeout{10'000};    // drain before aborting what runs
   ResumeLimits stream_resume;  // streams a client may come back to (window 0: none)
+  // Where POST /v1/load_lora_adapter may read adapters (empty: loading at
+  // run time is off; server/adapter_dir.hpp).
+  std::string lora_dir;
   int io_threads = 2;
 };
 

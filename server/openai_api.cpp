@@ -386,6 +386,28 @@ std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const std:
   return ids;
 }
 
+std::variant<LoraRequest, ApiError> parse_lora_request(const std::string& body, bool load) {
+  const auto parsed = read_json(body);
+  const auto object = body_object(parsed);
+  if (const auto* e = std::get_if<ApiError>(&object)) return *e;
+  const json& j = *std::get<const json*>(object);
+  const FieldReader f(j, "");
+  for (const auto& [key, value] : j.items()) {
+    const bool known = key == "lora_name" || (load && (key == "lora_path" || key == "scale")) || key == "lora_int_id";
+    if (!known) return bad_request(key.size() <= kEchoBytes ? key : "", echo(key) + " is not a field of this route");
+  }
+  LoraRequest r;
+  if (!f.find("lora_name")) return bad_request("lora_name", "the adapter's name is required");
+  if (auto e = f.string("lora_name", &r.name)) return *e;
+  if (load) {
+    if (!f.find("lora_path")) return bad_request("lora_path", "the adapter's file is required");
+    if (auto e = f.string("lora_path", &r.path)) return *e;
+    if (r.path.empty() || r.path.size() > 4096) return bad_request("lora_path", "must be a path of 1-4096 bytes");
+    if (auto e = f.number("scale", -100.0, 100.0, &r.scale)) return *e;
+  }
+  return r;
+}
+
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -89,6 +89,16 @@ struct TokenizeRequest {
 std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const std::string& body);
 std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const std::string& body);
 
+// vLLM's /v1/load_lora_adapter {"lora_name": str, "lora_path": str, "scale":
+// number = 1 (ours)} and /v1/unload_lora_adapter {"lora_name": str}
+// (load: false; path empty). The path is the server's to check.
+struct LoraRequest {
+  std::string name;
+  std::string path;
+  float scale = 1.0f;
+};
+std::variant<LoraRequest, ApiError> parse_lora_request(const std::string& body, bool load);
+
 std::string finish_reason_text(FinishReason r);
 
 // One finished choice.

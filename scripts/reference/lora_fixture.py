@@ -23,7 +23,8 @@ largest logits after the prompt.
 Needs llama-cpp-python importable against a libllama built from the same
 sdist (PYTHONPATH=<sdist> LLAMA_CPP_LIB_PATH=<llama.cpp>/build/bin, see
 docs/BENCHMARKS.md), numpy and gguf.
-Usage: python3 scripts/reference/lora_fixture.py [model.gguf]
+Usage: python3 scripts/reference/lora_fixture.py [--adapters-only] [model.gguf]
+  --adapters-only: write the two adapter files, not llama.cpp's outputs
 """
 import hashlib
 import json
@@ -32,11 +33,11 @@ import sys
 
 import numpy as np
 import gguf
-import llama_cpp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fixtures", "lora")
-MODEL = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser(
+ARGS = [a for a in sys.argv[1:] if a != "--adapters-only"]
+MODEL = ARGS[0] if ARGS else os.path.expanduser(
     "~/.cache/actorlm/SmolLM2-135M-Instruct.Q4_1.gguf")
 LAYERS, HIDDEN, KV = 30, 576, 192
 RANK = 2
@@ -77,6 +78,9 @@ def write_adapter(name, targets, alpha, seed):
 def main():
     os.makedirs(OUT, exist_ok=True)
     paths = {name: write_adapter(name, *spec) for name, spec in ADAPTERS.items()}
+    if "--adapters-only" in sys.argv:
+        return
+    import llama_cpp
     cases = []
     for adapter in ["", "a", "b"]:
         kwargs = {"lora_path": paths[adapter], "lora_scale": 1.0} if adapter else {}

@@ -32,11 +32,16 @@ BODIES = {
     "/detokenize": {"tokens": [1, 2]},
     "/nodes/{id}/drain": {},
     "/nodes/{id}/undrain": {},
+    "/v1/load_lora_adapter": {"lora_name": "x", "lora_path": "x.gguf"},
+    "/v1/unload_lora_adapter": {"lora_name": "x"},
 }
 # Routes the right key opens but that this single server cannot serve: the
 # status it must answer instead (tests/cluster/cluster_drain_test.py checks
 # them on a cluster head).
-WITH_KEY = {"/nodes/{id}/drain": 400, "/nodes/{id}/undrain": 400}
+WITH_KEY = {"/nodes/{id}/drain": 400, "/nodes/{id}/undrain": 400,
+            # No --lora-dir: loading is off; no such adapter to unload
+            # (tests/server/lora_test.py loads and unloads).
+            "/v1/load_lora_adapter": 403, "/v1/unload_lora_adapter": 404}
 # Opening a route to keyless clients is a security decision, made here too.
 MAY_BE_OPEN = {"/health", "/", "/chat.js"}
 

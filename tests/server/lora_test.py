@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""LoRA adapters through `actorlm serve` (tests/fixtures/lora: two adapters of
+the default model, scripts/reference/lora_fixture.py):
+- --lora at start: /v1/models lists each adapter with the base model as its
+  parent; "model": NAME, "model": "<id>:NAME" and "lora": NAME pick it; an
+  adapter's greedy answer differs from the base model's and is the same each
+  way it is named; unknown names are 404s, a "lora" that disagrees with
+  "model" a 400;
+- no prefix is shared across adapters: the base model's cached prompt is not
+  an adapter's (cached_tokens 0), the adapter's own second request hits;
+- 12 concurrent requests mixing both adapters and the base model each get
+  the answer they get alone;
+- at run time, with --lora-dir: an adapter loaded by name from the folder
+  serves at once; a path leading out of the folder, a second adapter of the
+  same name, a file that is not an adapter of this model are refused and
+  load nothing; unloading an adapter a request still uses is a 409, and
+  after its request it unloads and its name is a 404; without --lora-dir
+  loading is a 403;
+- a bad --lora at start (a model file, a missing file, a bad name) exits 2
+  with the reason; the server stays healthy and leaks no KV row throughout.
+
+Usage: python3 tests/server/lora_test.py path/to/actorlm
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.request
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check, healthy  # noqa: E402
+from server_process import ServerProcess, default_model  # noqa: E402
+
+BIN = sys.argv[1]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "lora")
+A = os.path.join(FIXTURES, "smollm2_a.gguf")
+B = os.path.join(FIXTURES, "smollm2_b.gguf")
+PROMPT = ("You are a careful assistant. Answer in one short sentence, and never invent facts. "
+          "Question: what is the tallest mountain in Africa?")
+
+
+def call(port, path, body, timeout=300):
+    """(status, parsed body)"""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST",
+                                 headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def complete(port, model=None, lora=None, prompt=PROMPT, max_tokens=12):
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if model is not None:
+        body["model"] = model
+    if lora is not None:
+        body["lora"] = lora
+    return call(port, "/v1/completions", body)
+
+
+def text_of(port, **kw):
+    status, r = complete(port, **kw)
+    check(status == 200, f"{kw}: {status} {r}")
+    return r["choices"][0]["text"], r["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0), r["model"]
+
+
+def models(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
+        return json.loads(r.read())["data"]
+
+
+def start_time_adapters():
+    with ServerProcess(BIN, ["--kv-tokens", "4096", "--lora", f"a={A}", "--lora", f"b={B}"]) as server:
+        port = server.port
+        listed = models(port)
+        base_id = listed[0]["id"]
+        names = {m["id"]: m for m in listed[1:]}
+        check(set(names) == {"a", "b"}, f"/v1/models lists {list(names)}")
+        check(all(m.get("parent") == base_id for m in names.values()), f"adapters' parent: {listed}")
+
+        base, base_cached, base_model = text_of(port)
+        check(base_model == base_id, f"a base answer names {base_model}")
+        a1, a1_cached, a_model = text_of(port, model="a")
+        check(a_model == "a", f"an adapter's answer names {a_model}")
+        check(a1 != base, f"adapter a changed nothing: {a1!r}")
+        # The base model's rows of this prompt are cached now, but not for a.
+        check(a1_cached == 0, f"adapter a found {a1_cached} cached tokens of the base model's")
+        a2, a2_cached, _ = text_of(port, model=f"{base_id}:a")
+        check(a2 == a1, f"'{base_id}:a' answered {a2!r}, 'a' {a1!r}")
+        check(a2_cached > 0, "adapter a's own prefix was not reused")
+        a3, _, _ = text_of(port, lora="a")
+        check(a3 == a1, f"lora 'a' answered {a3!r}")
+        b1, b1_cached, _ = text_of(port, model="b")
+        check(b1 not in (base, a1) and b1_cached == 0, f"adapter b: {b1!r}, cached {b1_cached}")
+        again, again_cached, _ = text_of(port)
+        check(again == base and again_cached > 0, "the base model's answer or cache changed")
+
+        for body, want in (({"model": "c"}, 404), ({"model": f"{base_id}:c"}, 404), ({"lora": "c"}, 404),
+                           ({"model": "a", "lora": "b"}, 400), ({"lora": 3}, 400)):
+            status, r = call(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, **body})
+            check(status == want, f"{body}: {status} {r}")
+        status, r = call(port, "/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "model": "b"})
+        check(status == 200 and r["model"] == "b", f"chat with adapter b: {status} {r}")
+
+        # Twelve at once, both adapters and the base model interleaved.
+        prompts = [PROMPT, "Name three rivers of Europe.", "Write one line about the sea.", "What is 7 times 8?"]
+        alone = {}
+        for p in prompts:
+            for m in (None, "a", "b"):
+                alone[(p, m)] = text_of(port, model=m, prompt=p)[0]
+        got, threads = {}, []
+        for p in prompts:
+            for m in ("a", None, "b"):
+                t = threading.Thread(target=lambda p=p, m=m: got.__setitem__((p, m), text_of(port, model=m, prompt=p)[0]))
+                threads.append(t)
+                t.start()
+        for t in threads:
+            t.join()
+        for k, v in alone.items():
+            check(got[k] == v, f"{k}: batched {got[k]!r}, alone {v!r}")
+        healthy(server)
+        print(f"start-time adapters: base {base!r}, a {a1!r}, b {b1!r}; 12 concurrent as alone")
+
+
+def run_time_adapters(folder):
+    shutil.copy(A, os.path.join(folder, "a.gguf"))
+    shutil.copy(B, os.path.join(folder, "b.gguf"))
+    with ServerProcess(BIN, ["--kv-tokens", "4096", "--lora-dir", folder]) as server:
+        port = server.port
+        check(len(models(port)) == 1, "adapters listed before any was loaded")
+        check(complete(port, model="a")[0] == 404, "an adapter not loaded yet was served")
+        status, r = call(port, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "a.gguf"})
+        check(status == 200, f"load a: {status} {r}")
+        check([m["id"] for m in models(port)][1:] == ["a"], f"/v1/models after loading a: {models(port)}")
+        a1, _, _ = text_of(port, model="a")
+        base, _, _ = text_of(port)
+        check(a1 != base, "the adapter loaded at run time changed nothing")
+
+        refusals = [
+            ({"lora_name": "a", "lora_path": "b.gguf"}, 409),               # the name is taken
+            ({"lora_name": "x", "lora_path": "../" + os.path.basename(folder) + "/../etc/passwd"}, 404),
+            ({"lora_name": "x", "lora_path": "/etc/passwd"}, 404),          # outside the folder
+            ({"lora_name": "x", "lora_path": "missing.gguf"}, 404),
+            ({"lora_name": "x", "lora_path": "link.gguf"}, 404),            # a link leading out
+            ({"lora_name": "x", "lora_path": "model.gguf"}, 400),           # a model, not an adapter
+            ({"lora_name": "x", "lora_path": "garbage.gguf"}, 400),
+            ({"lora_name": "bad name", "lora_path": "b.gguf"}, 400),
+            ({"lora_name": "default", "lora_path": "b.gguf"}, 400),
+            ({"lora_name": "x"}, 400),
+            ({"lora_name": "x", "lora_path": "b.gguf", "extra": 1}, 400),
+        ]
+        os.symlink(default_model(), os.path.join(folder, "link.gguf"))
+        shutil.copy(default_model(), os.path.join(folder, "model.gguf"))
+        with open(os.path.join(folder, "garbage.gguf"), "wb") as f:
+            f.write(b"GGUF\x03\x00\x00\x00" + os.urandom(64))
+        for body, want in refusals:
+            status, r = call(port, "/v1/load_lora_adapter", body)
+            check(status == want, f"load {body}: {status} {r}, wanted {want}")
+            check("error" in r, f"load {body}: no error body: {r}")
+        check([m["id"] for m in models(port)][1:] == ["a"], f"a refused load left something: {models(port)}")
+
+        # An adapter in use stays: a long request holds it.
+        result = {}
+        long = threading.Thread(target=lambda: result.setdefault(
+            "r", complete(port, model="a", prompt="Count from one to one hundred in words:", max_tokens=200)))
+        long.start()
+        import time
+        deadline = time.time() + 60
+        while server.metrics()["actorlm_running_requests"] < 1:
+            check(time.time() < deadline, "the long request never ran")
+            time.sleep(0.02)
+        status, r = call(port, "/v1/unload_lora_adapter", {"lora_name": "a"})
+        check(status == 409, f"unloading an adapter in use: {status} {r}")
+        long.join()
+        check(result["r"][0] == 200, f"the long request: {result['r']}")
+        status, r = call(port, "/v1/unload_lora_adapter", {"lora_name": "a"})
+        check(status == 200, f"unload a: {status} {r}")
+        check(complete(port, model="a")[0] == 404, "an unloaded adapter was served")
+        check(call(port, "/v1/unload_lora_adapter", {"lora_name": "a"})[0] == 404, "unloading twice")
+        # Loaded again under the same name: a new id, the same answers.
+        check(call(port, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "a.gguf"})[0] == 200, "reload a")
+        check(text_of(port, model="a")[0] == a1, "a reloaded adapter answered differently")
+        healthy(server)
+    with ServerProcess(BIN, ["--kv-tokens", "4096"]) as server:
+        status, r = call(server.port, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": A})
+        check(status == 403, f"loading without --lora-dir: {status} {r}")
+    print("run-time adapters: load, refusals, unload refused in use then done, reload")
+
+
+def bad_start(folder):
+    for flags, reason in ((["--lora", f"m={default_model()}"], "not 'adapter'"),
+                          (["--lora", f"m={folder}/none.gguf"], "none.gguf"),
+                          (["--lora", f"bad name={A}"], "NAME=PATH"),
+                          (["--lora", f"a={A}", "--lora", f"a={B}"], "given twice"),
+                          (["--lora", f"a={A}", "--max-lora-memory-mb", "0"], "max-lora-memory-mb")):
+        p = subprocess.run([BIN, "serve", "--port", "0", "--kv-tokens", "1024", *flags], capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode != 0 and reason in p.stderr, f"{flags}: exit {p.returncode}, stderr {p.stderr[-400:]!r}")
+    print("bad --lora flags refused at start")
+
+
+def main():
+    start_time_adapters()
+    folder = tempfile.mkdtemp(prefix="actorlm_lora_")
+    try:
+        run_time_adapters(folder)
+        bad_start(folder)
+    finally:
+        shutil.rmtree(folder)
+    print("lora: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
