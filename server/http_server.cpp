@@ -162,7 +162,7 @@ struct HttpServer::Impl final : http::RequestHandler {
       case http::RouteId::metrics:
         return asio::post(blocking, [this, c] {
           std::string text =
-              metrics_text(engine.stats()) + completions.exposition() + connection_metrics();
+              metrics_text(engine.stats()) + completions.exposition() + connection_metrics() + adapter_metrics();
           c->respond({200, "text/plain; version=0.0.4", std::move(text), {}});
         });
       case http::RouteId::nodes:
@@ -249,6 +249,16 @@ struct HttpServer::Impl final : http::RequestHandler {
   void closed(http::Connection& c) override {
     std::lock_guard<std::mutex> lock(mu);
     connections.erase(&c);
+  }
+
+  std::string adapter_metrics() const {
+    int64_t bytes = 0;
+    const std::vector<AdapterInfo> adapters = engine.adapters();
+    for (const AdapterInfo& a : adapters) bytes += a.bytes;
+    return "# HELP actorlm_lora_adapters LoRA adapters loaded.\n# TYPE actorlm_lora_adapters gauge\n"
+           "actorlm_lora_adapters " + std::to_string(adapters.size()) +
+           "\n# HELP actorlm_lora_bytes Bytes the loaded adapters' matrices take (--max-lora-memory-mb caps it).\n"
+           "# TYPE actorlm_lora_bytes gauge\nactorlm_lora_bytes " + std::to_string(bytes) + "\n";
   }
 
   std::string connection_metrics() {

@@ -9,8 +9,10 @@ lora, adapter.lora.alpha, and per adapted matrix W a pair W.lora_a (ggml
 shape {in, rank}) and W.lora_b ({rank, out}), float16. Rank 2 keeps the files
 small (~230 KB each); the values are random but large enough that every
 prompt's greedy output changes.
-  - smollm2_a.gguf: attn_q and attn_v of every layer, alpha 4 (scale 2)
-  - smollm2_b.gguf: attn_k and attn_output of every layer, no alpha (scale 1)
+  - smollm2_a.gguf: attn_q and attn_v of every layer, alpha 4 (scale 2),
+    values in +-0.12
+  - smollm2_b.gguf: attn_k and attn_output of every layer, no alpha (scale 1),
+    values in +-0.25
 
 Writes tests/fixtures/lora/<name>.gguf and tests/fixtures/lora/llamacpp.json:
   {"llama_cpp_version", "model_sha256", "cases": [
@@ -44,7 +46,7 @@ RANK = 2
 N_NEW = 16
 SHAPES = {"attn_q": (HIDDEN, HIDDEN), "attn_k": (KV, HIDDEN), "attn_v": (KV, HIDDEN),
           "attn_output": (HIDDEN, HIDDEN)}  # (out, in)
-ADAPTERS = {"a": (["attn_q", "attn_v"], 4.0, 1), "b": (["attn_k", "attn_output"], 0.0, 2)}
+ADAPTERS = {"a": (["attn_q", "attn_v"], 4.0, 1, 0.12), "b": (["attn_k", "attn_output"], 0.0, 2, 0.25)}
 PROMPTS = [
     "The capital of France is",
     "<|im_start|>user\nWrite a haiku about autumn.<|im_end|>\n<|im_start|>assistant\n",
@@ -52,7 +54,7 @@ PROMPTS = [
 ]
 
 
-def write_adapter(name, targets, alpha, seed):
+def write_adapter(name, targets, alpha, seed, bound):
     rng = np.random.default_rng(seed)
     path = os.path.join(OUT, f"smollm2_{name}.gguf")
     w = gguf.GGUFWriter(path, "llama")
@@ -64,8 +66,8 @@ def write_adapter(name, targets, alpha, seed):
         for t in targets:
             out, inp = SHAPES[t]
             # numpy [rank][in] is ggml {in, rank}; [out][rank] is {rank, out}.
-            a = rng.uniform(-0.25, 0.25, size=(RANK, inp)).astype(np.float16)
-            b = rng.uniform(-0.25, 0.25, size=(out, RANK)).astype(np.float16)
+            a = rng.uniform(-bound, bound, size=(RANK, inp)).astype(np.float16)
+            b = rng.uniform(-bound, bound, size=(out, RANK)).astype(np.float16)
             w.add_tensor(f"blk.{layer}.{t}.weight.lora_a", a)
             w.add_tensor(f"blk.{layer}.{t}.weight.lora_b", b)
     w.write_header_to_file()

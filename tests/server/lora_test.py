@@ -39,8 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "lora")
 A = os.path.join(FIXTURES, "smollm2_a.gguf")
 B = os.path.join(FIXTURES, "smollm2_b.gguf")
-PROMPT = ("You are a careful assistant. Answer in one short sentence, and never invent facts. "
-          "Question: what is the tallest mountain in Africa?")
+PROMPT = "The capital of France is"
 
 
 def call(port, path, body, timeout=300):
@@ -54,7 +53,7 @@ def call(port, path, body, timeout=300):
         return e.code, json.loads(e.read() or b"{}")
 
 
-def complete(port, model=None, lora=None, prompt=PROMPT, max_tokens=12):
+def complete(port, model=None, lora=None, prompt=PROMPT, max_tokens=16):
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if model is not None:
         body["model"] = model
@@ -124,6 +123,9 @@ def start_time_adapters():
             t.join()
         for k, v in alone.items():
             check(got[k] == v, f"{k}: batched {got[k]!r}, alone {v!r}")
+        m = server.metrics()
+        check(m["actorlm_lora_adapters"] == 2 and m["actorlm_lora_bytes"] > 2 * 400_000,
+              f"adapter metrics: {m['actorlm_lora_adapters']}, {m['actorlm_lora_bytes']}")
         healthy(server)
         print(f"start-time adapters: base {base!r}, a {a1!r}, b {b1!r}; 12 concurrent as alone")
 
@@ -182,6 +184,7 @@ def run_time_adapters(folder):
         status, r = call(port, "/v1/unload_lora_adapter", {"lora_name": "a"})
         check(status == 200, f"unload a: {status} {r}")
         check(complete(port, model="a")[0] == 404, "an unloaded adapter was served")
+        check(server.metrics()["actorlm_lora_bytes"] == 0, "an unloaded adapter's bytes are still counted")
         check(call(port, "/v1/unload_lora_adapter", {"lora_name": "a"})[0] == 404, "unloading twice")
         # Loaded again under the same name: a new id, the same answers.
         check(call(port, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "a.gguf"})[0] == 200, "reload a")
