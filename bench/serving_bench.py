@@ -21,7 +21,10 @@ usage: serving_bench.py --base-url http://127.0.0.1:30000 --tokenizer MODEL.gguf
                         [--workload random|chat|shared-prefix] [--num-prompts N]
                         [--concurrency C | --request-rate R] [--input-len L] [--output-len L]
                         [--range-ratio F] [--groups G] [--prompts-per-group P] [--prefix-len L]
-                        [--seed S] [--extra-body JSON] [--api-key KEY] [--json OUT] [--label NAME]
+                        [--seed S] [--extra-body JSON] [--rotate-body JSONLIST] [--api-key KEY]
+                        [--json OUT] [--label NAME]
+--rotate-body: a JSON list of objects; request i also takes item i % len (e.g.
+each request its own LoRA adapter: [{"model": "a0"}, {"model": "a1"}, ...]).
 """
 import argparse
 import http.client
@@ -125,6 +128,9 @@ def build_requests(args, tok):
             for _ in range(args.prompts_per_group):
                 reqs.append(("/v1/completions", dict(common, prompt=prefixes[g] + tok.text_of(rng, args.input_len))))
         rng.shuffle(reqs)
+    rotation = json.loads(args.rotate_body)
+    if rotation:
+        reqs = [(path, dict(body, **rotation[i % len(rotation)])) for i, (path, body) in enumerate(reqs)]
     return reqs
 
 
@@ -240,6 +246,7 @@ def main():
     ap.add_argument("--prefix-len", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--extra-body", default="{}", help="JSON merged into every request (e.g. ignore_eos)")
+    ap.add_argument("--rotate-body", default="[]", help="JSON list: request i also takes item i % len")
     ap.add_argument("--api-key", default="")
     ap.add_argument("--timeout", type=float, default=600,
                     help="seconds a client waits for the next byte, the first token included")

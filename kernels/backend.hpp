@@ -113,6 +113,14 @@ struct SampleRequest {
   std::span<const uint32_t> allowed;
 };
 
+// One matrix's LoRA update over some rows (Backend::low_rank_add).
+struct LowRankSlice {
+  const float* a = nullptr;   // [rank][in]
+  const float* bt = nullptr;  // [rank][out]: the adapter's B transposed, its scale folded in
+  int32_t rank = 0;
+  int64_t row_begin = 0, rows = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -171,6 +179,12 @@ class Backend {
   // One token per logits row (rows = reqs.size(), each `vocab` wide). On a GPU
   // this runs on the device so only token ids cross to the host.
   virtual std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) = 0;
+  // LoRA: out[r][0, out_cols) += (x[r] · aᵀ) · bt for each slice's rows r
+  // (x rows of `in` floats, ldx apart; out rows ldo apart). A row's sums
+  // are the same whatever the other rows (kernels/low_rank.hpp). The
+  // default runs on the calling thread.
+  virtual void low_rank_add(const float* x, int64_t ldx, int64_t in, float* out, int64_t ldo, int64_t out_cols,
+                            std::span<const LowRankSlice> slices);
 };
 
 }  // namespace actorlm

@@ -17,24 +17,6 @@ void need_contiguous(const Tensor& t, const char* op) {
   }
 }
 
-// Sixteen running sums, each over every sixteenth element, then added in a
-// fixed order: the compiler keeps them in vector registers without
-// reordering anything, and the result depends only on a and b.
-float fixed_order_dot(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-  }
-  float sum = acc[0];
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 }  // namespace
 
 const std::vector<MatrixView>& HostTensorOps::weight(WeightId w) const {
@@ -246,8 +228,11 @@ LoraId HostTensorOps::add_lora(std::span<const float> a, std::span<const float> 
       b.size() != static_cast<size_t>(out * rank)) {
     throw std::invalid_argument("host tensor ops: a LoRA update needs a of [rank][in] and b of [out][rank]");
   }
-  LowRank m{{a.begin(), a.end()}, {b.begin(), b.end()}, rank, in, out};
-  lora_bytes_ += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
+  LowRank m{{a.begin(), a.end()}, std::vector<float>(b.size()), rank, in, out};
+  for (int64_t o = 0; o < out; ++o) {
+    for (int32_t k = 0; k < rank; ++k) m.bt[static_cast<size_t>(k * out + o)] = b[static_cast<size_t>(o * rank + k)];
+  }
+  lora_bytes_ += static_cast<int64_t>((m.a.size() + m.bt.size()) * sizeof(float));
   for (size_t i = 0; i < loras_.size(); ++i) {
     if (loras_[i].rank == 0) {
       loras_[i] = std::move(m);
@@ -260,23 +245,23 @@ LoraId HostTensorOps::add_lora(std::span<const float> a, std::span<const float> 
 
 void HostTensorOps::drop_lora(LoraId id) {
   LowRank& m = loras_.at(static_cast<size_t>(id.index));
-  lora_bytes_ -= static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
+  lora_bytes_ -= static_cast<int64_t>((m.a.size() + m.bt.size()) * sizeof(float));
   m = {};
 }
 
-void HostTensorOps::lora(Tensor x, LoraId id, Tensor out, int64_t row_begin, int64_t rows) {
-  const LowRank& m = loras_.at(static_cast<size_t>(id.index));
-  if (m.rank == 0 || x.cols != m.in || out.cols != m.out || x.dtype != DType::f32 || out.dtype != DType::f32 ||
-      row_begin < 0 || rows < 0 || row_begin + rows > x.rows || row_begin + rows > out.rows) {
-    throw std::logic_error("host tensor ops: lora's shapes do not match its update");
+void HostTensorOps::lora(Tensor x, std::span<const LoraSlice> slices, Tensor out) {
+  if (x.dtype != DType::f32 || out.dtype != DType::f32) throw std::logic_error("host tensor ops: lora needs float32");
+  std::vector<LowRankSlice> run;
+  run.reserve(slices.size());
+  for (const LoraSlice& s : slices) {
+    const LowRank& m = loras_.at(static_cast<size_t>(s.id.index));
+    if (m.rank == 0 || x.cols != m.in || out.cols != m.out || s.row_begin < 0 || s.rows < 0 ||
+        s.row_begin + s.rows > x.rows || s.row_begin + s.rows > out.rows) {
+      throw std::logic_error("host tensor ops: lora's shapes do not match its update");
+    }
+    run.push_back({m.a.data(), m.bt.data(), m.rank, s.row_begin, s.rows});
   }
-  std::vector<float> t(static_cast<size_t>(m.rank));
-  for (int64_t r = row_begin; r < row_begin + rows; ++r) {
-    const float* xr = x.f32() + r * x.ld;
-    for (int32_t k = 0; k < m.rank; ++k) t[static_cast<size_t>(k)] = fixed_order_dot(xr, m.a.data() + k * m.in, m.in);
-    float* yr = out.f32() + r * out.ld;
-    for (int64_t o = 0; o < m.out; ++o) yr[o] += fixed_order_dot(t.data(), m.b.data() + o * m.rank, m.rank);
-  }
+  backend_.low_rank_add(x.f32(), x.ld, x.cols, out.f32(), out.ld, out.cols, run);
 }
 
 }  // namespace actorlm

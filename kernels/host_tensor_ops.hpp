@@ -54,12 +54,12 @@ class HostTensorOps final : public TensorOps {
   LoraId add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
                   int64_t out) override;
   void drop_lora(LoraId id) override;
-  void lora(Tensor x, LoraId id, Tensor out, int64_t row_begin, int64_t rows) override;
+  void lora(Tensor x, std::span<const LoraSlice> slices, Tensor out) override;
   int64_t lora_bytes() const override { return lora_bytes_; }
 
  private:
   struct LowRank {
-    std::vector<float> a, b;  // [rank][in], [out][rank]; empty once dropped
+    std::vector<float> a, bt;  // [rank][in], [rank][out] (B transposed); empty once dropped
     int32_t rank = 0;
     int64_t in = 0, out = 0;
   };

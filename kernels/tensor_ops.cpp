@@ -12,7 +12,7 @@ LoraId TensorOps::add_lora(std::span<const float>, std::span<const float>, int32
 
 void TensorOps::drop_lora(LoraId) { throw std::logic_error("tensor ops: drop_lora on a device without adapters"); }
 
-void TensorOps::lora(Tensor, LoraId, Tensor, int64_t, int64_t) {
+void TensorOps::lora(Tensor, std::span<const LoraSlice>, Tensor) {
   throw std::logic_error("tensor ops: lora on a device without adapters");
 }
 

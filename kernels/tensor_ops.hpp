@@ -53,6 +53,11 @@ struct LoraId {  // one matrix's low-rank update (a LoRA adapter's A and B)
   int32_t index = -1;
   bool valid() const { return index >= 0; }
 };
+// Rows [row_begin, row_begin + rows) of a pass that take update `id`.
+struct LoraSlice {
+  LoraId id;
+  int64_t row_begin = 0, rows = 0;
+};
 
 // What a scratch tensor is for; it decides the element type on a device.
 enum class Use : uint8_t {
@@ -131,8 +136,9 @@ class TensorOps {
   virtual LoraId add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
                           int64_t out);
   virtual void drop_lora(LoraId id);
-  // Rows [row_begin, row_begin + rows) of out (x's rows of the same index).
-  virtual void lora(Tensor x, LoraId id, Tensor out, int64_t row_begin, int64_t rows);
+  // Each slice's rows of out (x's rows of the same index) get its update;
+  // the updates of one call are of matrices of the same shape.
+  virtual void lora(Tensor x, std::span<const LoraSlice> slices, Tensor out);
   // Bytes the adapters' matrices take.
   virtual int64_t lora_bytes() const { return 0; }
 

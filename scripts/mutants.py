@@ -295,8 +295,8 @@ MUTANTS = [
     Mutant("lora-rows-shifted",
            "an adapter's update lands on the rows after its own in a mixed batch",
            "model/llama_model.cpp",
-           "      ops_.lora(x, id, out, seg.row_begin, seg.rows);",
-           "      ops_.lora(x, id, out, seg.row_begin + 1 < x.rows ? seg.row_begin + 1 : seg.row_begin, seg.rows - 1);",
+           "      slices.push_back({id, seg.row_begin, seg.rows});",
+           "      slices.push_back({id, seg.row_begin + (seg.row_begin + seg.rows < x.rows ? 1 : 0), seg.rows});",
            ["model_lora_adapter_test"],
            catch_runs(["model_lora_adapter_test"], "[lora]")),
     # Issue 32: a request queued behind long steps is not stalled.

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/low_rank.hpp"
+
 #include "kernels/cpu/activation_math.hpp"
 #include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/cpu/paged_attention.hpp"
@@ -86,6 +88,15 @@ void CpuBackend::elementwise(int64_t rows, int64_t row_size, int64_t cost,
   } else {
     pool_.parallel_for(rows, fn);
   }
+}
+
+void CpuBackend::low_rank_add(const float* x, int64_t ldx, int64_t in, float* out, int64_t ldo, int64_t out_cols,
+                              std::span<const LowRankSlice> slices) {
+  if (slices.empty()) return;
+  const int64_t rows = low_rank_rows(slices);
+  elementwise(rows, in + out_cols, slices.front().rank, [&](int64_t begin, int64_t end) {
+    low_rank_add_rows(x, ldx, in, out, ldo, out_cols, slices, begin, end);
+  });
 }
 
 void CpuBackend::rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t cols,

@@ -49,6 +49,9 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(float* dst, int64_t cols, std::span<const int32_t> rows, std::span<const float> weights,
                         const float* src) override;
   std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) override;
+  // Rows split over the pool (each row whole on one thread).
+  void low_rank_add(const float* x, int64_t ldx, int64_t in, float* out, int64_t ldo, int64_t out_cols,
+                    std::span<const LowRankSlice> slices) override;
 
   int threads() const { return pool_.size(); }
 
