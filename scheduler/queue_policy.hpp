@@ -6,6 +6,8 @@
 // Scheduler applies them.
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "scheduler/request.hpp"
 
@@ -39,6 +41,26 @@ struct QueuePolicy {
   // before it fails as timed out (HTTP 408). Retracted requests (already
   // running once) never time out. 0: no limit.
   double timeout_seconds = 0;
+
+  // Tenants' fair share of the running batch (server --tenants): tenant t
+  // (Request::tenant, 0 for requests of no tenant) weighs
+  // tenant_weights[t]; empty: no fair share. Among waiting requests of the
+  // same rank, a tenant's k-th in line goes at virtual time
+  // (its running requests + k) / its weight, so under a flood from one
+  // tenant the others still get their share of the places as they free up.
+  std::vector<double> tenant_weights;
+  bool fair_share() const { return !tenant_weights.empty(); }
+  double weight(int32_t tenant) const {
+    return tenant >= 0 && static_cast<size_t>(tenant) < tenant_weights.size() ? tenant_weights[static_cast<size_t>(tenant)]
+                                                                               : 1.0;
+  }
+  // Reorders `order` (indices into `waiting`, already sorted by before())
+  // so that, rank by rank, tenants take turns by their weights, counting
+  // `running[t]` places each holds already (index tenant_weights.size():
+  // requests of a tenant id outside the table). Within a tenant the order
+  // stays.
+  void share(std::span<const Request* const> waiting, std::span<const int64_t> running,
+             std::vector<size_t>& order) const;
 
   // Larger is more urgent; 0 for every request with priorities off.
   int64_t rank(const Request& r) const;

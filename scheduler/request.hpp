@@ -78,6 +78,9 @@ struct Request {
   // Priority scheduling (scheduler/queue_policy.hpp): how urgent it is, in
   // [-kMaxPriority, kMaxPriority]; ignored while priorities are off.
   int32_t priority = 0;
+  // Its tenant (the API key it came with: QueuePolicy::tenant_weights);
+  // 0: none.
+  int32_t tenant = 0;
   // The LoRA adapter it runs with (the worker's id, 1..kMaxAdapterId); 0:
   // the base model.
   int32_t adapter = 0;

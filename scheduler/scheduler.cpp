@@ -512,6 +512,17 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return config_.queue.before(waiting_[a], cached[a], waiting_[b], cached[b], lpm);
   });
+  if (config_.queue.fair_share()) {
+    std::vector<const Request*> queue;
+    for (const auto& w : waiting_) queue.push_back(&w);
+    const size_t tenants = config_.queue.tenant_weights.size();
+    std::vector<int64_t> held(tenants + 1, 0);
+    for (const auto& r : running_) {
+      const int32_t t = r.req.tenant;
+      ++held[t >= 0 && static_cast<size_t>(t) < tenants ? static_cast<size_t>(t) : tenants];
+    }
+    config_.queue.share(queue, held, order);
+  }
   std::vector<size_t> chosen;
   int64_t estimate = budget;
   for (size_t i : order) {

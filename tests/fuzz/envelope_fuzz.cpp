@@ -47,7 +47,8 @@ void open_every_kind(std::span<const uint8_t> bytes) {
                AllocReqSlots, AllocReqSlotsReply, AllocTokens, AllocTokensReply, Free, FreeReply,
                PoolStatsRequest, PoolStats, ForwardBatch, BatchResult, StatsRequest, EngineStats, NodeHello,
                NodeChallenge, NodeJoin, NodeWelcome, KvChunk,
-               KvRowsRequest, KvRowsReply, KvReserveReply, KvHandoff, KvSendOrder, KvMove, KvFreezeReply>(bytes);
+               KvRowsRequest, KvRowsReply, KvReserveReply, KvHandoff, KvSendOrder, KvMove, KvFreezeReply, AdapterChange,
+               AdapterReply>(bytes);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // requests each step's batch holds, which needs no logits.)
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -72,13 +74,15 @@ struct Harness {
   void submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0) {
     REQUIRE_FALSE(try_submit(id, prompt, max_new, priority));
   }
-  std::optional<std::string> try_submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0) {
+  std::optional<std::string> try_submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0,
+                                        int32_t tenant = 0) {
     Request r;
     r.id = id;
     r.prompt = prompt;
     r.sampling.temperature = 0;
     r.stop.max_new_tokens = max_new;
     r.priority = priority;
+    r.tenant = tenant;
     worker.id_of_prompt[prompt] = id;
     return scheduler.submit(std::move(r));
   }
@@ -446,6 +450,40 @@ TEST_CASE("lpm's starvation bound: a request that N later arrivals overtook goes
     CHECK(admitted_at == bound);  // overtaken `bound` times, then first
   }
   h.drain();
+}
+
+TEST_CASE("Under a flood from one tenant, another takes its weight's share of the places as they free up", "[scheduler][policy][tenants]") {
+  // Tenant 1 floods 20 requests into 4 places; tenant 2 sends 8 once the
+  // flood runs. weights: none (no fair share: tenant 2 waits for the whole
+  // flood), equal, or 1:3.
+  const std::vector<double> weights = GENERATE(std::vector<double>{}, std::vector<double>{1, 1, 1},
+                                               std::vector<double>{1, 1, 3});
+  INFO("weights " << weights.size());
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 4, 4096, 0);
+  c.queue.tenant_weights = weights;
+  Harness h(4096, 1, c);
+  for (uint64_t i = 1; i <= 20; ++i) REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 4, 0, 1));
+  CHECK(h.step() == B{1, 2, 3, 4});
+  for (uint64_t i = 101; i <= 108; ++i) REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 4, 0, 2));
+  // The first batch with new admissions after the flood's first four end.
+  std::vector<uint64_t> batch;
+  for (int guard = 0; guard < 20; ++guard) {
+    batch = h.step();
+    if (std::find(batch.begin(), batch.end(), uint64_t{1}) == batch.end()) break;
+  }
+  const auto second = std::count_if(batch.begin(), batch.end(), [](uint64_t id) { return id > 100; });
+  CHECK(batch.size() == 4);
+  if (weights.empty()) {
+    CHECK(second == 0);  // first come, first served: the flood first
+  } else if (weights[2] == 1) {
+    CHECK(second == 2);
+  } else {
+    CHECK(second == 3);
+  }
+  // Tenant 2's last request ends well before the flood's when the share holds.
+  h.drain();
+  CHECK(h.outputs[108].size() == 4);
+  CHECK(h.outputs[20].size() == 4);
 }
 
 TEST_CASE("A full queue refuses new requests as overloaded, and one that waits past the queue timeout fails as timed out", "[scheduler][policy][priority]") {

@@ -19,7 +19,7 @@ TEST_CASE("Each route has its own path and handler, and only the page and /healt
     CHECK(http::find_route(r.path) == &r);  // "{id}" is a segment like any other
     if (r.open) open.insert(r.path);
   }
-  CHECK(ids.size() == static_cast<size_t>(http::RouteId::node_undrain) + 1);
+  CHECK(ids.size() == static_cast<size_t>(http::RouteId::lora_unload) + 1);
   // A new open route is a security decision: this line and the auth test's
   // list of open routes change with it.
   CHECK(open == std::set<std::string_view>{"/", "/chat.js", "/health"});
