@@ -271,6 +271,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.top_logprobs = o.logprobs ? o.top_logprobs : 0;
   g.prompt_logprobs = o.logprobs && o.prompt_logprobs;
   g.priority = o.priority;
+  g.tenant = o.tenant;
   if (o.constraint.active()) {
     g.constraint = std::make_unique<fb::ConstraintT>();
     g.constraint->kind = static_cast<uint8_t>(o.constraint.kind);

@@ -146,6 +146,8 @@ struct GenerateOptions {
   // The LoRA adapter to run with, by name (Engine::adapters()); empty: the
   // base model. A name the engine does not serve fails the request.
   std::string adapter;
+  // Its tenant (scheduler QueuePolicy::tenant_weights; 0: none).
+  int32_t tenant = 0;
   // 0: the engine numbers the request. A caller that must be able to abort
   // a request before its first delta arrives takes one from
   // Engine::new_request_id() and passes it here.

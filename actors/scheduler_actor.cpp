@@ -52,6 +52,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.prompt_logprobs = m.prompt_logprobs();
   r.priority = m.priority();
   r.adapter = m.adapter();
+  r.tenant = m.tenant();
   r.hold_after_prefill = m.hold_after_prefill();
   if (m.resume_output()) r.output.assign(m.resume_output()->begin(), m.resume_output()->end());
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {

@@ -142,6 +142,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.prompt_logprobs = g.prompt_logprobs();
     t.priority = g.priority();
     t.adapter = g.adapter();
+    t.tenant = g.tenant();
     if (g.constraint()) {
       t.constraint = std::make_unique<fb::ConstraintT>();
       g.constraint()->UnPackTo(t.constraint.get());

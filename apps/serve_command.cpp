@@ -34,6 +34,7 @@ constexpr const char* usage =
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
     "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
+    "                     [--tenants FILE]  (API keys with their share of the batch and token rates, docs/API.md)\n"
     "                     [--lora NAME=PATH ...] [--lora-dir DIR] [--max-lora-memory-mb 2048]  (LoRA adapters, GGUF:\n"
     "                       a request picks one with \"model\": \"NAME\"; --lora-dir turns on /v1/load_lora_adapter)\n"
     "                     [--enable-priority-scheduling [--schedule-low-priority-values-first]]\n"
@@ -106,6 +107,7 @@ int serve_command(int argc, char** argv, int first) {
                                     "--header-timeout", "--body-timeout", "--keep-alive-timeout",
                                     "--write-timeout", "--shutdown-timeout", "--allowed-host",
                                     "--stream-resume-window", "--stream-resume-max-mib", "--stream-resume-total-mib", "--lora-dir",
+                                    "--tenants",
                                     chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
       {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
@@ -163,6 +165,17 @@ int serve_command(int argc, char** argv, int first) {
   if (!sc.api_key.empty() &&
       sc.api_key.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
     throw cli::UsageError("the API key must not contain control characters");
+  }
+  // Tenants: each its own key, a weight for its share of the running batch
+  // and a token rate (server/tenants.hpp).
+  if (auto path = args.str("--tenants")) {
+    try {
+      sc.tenants = read_tenants_file(*path);
+      ec.scheduler.queue.tenant_weights = Tenants(sc.api_key, sc.tenants).weights();
+    } catch (const std::invalid_argument& e) {
+      throw cli::UsageError(std::string("--tenants: ") + e.what());
+    }
+    if (cluster.remote()) throw cli::UsageError("--tenants is not for a cluster head (yet)");
   }
   raise_fd_limit();
 

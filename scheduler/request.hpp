@@ -56,6 +56,9 @@ inline std::vector<int32_t> kv_keys(std::span<const int32_t> tokens, int32_t ada
 // base model's blocks: an id means nothing to the next process).
 inline bool adapter_key(int32_t key) { return key >= kAdapterVocabLimit; }
 
+// The most tenants one server has (server/tenants.hpp).
+inline constexpr int32_t kMaxTenant = 1024;
+
 // OpenAI's limit on alternatives per token.
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -79,7 +82,7 @@ struct Request {
   // [-kMaxPriority, kMaxPriority]; ignored while priorities are off.
   int32_t priority = 0;
   // Its tenant (the API key it came with: QueuePolicy::tenant_weights);
-  // 0: none.
+  // 0: none. At most kMaxTenant.
   int32_t tenant = 0;
   // The LoRA adapter it runs with (the worker's id, 1..kMaxAdapterId); 0:
   // the base model.

@@ -91,6 +91,7 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
     return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   }
+  if (r.tenant < 0 || r.tenant > kMaxTenant) return "tenant must be in [0, " + std::to_string(kMaxTenant) + "]";
   if (r.adapter != 0) {
     if (r.adapter < 0 || r.adapter > kMaxAdapterId || adapters_.count(r.adapter) == 0) {
       return "no LoRA adapter with id " + std::to_string(r.adapter) + " is loaded";

@@ -19,8 +19,10 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Completions::Completions(Engine& engine, std::string model_id, int max_concurrent, ResumeLimits resume)
+Completions::Completions(Engine& engine, std::string model_id, int max_concurrent, ResumeLimits resume,
+                         Tenants* tenants)
     : engine_(engine),
+      tenants_(tenants),
       model_id_(std::move(model_id)),
       max_concurrent_(max_concurrent),
       ttft_{"actorlm_time_to_first_token_seconds",
@@ -37,7 +39,7 @@ Completions::~Completions() {
 }
 
 void Completions::start(const std::shared_ptr<http::Connection>& connection, Route route,
-                        std::string body, const std::string& last_event_id) {
+                        std::string body, const std::string& last_event_id, int32_t tenant) {
   if (!last_event_id.empty()) {
     // No new generation: no place taken.
     if (!journals_.enabled()) {
@@ -52,6 +54,14 @@ void Completions::start(const std::shared_ptr<http::Connection>& connection, Rou
     ++resumed_;
     return;
   }
+  if (tenants_) {
+    if (const std::optional<int> wait = tenants_->rate_refusal(tenant)) {
+      ++rejected_;
+      return connection->respond(error_response(
+          {429, "tenant '" + tenants_->name(tenant) + "' is past its token rate limit; retry in " + std::to_string(*wait) + " s",
+           "rate_limit_error", "", *wait}));
+    }
+  }
   if (++active_ > max_concurrent_) {
     --active_;
     ++rejected_;
@@ -62,9 +72,10 @@ void Completions::start(const std::shared_ptr<http::Connection>& connection, Rou
                         "rate_limit_error", "", 1}));
     return;
   }
-  std::thread([this, connection, route, body = std::move(body)] {
+  std::thread([this, connection, route, tenant, body = std::move(body)] {
+    if (tenants_) tenants_->started(tenant);
     try {
-      run(connection, route, body);
+      run(connection, route, body, tenant);
     } catch (const std::exception&) {
       // Never the exception's text: it may quote the request or internals.
       connection->respond(error_response({500, "internal error", "server_error", ""}));
@@ -92,7 +103,17 @@ std::vector<std::string> Completions::adapter_names() const {
 }
 
 void Completions::run(const std::shared_ptr<http::Connection>& connection, Route route,
-                      const std::string& body) {
+                      const std::string& body, int32_t tenant) {
+  // The tenant's tokens are counted on every way out (nothing for a request
+  // refused before it ran).
+  struct Count {
+    Tenants* tenants;
+    int32_t tenant;
+    int64_t prompt = 0, completion = 0;
+    ~Count() {
+      if (tenants) tenants->finished(tenant, prompt, completion);
+    }
+  } count{tenants_, tenant};
   const auto arrival = Clock::now();
   const api::ServedModels models(model_id_, adapter_names());
   auto parsed = route == Route::native ? api::parse_generate_request(body, models)
@@ -174,6 +195,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   std::vector<api::ChoiceResult> results(static_cast<size_t>(choices));
   auto run_choice = [&](int index) {
     GenerateOptions o = r.options;
+    o.tenant = tenant;
     const api::Prompt& prompt = prompts[static_cast<size_t>(index / r.n)];
     o.prompt = prompt.text;
     o.input_ids = prompt.ids;
@@ -186,6 +208,11 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   for (int i = 1; i < choices; ++i) others.emplace_back(run_choice, i);
   run_choice(0);
   for (auto& t : others) t.join();
+  {
+    const nlohmann::json usage = api::usage_json(results, r.n);
+    count.prompt = usage.value("prompt_tokens", int64_t{0});
+    count.completion = usage.value("completion_tokens", int64_t{0});
+  }
 
   if (stream) return stream->finish(results, r.tools, r.include_usage);
   for (const auto& c : results) {

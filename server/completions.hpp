@@ -21,6 +21,7 @@
 #include "server/completion_stream.hpp"
 #include "server/http_connection.hpp"
 #include "server/latency_histogram.hpp"
+#include "server/tenants.hpp"
 
 namespace actorlm {
 
@@ -28,15 +29,18 @@ class Completions {
  public:
   enum class Route { chat, completion, native };
 
-  Completions(Engine& engine, std::string model_id, int max_concurrent, ResumeLimits resume = {});
+  // tenants: whose token rates to keep and count (may be null: one tenant).
+  Completions(Engine& engine, std::string model_id, int max_concurrent, ResumeLimits resume = {},
+              Tenants* tenants = nullptr);
   ~Completions();
 
   // Takes one of the max_concurrent places and runs the request on its own
   // thread; answers 503 at once when all are taken. With `last_event_id`
   // (the Last-Event-ID header), the client comes back to a stream it lost
   // instead: the events after that one, then the rest (stream_journal.hpp).
+  // `tenant` (the key's: server/tenants.hpp) past its token rate gets 429.
   void start(const std::shared_ptr<http::Connection>& connection, Route route, std::string body,
-             const std::string& last_event_id = {});
+             const std::string& last_event_id = {}, int32_t tenant = 0);
 
   // Server shutdown: every running request ends now with finish reason
   // "abort" (streams get their last event and [DONE]).
@@ -59,7 +63,7 @@ class Completions {
   // Parse, run every choice (each on a thread of its own but the first),
   // answer whole or finish the stream.
   void run(const std::shared_ptr<http::Connection>& connection, Route route,
-           const std::string& body);
+           const std::string& body, int32_t tenant);
   // The LoRA adapters a request's "model" may name.
   std::vector<std::string> adapter_names() const;
   // The response's id, creation time and what shapes its choices.
@@ -69,6 +73,7 @@ class Completions {
                                     Clock::time_point arrival);
 
   Engine& engine_;
+  Tenants* tenants_ = nullptr;
   std::string model_id_;
   int max_concurrent_;
   std::atomic<uint64_t> next_id_{1};

@@ -40,6 +40,7 @@ struct HttpServer::Impl final : http::RequestHandler {
   Engine& engine;
   ServerConfig config;
   AdapterDir adapter_dir;
+  Tenants tenants;
   http::ConnectionLimits limits;
   // Declared before everything that may post to it, so it outlives them.
   asio::io_context ioc;
@@ -58,7 +59,8 @@ struct HttpServer::Impl final : http::RequestHandler {
   Impl(Engine& e, ServerConfig c)
       : engine(e),
         config(std::move(c)),
-        completions(e, config.model_id, config.max_concurrent_requests, config.stream_resume) {
+        tenants(config.api_key, config.tenants),
+        completions(e, config.model_id, config.max_concurrent_requests, config.stream_resume, &tenants) {
     if (!config.lora_dir.empty()) adapter_dir = AdapterDir(config.lora_dir);
     limits.max_header_bytes = config.max_header_bytes;
     limits.max_header_fields = config.max_header_fields;
@@ -73,7 +75,7 @@ struct HttpServer::Impl final : http::RequestHandler {
     auto path = http::route_path(std::string_view(h.target().data(), h.target().size()));
     if (!path) return error(400, "malformed request target");
     const http::Route* route = http::find_route(*path);
-    if (config.api_key.empty()) {
+    if (!tenants.keyed()) {
       auto host = h[bhttp::field::host];
       if (host.empty() && h.version() >= 11) return error(400, "the Host header is missing");
       if (!host.empty() &&
@@ -86,7 +88,7 @@ struct HttpServer::Impl final : http::RequestHandler {
       }
     } else if (!(route && route->open)) {
       auto auth = h[bhttp::field::authorization];
-      if (!http::bearer_matches(std::string_view(auth.data(), auth.size()), config.api_key)) {
+      if (!tenants.tenant_of(std::string_view(auth.data(), auth.size()))) {
         return error(401, "invalid or missing API key", "authentication_error");
       }
     }
@@ -162,7 +164,8 @@ struct HttpServer::Impl final : http::RequestHandler {
       case http::RouteId::metrics:
         return asio::post(blocking, [this, c] {
           std::string text =
-              metrics_text(engine.stats()) + completions.exposition() + connection_metrics() + adapter_metrics();
+              metrics_text(engine.stats()) + completions.exposition() + connection_metrics() + adapter_metrics() +
+              tenants.exposition();
           c->respond({200, "text/plain; version=0.0.4", std::move(text), {}});
         });
       case http::RouteId::nodes:
@@ -242,8 +245,14 @@ struct HttpServer::Impl final : http::RequestHandler {
                                  route->id == http::RouteId::chat         ? Completions::Route::chat
                                  : route->id == http::RouteId::completion ? Completions::Route::completion
                                                                     : Completions::Route::native,
-                                 std::move(request.body()), std::string(request["Last-Event-ID"]));
+                                 std::move(request.body()), std::string(request["Last-Event-ID"]), tenant_of(request));
     }
+  }
+
+  // The tenant an admitted request's key names (screen() refused any other).
+  int32_t tenant_of(const http::Request& request) const {
+    auto auth = request[bhttp::field::authorization];
+    return tenants.tenant_of(std::string_view(auth.data(), auth.size())).value_or(0);
   }
 
   void closed(http::Connection& c) override {

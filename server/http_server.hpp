@@ -22,6 +22,7 @@
 
 #include "actors/engine.hpp"
 #include "server/resume_limits.hpp"
+#include "server/tenants.hpp"
 
 namespace actorlm {
 
@@ -45,6 +46,9 @@ struct ServerConfig {
   // Where POST /v1/load_lora_adapter may read adapters (empty: loading at
   // run time is off; server/adapter_dir.hpp).
   std::string lora_dir;
+  // Tenants beside api_key (server/tenants.hpp): each its own key, share and
+  // token rate; the engine's scheduler must weigh them (Tenants::weights()).
+  std::vector<TenantSpec> tenants;
   int io_threads = 2;
 };
 

@@ -189,6 +189,27 @@ def run_time_adapters(folder):
         # Loaded again under the same name: a new id, the same answers.
         check(call(port, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "a.gguf"})[0] == 200, "reload a")
         check(text_of(port, model="a")[0] == a1, "a reloaded adapter answered differently")
+
+        # Loads and unloads under load: 12 requests over a and the base model
+        # run while adapter b comes and goes five times; every request is
+        # answered as alone, nothing stays locked.
+        got, threads = {}, []
+        for i in range(12):
+            m = "a" if i % 2 else None
+            t = threading.Thread(target=lambda i=i, m=m: got.__setitem__(i, text_of(port, model=m, max_tokens=24)[0]))
+            threads.append(t)
+            t.start()
+        for _ in range(5):
+            check(call(port, "/v1/load_lora_adapter", {"lora_name": "b", "lora_path": "b.gguf"})[0] == 200, "load b")
+            status, r = complete(port, model="b", max_tokens=4)
+            check(status == 200, f"b under load: {status} {r}")
+            check(call(port, "/v1/unload_lora_adapter", {"lora_name": "b"})[0] == 200, "unload b")
+        for t in threads:
+            t.join()
+        want_a, want_base = text_of(port, model="a", max_tokens=24)[0], text_of(port, max_tokens=24)[0]
+        for i, text in got.items():
+            check(text == (want_a if i % 2 else want_base), f"request {i} under loads and unloads: {text!r}")
+        check(server.metrics()["actorlm_lora_adapters"] == 1, "adapters left after the loads and unloads")
         healthy(server)
     with ServerProcess(BIN, ["--kv-tokens", "4096"]) as server:
         status, r = call(server.port, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": A})

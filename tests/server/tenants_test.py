@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Tenants through `actorlm serve --tenants FILE` (server/tenants.hpp):
+- every tenant's key opens the generation routes, as does --api-key; no key
+  or another key is a 401;
+- fair share: with two places, tenant a floods 12 requests; tenant b's 4,
+  sent once the flood runs, take half the places as they free up, so all of
+  b's end before a's 8th (first come, first served would end them last);
+  and the same server without --tenants serves the flood first (the check
+  can fail);
+- a token rate: tenant c (100 tokens a minute) gets its first request, which
+  overdraws the bucket; the next is a 429 with Retry-After, counted in
+  /metrics, while the other tenants go on;
+- /metrics per tenant: requests, in flight, prompt and completion tokens
+  equal to what the responses' usage said;
+- a malformed --tenants file (bad JSON, a key given twice, a bad weight, an
+  unknown field) exits 2 naming the fault.
+
+Usage: python3 tests/server/tenants_test.py path/to/actorlm
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from http_client import check, healthy  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
+
+BIN = sys.argv[1]
+TENANTS = {"tenants": [{"name": "a", "api_key": "key-a"}, {"name": "b", "api_key": "key-b", "weight": 1},
+                       {"name": "c", "api_key": "key-c", "tokens_per_minute": 100}]}
+
+
+def call(port, key, body, path="/v1/completions"):
+    """(status, body, headers)"""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+
+
+def metrics(port, key):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {key}"})
+    text = urllib.request.urlopen(req, timeout=30).read().decode()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
+
+
+def flood_order(port, keys):
+    """a floods 12, then b sends 4 once two of a's run; the order requests end in."""
+    done, lock = [], threading.Lock()
+
+    def one(tenant, key, i):
+        status, r, _ = call(port, key, {"prompt": f"Story {i} of tenant {tenant}: once upon a time", "max_tokens": 24,
+                                        "temperature": 0, "ignore_eos": True})
+        check(status == 200, f"{tenant}{i}: {status} {r}")
+        with lock:
+            done.append(tenant)
+
+    threads = [threading.Thread(target=one, args=("a", keys["a"], i)) for i in range(12)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 60
+    while metrics(port, keys["admin"])["actorlm_running_requests"] < 2:
+        check(time.time() < deadline, "the flood never ran")
+        time.sleep(0.01)
+    more = [threading.Thread(target=one, args=("b", keys["b"], i)) for i in range(4)]
+    for t in more:
+        t.start()
+    for t in threads + more:
+        t.join()
+    return "".join(done)
+
+
+def main():
+    folder = tempfile.mkdtemp(prefix="actorlm_tenants_")
+    path = os.path.join(folder, "tenants.json")
+    with open(path, "w") as f:
+        json.dump(TENANTS, f)
+    # fcfs: the queue's own order is arrival, so only the share reorders it.
+    flags = ["--kv-tokens", "4096", "--max-running-requests", "2", "--schedule-policy", "fcfs"]
+    with ServerProcess(BIN, flags + ["--api-key", "admin-key", "--tenants", path]) as server:
+        port = server.port
+        for key, want in (("key-a", 200), ("key-b", 200), ("admin-key", 200), (None, 401), ("key-x", 401),
+                          ("key-a2", 401), ("key-", 401)):
+            status, r, _ = call(port, key, {"prompt": "Hi", "max_tokens": 2})
+            check(status == want, f"key {key}: {status} {r}")
+
+        order = flood_order(port, {"a": "key-a", "b": "key-b", "admin": "admin-key"})
+        eighth_a = [i for i, t in enumerate(order) if t == "a"][7]
+        last_b = max(i for i, t in enumerate(order) if t == "b")
+        check(last_b < eighth_a, f"tenant b's share did not hold: requests ended in the order {order}")
+
+        # c's token rate: the first request overdraws 100 tokens, the next waits.
+        status, r, _ = call(port, "key-c", {"prompt": "Count to fifty:", "max_tokens": 120, "temperature": 0,
+                                            "ignore_eos": True})
+        check(status == 200, f"c's first request: {status} {r}")
+        c_usage = r["usage"]
+        status, r, headers = call(port, "key-c", {"prompt": "Hi", "max_tokens": 2})
+        check(status == 429 and int(headers.get("Retry-After", "0")) >= 1, f"c past its rate: {status} {r} {headers}")
+        check(r["error"]["type"] == "rate_limit_error", f"c's 429: {r}")
+        status, r, _ = call(port, "key-b", {"prompt": "Hi", "max_tokens": 2})
+        check(status == 200, f"b while c is limited: {status} {r}")
+
+        m = metrics(port, "admin-key")
+        check(m['actorlm_tenant_rate_limited_total{tenant="c"}'] == 1, f"c's refusals: {m}")
+        check(m['actorlm_tenant_requests_total{tenant="c"}'] == 1, "c's requests")
+        check(m['actorlm_tenant_prompt_tokens_total{tenant="c"}'] == c_usage["prompt_tokens"] and
+              m['actorlm_tenant_completion_tokens_total{tenant="c"}'] == c_usage["completion_tokens"] == 120,
+              f"c's tokens: {c_usage}, metrics {m}")
+        check(m['actorlm_tenant_requests_total{tenant="a"}'] == 13 and m['actorlm_tenant_requests_total{tenant="b"}'] == 6,
+              "a's and b's requests")
+        check(all(v == 0 for k, v in m.items() if k.startswith("actorlm_tenant_requests_in_flight")), "in flight")
+        healthy(server, "admin-key")
+        print(f"fair share: requests ended in the order {order}; c limited after {c_usage['total_tokens']} tokens")
+
+    # The same flood without tenants' shares: first come, first served.
+    with open(path, "w") as f:
+        json.dump({"tenants": [{"name": "a", "api_key": "key-a", "weight": 1}, {"name": "b", "api_key": "key-b"}]}, f)
+    with ServerProcess(BIN, flags + ["--api-key", "admin-key"]) as server:
+        order = flood_order(server.port, {"a": "admin-key", "b": "admin-key", "admin": "admin-key"})
+        last_b = max(i for i, t in enumerate(order) if t == "b")
+        check(last_b >= 12, f"without tenants the flood should go first: {order}")
+        print(f"without tenants: {order}")
+
+    for content, reason in (("{", "valid JSON"),
+                            ('{"tenants": [{"name": "a", "api_key": "k"}, {"name": "b", "api_key": "k"}]}', "another tenant's"),
+                            ('{"tenants": [{"name": "a", "api_key": "k", "weight": 0}]}', "weight"),
+                            ('{"tenants": [{"name": "a", "api_key": "k", "share": 1}]}', "'share' is not a field"),
+                            ('{"tenants": [{"name": "a b", "api_key": "k"}]}', "a name is")):
+        with open(path, "w") as f:
+            f.write(content)
+        p = subprocess.run([BIN, "serve", "--port", "0", "--tenants", path], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 2 and reason in p.stderr, f"{content}: exit {p.returncode}, {p.stderr[-300:]!r}")
+    os.remove(path)
+    os.rmdir(folder)
+    print("tenants: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
