@@ -43,7 +43,7 @@ struct LoraSpec {
   float scale = 1.0f;
 };
 
-// The adapters an engine serves: name, worker id, file, float32 bytes.
+// The adapters an engine serves: name, worker id, file, bytes (half precision, as kept).
 struct AdapterInfo {
   std::string name;
   int32_t id = 0;
@@ -64,7 +64,7 @@ struct AdapterRefusal {
 struct EngineConfig {
   std::string model_path;          // GGUF file or Hugging Face folder
   std::vector<LoraSpec> lora;      // LoRA adapters (model/lora_adapter.hpp), CPU backend
-  // The most the adapters' float32 matrices may take together (loaded at
+  // The most the adapters' matrices (half precision) may take together (loaded at
   // start or at run time).
   int64_t max_lora_bytes = int64_t{2} << 30;
   // Speculative decoding's draft model (scheduler.speculative.algorithm ==

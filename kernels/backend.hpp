@@ -113,10 +113,13 @@ struct SampleRequest {
   std::span<const uint32_t> allowed;
 };
 
-// One matrix's LoRA update over some rows (Backend::low_rank_add).
+// One matrix's LoRA update over some rows (Backend::low_rank_add), its
+// matrices in IEEE half precision (as adapters are shipped: half the bytes
+// to read each step).
 struct LowRankSlice {
-  const float* a = nullptr;   // [rank][in]
-  const float* bt = nullptr;  // [rank][out]: the adapter's B transposed, its scale folded in
+  const uint16_t* a = nullptr;   // [rank][in]
+  const uint16_t* bt = nullptr;  // [rank][out]: the adapter's B transposed
+  float scale = 1.0f;            // the adapter's alpha / rank times the user's scale
   int32_t rank = 0;
   int64_t row_begin = 0, rows = 0;
 };
@@ -179,7 +182,7 @@ class Backend {
   // One token per logits row (rows = reqs.size(), each `vocab` wide). On a GPU
   // this runs on the device so only token ids cross to the host.
   virtual std::vector<SampleResult> sample(const float* logits, int32_t vocab, std::span<const SampleRequest> reqs) = 0;
-  // LoRA: out[r][0, out_cols) += (x[r] · aᵀ) · bt for each slice's rows r
+  // LoRA: out[r][0, out_cols) += scale · (x[r] · aᵀ) · bt for each slice's rows r
   // (x rows of `in` floats, ldx apart; out rows ldo apart). A row's sums
   // are the same whatever the other rows (kernels/low_rank.hpp). The
   // default runs on the calling thread.

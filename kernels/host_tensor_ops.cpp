@@ -1,5 +1,7 @@
 #include "kernels/host_tensor_ops.hpp"
 
+#include "kernels/half.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -223,16 +225,19 @@ void HostTensorOps::scatter_add_rows(Tensor dst, std::span<const int32_t> rows, 
 namespace actorlm {
 
 LoraId HostTensorOps::add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
-                               int64_t out) {
+                               int64_t out, float scale) {
   if (rank <= 0 || in <= 0 || out <= 0 || a.size() != static_cast<size_t>(rank * in) ||
       b.size() != static_cast<size_t>(out * rank)) {
     throw std::invalid_argument("host tensor ops: a LoRA update needs a of [rank][in] and b of [out][rank]");
   }
-  LowRank m{{a.begin(), a.end()}, std::vector<float>(b.size()), rank, in, out};
+  LowRank m{std::vector<uint16_t>(a.size()), std::vector<uint16_t>(b.size()), scale, rank, in, out};
+  for (size_t i = 0; i < a.size(); ++i) m.a[i] = f32_to_f16(a[i]);
   for (int64_t o = 0; o < out; ++o) {
-    for (int32_t k = 0; k < rank; ++k) m.bt[static_cast<size_t>(k * out + o)] = b[static_cast<size_t>(o * rank + k)];
+    for (int32_t k = 0; k < rank; ++k) {
+      m.bt[static_cast<size_t>(k * out + o)] = f32_to_f16(b[static_cast<size_t>(o * rank + k)]);
+    }
   }
-  lora_bytes_ += static_cast<int64_t>((m.a.size() + m.bt.size()) * sizeof(float));
+  lora_bytes_ += static_cast<int64_t>((m.a.size() + m.bt.size()) * sizeof(uint16_t));
   for (size_t i = 0; i < loras_.size(); ++i) {
     if (loras_[i].rank == 0) {
       loras_[i] = std::move(m);
@@ -245,7 +250,7 @@ LoraId HostTensorOps::add_lora(std::span<const float> a, std::span<const float> 
 
 void HostTensorOps::drop_lora(LoraId id) {
   LowRank& m = loras_.at(static_cast<size_t>(id.index));
-  lora_bytes_ -= static_cast<int64_t>((m.a.size() + m.bt.size()) * sizeof(float));
+  lora_bytes_ -= static_cast<int64_t>((m.a.size() + m.bt.size()) * sizeof(uint16_t));
   m = {};
 }
 
@@ -259,7 +264,7 @@ void HostTensorOps::lora(Tensor x, std::span<const LoraSlice> slices, Tensor out
         s.row_begin + s.rows > x.rows || s.row_begin + s.rows > out.rows) {
       throw std::logic_error("host tensor ops: lora's shapes do not match its update");
     }
-    run.push_back({m.a.data(), m.bt.data(), m.rank, s.row_begin, s.rows});
+    run.push_back({m.a.data(), m.bt.data(), m.scale, m.rank, s.row_begin, s.rows});
   }
   backend_.low_rank_add(x.f32(), x.ld, x.cols, out.f32(), out.ld, out.cols, run);
 }

@@ -52,14 +52,15 @@ class HostTensorOps final : public TensorOps {
   void scatter_add_rows(Tensor dst, std::span<const int32_t> rows, std::span<const float> weights,
                         Tensor src) override;
   LoraId add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
-                  int64_t out) override;
+                  int64_t out, float scale) override;
   void drop_lora(LoraId id) override;
   void lora(Tensor x, std::span<const LoraSlice> slices, Tensor out) override;
   int64_t lora_bytes() const override { return lora_bytes_; }
 
  private:
   struct LowRank {
-    std::vector<float> a, bt;  // [rank][in], [rank][out] (B transposed); empty once dropped
+    std::vector<uint16_t> a, bt;  // half precision: [rank][in], [rank][out] (B transposed); empty once dropped
+    float scale = 1.0f;
     int32_t rank = 0;
     int64_t in = 0, out = 0;
   };

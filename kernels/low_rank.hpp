@@ -1,10 +1,10 @@
 #pragma once
-// LoRA updates on the host: out[r] += (x[r] · aᵀ) · b'ᵀ for the rows of each
-// slice (Backend::low_rank_add), b' = the adapter's B with its scale folded
-// in, kept transposed so the second product is a run of axpys over the
-// output row. Each row's sums are taken in one fixed order (16 running dot
-// products, then k = 0 .. rank-1), so a row's result does not depend on its
-// batch, on the thread that computes it or on the other slices.
+// LoRA updates on the host: out[r] += s · (x[r] · aᵀ) · bᵀ for the rows of
+// each slice (Backend::low_rank_add), a and b in half precision, b kept
+// transposed so the second product is a run of axpys over the output row.
+// Each row's sums are taken in one fixed order (16 running dot products,
+// then k = 0 .. rank-1), so a row's result does not depend on its batch, on
+// the thread that computes it or on the other slices.
 
 #include <cstdint>
 #include <span>

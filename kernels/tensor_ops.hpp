@@ -126,15 +126,16 @@ class TensorOps {
   virtual void scale(Tensor x, float s) = 0;
   virtual void softcap(Tensor x, float cap) = 0;  // x = cap * tanh(x / cap)
 
-  // --- LoRA adapters: out += (x · aᵀ) · bᵀ on some rows, a low-rank update
-  // of one matrix's products. a is [rank][in], b [out][rank], float32, the
-  // adapter's scale already folded into b. Adapters come and go while the
+  // --- LoRA adapters: out += scale · (x · aᵀ) · bᵀ on some rows, a low-rank
+  // update of one matrix's products. a is [rank][in], b [out][rank], given
+  // as float32 (kept as the device likes: half precision on the host, as
+  // adapters are shipped). Adapters come and go while the
   // model runs (between passes). Each row's sums are taken in the same
   // order whatever the other rows are, so a request's outputs do not
   // depend on its batch. A device that does not run adapters throws
   // std::invalid_argument from add_lora (the defaults below).
   virtual LoraId add_lora(std::span<const float> a, std::span<const float> b, int32_t rank, int64_t in,
-                          int64_t out);
+                          int64_t out, float scale);
   virtual void drop_lora(LoraId id);
   // Each slice's rows of out (x's rows of the same index) get its update;
   // the updates of one call are of matrices of the same shape.

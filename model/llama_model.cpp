@@ -261,7 +261,7 @@ void LlamaModel::add_adapter(int32_t id, const LoraAdapter& adapter) {
   std::vector<LoraId> added;
   auto add = [&](const std::optional<LowRankMatrix>& m) {
     if (!m) return LoraId{};
-    const LoraId lid = ops_.add_lora(m->a, m->b, m->rank, m->in, m->out);
+    const LoraId lid = ops_.add_lora(m->a, m->b, m->rank, m->in, m->out, m->scale);
     added.push_back(lid);
     return lid;
   };

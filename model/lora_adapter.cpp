@@ -111,7 +111,7 @@ int64_t LoraAdapter::matrices() const {
 
 int64_t LoraAdapter::bytes() const {
   auto of = [](const std::optional<LowRankMatrix>& m) {
-    return m ? static_cast<int64_t>((m->a.size() + m->b.size()) * sizeof(float)) : 0;
+    return m ? static_cast<int64_t>((m->a.size() + m->b.size()) * sizeof(uint16_t)) : 0;
   };
   int64_t n = of(output);
   for (const auto& layer : layers) {
@@ -172,8 +172,7 @@ LoraAdapter load_lora_adapter(const std::string& path, const ModelConfig& base, 
     m.out = place.out;
     m.a = floats(path, a);
     m.b = floats(path, b);
-    const float s = adapter.alpha != 0 ? scale * adapter.alpha / static_cast<float>(m.rank) : scale;
-    for (float& x : m.b) x *= s;
+    m.scale = adapter.alpha != 0 ? scale * adapter.alpha / static_cast<float>(m.rank) : scale;
     if (place.layer < 0) {
       adapter.output = std::move(m);
     } else {

@@ -7,8 +7,9 @@
 // product becomes x·Wᵀ + s·(x·Aᵀ)·Bᵀ with s = scale · alpha / rank (scale
 // alone when alpha is 0), as llama.cpp applies it.
 //
-// Loaded as float32 with s folded into B, checked against the base model's
-// architecture and every matrix's shape. Adapted: the attention and FFN
+// Read as float32 (the host keeps the matrices in half precision, as
+// adapters are shipped: bytes() counts that), checked against the base
+// model's architecture and every matrix's shape. Adapted: the attention and FFN
 // projections of dense layers (q, k, v, output, gate, up, down) and the
 // output head; an adapter for anything else (token embeddings, fused q/k/v
 // or gate/up, experts) is refused by name rather than half applied.
@@ -25,7 +26,8 @@ namespace actorlm {
 
 struct LowRankMatrix {
   std::vector<float> a;  // [rank][in]
-  std::vector<float> b;  // [out][rank], times the adapter's scale
+  std::vector<float> b;  // [out][rank]
+  float scale = 1.0f;    // scale * alpha / rank, or scale without an alpha
   int32_t rank = 0;
   int64_t in = 0, out = 0;
 };
@@ -43,7 +45,7 @@ struct LoraAdapter {
   std::optional<LowRankMatrix> output;
 
   int64_t matrices() const;
-  int64_t bytes() const;  // of the float32 matrices
+  int64_t bytes() const;  // of the matrices in half precision
 };
 
 // Throws ModelError (model/gguf_file.hpp) naming the file and the key or

@@ -10,21 +10,26 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/half.hpp"
 
 using namespace actorlm;
 
 namespace {
 
 struct Update {
-  std::vector<float> a, bt;  // [rank][in], [rank][out]
+  std::vector<uint16_t> a, bt;  // half precision: [rank][in], [rank][out]
   int32_t rank;
+  float scale;
+  double a_at(size_t i) const { return f16_to_f32(a[i]); }
+  double bt_at(size_t i) const { return f16_to_f32(bt[i]); }
 };
 
-Update random_update(int32_t rank, int64_t in, int64_t out, std::mt19937& rng) {
+Update random_update(int32_t rank, int64_t in, int64_t out, float scale, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, 0.5f);
-  Update u{std::vector<float>(static_cast<size_t>(rank * in)), std::vector<float>(static_cast<size_t>(rank * out)), rank};
-  for (float& v : u.a) v = d(rng);
-  for (float& v : u.bt) v = d(rng);
+  Update u{std::vector<uint16_t>(static_cast<size_t>(rank * in)), std::vector<uint16_t>(static_cast<size_t>(rank * out)),
+           rank, scale};
+  for (uint16_t& v : u.a) v = f32_to_f16(d(rng));
+  for (uint16_t& v : u.bt) v = f32_to_f16(d(rng));
   return u;
 }
 
@@ -38,10 +43,10 @@ TEST_CASE("Low-rank updates match float64, and every row's bits are the same on 
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(rows * in));
   for (float& v : x) v = d(rng);
-  const Update u1 = random_update(4, in, out, rng), u2 = random_update(300, in, out, rng);
-  const std::vector<LowRankSlice> slices{{u1.a.data(), u1.bt.data(), 4, 0, 7},
-                                         {u2.a.data(), u2.bt.data(), 300, 7, 20},
-                                         {u1.a.data(), u1.bt.data(), 4, 30, 10}};
+  const Update u1 = random_update(4, in, out, 0.75f, rng), u2 = random_update(300, in, out, 2.0f, rng);
+  const std::vector<LowRankSlice> slices{{u1.a.data(), u1.bt.data(), u1.scale, 4, 0, 7},
+                                         {u2.a.data(), u2.bt.data(), u2.scale, 300, 7, 20},
+                                         {u1.a.data(), u1.bt.data(), u1.scale, 4, 30, 10}};
   std::vector<float> base(static_cast<size_t>(rows * ld_out));
   for (float& v : base) v = d(rng);
 
@@ -65,8 +70,8 @@ TEST_CASE("Low-rank updates match float64, and every row's bits are the same on 
       if (u) {
         for (int32_t k = 0; k < u->rank; ++k) {
           double t = 0;
-          for (int64_t i = 0; i < in; ++i) t += double(x[static_cast<size_t>(r * in + i)]) * u->a[static_cast<size_t>(k * in + i)];
-          want += t * u->bt[static_cast<size_t>(k * out + o)];
+          for (int64_t i = 0; i < in; ++i) t += double(x[static_cast<size_t>(r * in + i)]) * u->a_at(static_cast<size_t>(k * in + i));
+          want += u->scale * t * u->bt_at(static_cast<size_t>(k * out + o));
         }
       }
       const double got = serial[static_cast<size_t>(r * ld_out + o)];
@@ -81,7 +86,7 @@ TEST_CASE("Low-rank updates match float64, and every row's bits are the same on 
 
   // Row 32 alone (a slice of one row) gives the bits it got among 40.
   std::vector<float> alone = base;
-  const LowRankSlice single{u1.a.data(), u1.bt.data(), 4, 32, 1};
+  const LowRankSlice single{u1.a.data(), u1.bt.data(), u1.scale, 4, 32, 1};
   two.low_rank_add(x.data(), in, in, alone.data(), ld_out, out, {&single, 1});
   for (int64_t o = 0; o < out; ++o) CHECK(alone[static_cast<size_t>(32 * ld_out + o)] == serial[static_cast<size_t>(32 * ld_out + o)]);
 }

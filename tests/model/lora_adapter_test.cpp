@@ -30,7 +30,7 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("actorlm_lora_" + name + ".gguf")).string();
 }
 
-// W + B·A (B already scaled) as float32.
+// W + s·B·A as float32.
 WeightMatrix merged(const WeightMatrix& w, const LowRankMatrix& m) {
   std::vector<float> v = w.to_float();
   for (int64_t o = 0; o < m.out; ++o) {
@@ -39,7 +39,7 @@ WeightMatrix merged(const WeightMatrix& w, const LowRankMatrix& m) {
       for (int32_t k = 0; k < m.rank; ++k) {
         sum += static_cast<double>(m.b[static_cast<size_t>(o * m.rank + k)]) * m.a[static_cast<size_t>(k * m.in + i)];
       }
-      v[static_cast<size_t>(o * m.in + i)] += static_cast<float>(sum);
+      v[static_cast<size_t>(o * m.in + i)] += static_cast<float>(m.scale * sum);
     }
   }
   return WeightMatrix::from_floats(w.rows, w.cols, v);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/half.hpp"
 #include "model/lora_adapter.hpp"
 #include "model/model_config.hpp"
 #include "tests/model/gguf_builder.hpp"
@@ -30,10 +31,12 @@ inline std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, size_
   return {0, 0};
 }
 
+// Values a half-precision float holds exactly, as adapters are shipped (the
+// host keeps them so: the float32 file then loses nothing).
 inline std::vector<float> uniform(size_t n, float bound, std::mt19937& rng) {
   std::uniform_real_distribution<float> draw(-bound, bound);
   std::vector<float> v(n);
-  for (float& x : v) x = draw(rng);
+  for (float& x : v) x = f16_to_f32(f32_to_f16(draw(rng)));
   return v;
 }
 
