@@ -28,27 +28,10 @@ struct Place {
 };
 
 std::optional<LoraTarget> target_named(std::string_view name) {
-  static const std::map<std::string_view, LoraTarget> names{
-      {"attn_q", LoraTarget::q},        {"attn_k", LoraTarget::k},     {"attn_v", LoraTarget::v},
-      {"attn_output", LoraTarget::o},   {"ffn_gate", LoraTarget::gate}, {"ffn_up", LoraTarget::up},
-      {"ffn_down", LoraTarget::down}};
-  const auto it = names.find(name);
-  if (it == names.end()) return std::nullopt;
-  return it->second;
-}
-
-// The base matrix's rows and columns for a target of a dense layer.
-std::pair<int64_t, int64_t> target_shape(const ModelConfig& c, LoraTarget t) {
-  switch (t) {
-    case LoraTarget::q: return {c.q_dim(), c.hidden};
-    case LoraTarget::k:
-    case LoraTarget::v: return {c.kv_dim(), c.hidden};
-    case LoraTarget::o: return {c.hidden, c.q_dim()};
-    case LoraTarget::gate:
-    case LoraTarget::up: return {c.ffn_hidden, c.hidden};
-    case LoraTarget::down: return {c.hidden, c.ffn_hidden};
+  for (size_t t = 0; t < kLoraTargets; ++t) {
+    if (name == kLoraTargetNames[t]) return static_cast<LoraTarget>(t);
   }
-  return {0, 0};
+  return std::nullopt;
 }
 
 Place place_of(const std::string& file, const std::string& weight, const ModelConfig& c) {
@@ -82,7 +65,7 @@ Place place_of(const std::string& file, const std::string& weight, const ModelCo
   if (c.n_experts > 0 && (*target == LoraTarget::gate || *target == LoraTarget::up || *target == LoraTarget::down)) {
     throw refuse("the base model's FFN is a mixture of experts");
   }
-  const auto [out, in] = target_shape(c, *target);
+  const auto [out, in] = lora_target_shape(c, *target);
   return {static_cast<int32_t>(layer), *target, out, in};
 }
 
@@ -100,6 +83,19 @@ std::vector<float> floats(const std::string& file, const GgufTensorInfo& t) {
 }
 
 }  // namespace
+
+std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::q: return {c.q_dim(), c.hidden};
+    case LoraTarget::k:
+    case LoraTarget::v: return {c.kv_dim(), c.hidden};
+    case LoraTarget::o: return {c.hidden, c.q_dim()};
+    case LoraTarget::gate:
+    case LoraTarget::up: return {c.ffn_hidden, c.hidden};
+    case LoraTarget::down: return {c.hidden, c.ffn_hidden};
+  }
+  return {0, 0};
+}
 
 int64_t LoraAdapter::matrices() const {
   int64_t n = output ? 1 : 0;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model_config.hpp"
@@ -35,6 +36,11 @@ struct LowRankMatrix {
 // The matrices of a dense layer an adapter may change, in this order.
 enum class LoraTarget : uint8_t { q, k, v, o, gate, up, down };
 inline constexpr size_t kLoraTargets = 7;
+// Their names in a GGUF file (blk.N.<name>.weight).
+inline constexpr std::array<const char*, kLoraTargets> kLoraTargetNames{"attn_q",   "attn_k", "attn_v", "attn_output",
+                                                                        "ffn_gate", "ffn_up", "ffn_down"};
+// The base matrix's rows (out) and columns (in) for a target of a dense layer.
+std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t);
 
 struct LoraAdapter {
   std::string path;

@@ -15,22 +15,6 @@
 
 namespace actorlm::test {
 
-inline const std::array<const char*, kLoraTargets> kTargetNames{"attn_q", "attn_k", "attn_v", "attn_output",
-                                                         "ffn_gate", "ffn_up", "ffn_down"};
-
-inline std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, size_t target) {  // rows, cols of the base matrix
-  switch (static_cast<LoraTarget>(target)) {
-    case LoraTarget::q: return {c.q_dim(), c.hidden};
-    case LoraTarget::k:
-    case LoraTarget::v: return {c.kv_dim(), c.hidden};
-    case LoraTarget::o: return {c.hidden, c.q_dim()};
-    case LoraTarget::gate:
-    case LoraTarget::up: return {c.ffn_hidden, c.hidden};
-    case LoraTarget::down: return {c.hidden, c.ffn_hidden};
-  }
-  return {0, 0};
-}
-
 // Values a half-precision float holds exactly, as adapters are shipped (the
 // host keeps them so: the float32 file then loses nothing).
 inline std::vector<float> uniform(size_t n, float bound, std::mt19937& rng) {
@@ -56,8 +40,8 @@ inline std::string write_adapter(const std::string& path, const ModelConfig& c, 
   };
   for (int32_t l = 0; l < c.n_layers; ++l) {
     for (size_t t : targets) {
-      const auto [rows, cols] = lora_target_shape(c, t);
-      pair("blk." + std::to_string(l) + "." + kTargetNames[t] + ".weight", rows, cols);
+      const auto [rows, cols] = lora_target_shape(c, static_cast<LoraTarget>(t));
+      pair("blk." + std::to_string(l) + "." + kLoraTargetNames[t] + ".weight", rows, cols);
     }
   }
   if (output) pair("output.weight", c.vocab_size, c.hidden);
