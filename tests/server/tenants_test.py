@@ -8,8 +8,9 @@
   and the same server without --tenants serves the flood first (the check
   can fail);
 - a token rate: tenant c (100 tokens a minute) gets its first request, which
-  overdraws the bucket; the next is a 429 with Retry-After, counted in
-  /metrics, while the other tenants go on;
+  overdraws the bucket; the next is a 429 with Retry-After (the official
+  openai client raises RateLimitError), counted in /metrics, while the
+  other tenants go on;
 - /metrics per tenant: requests, in flight, prompt and completion tokens
   equal to what the responses' usage said;
 - a malformed --tenants file (bad JSON, a key given twice, a bad weight, an
@@ -26,6 +27,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+import openai
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from http_client import check, healthy  # noqa: E402
@@ -110,9 +113,16 @@ def main():
         check(r["error"]["type"] == "rate_limit_error", f"c's 429: {r}")
         status, r, _ = call(port, "key-b", {"prompt": "Hi", "max_tokens": 2})
         check(status == 200, f"b while c is limited: {status} {r}")
+        # The official client sees OpenAI's rate-limit error.
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="key-c", max_retries=0, timeout=60)
+        try:
+            client.completions.create(model="default", prompt="Hi", max_tokens=2)
+            check(False, "the openai client got an answer past c's rate")
+        except openai.RateLimitError as e:
+            check(int(e.response.headers.get("retry-after", "0")) >= 1, f"no Retry-After: {e.response.headers}")
 
         m = metrics(port, "admin-key")
-        check(m['actorlm_tenant_rate_limited_total{tenant="c"}'] == 1, f"c's refusals: {m}")
+        check(m['actorlm_tenant_rate_limited_total{tenant="c"}'] == 2, f"c's refusals: {m}")
         check(m['actorlm_tenant_requests_total{tenant="c"}'] == 1, "c's requests")
         check(m['actorlm_tenant_prompt_tokens_total{tenant="c"}'] == c_usage["prompt_tokens"] and
               m['actorlm_tenant_completion_tokens_total{tenant="c"}'] == c_usage["completion_tokens"] == 120,
