@@ -105,14 +105,17 @@ std::vector<std::string> Completions::adapter_names() const {
 void Completions::run(const std::shared_ptr<http::Connection>& connection, Route route,
                       const std::string& body, int32_t tenant) {
   // The tenant's tokens are counted on every way out (nothing for a request
-  // refused before it ran).
+  // refused before it ran), and before the answer goes out: a client that
+  // sends its next request at once must find the tokens taken.
   struct Count {
     Tenants* tenants;
     int32_t tenant;
-    int64_t prompt = 0, completion = 0;
-    ~Count() {
-      if (tenants) tenants->finished(tenant, prompt, completion);
+    bool settled = false;
+    void settle(int64_t prompt, int64_t completion) {
+      if (tenants && !settled) tenants->finished(tenant, prompt, completion);
+      settled = true;
     }
+    ~Count() { settle(0, 0); }
   } count{tenants_, tenant};
   const auto arrival = Clock::now();
   const api::ServedModels models(model_id_, adapter_names());
@@ -210,8 +213,7 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
   for (auto& t : others) t.join();
   {
     const nlohmann::json usage = api::usage_json(results, r.n);
-    count.prompt = usage.value("prompt_tokens", int64_t{0});
-    count.completion = usage.value("completion_tokens", int64_t{0});
+    count.settle(usage.value("prompt_tokens", int64_t{0}), usage.value("completion_tokens", int64_t{0}));
   }
 
   if (stream) return stream->finish(results, r.tools, r.include_usage);

@@ -67,8 +67,35 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
     }
   }
   if (const json* l = f.find("lora"); l && !l->is_null()) {
-    if (!l->is_string()) return f.error("lora", "must be the name of a loaded adapter");
-    const auto& name = l->get_ref<const std::string&>();
+    std::string name;
+    if (l->is_array()) {
+      // llama-server's form: [{"id": i, "scale": s}, ...], i indexing the
+      // adapters as /v1/models lists them; scale 0 turns one off. One
+      // adapter at its own scale (1) is what a request may ask for here.
+      std::vector<int64_t> on;
+      for (const json& e : *l) {
+        const json* id = e.is_object() && e.contains("id") ? &e["id"] : nullptr;
+        const std::optional<int64_t> index = id ? integer_in<int64_t>(*id, 0, 1 << 20) : std::nullopt;
+        const json* sc = e.is_object() && e.contains("scale") ? &e["scale"] : nullptr;
+        if (!index || (sc && !sc->is_number()) || e.size() > (sc ? 2u : 1u)) {
+          return f.error("lora", "must be an adapter's name or a list of {\"id\": int, \"scale\": number}");
+        }
+        const double scale = sc ? sc->get<double>() : 1.0;
+        if (scale == 0.0) continue;
+        if (scale != 1.0) return f.error("lora", "an adapter runs at the scale it was loaded with (1); per-request scales are not supported");
+        on.push_back(*index);
+      }
+      if (on.size() > 1) return f.error("lora", "one adapter per request");
+      if (on.empty()) return std::nullopt;
+      if (on[0] >= static_cast<int64_t>(models.adapters.size())) {
+        return ApiError{404, "no LoRA adapter with id " + std::to_string(on[0]) + " is loaded", "invalid_request_error", "lora"};
+      }
+      name = models.adapters[static_cast<size_t>(on[0])];
+    } else if (l->is_string()) {
+      name = l->get_ref<const std::string&>();
+    } else {
+      return f.error("lora", "must be the name of a loaded adapter");
+    }
     if (!served(name)) return ApiError{404, "no LoRA adapter named " + echo(name) + " is loaded", "invalid_request_error", "lora"};
     if (!o.adapter.empty() && o.adapter != name) return f.error("lora", "names another adapter than 'model' does");
     o.adapter = name;

@@ -94,13 +94,19 @@ def start_time_adapters():
         check(a2_cached > 0, "adapter a's own prefix was not reused")
         a3, _, _ = text_of(port, lora="a")
         check(a3 == a1, f"lora 'a' answered {a3!r}")
+        # llama-server's form: ids in /v1/models' order, scale 0 is off.
+        a4, _, _ = text_of(port, lora=[{"id": 0, "scale": 1}, {"id": 1, "scale": 0}])
+        check(a4 == a1, f"lora [{{id 0}}] answered {a4!r}")
+        check(text_of(port, lora=[{"id": 1, "scale": 0.0}])[0] == base, "lora with every scale 0 is the base model")
         b1, b1_cached, _ = text_of(port, model="b")
         check(b1 not in (base, a1) and b1_cached == 0, f"adapter b: {b1!r}, cached {b1_cached}")
         again, again_cached, _ = text_of(port)
         check(again == base and again_cached > 0, "the base model's answer or cache changed")
 
         for body, want in (({"model": "c"}, 404), ({"model": f"{base_id}:c"}, 404), ({"lora": "c"}, 404),
-                           ({"model": "a", "lora": "b"}, 400), ({"lora": 3}, 400)):
+                           ({"model": "a", "lora": "b"}, 400), ({"lora": 3}, 400),
+                           ({"lora": [{"id": 0, "scale": 0.5}]}, 400), ({"lora": [{"id": 0}, {"id": 1}]}, 400),
+                           ({"lora": [{"id": 7}]}, 404), ({"lora": [{"id": -1}]}, 400), ({"lora": [{"x": 1}]}, 400)):
             status, r = call(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, **body})
             check(status == want, f"{body}: {status} {r}")
         status, r = call(port, "/v1/chat/completions",
