@@ -380,7 +380,7 @@ void Engine::abort(uint64_t request_id) {
   a.request_ids = {request_id};
   a.reason = "aborted by the client";
   // From an actor, not anonymously: a head's router takes cancellations only
-  // from an actor of its own process (cluster/transport/local_sender.hpp),
+  // from an actor of its own process (actors/local_sender.hpp),
   // and dropped an anonymous one, so a client that left a head went on
   // costing its nodes the whole generation.
   caf::scoped_actor self{impl_->system};

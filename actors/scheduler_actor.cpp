@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "actors/local_sender.hpp"
 #include "actors/actor_kv_service.hpp"
 #include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
@@ -182,7 +183,7 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   auto on_adapter = [&](adapter_atom, WireMessage& in) -> WireMessage {
     fb::AdapterReplyT reply;
     auto change = msg::open<fb::AdapterChange>(in.bytes);
-    if (!self->current_sender() || self->current_sender()->node() != self->node()) {
+    if (!from_this_process(self)) {
       reply.error = "adapters are changed only by the engine's own process";
     } else if (!change) {
       reply.error = "rejected adapter change: " + change.error;

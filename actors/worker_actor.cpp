@@ -11,6 +11,7 @@
 
 #include "actors/forward_codec.hpp"
 #include "actors/heartbeat.hpp"
+#include "actors/local_sender.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 
@@ -165,7 +166,7 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
       [self](kv_read_atom, const WireMessage& in) -> WireMessage { return copy_kv(*self->state.runner, in, false); },
       // A path to read: only from this process, never from a peer.
       [self](adapter_atom, const WireMessage& in) -> WireMessage {
-        if (!self->current_sender() || self->current_sender()->node() != self->node()) {
+        if (!from_this_process(self)) {
           fb::AdapterReplyT reply;
           reply.error = "adapters are loaded only by the worker's own process";
           return {msg::pack(reply)};
@@ -178,7 +179,7 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
       // check. Only from this process: a peer never names rows here.
       [self](kv_read_raw_atom, const std::vector<int32_t>& rows, int32_t first_layer,
              int32_t last_layer) -> caf::result<std::vector<uint8_t>> {
-        if (!self->current_sender() || self->current_sender()->node() != self->node()) return caf::sec::unexpected_message;
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
         try {
           return self->state.runner->read_kv(rows, first_layer, last_layer);
         } catch (const std::exception& e) {
@@ -187,7 +188,7 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, std::shared_ptr<Mod
       },
       [self](kv_write_raw_atom, const std::vector<int32_t>& rows, int32_t first_layer, int32_t last_layer,
              const std::vector<uint8_t>& data) -> std::string {
-        if (!self->current_sender() || self->current_sender()->node() != self->node()) return "not from this process";
+        if (!from_this_process(self)) return "not from this process";
         try {
           self->state.runner->write_kv(rows, first_layer, last_layer, data);
         } catch (const std::exception& e) {

@@ -25,6 +25,7 @@ class HostExecutor final : public ModelExecutor {
   std::vector<SampleResult> sample(const ForwardOutput& out, std::span<const SampleRequest> reqs) override;
   void add_adapter(int32_t id, const LoraAdapter& adapter) override { model_.add_adapter(id, adapter); }
   void drop_adapter(int32_t id) override { model_.drop_adapter(id); }
+  bool has_adapter(int32_t id) const override { return model_.has_adapter(id); }
   int64_t adapter_bytes() const override { return ops_.lora_bytes(); }
   int64_t kv_token_bytes() const override;
   std::string kv_dtype() const override { return f16_kv_ ? "f16" : "f32"; }

@@ -55,6 +55,7 @@ class ModelExecutor {
   // executor without adapter kernels throws std::invalid_argument.
   virtual void add_adapter(int32_t id, const LoraAdapter& adapter);
   virtual void drop_adapter(int32_t id);
+  virtual bool has_adapter(int32_t) const { return false; }
   virtual int64_t adapter_bytes() const { return 0; }
 
   // Copying KV rows out of and into the pool, for moving a request's KV to

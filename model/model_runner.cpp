@@ -121,18 +121,18 @@ void ModelRunner::write_kv(std::span<const int32_t> rows, int32_t first_layer, i
 }
 
 void ModelRunner::add_adapter(int32_t id, const LoraAdapter& adapter) {
-  if (id <= 0 || adapters_.count(id)) {
+  if (id <= 0 || has_adapter(id)) {
     throw std::invalid_argument("LoRA adapter id " + std::to_string(id) + " is in use or not positive");
   }
   executor_->add_adapter(id, adapter);
-  adapters_.insert(id);
 }
 
 void ModelRunner::drop_adapter(int32_t id) {
-  if (adapters_.count(id) == 0) throw std::invalid_argument("no LoRA adapter " + std::to_string(id) + " is loaded");
+  if (!has_adapter(id)) throw std::invalid_argument("no LoRA adapter " + std::to_string(id) + " is loaded");
   executor_->drop_adapter(id);
-  adapters_.erase(id);
 }
+
+bool ModelRunner::has_adapter(int32_t id) const { return executor_->has_adapter(id); }
 
 int64_t ModelRunner::adapter_bytes() const { return executor_->adapter_bytes(); }
 
@@ -173,7 +173,7 @@ void ModelRunner::validate(const ForwardBatch& b, bool drafts_pending) const {
       fail("draft_prev_token must be -1 or a token of the vocabulary at a position after the first");
     }
     if (r.logit_rows > 1 && (r.prompt_logprobs || b.all_logits)) fail("logit_rows above 1 cannot be combined with prompt scoring");
-    if (r.adapter != 0 && adapters_.count(r.adapter) == 0) fail("no LoRA adapter " + std::to_string(r.adapter) + " is loaded");
+    if (r.adapter != 0 && !has_adapter(r.adapter)) fail("no LoRA adapter " + std::to_string(r.adapter) + " is loaded");
     if (!r.prompt_logprobs) continue;
     if (r.prompt_top_n < 0 || r.prompt_top_n > 20) fail("prompt_top_n must be in [0, 20]");
     if (r.next_token < -1 || r.next_token >= vocab) fail("next_token " + std::to_string(r.next_token) + " outside the vocabulary");

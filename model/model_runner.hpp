@@ -7,7 +7,6 @@
 
 #include <functional>
 #include <memory>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,7 +60,7 @@ class ModelRunner {
   // (its drafts are then only worse guesses, checked like any other).
   void add_adapter(int32_t id, const LoraAdapter& adapter);
   void drop_adapter(int32_t id);
-  bool has_adapter(int32_t id) const { return adapters_.count(id) != 0; }
+  bool has_adapter(int32_t id) const;
   int64_t adapter_bytes() const;
 
   // Speculative decoding with a draft model (model/draft_model.hpp): from
@@ -114,7 +113,6 @@ class ModelRunner {
   int32_t max_context_;
   std::vector<int32_t> req_to_token_;      // host mirror, [max_requests][max_context]
   std::unique_ptr<DraftModel> draft_;
-  std::set<int32_t> adapters_;
 };
 
 }  // namespace actorlm

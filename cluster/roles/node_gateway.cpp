@@ -9,7 +9,7 @@
 #include "actors/wire.hpp"
 #include "cluster/transfer/kv_receiver.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
-#include "cluster/transport/local_sender.hpp"
+#include "actors/local_sender.hpp"
 #include "cluster/transport/request_session.hpp"
 #include "messages/envelope.hpp"
 

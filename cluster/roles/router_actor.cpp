@@ -13,7 +13,7 @@
 #include "cluster/roles/rebalancer.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/exit_proof_actor.hpp"
-#include "cluster/transport/local_sender.hpp"
+#include "actors/local_sender.hpp"
 #include "cluster/transport/remote_setup.hpp"
 #include "messages/envelope.hpp"
 

@@ -10,7 +10,7 @@
 #include "actors/wire.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/exit_proof_actor.hpp"
-#include "cluster/transport/local_sender.hpp"
+#include "actors/local_sender.hpp"
 #include "cluster/transport/remote_setup.hpp"
 #include "messages/envelope.hpp"
 

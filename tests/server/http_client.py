@@ -4,6 +4,7 @@ fix up or hide."""
 import json
 import socket
 import time
+import urllib.error
 import urllib.request
 
 
@@ -78,6 +79,21 @@ def post_bytes(path, body, port, headers=None):
     h.update(headers or {})
     head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
     return head.encode() + body
+
+
+def post_json(port, path, body, key=None, timeout=300):
+    """A JSON POST through urllib: (status, parsed body, headers), also for
+    error statuses."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST", headers=headers,
+                                 data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
 
 
 def check(cond, message):

@@ -31,7 +31,7 @@ import threading
 import urllib.request
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from http_client import check, healthy  # noqa: E402
+from http_client import check, healthy, post_json  # noqa: E402
 from server_process import ServerProcess, default_model  # noqa: E402
 
 BIN = sys.argv[1]
@@ -42,15 +42,9 @@ B = os.path.join(FIXTURES, "smollm2_b.gguf")
 PROMPT = "The capital of France is"
 
 
-def call(port, path, body, timeout=300):
+def call(port, path, body):
     """(status, parsed body)"""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST",
-                                 headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return post_json(port, path, body)[:2]
 
 
 def complete(port, model=None, lora=None, prompt=PROMPT, max_tokens=16):

@@ -25,13 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 
 import openai
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from http_client import check, healthy  # noqa: E402
+from http_client import check, healthy, post_json  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 BIN = sys.argv[1]
@@ -41,15 +40,7 @@ TENANTS = {"tenants": [{"name": "a", "api_key": "key-a"}, {"name": "b", "api_key
 
 def call(port, key, body, path="/v1/completions"):
     """(status, body, headers)"""
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, json.loads(r.read()), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+    return post_json(port, path, body, key)
 
 
 def metrics(port, key):
