@@ -3,7 +3,8 @@
 
 Each mutant below is one source edit that a correct test suite must reject.
 The script copies the working tree (tracked and untracked, not ignored files)
-into a scratch folder, configures one CPU-only build there, then for each
+into a scratch folder, configures one build there as scripts/build.sh
+configures ./build (so ccache hands it build/'s objects), then for each
 mutant: applies the edit, rebuilds only the targets its tests need, runs those
 tests in order until one fails, and restores the file. A test command that
 fails under a mutant is then run once unmutated (its baseline, kept for the
@@ -338,7 +339,7 @@ def copy_tree(src: Path, dst: Path) -> None:
     if dst.is_dir():
         for d in dst.rglob("*"):
             rel = d.relative_to(dst).as_posix()
-            if d.is_file() and not rel.startswith("build-cpu/") and rel not in wanted:
+            if d.is_file() and not rel.startswith("build/") and rel not in wanted:
                 d.unlink()
     for rel in sorted(wanted):
         s, d = src / rel, dst / rel
@@ -374,7 +375,7 @@ def main() -> int:
     ap.add_argument("--check-patterns", action="store_true",
                     help="only check that every mutant's line occurs exactly once (no build; a CTest test)")
     # Default under the repository root (ignored by /build*/): ccache's
-    # base_dir then sees the same relative paths as a ./build-cpu build.
+    # base_dir then sees the same relative paths as the ./build build.
     ap.add_argument("--workdir", type=Path, default=ROOT / "build-mutants",
                     help="scratch folder (source copy + build); reused between runs")
     ap.add_argument("-j", type=int, default=2, help="build parallelism")
@@ -393,7 +394,7 @@ def main() -> int:
     chosen = [m for m in MUTANTS if (not args.names or m.name in args.names) and (m.ci or not args.ci)]
 
     src = args.workdir.resolve() / "src"
-    build = src / "build-cpu"  # <src>/build-cpu: same relative layout as <root>/build-cpu
+    build = src / "build"  # <src>/build: the same relative layout as <root>/build
     logs = args.workdir.resolve() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     # One run per scratch folder: two would rewrite each other's sources.
@@ -410,17 +411,22 @@ def main() -> int:
     # only when the build directory is left out of the hash.
     os.environ.setdefault("CCACHE_NOHASHDIR", "1")
     # ...and with paths under the checkout hashed relative to it: then
-    # <src>/build-cpu shares objects with <root>/build and a fresh clone's
+    # <src>/build shares objects with <root>/build and a fresh clone's
     # builds (scripts/build.sh sets the same).
     os.environ.setdefault("CCACHE_BASEDIR", str(ROOT))
 
     log(f"copying {ROOT} into {src}")
     copy_tree(ROOT, src)
     if not (build / "build.ninja").is_file():
-        # CPU-only and no benchmarks: every mutant is in code the CPU build
-        # compiles, and nvcc would only add minutes.
+        # build/'s configuration (scripts/build.sh's), CUDA included where nvcc
+        # is: every object a mutant does not touch is then a ccache hit from
+        # build/. The CPU-only configuration this had (-DACTORLM_CUDA=OFF)
+        # shared no object that includes actorlm/config.hpp with any other CI
+        # build, so CI, whose ccache starts empty, compiled most of the tree
+        # once more for the mutants. Benchmarks off: no mutant's test needs one
+        # (the flag changes no other target's compile line).
         rc = run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja",
-                  "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DACTORLM_CUDA=OFF", "-DACTORLM_BUILD_BENCH=OFF"],
+                  "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DACTORLM_BUILD_BENCH=OFF"],
                  src, logs / "configure.log")
         if rc != 0:
             log(f"configure failed, see {logs / 'configure.log'}")
