@@ -272,6 +272,8 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.prompt_logprobs = o.logprobs && o.prompt_logprobs;
   g.priority = o.priority;
   g.tenant = o.tenant;
+  g.max_draft_tokens = o.max_draft_tokens;
+  g.prediction = o.prediction;
   if (o.constraint.active()) {
     g.constraint = std::make_unique<fb::ConstraintT>();
     g.constraint->kind = static_cast<uint8_t>(o.constraint.kind);

@@ -148,6 +148,12 @@ struct GenerateOptions {
   std::string adapter;
   // Its tenant (scheduler QueuePolicy::tenant_weights; 0: none).
   int32_t tenant = 0;
+  // Speculative decoding: the most tokens drafted per step (llama-server's
+  // speculative.n_max; -1: the engine's, 0: none, never more than the
+  // engine's), and OpenAI's predicted output: text the output is expected
+  // to repeat, where drafts are looked up first (Request::prediction).
+  int32_t max_draft_tokens = -1;
+  std::string prediction;
   // 0: the engine numbers the request. A caller that must be able to abort
   // a request before its first delta arrives takes one from
   // Engine::new_request_id() and passes it here.

@@ -54,6 +54,8 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.priority = m.priority();
   r.adapter = m.adapter();
   r.tenant = m.tenant();
+  r.max_draft_tokens = m.max_draft_tokens();
+  if (m.prediction()) r.prediction.assign(m.prediction()->begin(), m.prediction()->end());
   r.hold_after_prefill = m.hold_after_prefill();
   if (m.resume_output()) r.output.assign(m.resume_output()->begin(), m.resume_output()->end());
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {

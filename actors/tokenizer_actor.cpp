@@ -143,6 +143,12 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.priority = g.priority();
     t.adapter = g.adapter();
     t.tenant = g.tenant();
+    t.max_draft_tokens = g.max_draft_tokens();
+    // Drafts continue the output: no BOS, and special tokens' text read as
+    // plain text, as a completion prompt's is.
+    if (g.prediction() && g.prediction()->size() > 0) {
+      t.prediction = s.tok->encode(g.prediction()->str(), false, false);
+    }
     if (g.constraint()) {
       t.constraint = std::make_unique<fb::ConstraintT>();
       g.constraint()->UnPackTo(t.constraint.get());

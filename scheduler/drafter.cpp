@@ -54,6 +54,48 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> prompt, std::s
   return out;
 }
 
+std::vector<int32_t> PredictionLookup::draft(std::span<const int32_t> prediction, std::span<const int32_t> prompt,
+                                             std::span<const int32_t> output, int32_t max_tokens, size_t& at) const {
+  std::vector<int32_t> out;
+  if (max_tokens <= 0 || prediction.empty()) return out;
+  auto take_from = [&](size_t k) {
+    at = k;
+    for (; k < prediction.size() && out.size() < static_cast<size_t>(max_tokens); ++k) out.push_back(prediction[k]);
+  };
+  // Too little output to match on: the prediction's start, while the
+  // output is a prefix of it (else a match reaching into the prompt).
+  if (output.size() < static_cast<size_t>(min_n_) && output.size() < prediction.size() &&
+      std::equal(output.begin(), output.end(), prediction.begin())) {
+    take_from(output.size());
+    return out;
+  }
+  const size_t len = prompt.size() + output.size();
+  auto ctx = [&](size_t i) { return i < prompt.size() ? prompt[i] : output[i - prompt.size()]; };
+  for (int32_t n = std::min<int32_t>(max_n_, static_cast<int32_t>(len)); n >= min_n_; --n) {
+    const auto w = static_cast<size_t>(n);
+    if (w >= prediction.size()) continue;
+    // The match's end nearest at or after `at`; failing that, the latest
+    // before it (the output went back to text the prediction had earlier).
+    std::optional<size_t> ahead, behind;
+    for (size_t start = 0; start + w < prediction.size(); ++start) {
+      size_t j = 0;
+      while (j < w && prediction[start + j] == ctx(len - w + j)) ++j;
+      if (j < w) continue;
+      const size_t end = start + w;
+      if (end >= at) {
+        ahead = end;
+        break;
+      }
+      behind = end;
+    }
+    if (ahead || behind) {
+      take_from(ahead ? *ahead : *behind);
+      return out;
+    }
+  }
+  return out;
+}
+
 std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t>, std::span<const int32_t>, int32_t max_tokens) const {
   return std::vector<int32_t>(static_cast<size_t>(std::max(max_tokens, 0)), kModelDraft);
 }

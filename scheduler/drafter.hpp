@@ -33,6 +33,9 @@ const char* speculative_algorithm_name(SpeculativeAlgorithm a);
 
 // The longest draft a step may carry (--speculative-num-draft-tokens).
 inline constexpr int32_t kMaxDraftTokens = 16;
+// The longest predicted output a request may bring (Request::prediction):
+// each step searches it, so its length is bounded apart from the context.
+inline constexpr int32_t kMaxPredictionTokens = 32768;
 
 struct SpeculativeConfig {
   SpeculativeAlgorithm algorithm = SpeculativeAlgorithm::none;
@@ -61,6 +64,26 @@ class NgramDrafter final : public Drafter {
   NgramDrafter(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {}
   std::vector<int32_t> draft(std::span<const int32_t> prompt, std::span<const int32_t> output,
                              int32_t max_tokens) const override;
+
+ private:
+  int32_t min_n_, max_n_;
+};
+
+// OpenAI's predicted outputs: the caller sends text it expects the output
+// to repeat with changes (code with one function edited, a document with a
+// field filled in). The output's last n tokens (n from max down to min) are
+// found in the prediction and what follows them there is the draft. Where
+// they occur several times (repeated lines), the occurrence nearest after
+// where the output was last found wins, so the draft follows the
+// prediction front to back. Before the output has min_n tokens, a
+// prediction it begins is drafted from its start.
+class PredictionLookup {
+ public:
+  PredictionLookup(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {}
+  // `at`: the prediction's index just past the last match (0 at first);
+  // moved to this match's end.
+  std::vector<int32_t> draft(std::span<const int32_t> prediction, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output, int32_t max_tokens, size_t& at) const;
 
  private:
   int32_t min_n_, max_n_;

@@ -75,9 +75,16 @@ struct Request {
   // Prefill/decode disaggregation, prefill side: stop after the first token
   // and hold the prompt's KV (slot, rows, locks) until Scheduler::release.
   bool hold_after_prefill = false;
-  // Speculative decoding, where the engine runs it: false keeps this
-  // request to one token per step (its output is the same either way).
-  bool speculate = true;
+  // Speculative decoding: the most tokens drafted for it in one step
+  // (llama-server's `speculative.n_max`), never more than the engine's
+  // num_draft_tokens; 0 keeps it to one token per step, -1 takes the
+  // engine's. Its output is the same either way.
+  int32_t max_draft_tokens = -1;
+  // OpenAI's predicted output, tokenized: text the caller expects much of
+  // the output to repeat (the file being edited). Drafts are looked up in it
+  // first (PredictionLookup), whatever the engine's algorithm but a draft
+  // model's, and with speculation off too. At most kMaxPredictionTokens.
+  std::vector<int32_t> prediction;
   // Priority scheduling (scheduler/queue_policy.hpp): how urgent it is, in
   // [-kMaxPriority, kMaxPriority]; ignored while priorities are off.
   int32_t priority = 0;

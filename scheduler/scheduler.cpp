@@ -92,6 +92,14 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
     return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   }
   if (r.tenant < 0 || r.tenant > kMaxTenant) return "tenant must be in [0, " + std::to_string(kMaxTenant) + "]";
+  if (r.max_draft_tokens < -1 || r.max_draft_tokens > kMaxDraftTokens) {
+    return "the most draft tokens per step (speculative.n_max) must be in [0, " + std::to_string(kMaxDraftTokens) +
+           "]";
+  }
+  if (r.prediction.size() > static_cast<size_t>(kMaxPredictionTokens)) {
+    return "the prediction has " + std::to_string(r.prediction.size()) + " tokens; at most " +
+           std::to_string(kMaxPredictionTokens) + " are taken";
+  }
   if (r.adapter != 0) {
     if (r.adapter < 0 || r.adapter > kMaxAdapterId || adapters_.count(r.adapter) == 0) {
       return "no LoRA adapter with id " + std::to_string(r.adapter) + " is loaded";
@@ -112,6 +120,10 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
     if (auto t = std::find_if(r.output.begin(), r.output.end(), outside); t != r.output.end()) {
       return "the output to resume from holds token id " + std::to_string(*t) + ", outside the vocabulary of " +
              std::to_string(v);
+    }
+    // A draft is fed to the model like any token.
+    if (auto t = std::find_if(r.prediction.begin(), r.prediction.end(), outside); t != r.prediction.end()) {
+      return "the prediction holds token id " + std::to_string(*t) + ", outside the vocabulary of " + std::to_string(v);
     }
   }
   // A request resumed from another engine (failover) brings the tokens it
@@ -772,7 +784,8 @@ std::vector<Scheduler::Planned> Scheduler::decodes() {
   for (auto& r : running_) {
     if (r.decoding) plan.push_back({&r, {r.req.output.back()}, true});
   }
-  if (drafter_) add_drafts(plan);
+  const bool predicted = std::any_of(plan.begin(), plan.end(), [](const Planned& p) { return !p.run->req.prediction.empty(); });
+  if (drafter_ || predicted) add_drafts(plan);
   return plan;
 }
 
@@ -797,12 +810,15 @@ void Scheduler::add_drafts(std::vector<Planned>& plan) {
 
 std::vector<int32_t> Scheduler::draft_for(Running& r) {
   Request& q = r.req;
-  if (!q.speculate) return {};
+  const int32_t limit = q.max_draft_tokens < 0 ? config_.speculative.num_draft_tokens
+                                               : std::min(q.max_draft_tokens, config_.speculative.num_draft_tokens);
+  if (limit <= 0) return {};
+  const bool by_model = config_.speculative.algorithm == SpeculativeAlgorithm::draft;
   // The draft model proposes in the worker, after the scheduler has sent
   // each row's mask: a constrained request's rows could not be masked
   // over drafts nobody knows yet, so it decodes plainly.
-  if (config_.speculative.algorithm == SpeculativeAlgorithm::draft && q.constraint) return {};
-  if (!r.pace.started()) r.pace = DraftPace(config_.speculative.num_draft_tokens);
+  if (by_model && q.constraint) return {};
+  if (!r.pace.started()) r.pace = DraftPace(limit);
   // Never past max_new_tokens (a verify yields up to drafts + 1 tokens) or
   // the context (the KV after this step covers fill_ids ++ drafts).
   const auto fill = static_cast<int64_t>(q.prompt.size() + q.output.size());
@@ -811,6 +827,14 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
   if (room <= 0) return {};
   const int32_t want = std::min<int32_t>(r.pace.want(), static_cast<int32_t>(room));
   if (want <= 0) return {};
+  // A prediction first (the caller's word on what comes), then the
+  // engine's drafter. A draft model's proposals are made in the worker, so
+  // its requests cannot take a prediction's instead.
+  if (!by_model && !q.prediction.empty()) {
+    auto d = prediction_lookup_.draft(q.prediction, q.prompt, q.output, want, r.prediction_at);
+    if (!d.empty() || !drafter_) return d;
+  }
+  if (!drafter_) return {};
   return drafter_->draft(q.prompt, q.output, want);
 }
 
@@ -950,7 +974,8 @@ std::vector<TokenEvent> Scheduler::step() {
   }
   last_step_seconds_ = now() - started;
   budget_.observe(prefill_tokens, decode_rows, last_step_seconds_);
-  if (drafter_ && prefill_tokens == 0) draft_cost_.observe(decode_rows, last_step_seconds_);
+  // Every decode step, speculating or not: a prediction may come any time.
+  if (prefill_tokens == 0) draft_cost_.observe(decode_rows, last_step_seconds_);
   take_results(plan, results, events);
   return events;
 }

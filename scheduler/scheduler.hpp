@@ -245,6 +245,7 @@ class Scheduler {
     bool loading = false;      // its blocks come from the tiers over several steps (load_budget_)
     bool frozen = false;       // held for a live migration (freeze), not for a PD transfer
     DraftPace pace;            // how its drafts fare (speculative decoding)
+    size_t prediction_at = 0;  // where its output was last found in its prediction (PredictionLookup)
   };
   struct Planned {
     Running* run;
@@ -359,6 +360,8 @@ class Scheduler {
   KvService& kv_;
   Worker& worker_;
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  // Requests' predicted outputs, looked up whatever drafter_ is but a draft model.
+  PredictionLookup prediction_lookup_{config_.speculative.ngram_min, config_.speculative.ngram_max};
   DraftCost draft_cost_;              // what a decode row costs here, measured
   DraftPace engine_pace_{1};          // every request's verifies: the prior of a new one
   StepBudget budget_;

@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 
+#include "scheduler/drafter.hpp"
 #include "scheduler/queue_policy.hpp"
 #include "server/constraint_fields.hpp"
 #include "server/json_reader.hpp"
@@ -242,7 +243,8 @@ std::optional<ApiError> read_prompts(const FieldReader& f, GenerateOptions& o, s
 constexpr std::string_view kSamplingKeys[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "seed", "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop",
-    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options", "priority", "lora"};
+    "min_tokens", "ignore_eos", "logprobs", "stream", "stream_options", "priority", "lora", "prediction",
+    "speculative.n_max"};
 constexpr std::string_view kChatKeys[] = {"messages",        "top_logprobs", "chat_template_kwargs", "response_format",
                                           "tools",           "tool_choice",  "parallel_tool_calls"};
 constexpr std::string_view kCompletionKeys[] = {"prompt", "echo", "response_format"};
@@ -303,6 +305,44 @@ std::optional<ApiError> read_priority(const FieldReader& f, GenerateOptions& o) 
   return f.integer<int32_t>("priority", -kMaxPriority, kMaxPriority, &o.priority);
 }
 
+// Speculative decoding per request. OpenAI's `prediction` ({"type":
+// "content", "content": text or a list of text parts}): what the output is
+// expected to repeat, where drafts are looked up first. llama-server's
+// `speculative.n_max`: the most tokens drafted per step, 0 for none (never
+// more than the server's --speculative-num-draft-tokens).
+std::optional<ApiError> read_speculative(const FieldReader& f, GenerateOptions& o) {
+  if (auto e = f.integer<int32_t>("speculative.n_max", 0, kMaxDraftTokens, &o.max_draft_tokens)) return e;
+  const json* p = f.find("prediction");
+  if (!p) return std::nullopt;
+  const char* need = "must be {\"type\": \"content\", \"content\": a string or a list of text parts}";
+  if (!p->is_object()) return f.error("prediction", need);
+  const FieldReader pf(*p, "prediction");
+  const json* type = pf.find("type");
+  const json* content = pf.find("content");
+  if (!type || !type->is_string() || type->get_ref<const std::string&>() != "content" || !content) {
+    return f.error("prediction", need);
+  }
+  for (const auto& [key, value] : p->items()) {
+    if (key != "type" && key != "content") return f.error("prediction", need);
+  }
+  if (content->is_string()) {
+    o.prediction = content->get_ref<const std::string&>();
+    return std::nullopt;
+  }
+  if (!content->is_array()) return pf.error("content", "must be a string or a list of text parts");
+  for (const json& part : *content) {
+    auto member = [&part](const char* key) { return part.is_object() && part.contains(key) ? &part[key] : nullptr; };
+    const json* type = member("type");
+    const json* text = member("text");
+    if (!type || !type->is_string() || type->get_ref<const std::string&>() != "text" || !text || !text->is_string() ||
+        part.size() != 2) {
+      return pf.error("content", "parts must be {\"type\": \"text\", \"text\": a string}");
+    }
+    o.prediction += text->get_ref<const std::string&>();
+  }
+  return std::nullopt;
+}
+
 std::variant<ParsedRequest, ApiError> checked(ParsedRequest r) {
   if (auto err = r.options.sampling.validate()) return bad_request("", *err);
   return r;
@@ -334,6 +374,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   }
   if (auto e = read_sampling_fields(f, SamplingDialect::openai, o, r.n)) return *e;
   if (auto e = read_priority(f, o)) return *e;
+  if (auto e = read_speculative(f, o)) return *e;
   if (auto e = read_logprobs(f, chat, o)) return *e;
   if (auto e = read_stream(f, r)) return *e;
   if (auto e = read_response_format(f, o.constraint)) return *e;

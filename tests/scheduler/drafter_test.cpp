@@ -27,6 +27,40 @@ TEST_CASE("N-gram lookup proposes what followed the latest earlier occurrence of
   CHECK(d.draft(prompt, Ids{5, 6}, 0).empty());
 }
 
+TEST_CASE("A prediction is drafted front to back: its start first, then what follows the output's tail nearest after the last match", "[drafter]") {
+  const PredictionLookup d(2, 4);
+  const Ids prompt{90, 91, 92};
+  // Two lines that begin alike ("1 2 3 ..."), each followed by its own rest.
+  const Ids prediction{1, 2, 3, 4, 5, 1, 2, 3, 6, 7};
+  size_t at = 0;
+  // No output yet, or less than min_n of it: the prediction's start while
+  // the output is a prefix of it.
+  CHECK(d.draft(prediction, prompt, Ids{}, 3, at) == Ids{1, 2, 3});
+  CHECK(at == 0);
+  CHECK(d.draft(prediction, prompt, Ids{1}, 3, at) == Ids{2, 3, 4});
+  CHECK(at == 1);
+  CHECK(d.draft(prediction, prompt, Ids{8}, 3, at).empty());
+  // Tail "1 2 3" matches at both lines: the first line's before the second.
+  at = 0;
+  CHECK(d.draft(prediction, prompt, Ids{1, 2, 3}, 4, at) == Ids{4, 5, 1, 2});
+  CHECK(at == 3);
+  // The output is on the second line: the match nearest after `at` is its.
+  CHECK(d.draft(prediction, prompt, Ids{1, 2, 3, 4, 5, 1, 2, 3}, 4, at) == Ids{6, 7});
+  CHECK(at == 8);
+  // Back to text the prediction had earlier: the latest match before `at`.
+  CHECK(d.draft(prediction, prompt, Ids{9, 4, 5}, 2, at) == Ids{1, 2});
+  CHECK(at == 5);
+  // The output's own edit: neither "2 3 9" nor "3 9" occurs, so nothing.
+  // A match at the prediction's very end has nothing after it to draft.
+  CHECK(d.draft(prediction, prompt, Ids{2, 3, 9}, 4, at).empty());
+  CHECK(d.draft(prediction, prompt, Ids{6, 7}, 4, at).empty());
+  // Short of min_n output tokens and not the prediction's start, the tail
+  // may reach into the prompt; max_tokens bounds the draft.
+  CHECK(d.draft(Ids{92, 1, 5, 5}, prompt, Ids{1}, 1, at) == Ids{5});
+  CHECK(d.draft(prediction, prompt, Ids{1, 2}, 0, at).empty());
+  CHECK(d.draft(Ids{}, prompt, Ids{1, 2}, 4, at).empty());
+}
+
 TEST_CASE("Speculative settings out of range are refused with the range", "[drafter]") {
   SpeculativeConfig c;
   c.algorithm = SpeculativeAlgorithm::ngram;

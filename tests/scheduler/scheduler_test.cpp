@@ -1380,7 +1380,7 @@ SchedulerStats batched_beside_plain(const std::vector<Ids>& prompts, const std::
   Engine e(8192, page, c, 40, {}, draft);
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r = make(i, prompts[i], 24);
-    r.speculate = i % 2 == 0;
+    r.max_draft_tokens = i % 2 == 0 ? -1 : 0;
     REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
   }
   auto got = e.drain(checked(e));
@@ -1417,6 +1417,83 @@ TEST_CASE("With n-gram speculation, greedy outputs are plain decoding's, alone a
     INFO("page size " << page);
     CHECK(batched_beside_plain(prompts, solo, page, speculative(config(48), 6)).spec_accepted > 20);
   }
+}
+
+TEST_CASE("A predicted output drafts for its request with speculation off or on: greedy outputs are plain decoding's, an exact prediction's drafts nearly all kept, none drafted under n_max 0", "[scheduler][speculative][prediction]") {
+  std::vector<Ids> prompts = grounded_prompts(8);
+  for (const Ids& p : shared_prefix_prompts(8)) prompts.push_back(p);
+  const auto solo = solo_outputs(prompts, 24);
+  // Request i's prediction: its own output (i % 4 == 0), that output with
+  // two tokens edited (1), another request's output (2), none (3).
+  auto predicted = [&](uint64_t i) {
+    Request r = make(i, prompts[i], 24);
+    if (i % 4 == 0) r.prediction = solo.at(i);
+    if (i % 4 == 1) {
+      r.prediction = solo.at(i);
+      r.prediction[8] = r.prediction[3];
+      r.prediction[9] = r.prediction[4];
+    }
+    if (i % 4 == 2) r.prediction = solo.at((i + 5) % prompts.size());
+    return r;
+  };
+  const bool ngram = GENERATE(false, true);
+  const int32_t page = GENERATE(1, 16);
+  INFO((ngram ? "n-gram speculation" : "speculation off") << ", page size " << page);
+  SchedulerConfig c = speculative(config(48), 6);
+  if (!ngram) c.speculative.algorithm = SpeculativeAlgorithm::none;
+  Engine e(8192, page, c);
+  for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(predicted(i)));
+  // Request 16: request 0's prediction, but n_max 0.
+  Request off = predicted(0);
+  off.id = 16;
+  off.max_draft_tokens = 0;
+  REQUIRE_FALSE(e.scheduler.submit(std::move(off)));
+  std::map<uint64_t, Ids> got;
+  std::map<uint64_t, std::pair<int32_t, int32_t>> drafts;  // id -> drafted, accepted
+  for (int step = 0; !e.scheduler.idle(); ++step) {
+    checked(e)(step);
+    for (const auto& ev : e.scheduler.step()) {
+      if (ev.token >= 0) got[ev.id].push_back(ev.token);
+      drafts[ev.id] = {ev.draft_tokens, ev.accepted_draft_tokens};
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i << ": drafted " << drafts[i].first << ", kept " << drafts[i].second);
+    CHECK(got[i] == solo.at(i));
+    // Every token after the first is in an exact prediction, drafted from
+    // its start: every draft kept (but for rounding between batch shapes),
+    // most tokens drafted (how many is the steps' business: a decode that
+    // rides in a prefill step carries none, and none go past max_tokens).
+    if (i % 4 == 0) {
+      CHECK(drafts[i].second >= drafts[i].first - 1);
+      CHECK(drafts[i].second >= 12);
+    }
+    if (i % 4 == 1) CHECK(drafts[i].second >= 5);  // the edit costs a draft or two
+    if (i % 4 == 3 && !ngram) CHECK(drafts[i].first == 0);
+  }
+  CHECK(got[16] == solo.at(0));
+  CHECK(drafts[16].first == 0);
+  require_no_leak(e);
+}
+
+TEST_CASE("A prediction or draft limit out of range is refused, naming it", "[scheduler][speculative][prediction]") {
+  SchedulerConfig c = config();
+  c.vocab_size = weights().config.vocab_size;
+  Engine e(256, 1, c);
+  Request r = make(1, Ids{1, 2, 3}, 4);
+  r.max_draft_tokens = kMaxDraftTokens + 1;
+  CHECK(e.scheduler.submit(r)->find("speculative.n_max") != std::string::npos);
+  r.max_draft_tokens = -2;
+  CHECK(e.scheduler.submit(r));
+  r.max_draft_tokens = kMaxDraftTokens;
+  r.prediction = Ids{5, weights().config.vocab_size};
+  CHECK(e.scheduler.submit(r)->find("the prediction holds token id") != std::string::npos);
+  r.prediction.assign(static_cast<size_t>(kMaxPredictionTokens) + 1, 5);
+  CHECK(e.scheduler.submit(r)->find("at most 32768") != std::string::npos);
+  r.prediction = Ids{5, 6};
+  CHECK_FALSE(e.scheduler.submit(r));
+  e.drain();
+  require_no_leak(e);
 }
 
 TEST_CASE("With speculation, seeded sampling with penalties gives plain decoding's tokens", "[scheduler][speculative]") {

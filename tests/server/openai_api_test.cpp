@@ -312,6 +312,39 @@ TEST_CASE("a full chat request reads into the engine's options", "[server][chat]
   require_400(Route::chat, "null", "");
 }
 
+TEST_CASE("a predicted output and a per-request draft limit read into the options, and malformed ones are 400s", "[server][speculative]") {
+  const ParsedRequest r = accepted(
+      Route::chat, R"({"messages": [{"role": "user", "content": "u"}], "speculative.n_max": 0,
+      "prediction": {"type": "content", "content": "def f():\n    return 1\n"}})");
+  CHECK(r.options.max_draft_tokens == 0);
+  CHECK(r.options.prediction == "def f():\n    return 1\n");
+  const ParsedRequest parts = accepted(
+      Route::completion, R"({"prompt": "p", "speculative.n_max": 16, "prediction": {"type": "content",
+      "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}})");
+  CHECK(parts.options.max_draft_tokens == 16);
+  CHECK(parts.options.prediction == "ab");
+  // Absent: the server's settings.
+  const ParsedRequest plain = accepted(Route::completion, R"({"prompt": "p"})");
+  CHECK(plain.options.max_draft_tokens == -1);
+  CHECK(plain.options.prediction.empty());
+  require_400(Route::completion, R"({"prompt": "p", "speculative.n_max": 17})", "speculative.n_max");
+  require_400(Route::completion, R"({"prompt": "p", "speculative.n_max": -1})", "speculative.n_max");
+  require_400(Route::completion, R"({"prompt": "p", "speculative.n_max": "4"})", "speculative.n_max");
+  require_400(Route::completion, R"({"prompt": "p", "prediction": "text"})", "prediction");
+  require_400(Route::completion, R"({"prompt": "p", "prediction": {"type": "text", "content": "x"}})", "prediction");
+  require_400(Route::completion, R"({"prompt": "p", "prediction": {"type": "content"}})", "prediction");
+  require_400(Route::completion, R"({"prompt": "p", "prediction": {"type": "content", "content": "x", "extra": 1}})",
+              "prediction");
+  require_400(Route::completion, R"({"prompt": "p", "prediction": {"type": "content", "content": 5}})",
+              "prediction.content");
+  require_400(Route::chat, R"({"messages": [{"role": "user", "content": "u"}],
+              "prediction": {"type": "content", "content": [{"type": "text", "text": 5}]}})", "prediction.content");
+  require_400(Route::chat, R"({"messages": [{"role": "user", "content": "u"}],
+              "prediction": {"type": "content", "content": [{"type": "image_url", "text": "x"}]}})", "prediction.content");
+  require_400(Route::chat, R"({"messages": [{"role": "user", "content": "u"}],
+              "prediction": {"type": "content", "content": ["x"]}})", "prediction.content");
+}
+
 TEST_CASE("mutated bodies never throw out of the parsers", "[server][json]") {
   // Valid bodies with bytes dropped, duplicated or replaced by JSON tokens
   // that have broken the parser before; fixed seed, so a failure repeats.

@@ -231,11 +231,42 @@ def main():
         copy = [{"role": "user", "content": "Repeat exactly: one two three four five six seven eight nine ten."}]
         plain = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40)
         check(plain.usage.completion_tokens_details is None, str(plain.usage))  # nothing drafted
+        checks += check_prediction(client, model, copy, plain)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     checks += check_speculative(plain)
     print(f"openai client: {checks} checks passed")
+
+
+def check_prediction(client, model, copy, plain):
+    """OpenAI's predicted outputs through its own client, on a server with
+    speculation off: the same answer, drafted from the prediction and kept
+    (usage); an edited prediction costs some drafts, not the answer;
+    `speculative.n_max: 0` drafts nothing; a malformed prediction is a 400."""
+    answer = plain.choices[0].message.content
+    edited = answer.replace("five", "5", 1)
+    # The answer is ~15 tokens, drafted 4 at a time (the default) from the
+    # prediction's start: an exact one keeps every draft but for rounding.
+    for prediction, least in ((answer, 6), (edited, 2)):
+        r = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40,
+                                           prediction={"type": "content", "content": prediction})
+        check(r.choices[0].message.content == answer, f"{r.choices[0].message.content!r} != {answer!r}")
+        check(r.usage.completion_tokens == plain.usage.completion_tokens, str(r.usage))
+        d = r.usage.completion_tokens_details
+        check(d is not None and d.accepted_prediction_tokens >= least, str(r.usage))
+        check(prediction != answer or d.rejected_prediction_tokens <= 1, str(r.usage))
+    r = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40,
+                                       prediction={"type": "content", "content": [{"type": "text", "text": answer}]},
+                                       extra_body={"speculative.n_max": 0})
+    check(r.choices[0].message.content == answer and r.usage.completion_tokens_details is None, str(r.usage))
+    try:
+        client.chat.completions.create(model=model, messages=copy, max_tokens=4, prediction={"type": "text"})
+        raise AssertionError("a malformed prediction was accepted")
+    except openai.BadRequestError as e:
+        check("prediction" in str(e), e)
+    print(f"ok: a predicted output through the openai client: {d.accepted_prediction_tokens} drafted tokens kept")
+    return 1
 
 
 def check_speculative(plain):
