@@ -45,6 +45,7 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.failed_steps_total = x.failed_steps;
   m.poisoned_requests_total = x.poisoned;
   m.spec_drafted_tokens_total = x.spec_drafted;
+  m.spec_table_drafted_tokens_total = x.spec_table_drafted;
   m.preemptions_total = x.preemptions;
   m.queue_rejections_total = x.queue_rejections;
   m.queue_timeouts_total = x.queue_timeouts;
@@ -105,6 +106,7 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.failed_steps = m.failed_steps_total;
   x.poisoned = m.poisoned_requests_total;
   x.spec_drafted = m.spec_drafted_tokens_total;
+  x.spec_table_drafted = m.spec_table_drafted_tokens_total;
   x.preemptions = m.preemptions_total;
   x.queue_rejections = m.queue_rejections_total;
   x.queue_timeouts = m.queue_timeouts_total;
@@ -134,7 +136,8 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
                      &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
                      &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned,
-                     &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted, &SchedulerStats::preemptions,
+                     &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted,
+                     &SchedulerStats::spec_table_drafted, &SchedulerStats::preemptions,
                      &SchedulerStats::queue_rejections, &SchedulerStats::queue_timeouts}) {
     a.*field += b.*field;
   }

@@ -18,6 +18,7 @@ const std::set<std::string> engine_flags =
                        "--hicache-storage-gb", "--hicache-prefetch-policy", "--hicache-prefetch-timeout-ms", "--max-step-ms", "--itl-target-ms", "--worker-timeout", "--stall-timeout",
                        "--speculative-algorithm", "--speculative-num-draft-tokens",
                        "--speculative-ngram-min-match-window-size", "--speculative-ngram-max-match-window-size",
+                       "--speculative-ngram-capacity",
                        "--speculative-draft-model-path", "--priority-scheduling-preemption-threshold",
                        "--schedule-max-overtakes", "--max-queued-requests", "--queue-timeout",
                        "--radix-eviction-policy", "--lora", "--max-lora-memory-mb"});
@@ -96,6 +97,12 @@ EngineConfig engine_from_flags(const cli::Args& args) {
       static_cast<int32_t>(args.integer("--speculative-ngram-min-match-window-size", 2, 1, 64));
   ec.scheduler.speculative.ngram_max =
       static_cast<int32_t>(args.integer("--speculative-ngram-max-match-window-size", 4, 1, 64));
+  // SGLang's name; 0 (here the default): no memory across requests.
+  ec.scheduler.speculative.ngram_capacity = args.integer("--speculative-ngram-capacity", 0, 0, kMaxNgramCapacity);
+  if (ec.scheduler.speculative.ngram_capacity > 0 &&
+      ec.scheduler.speculative.algorithm != SpeculativeAlgorithm::ngram) {
+    throw cli::UsageError("--speculative-ngram-capacity is for --speculative-algorithm ngram");
+  }
   if (auto why = ec.scheduler.speculative.refusal()) throw cli::UsageError("speculative decoding: " + *why);
   // The waiting queue (scheduler/queue_policy.hpp), SGLang's names where it has them.
   QueuePolicy& q = ec.scheduler.queue;

@@ -24,7 +24,7 @@ constexpr const char* usage =
     "                    [--max-running-requests N] [--max-prefill-tokens N] [--chunked-prefill-size N]\n"
     "                    [--schedule-policy lpm|fcfs] [--context-length N] [--disable-radix-cache]\n"
     "                    [--max-step-ms 2000] [--itl-target-ms MS] [--worker-timeout 30]  (docs/API.md: slow steps)\n"
-    "                    [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]\n"
+    "                    [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4] [--speculative-ngram-capacity 0]\n"
     "                    [--enable-priority-scheduling [--schedule-low-priority-values-first]] [--priority-scheduling-preemption-threshold 10]\n"
     "                    [--schedule-max-overtakes 32] [--max-queued-requests N] [--queue-timeout S]\n"
     "                    [--radix-eviction-policy lru|lfu|priority]\n"

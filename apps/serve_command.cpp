@@ -33,7 +33,7 @@ constexpr const char* usage =
     "                     [--itl-target-ms MS]  (streams' gap between tokens a mixed step's prefill is sized for)\n"
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
-    "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4]  (docs/API.md)\n"
+    "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4] [--speculative-ngram-capacity 0]  (docs/API.md)\n"
     "                     [--tenants FILE]  (API keys with their share of the batch and token rates, docs/API.md)\n"
     "                     [--lora NAME=PATH ...] [--lora-dir DIR] [--max-lora-memory-mb 2048]  (LoRA adapters, GGUF:\n"
     "                       a request picks one with \"model\": \"NAME\"; --lora-dir turns on /v1/load_lora_adapter)\n"

@@ -11,13 +11,16 @@ without speculation, so both runs of ours generate the same tokens):
             change, copy a list, extract fields as JSON from a text
   open      open chat questions (drafts mostly fail: the check that
             speculation costs nothing where it cannot help)
+  predicted the grounded prompts with OpenAI's `prediction` set to the text
+            they quote (what an editor plugin sends); actorlm only,
+            llama-server has no such field
 each at 1 stream (the prompts one after another) and 8 streams. The figure
 is output tokens per second of wall time; the JSON keeps every round and
 actorlm's /metrics counters (drafted, kept).
 
 usage: speculative_bench.py [--actorlm build/apps/actorlm] [--llama-server PATH]
                             [--model GGUF] [--draft-model GGUF] [--threads 2] [--rounds 3]
-                            [--draft-tokens 4] [--json out.json]
+                            [--draft-tokens 4] [--ngram-capacity N] [--json out.json]
 """
 import argparse
 import json
@@ -50,18 +53,21 @@ CODE = """def moving_average(values, window):
 TEXT = ("Order 4471 was placed by Dana Whitfield of 12 Orchard Lane, Leeds, on 3 March 2024. "
         "She bought two blue kettles at 24.99 each and one toaster at 39.50, paid by card, "
         "and asked for delivery before noon.")
-GROUNDED = [
-    "Repeat this Python function exactly, but rename `values` to `xs`:\n\n" + CODE,
-    "Copy this function exactly, changing only the error message to 'bad window':\n\n" + CODE,
-    "Rewrite this list with the items in the same order, one per line, each starting with '- ':\n"
-    "apples, pears, plums, cherries, lemons, limes, oranges, grapes, melons, figs",
-    "Extract as JSON with keys order_id, name, street, city, date, items (name, quantity, price) and payment from: "
-    + TEXT,
-    "Repeat this text word for word: " + TEXT,
-    "Copy this code and add a docstring line under the def line:\n\n" + CODE,
-    "Write out the list again in reverse order: one, two, three, four, five, six, seven, eight, nine, ten",
-    "Copy exactly: " + TEXT,
+FRUIT = "apples, pears, plums, cherries, lemons, limes, oranges, grapes, melons, figs"
+TEN = "one, two, three, four, five, six, seven, eight, nine, ten"
+# (prompt, the text it quotes: the `predicted` workload's prediction)
+GROUNDED_SOURCES = [
+    ("Repeat this Python function exactly, but rename `values` to `xs`:\n\n" + CODE, CODE),
+    ("Copy this function exactly, changing only the error message to 'bad window':\n\n" + CODE, CODE),
+    ("Rewrite this list with the items in the same order, one per line, each starting with '- ':\n" + FRUIT, FRUIT),
+    ("Extract as JSON with keys order_id, name, street, city, date, items (name, quantity, price) and payment from: "
+     + TEXT, TEXT),
+    ("Repeat this text word for word: " + TEXT, TEXT),
+    ("Copy this code and add a docstring line under the def line:\n\n" + CODE, CODE),
+    ("Write out the list again in reverse order: " + TEN, TEN),
+    ("Copy exactly: " + TEXT, TEXT),
 ]
+GROUNDED = [p for p, _ in GROUNDED_SOURCES]
 OPEN = [
     "Tell me a short story about a lighthouse keeper.",
     "What are three good habits for learning a language?",
@@ -79,11 +85,14 @@ def model_id(port):
         return json.load(r)["data"][0]["id"]
 
 
-def post(port, messages, max_tokens):
+def post(port, messages, max_tokens, prediction=None):
     """One streamed greedy request: (completion tokens, text, seconds to the
     first token, seconds from the first token to the last)."""
-    body = json.dumps({"model": model_id(port), "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+    body = {"model": model_id(port), "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if prediction:
+        body["prediction"] = {"type": "content", "content": prediction}
+    body = json.dumps(body).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
                                  {"Content-Type": "application/json"})
     t0 = time.monotonic()
@@ -110,7 +119,7 @@ def post(port, messages, max_tokens):
     return tokens, "".join(text), (first or t0) - t0, (last or t0) - (first or t0)
 
 
-def run_workload(port, prompts, streams, max_tokens):
+def run_workload(port, prompts, streams, max_tokens, predictions=None):
     """(output tokens per second of wall time, decode tokens per second per
     stream (after each one's first token), tokens, texts)."""
     texts = [None] * len(prompts)
@@ -126,7 +135,8 @@ def run_workload(port, prompts, streams, max_tokens):
                 nxt[0] += 1
             if i >= len(prompts):
                 return
-            tokens[i], texts[i], _, decode[i] = post(port, [{"role": "user", "content": prompts[i]}], max_tokens)
+            tokens[i], texts[i], _, decode[i] = post(port, [{"role": "user", "content": prompts[i]}], max_tokens,
+                                                     predictions[i] if predictions else None)
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=worker) for _ in range(streams)]
@@ -170,6 +180,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--draft-tokens", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--ngram-capacity", type=int, default=0,
+                    help="actorlm's n-gram table across requests (--speculative-ngram-capacity)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if not 1 <= args.rounds <= 20 or not 1 <= args.draft_tokens <= 16:
@@ -178,6 +190,8 @@ def main():
     spec_flags = ["--speculative-algorithm", mode, "--speculative-num-draft-tokens", str(args.draft_tokens)]
     if args.draft_model:
         spec_flags += ["--speculative-draft-model-path", args.draft_model]
+    if args.ngram_capacity:
+        spec_flags += ["--speculative-ngram-capacity", str(args.ngram_capacity)]
     base = ["--kv-tokens", "32768", "--max-running-requests", "16"]
     servers = [("actorlm plain", lambda: start_actorlm(args.actorlm, args.model, args.threads, base)),
                (f"actorlm {mode}", lambda: start_actorlm(args.actorlm, args.model, args.threads, base + spec_flags))]
@@ -185,7 +199,8 @@ def main():
         servers += [("llama-server plain", lambda: start_llama_server(args.llama_server, args.model, args.threads, False)),
                     (f"llama-server {mode}",
                      lambda: start_llama_server(args.llama_server, args.model, args.threads, True, args.draft_model))]
-    cells = [("grounded", GROUNDED, 1), ("grounded", GROUNDED, 8), ("open", OPEN, 1), ("open", OPEN, 8)]
+    cells = [("grounded", GROUNDED, 1), ("grounded", GROUNDED, 8), ("open", OPEN, 1), ("open", OPEN, 8),
+             ("predicted", GROUNDED, 1), ("predicted", GROUNDED, 8)]
     results = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
     decode_rates = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
     counters = {s: [] for s, _ in servers}
@@ -195,9 +210,13 @@ def main():
             proc, port = start()
             try:
                 for w, prompts, n in cells:
+                    predicted = w == "predicted"
+                    if predicted and not name.startswith("actorlm"):
+                        continue
                     # Each round's prompts differ by a prefix: no round finds another's cached.
-                    tagged = [f"(round {r + 1}) {p}" for p in prompts]
-                    rate, decode, total, out = run_workload(port, tagged, n, args.max_tokens)
+                    tagged = [f"(round {r + 1}{', predicted' if predicted else ''}) {p}" for p in prompts]
+                    rate, decode, total, out = run_workload(port, tagged, n, args.max_tokens,
+                                                            [src for _, src in GROUNDED_SOURCES] if predicted else None)
                     results[name][f"{w} x{n}"].append(rate)
                     decode_rates[name][f"{w} x{n}"].append(decode)
                     texts.setdefault(name, {})[f"{w} x{n}"] = out
@@ -219,11 +238,15 @@ def main():
         print("|---" * (len(servers) + 2 + (1 if args.llama_server else 0)) + "|")
         for w, _, n in cells:
             k = f"{w} x{n}"
-            med = {s: statistics.median(table[s][k]) for s, _ in servers}
+            med = {s: statistics.median(table[s][k]) if table[s][k] else float("nan") for s, _ in servers}
             row = f"| {k} | " + " | ".join(f"{med[s]:.1f}" for s, _ in servers)
             row += f" | {med[f'actorlm {mode}'] / med['actorlm plain']:.2f}x |"
             if args.llama_server:
                 row += f" {med[f'actorlm {mode}'] / med[f'llama-server {mode}']:.2f}x |"
+            if w == "predicted":
+                # Against the same prompts without a prediction on plain actorlm.
+                base = statistics.median(table["actorlm plain"][f"grounded x{n}"])
+                row += f" (plain + prediction / plain: {med['actorlm plain'] / base:.2f}x)"
             print(row)
     for name, c in counters.items():
         if c and c[-1]["actorlm_spec_draft_tokens_total"]:

@@ -26,6 +26,10 @@ std::optional<std::string> SpeculativeConfig::refusal() const {
     return "the number of draft tokens must be in [1, " + std::to_string(kMaxDraftTokens) + "], not " +
            std::to_string(num_draft_tokens);
   }
+  if (ngram_capacity < 0 || ngram_capacity > kMaxNgramCapacity) {
+    return "the n-gram table's capacity must be in [0, " + std::to_string(kMaxNgramCapacity) + "], not " +
+           std::to_string(ngram_capacity);
+  }
   if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64) {
     return "the n-gram match window must satisfy 1 <= min <= max <= 64, not min " + std::to_string(ngram_min) +
            ", max " + std::to_string(ngram_max);

@@ -33,6 +33,8 @@ const char* speculative_algorithm_name(SpeculativeAlgorithm a);
 
 // The longest draft a step may carry (--speculative-num-draft-tokens).
 inline constexpr int32_t kMaxDraftTokens = 16;
+// The most contexts the shared n-gram table may hold (~64 bytes each).
+inline constexpr int64_t kMaxNgramCapacity = int64_t{1} << 24;
 // The longest predicted output a request may bring (Request::prediction):
 // each step searches it, so its length is bounded apart from the context.
 inline constexpr int32_t kMaxPredictionTokens = 32768;
@@ -44,6 +46,10 @@ struct SpeculativeConfig {
   // looked up in its prompt and output; what followed their latest earlier
   // occurrence is the draft (SGLang's match window sizes).
   int32_t ngram_min = 2, ngram_max = 4;
+  // Contexts the n-gram drafter remembers from finished requests
+  // (NgramTable; --speculative-ngram-capacity); 0: none, each request
+  // drafts from its own text only.
+  int64_t ngram_capacity = 0;
   bool active() const { return algorithm != SpeculativeAlgorithm::none; }
   // Why these settings cannot run (a count out of range), if they cannot.
   std::optional<std::string> refusal() const;

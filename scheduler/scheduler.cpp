@@ -26,6 +26,14 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worke
   if (config_.speculative.active()) {
     if (auto why = config_.speculative.refusal()) throw std::invalid_argument("speculative decoding: " + *why);
     drafter_ = make_drafter(config_.speculative);
+    if (config_.speculative.algorithm == SpeculativeAlgorithm::ngram && config_.speculative.ngram_capacity > 0) {
+      // Contexts up to kTableContextExtra tokens longer than the request's
+      // own lookup takes (draft_for: a long match there beats a short one
+      // in the request's text).
+      ngram_table_ = std::make_unique<NgramTable>(config_.speculative.ngram_min,
+                                                  config_.speculative.ngram_max + kTableContextExtra,
+                                                  config_.speculative.ngram_capacity);
+    }
   }
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) kv_.record_evictions(true);
   adapters_.insert(config_.adapters.begin(), config_.adapters.end());
@@ -400,6 +408,7 @@ void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>&
   } else {
     kv_.finish(kv);
     ++stats_.finished;
+    remember(r.req);
   }
   r.req.finish = reason;
   TokenEvent e = event_for(r.req);
@@ -407,6 +416,13 @@ void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>&
   e.error = error;
   e.error_kind = kind;
   events.push_back(std::move(e));
+}
+
+void Scheduler::remember(const Request& q) {
+  if (!ngram_table_ || q.output.empty()) return;
+  std::vector<int32_t> text = q.prompt;
+  text.insert(text.end(), q.output.begin(), q.output.end());
+  ngram_table_->observe(text);
 }
 
 void Scheduler::apply_controls(std::vector<TokenEvent>& events) {
@@ -810,6 +826,7 @@ void Scheduler::add_drafts(std::vector<Planned>& plan) {
 
 std::vector<int32_t> Scheduler::draft_for(Running& r) {
   Request& q = r.req;
+  r.table_drafted = false;
   const int32_t limit = q.max_draft_tokens < 0 ? config_.speculative.num_draft_tokens
                                                : std::min(q.max_draft_tokens, config_.speculative.num_draft_tokens);
   if (limit <= 0) return {};
@@ -835,7 +852,24 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
     if (!d.empty() || !drafter_) return d;
   }
   if (!drafter_) return {};
-  return drafter_->draft(q.prompt, q.output, want);
+  // What other requests wrote after the same words, where more of them
+  // match than the request's own text can (a question asked again, a
+  // template's fixed phrases); then its own text; then the table's shorter
+  // matches.
+  const int32_t own_longest = config_.speculative.ngram_max;
+  if (ngram_table_) {
+    auto d = ngram_table_->draft(q.prompt, q.output, want, own_longest + 1);
+    if (!d.empty()) {
+      r.table_drafted = true;
+      return d;
+    }
+  }
+  auto d = drafter_->draft(q.prompt, q.output, want);
+  if (d.empty() && ngram_table_) {
+    d = ngram_table_->draft(q.prompt, q.output, want);
+    r.table_drafted = !d.empty();
+  }
+  return d;
 }
 
 void Scheduler::take_drafts(Running& r, Planned& p, std::vector<int32_t> drafts) {
@@ -1188,6 +1222,7 @@ size_t Scheduler::take_verified(Running& r, const Planned& p, std::span<const Sa
     events[e].accepted_draft_tokens = r.req.accepted_draft_tokens;
   }
   stats_.spec_drafted += drafted;
+  if (r.table_drafted) stats_.spec_table_drafted += drafted;
   stats_.spec_accepted += static_cast<int64_t>(kept);
   ++stats_.spec_accept_lengths[kept];
   r.pace.observe(drafted, static_cast<int32_t>(kept));
@@ -1274,7 +1309,10 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
   if (!done.empty()) {
     std::vector<RequestKv*> kvs;
     for (auto& r : running_) {
-      if (std::find(done.begin(), done.end(), r.req.id) != done.end()) kvs.push_back(&r.req.kv);
+      if (std::find(done.begin(), done.end(), r.req.id) != done.end()) {
+        kvs.push_back(&r.req.kv);
+        remember(r.req);
+      }
     }
     kv_.finish(kvs);
     stats_.finished += static_cast<int64_t>(kvs.size());

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "scheduler/drafter.hpp"
+#include "scheduler/ngram_table.hpp"
 #include "scheduler/kv_service.hpp"
 #include "scheduler/kv_tiers.hpp"
 #include "scheduler/queue_policy.hpp"
@@ -127,6 +128,8 @@ struct SchedulerStats {
   // accept_lengths[n]: verifies (steps of a request that carried drafts)
   // that kept n drafts.
   int64_t spec_drafted = 0, spec_accepted = 0;
+  // Of spec_drafted, the tokens the shared n-gram table proposed (NgramTable).
+  int64_t spec_table_drafted = 0;
   std::array<int64_t, kMaxDraftTokens + 1> spec_accept_lengths{};
   // Priority scheduling: running requests sent back to wait for a more
   // urgent one (counted in retractions too). Admission: submissions refused
@@ -246,6 +249,7 @@ class Scheduler {
     bool frozen = false;       // held for a live migration (freeze), not for a PD transfer
     DraftPace pace;            // how its drafts fare (speculative decoding)
     size_t prediction_at = 0;  // where its output was last found in its prediction (PredictionLookup)
+    bool table_drafted = false;  // its drafts this step came from ngram_table_
   };
   struct Planned {
     Running* run;
@@ -300,6 +304,8 @@ class Scheduler {
   // What `r` could draft this step (none when it does not speculate, or
   // nothing fits its limits).
   std::vector<int32_t> draft_for(Running& r);
+  // A request that finished (stop or length) into the shared n-gram table.
+  void remember(const Request& q);
   // `drafts` into p, with a constrained request's mask for each row (a
   // draft its constraint refuses ends the draft there).
   void take_drafts(Running& r, Planned& p, std::vector<int32_t> drafts);
@@ -360,6 +366,11 @@ class Scheduler {
   KvService& kv_;
   Worker& worker_;
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  // The n-gram drafter's memory across requests; null unless
+  // speculative.ngram_capacity > 0. Its contexts run this many tokens
+  // longer than the request's own lookup.
+  static constexpr int32_t kTableContextExtra = 4;
+  std::unique_ptr<NgramTable> ngram_table_;
   // Requests' predicted outputs, looked up whatever drafter_ is but a draft model.
   PredictionLookup prediction_lookup_{config_.speculative.ngram_min, config_.speculative.ngram_max};
   DraftCost draft_cost_;              // what a decode row costs here, measured

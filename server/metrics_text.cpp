@@ -54,6 +54,9 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
     metric("actorlm_spec_draft_tokens_total", "counter", "Tokens drafted.", double(st.scheduler.spec_drafted));
     metric("actorlm_spec_accepted_tokens_total", "counter", "Drafted tokens the target model kept.",
            double(st.scheduler.spec_accepted));
+    metric("actorlm_spec_table_draft_tokens_total", "counter",
+           "Tokens drafted from other requests' text (--speculative-ngram-capacity).",
+           double(st.scheduler.spec_table_drafted));
     // Drafts kept per verify, as a Prometheus histogram (cumulative buckets).
     out += "# HELP actorlm_spec_accept_length Drafted tokens kept per verify step.\n"
            "# TYPE actorlm_spec_accept_length histogram\n";

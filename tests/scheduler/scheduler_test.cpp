@@ -1476,6 +1476,35 @@ TEST_CASE("A predicted output drafts for its request with speculation off or on:
   require_no_leak(e);
 }
 
+TEST_CASE("With a shared n-gram table, a request drafts what earlier ones wrote: outputs are plain decoding's and a repeated question's drafts are kept", "[scheduler][speculative][ngram_table]") {
+  const std::vector<Ids> prompts = shared_prefix_prompts(8);
+  const auto solo = solo_outputs(prompts, 24);
+  SchedulerConfig c = speculative(config(), 6);
+  c.speculative.ngram_capacity = 1 << 16;
+  Engine e(8192, 16, c);
+  // Round 1 fills the table; round 2 asks the same questions again (ids
+  // 8..15), batched. Their own prompts do not hold the answers: only the
+  // table does.
+  for (uint64_t round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(e.scheduler.submit(make(round * 8 + i, prompts[i], 24)));
+    const int64_t table_before = e.scheduler.stats().spec_table_drafted;
+    const int64_t kept_before = e.scheduler.stats().spec_accepted;
+    auto got = e.drain(checked(e));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("round " << round << ", request " << i);
+      CHECK(got[round * 8 + i].first == solo.at(i));
+    }
+    const auto& st = e.scheduler.stats();
+    INFO("round " << round << ": table drafted " << st.spec_table_drafted - table_before << ", kept in all "
+                  << st.spec_accepted - kept_before);
+    if (round == 1) {
+      CHECK(st.spec_table_drafted - table_before > 40);
+      CHECK(st.spec_accepted - kept_before > 40);
+    }
+  }
+  require_no_leak(e);
+}
+
 TEST_CASE("A prediction or draft limit out of range is refused, naming it", "[scheduler][speculative][prediction]") {
   SchedulerConfig c = config();
   c.vocab_size = weights().config.vocab_size;

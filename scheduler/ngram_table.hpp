@@ -1,0 +1,59 @@
+#pragma once
+// Speculative decoding's memory across requests (--speculative-ngram-capacity;
+// the n-gram drafter's second source, after the request's own text). What
+// finished requests wrote is counted as "after these n tokens came token t";
+// a request whose own prompt and output hold no match for its last tokens is
+// drafted the continuation other requests most often had. It pays where
+// requests share structure without sharing a prompt: the same JSON keys,
+// boilerplate, a template's fixed phrases, answers to a recurring question.
+//
+// Bounded by `capacity` contexts: two generations, the older dropped whole
+// when the newer fills (what was seen recently stays; no per-entry LRU
+// bookkeeping on the scheduler's thread). Pure C++, the scheduler's thread.
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace actorlm {
+
+class NgramTable {
+ public:
+  // Contexts of min_n..max_n tokens; at most `capacity` contexts held (each
+  // ~64 bytes with the map's own), never fewer than 1.
+  NgramTable(int32_t min_n, int32_t max_n, int64_t capacity);
+
+  // Counts every continuation in `tokens` (a finished request's prompt ++
+  // output).
+  void observe(std::span<const int32_t> tokens);
+  // Up to max_tokens tokens after prompt ++ output, each the continuation
+  // most often seen after the longest context that has one (of min_context
+  // tokens or more; 0: min_n), while that continuation is more than half of
+  // what followed the context.
+  std::vector<int32_t> draft(std::span<const int32_t> prompt, std::span<const int32_t> output, int32_t max_tokens,
+                             int32_t min_context = 0) const;
+  // Contexts held now (both generations).
+  size_t size() const { return current_.size() + previous_.size(); }
+
+ private:
+  // The continuations seen after one context, the most frequent kept.
+  struct Followers {
+    static constexpr int kSlots = 4;
+    int32_t token[kSlots] = {-1, -1, -1, -1};
+    uint32_t count[kSlots] = {};
+    void add(int32_t t);
+  };
+  using Map = std::unordered_map<uint64_t, Followers>;
+  // The context's key; collisions cost a wrong draft at worst (verification
+  // rejects it), never a wrong token.
+  static uint64_t key(std::span<const int32_t> context);
+  // The confident continuation of `context`, or -1.
+  int32_t next(std::span<const int32_t> context) const;
+
+  int32_t min_n_, max_n_;
+  size_t half_;  // contexts per generation
+  Map current_, previous_;
+};
+
+}  // namespace actorlm
