@@ -59,7 +59,8 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> prompt, std::s
 }
 
 std::vector<int32_t> PredictionLookup::draft(std::span<const int32_t> prediction, std::span<const int32_t> prompt,
-                                             std::span<const int32_t> output, int32_t max_tokens, size_t& at) const {
+                                             std::span<const int32_t> output, int32_t max_tokens, size_t& at,
+                                             int32_t min_context) const {
   std::vector<int32_t> out;
   if (max_tokens <= 0 || prediction.empty()) return out;
   auto take_from = [&](size_t k) {
@@ -75,7 +76,7 @@ std::vector<int32_t> PredictionLookup::draft(std::span<const int32_t> prediction
   }
   const size_t len = prompt.size() + output.size();
   auto ctx = [&](size_t i) { return i < prompt.size() ? prompt[i] : output[i - prompt.size()]; };
-  for (int32_t n = std::min<int32_t>(max_n_, static_cast<int32_t>(len)); n >= min_n_; --n) {
+  for (int32_t n = std::min<int32_t>(max_n_, static_cast<int32_t>(len)); n >= std::max(min_n_, min_context); --n) {
     const auto w = static_cast<size_t>(n);
     if (w >= prediction.size()) continue;
     // The match's end nearest at or after `at`; failing that, the latest

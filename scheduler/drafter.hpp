@@ -87,9 +87,11 @@ class PredictionLookup {
  public:
   PredictionLookup(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {}
   // `at`: the prediction's index just past the last match (0 at first);
-  // moved to this match's end.
+  // moved to this match's end. Only tails of min_context tokens or more
+  // are matched (0: min_n); the prediction's start is drafted either way.
   std::vector<int32_t> draft(std::span<const int32_t> prediction, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output, int32_t max_tokens, size_t& at) const;
+                             std::span<const int32_t> output, int32_t max_tokens, size_t& at,
+                             int32_t min_context = 0) const;
 
  private:
   int32_t min_n_, max_n_;

@@ -844,11 +844,16 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
   if (room <= 0) return {};
   const int32_t want = std::min<int32_t>(r.pace.want(), static_cast<int32_t>(room));
   if (want <= 0) return {};
-  // A prediction first (the caller's word on what comes), then the
-  // engine's drafter. A draft model's proposals are made in the worker, so
-  // its requests cannot take a prediction's instead.
-  if (!by_model && !q.prediction.empty()) {
-    auto d = prediction_lookup_.draft(q.prediction, q.prompt, q.output, want, r.prediction_at);
+  // A prediction's start or its match of the longest tail (the caller's
+  // word on what comes), then the engine's drafter, then the prediction's
+  // shorter matches: a short match there is no better evidence than one in
+  // the request's own text. A draft model's proposals are made in the
+  // worker, so its requests cannot take a prediction's instead.
+  const int32_t own_longest = config_.speculative.ngram_max;
+  const bool predicted = !by_model && !q.prediction.empty();
+  if (predicted) {
+    auto d = prediction_lookup_.draft(q.prediction, q.prompt, q.output, want, r.prediction_at,
+                                      drafter_ ? own_longest : 0);
     if (!d.empty() || !drafter_) return d;
   }
   if (!drafter_) return {};
@@ -856,7 +861,6 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
   // match than the request's own text can (a question asked again, a
   // template's fixed phrases); then its own text; then the table's shorter
   // matches.
-  const int32_t own_longest = config_.speculative.ngram_max;
   if (ngram_table_) {
     auto d = ngram_table_->draft(q.prompt, q.output, want, own_longest + 1);
     if (!d.empty()) {
@@ -865,6 +869,7 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
     }
   }
   auto d = drafter_->draft(q.prompt, q.output, want);
+  if (d.empty() && predicted) d = prediction_lookup_.draft(q.prediction, q.prompt, q.output, want, r.prediction_at);
   if (d.empty() && ngram_table_) {
     d = ngram_table_->draft(q.prompt, q.output, want);
     r.table_drafted = !d.empty();

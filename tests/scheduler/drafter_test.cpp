@@ -59,6 +59,13 @@ TEST_CASE("A prediction is drafted front to back: its start first, then what fol
   CHECK(d.draft(Ids{92, 1, 5, 5}, prompt, Ids{1}, 1, at) == Ids{5});
   CHECK(d.draft(prediction, prompt, Ids{1, 2}, 0, at).empty());
   CHECK(d.draft(Ids{}, prompt, Ids{1, 2}, 4, at).empty());
+  // With a least context: "4 5" (two tokens) is not matched at three, "3 4
+  // 5" is; the prediction's start is drafted whatever the least.
+  at = 0;
+  CHECK(d.draft(prediction, prompt, Ids{9, 9, 4, 5}, 2, at, 3).empty());
+  CHECK(d.draft(prediction, prompt, Ids{9, 9, 4, 5}, 2, at, 2) == Ids{1, 2});
+  CHECK(d.draft(prediction, prompt, Ids{9, 3, 4, 5}, 2, at, 3) == Ids{1, 2});
+  CHECK(d.draft(prediction, prompt, Ids{1}, 2, at, 4) == Ids{2, 3});
 }
 
 TEST_CASE("Speculative settings out of range are refused with the range", "[drafter]") {
