@@ -87,6 +87,20 @@ void ActorWorker::ended(const caf::error& why) {
                reason.c_str(), restarts_, liveness_.max_restarts);
 }
 
+void ActorWorker::wait_for_rejoin(const std::string& why) {
+  std::fprintf(stderr, "actorlm scheduler: %s; waiting up to %s for the worker to come back\n", why.c_str(),
+               seconds_text(liveness_.rejoin_wait).c_str());
+  std::string failed;
+  bool back = false;
+  self_->request(worker_, liveness_.rejoin_wait, worker_back_atom::value)
+      .receive([&](const WireMessage&) { back = true; }, [&](caf::error& e) { failed = self_->system().render(e); });
+  if (!back) {
+    lose(why + ", and it did not come back within " + seconds_text(liveness_.rejoin_wait) + " (" + failed + ")");
+    throw WorkerLost("worker lost: " + lost_);
+  }
+  throw WorkerReset("the worker came back after it was lost (" + why + "): its KV is gone");
+}
+
 std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<const SampleRequest> sampling) {
   if (!lost_.empty()) throw WorkerLost("worker lost: " + lost_);
   std::vector<uint64_t> ids(batch.reqs.size());
@@ -131,6 +145,10 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
     ended(*failure);
   }
   if (!lost_.empty()) throw WorkerLost("worker lost: " + lost_);
+  if (failure && liveness_.rejoin_wait.count() > 0 && failure->category() == caf::atom("system") &&
+      failure->code() == static_cast<uint8_t>(caf::sec::no_route_to_receiving_node)) {
+    wait_for_rejoin(self_->system().render(*failure));
+  }
   // Its requests run again on the new actor (the scheduler's supervision).
   if (restarts_ != restarts_before) throw std::runtime_error("the worker actor ended during this step and was started again");
   if (failure) throw std::runtime_error("worker unreachable: " + self_->system().render(*failure));

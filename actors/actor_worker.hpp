@@ -62,6 +62,12 @@ struct WorkerLiveness {
   // worker is lost.
   std::function<caf::actor()> restart{};
   int max_restarts = 3;
+  // A worker that can come back (a head's link to a worker node, which
+  // dials the node again): how long a step waits for it after the node was
+  // lost. Back in time: the step throws WorkerReset (its KV is gone, the
+  // scheduler computes its requests again); else it is lost. 0: a lost
+  // node is lost for good.
+  std::chrono::milliseconds rejoin_wait{0};
 };
 
 class ActorWorker final : public Worker {
@@ -90,6 +96,10 @@ class ActorWorker final : public Worker {
 
  private:
   void lose(std::string why);
+  // After a step the link failed because its node was lost: waits for the
+  // node to be joined again and throws WorkerReset, or loses the worker and
+  // throws WorkerLost.
+  [[noreturn]] void wait_for_rejoin(const std::string& why);
   // The worker actor ended for `why`: started again if it may be, else lost.
   void ended(const caf::error& why);
   // One KvRowsRequest to the worker actor (kv_read_atom or kv_write_atom).

@@ -44,6 +44,8 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.migrated_out_total = x.migrated_out;
   m.failed_steps_total = x.failed_steps;
   m.poisoned_requests_total = x.poisoned;
+  m.worker_resets_total = x.worker_resets;
+  m.reset_requests_total = x.reset_requests;
   m.spec_drafted_tokens_total = x.spec_drafted;
   m.spec_table_drafted_tokens_total = x.spec_table_drafted;
   m.preemptions_total = x.preemptions;
@@ -105,6 +107,8 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.migrated_out = m.migrated_out_total;
   x.failed_steps = m.failed_steps_total;
   x.poisoned = m.poisoned_requests_total;
+  x.worker_resets = m.worker_resets_total;
+  x.reset_requests = m.reset_requests_total;
   x.spec_drafted = m.spec_drafted_tokens_total;
   x.spec_table_drafted = m.spec_table_drafted_tokens_total;
   x.preemptions = m.preemptions_total;
@@ -136,6 +140,7 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::retractions, &SchedulerStats::finished, &SchedulerStats::aborted,
                      &SchedulerStats::host_hit_tokens, &SchedulerStats::disk_hit_tokens, &SchedulerStats::migrated_in,
                      &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned,
+                     &SchedulerStats::worker_resets, &SchedulerStats::reset_requests,
                      &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted,
                      &SchedulerStats::spec_table_drafted, &SchedulerStats::preemptions,
                      &SchedulerStats::queue_rejections, &SchedulerStats::queue_timeouts}) {

@@ -23,6 +23,12 @@ typename Inspector::result_type inspect(Inspector& f, WireMessage& x) {
 }
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+// A worker that can come back after it was lost (a head's link to a worker
+// node: cluster/roles/worker_link.hpp) answers (worker_back_atom) once it
+// serves steps again, with WireMessage{NodeWelcome}, or with an error once
+// it will not. Forwards it fails meanwhile fail with
+// caf::sec::no_route_to_receiving_node (ActorWorker: WorkerReset).
+using worker_back_atom = caf::atom_constant<caf::atom("workerback")>;
 // LoRA adapters at run time: (adapter_atom, WireMessage{AdapterChange}) ->
 // WireMessage{AdapterReply}, engine to scheduler to worker, this process only.
 using adapter_atom = caf::atom_constant<caf::atom("adapter")>;

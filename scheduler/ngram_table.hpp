@@ -1,11 +1,12 @@
 #pragma once
 // Speculative decoding's memory across requests (--speculative-ngram-capacity;
-// the n-gram drafter's second source, after the request's own text). What
+// the n-gram drafter's second source beside the request's own text). What
 // finished requests wrote is counted as "after these n tokens came token t";
-// a request whose own prompt and output hold no match for its last tokens is
-// drafted the continuation other requests most often had. It pays where
-// requests share structure without sharing a prompt: the same JSON keys,
-// boilerplate, a template's fixed phrases, answers to a recurring question.
+// a request is drafted the continuation other requests most often had
+// where a longer context of its last tokens matches here than its own text
+// can, or where its own text has no match (Scheduler::draft_for). It pays
+// where requests share structure without sharing a prompt: the same JSON
+// keys, boilerplate, a template's fixed phrases, a question asked again.
 //
 // Bounded by `capacity` contexts: two generations, the older dropped whole
 // when the newer fills (what was seen recently stays; no per-entry LRU

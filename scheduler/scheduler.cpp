@@ -420,7 +420,11 @@ void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>&
 
 void Scheduler::remember(const Request& q) {
   if (!ngram_table_ || q.output.empty()) return;
-  std::vector<int32_t> text = q.prompt;
+  // What it wrote, with the prompt's last words as the first contexts: a
+  // long prompt's own n-grams would cost the scheduler's thread time in
+  // proportion to the prompt, and drafts continue outputs.
+  const size_t lead = std::min(q.prompt.size(), static_cast<size_t>(config_.speculative.ngram_max + kTableContextExtra));
+  std::vector<int32_t> text(q.prompt.end() - static_cast<std::ptrdiff_t>(lead), q.prompt.end());
   text.insert(text.end(), q.output.begin(), q.output.end());
   ngram_table_->observe(text);
 }
@@ -944,6 +948,40 @@ void Scheduler::add_decodes(std::vector<Planned>& plan) {
   plan.insert(plan.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
 }
 
+void Scheduler::forget_kv(const std::string& why, std::vector<TokenEvent>& events) {
+  ++stats_.worker_resets;
+  for (auto* q : {&held_, &reserved_}) {
+    for (auto& r : *q) {
+      RequestKv* kv[] = {&r.req.kv};
+      kv_.abort(kv);
+      TokenEvent e = event_for(r.req);
+      e.finish = FinishReason::error;
+      e.error = "its KV was lost with the worker (" + why + ")";
+      e.error_kind = ErrorKind::unavailable;
+      events.push_back(std::move(e));
+      ++stats_.aborted;
+    }
+    q->clear();
+  }
+  // Back to the queue in their order of arrival, ahead of what waited:
+  // as a retraction, but no row of theirs may enter the cache.
+  std::stable_sort(running_.begin(), running_.end(),
+                   [](const Running& a, const Running& b) { return a.req.arrival < b.req.arrival; });
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Request q = std::move(it->req);
+    RequestKv* kv[] = {&q.kv};
+    kv_.abort(kv);
+    q.kv = RequestKv{};
+    ++q.retractions;
+    if (q.scores_prompt()) q.prompt_scores.clear();
+    waiting_.push_front(std::move(q));
+    ++stats_.reset_requests;
+  }
+  running_.clear();
+  kv_.flush_cache();
+  memory_short_ = false;
+}
+
 std::vector<TokenEvent> Scheduler::fail_all(const std::string& error, ErrorKind kind) {
   std::vector<TokenEvent> events;
   for (auto& r : held_) running_.push_back(std::move(r));
@@ -1007,6 +1045,9 @@ std::vector<TokenEvent> Scheduler::step() {
     }
   } catch (const WorkerLost&) {
     throw;  // no later step can run either: the caller fails everything
+  } catch (const WorkerReset& e) {
+    forget_kv(e.what(), events);
+    return events;
   } catch (const std::exception& e) {
     recover(plan, e.what(), events);
     return events;

@@ -124,6 +124,9 @@ struct SchedulerStats {
   // Steps the worker failed (recovered from), and requests failed alone
   // after a second such step.
   int64_t failed_steps = 0, poisoned = 0;
+  // Times the worker came back without its KV (WorkerReset), and the
+  // running requests computed again after it.
+  int64_t worker_resets = 0, reset_requests = 0;
   // Speculative decoding: the drafted tokens and those the target kept;
   // accept_lengths[n]: verifies (steps of a request that carried drafts)
   // that kept n drafts.
@@ -228,6 +231,12 @@ class Scheduler {
   // answers. `kind`: internal for a failed step, unavailable for a worker
   // lost for good (the client may retry elsewhere).
   std::vector<TokenEvent> fail_all(const std::string& error, ErrorKind kind = ErrorKind::internal);
+  // The worker's KV is gone (WorkerReset): every running request goes back
+  // to wait with its output, to be computed again from its tokens (no token
+  // repeated, none lost, the same outputs), and the prefix cache is emptied.
+  // Requests held or reserved for a KV transfer fail (unavailable): their
+  // rows were the point. Their final events go into `events`.
+  void forget_kv(const std::string& why, std::vector<TokenEvent>& events);
   bool idle() const { return waiting_.empty() && running_.empty() && pending_.empty(); }
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }

@@ -21,6 +21,15 @@ class WorkerLost : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by Worker::run when the worker was lost and is back (a head's
+// worker node restarted or reconnected): steps can run again, but every KV
+// row it held is gone. The scheduler then computes each request again from
+// its tokens (Scheduler::forget_kv).
+class WorkerReset : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Worker {
  public:
   virtual ~Worker() = default;

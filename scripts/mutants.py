@@ -268,6 +268,15 @@ MUTANTS = [
            "  if (stopped || !liveness_.restart ||",
            "  if (!liveness_.restart ||",
            ["actors_worker_liveness_test"], catch_runs(["actors_worker_liveness_test"], "A worker actor that ends*")),
+    # Issue 36: a remote worker node that came back lost its KV; a prefix
+    # cache still pointing into its rows would feed requests garbage.
+    Mutant("reset-keeps-cache",
+           "after the worker came back without its KV, the prefix cache still offers its rows",
+           "scheduler/scheduler.cpp",
+           "  running_.clear();\n  kv_.flush_cache();\n  memory_short_ = false;\n",
+           "  running_.clear();\n  memory_short_ = false;\n",
+           ["scheduler_scheduler_test"],
+           catch_runs(["scheduler_scheduler_test"], "A worker that comes back without its KV*")),
     # Issue 37: a verify keeps a draft only where the target sampled it too;
     # keeping every draft changes the tokens (and the distribution).
     Mutant("spec-keeps-every-draft",

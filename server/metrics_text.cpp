@@ -35,6 +35,12 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
   metric("actorlm_poisoned_requests_total", "counter",
          "Requests failed alone after the engine failed on them twice (the second time alone).",
          double(st.scheduler.poisoned));
+  metric("actorlm_worker_resets_total", "counter",
+         "Times the worker node came back without its KV (--remote-worker); running requests were computed again.",
+         double(st.scheduler.worker_resets));
+  metric("actorlm_reset_requests_total", "counter",
+         "Running requests computed again from their tokens after the worker came back without its KV.",
+         double(st.scheduler.reset_requests));
   metric("actorlm_migrated_in_requests_total", "counter",
          "Running requests that came from another node with their KV (live migration).",
          double(st.scheduler.migrated_in));

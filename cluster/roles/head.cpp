@@ -86,7 +86,9 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
 
 // A head that drives one worker node: the scheduler and managers run here,
 // sized as the node's KV pool is, and every step's ForwardBatch crosses the
-// network. A lost worker fails the steps (and so the requests) that need it.
+// network. A lost worker node is dialled again; back within the connect
+// timeout, its running requests are computed again there from their tokens
+// (the same outputs); not back, they fail.
 EngineParts start_remote_worker(caf::actor_system& system, const EngineConfig& config, const ClusterConfig& cluster) {
   EngineParts parts;
   std::string head_name = prepare_head(system, config, cluster, parts);
@@ -119,7 +121,16 @@ EngineParts start_remote_worker(caf::actor_system& system, const EngineConfig& c
   SchedulerConfig sc = scheduler_config(config, parts.model, *parts.tok);
   sc.constraints = make_constraint_compiler(*parts.tok, parts.model.vocab_size, kConstraintThreads);
   sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);
-  EngineCore core = spawn_managers(system, kv, sc, link, parts.detokenizer);
+  // A lost worker node is dialled again (the link); a step waits up to the
+  // connect timeout for it, then its requests are computed again there from
+  // their tokens (Scheduler::forget_kv), or, if it stays away, fail.
+  EngineCore core = spawn_managers(system, kv, sc, link, parts.detokenizer,
+                                   WorkerLiveness{.heartbeats = false,
+                                                  .silence = std::chrono::milliseconds(0),
+                                                  .copy_timeout = std::chrono::milliseconds(120'000),
+                                                  .restart = {},
+                                                  .max_restarts = 0,
+                                                  .rejoin_wait = timeout});
   core.owns_worker = false;
   core.model = parts.model;
   parts.scheduler = core.scheduler;

@@ -1309,6 +1309,47 @@ TEST_CASE("A step the worker fails loses no request, and one that fails a step t
   require_no_leak(e);
 }
 
+TEST_CASE("A worker that comes back without its KV has every running request computed again from its tokens, outputs as alone", "[scheduler]") {
+  const auto prompts = shared_prefix_prompts(4);
+  const auto solo = solo_outputs(prompts, 12);
+  Engine e(4096, 1, config(16));
+  FaultyWorker w(e.worker);
+  int resets = 0;
+  w.fail_if = [&](const ForwardBatch& b) {
+    // The first step that decodes all four, and the step after the first
+    // reset's recompute starts: a worker lost twice.
+    const bool reset = (resets == 0 && b.reqs.size() == 4 && b.token_ids.size() == 4) || (resets == 1 && b.reqs.size() == 4);
+    if (!reset) return false;
+    ++resets;
+    // What came back holds nothing of what was computed: garbage in every
+    // row, so a row the scheduler wrongly trusted would show in the tokens.
+    std::vector<int32_t> rows(static_cast<size_t>(e.kv.store().allocator().pool_rows()));
+    std::iota(rows.begin(), rows.end(), 0);
+    const int32_t layers = e.runner.model_config().n_layers;
+    std::vector<uint8_t> junk = e.worker.read_kv(rows, 0, layers - 1);
+    std::mt19937 rng(static_cast<uint32_t>(resets));
+    for (auto& byte : junk) byte = static_cast<uint8_t>(rng());
+    e.worker.write_kv(rows, 0, layers - 1, junk);
+    throw WorkerReset("injected: the worker came back empty");
+  };
+  Scheduler s(config(16), e.kv, w);
+  for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(s.submit(make(i, prompts[i], 12)));
+  std::map<uint64_t, Ids> tokens;
+  auto last = run_to_end(s, tokens);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(tokens[i] == solo.at(i));
+    CHECK(last[i].finish == FinishReason::length);
+    CHECK(last[i].completion_tokens == 12);
+    CHECK(last[i].prompt_tokens == static_cast<int32_t>(prompts[i].size()));
+  }
+  CHECK(resets == 2);
+  CHECK(s.stats().worker_resets == 2);
+  CHECK(s.stats().reset_requests >= 4);
+  CHECK(s.stats().poisoned == 0);
+  require_no_leak(e);
+}
+
 namespace {
 
 // Prompts whose answers copy from them (a list, code, fields, a sentence
