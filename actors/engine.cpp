@@ -272,6 +272,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.prompt_logprobs = o.logprobs && o.prompt_logprobs;
   g.priority = o.priority;
   g.tenant = o.tenant;
+  g.tenant_weight = o.tenant_weight;
   g.max_draft_tokens = o.max_draft_tokens;
   g.prediction = o.prediction;
   if (o.constraint.active()) {

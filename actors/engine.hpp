@@ -146,8 +146,11 @@ struct GenerateOptions {
   // The LoRA adapter to run with, by name (Engine::adapters()); empty: the
   // base model. A name the engine does not serve fails the request.
   std::string adapter;
-  // Its tenant (scheduler QueuePolicy::tenant_weights; 0: none).
+  // Its tenant (scheduler QueuePolicy::tenant_weights; 0: none), and that
+  // tenant's weight where the engine may not know it (a cluster's nodes);
+  // 0: the engine's own table.
   int32_t tenant = 0;
+  double tenant_weight = 0;
   // Speculative decoding: the most tokens drafted per step (llama-server's
   // speculative.n_max; -1: the engine's, 0: none, never more than the
   // engine's), and OpenAI's predicted output: text the output is expected

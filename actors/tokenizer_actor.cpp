@@ -143,6 +143,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.priority = g.priority();
     t.adapter = g.adapter();
     t.tenant = g.tenant();
+    t.tenant_weight = g.tenant_weight();
     t.max_draft_tokens = g.max_draft_tokens();
     // Drafts continue the output: no BOS, and special tokens' text read as
     // plain text, as a completion prompt's is.

@@ -175,7 +175,8 @@ int serve_command(int argc, char** argv, int first) {
     } catch (const std::invalid_argument& e) {
       throw cli::UsageError(std::string("--tenants: ") + e.what());
     }
-    if (cluster.remote()) throw cli::UsageError("--tenants is not for a cluster head (yet)");
+    // On a cluster head the keys, rates and counts are kept here, and each
+    // request carries its tenant's weight to the node that queues it.
   }
   raise_fd_limit();
 

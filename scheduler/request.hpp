@@ -58,6 +58,7 @@ inline bool adapter_key(int32_t key) { return key >= kAdapterVocabLimit; }
 
 // The most tenants one server has (server/tenants.hpp).
 inline constexpr int32_t kMaxTenant = 1024;
+inline constexpr double kMaxTenantWeight = 1000;
 
 // OpenAI's limit on alternatives per token.
 inline constexpr int kMaxTopLogprobs = 20;
@@ -91,6 +92,10 @@ struct Request {
   // Its tenant (the API key it came with: QueuePolicy::tenant_weights);
   // 0: none. At most kMaxTenant.
   int32_t tenant = 0;
+  // That tenant's weight, sent by a cluster's head to nodes that have no
+  // tenants file: the scheduler takes it into its table (0: the table's).
+  // In [0, kMaxTenantWeight].
+  double tenant_weight = 0;
   // The LoRA adapter it runs with (the worker's id, 1..kMaxAdapterId); 0:
   // the base model.
   int32_t adapter = 0;

@@ -100,6 +100,9 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
     return "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   }
   if (r.tenant < 0 || r.tenant > kMaxTenant) return "tenant must be in [0, " + std::to_string(kMaxTenant) + "]";
+  if (!(r.tenant_weight >= 0 && r.tenant_weight <= kMaxTenantWeight)) {
+    return "a tenant's weight must be in [0, " + std::to_string(static_cast<int>(kMaxTenantWeight)) + "]";
+  }
   if (r.max_draft_tokens < -1 || r.max_draft_tokens > kMaxDraftTokens) {
     return "the most draft tokens per step (speculative.n_max) must be in [0, " + std::to_string(kMaxDraftTokens) +
            "]";
@@ -185,6 +188,13 @@ std::optional<std::string> Scheduler::submit(Request r, ErrorKind* kind) {
     return "the server's queue is full (" + std::to_string(limit) + " requests waiting, --max-queued-requests); retry later";
   }
   if (auto why = start_constraint(r)) return why;
+  // A tenant's weight from the head of a cluster (this node has no tenants
+  // file): into the table, every tenant it has not heard of at weight 1.
+  if (r.tenant > 0 && r.tenant_weight > 0) {
+    auto& w = config_.queue.tenant_weights;
+    if (w.size() <= static_cast<size_t>(r.tenant)) w.resize(static_cast<size_t>(r.tenant) + 1, 1.0);
+    w[static_cast<size_t>(r.tenant)] = r.tenant_weight;
+  }
   r.arrival = next_arrival_++;
   r.queued_at = now();
   waiting_.push_back(std::move(r));

@@ -268,6 +268,15 @@ MUTANTS = [
            "  if (stopped || !liveness_.restart ||",
            "  if (!liveness_.restart ||",
            ["actors_worker_liveness_test"], catch_runs(["actors_worker_liveness_test"], "A worker actor that ends*")),
+    # Issue 38: a cluster's node has no tenants file; the weight each request
+    # carries from the head is its only source of the share.
+    Mutant("tenant-weight-ignored",
+           "a node ignores the tenant weight a head's request carries (no fair share on cluster nodes)",
+           "scheduler/scheduler.cpp",
+           "  if (r.tenant > 0 && r.tenant_weight > 0) {\n",
+           "  if (false) {\n",
+           ["scheduler_scheduler_policy_test"],
+           catch_runs(["scheduler_scheduler_policy_test"], "[tenants]")),
     # Issue 36: a remote worker node that came back lost its KV; a prefix
     # cache still pointing into its rows would feed requests garbage.
     Mutant("reset-keeps-cache",

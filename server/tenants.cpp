@@ -98,6 +98,10 @@ const std::string& Tenants::name(int32_t tenant) const {
                                                                       : kDefault;
 }
 
+double Tenants::weight(int32_t tenant) const {
+  return tenant >= 1 && tenant <= static_cast<int32_t>(specs_.size()) ? specs_[static_cast<size_t>(tenant - 1)].weight : 1.0;
+}
+
 std::vector<double> Tenants::weights() const {
   if (specs_.empty()) return {};
   std::vector<double> w{1.0};

@@ -54,6 +54,8 @@ class Tenants {
   // Weights by tenant (tenant 0's is 1), for the scheduler; empty without
   // tenants (no fair share to keep).
   std::vector<double> weights() const;
+  // One tenant's weight (tenant 0 and unknown ids: 1).
+  double weight(int32_t tenant) const;
 
   // Seconds until `tenant` may start a request (its bucket is empty), or
   // nullopt when it may now; a refusal is counted.

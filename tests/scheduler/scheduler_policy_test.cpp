@@ -75,7 +75,7 @@ struct Harness {
     REQUIRE_FALSE(try_submit(id, prompt, max_new, priority));
   }
   std::optional<std::string> try_submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0,
-                                        int32_t tenant = 0) {
+                                        int32_t tenant = 0, double tenant_weight = 0) {
     Request r;
     r.id = id;
     r.prompt = prompt;
@@ -83,6 +83,7 @@ struct Harness {
     r.stop.max_new_tokens = max_new;
     r.priority = priority;
     r.tenant = tenant;
+    r.tenant_weight = tenant_weight;
     worker.id_of_prompt[prompt] = id;
     return scheduler.submit(std::move(r));
   }
@@ -455,16 +456,23 @@ TEST_CASE("lpm's starvation bound: a request that N later arrivals overtook goes
 TEST_CASE("Under a flood from one tenant, another takes its weight's share of the places as they free up", "[scheduler][policy][tenants]") {
   // Tenant 1 floods 20 requests into 4 places; tenant 2 sends 8 once the
   // flood runs. weights: none (no fair share: tenant 2 waits for the whole
-  // flood), equal, or 1:3.
+  // flood), equal, or 1:3; the last 1:3 carried by the requests
+  // themselves, as a cluster's head sends them to a node without the table.
   const std::vector<double> weights = GENERATE(std::vector<double>{}, std::vector<double>{1, 1, 1},
-                                               std::vector<double>{1, 1, 3});
-  INFO("weights " << weights.size());
+                                               std::vector<double>{1, 1, 3}, std::vector<double>{0, 1, 3});
+  const bool carried = !weights.empty() && weights[0] == 0;
+  INFO("weights " << weights.size() << (carried ? ", carried by the requests" : ""));
   SchedulerConfig c = config(SchedulePolicy::fcfs, 4, 4096, 0);
-  c.queue.tenant_weights = weights;
+  if (!carried) c.queue.tenant_weights = weights;
   Harness h(4096, 1, c);
-  for (uint64_t i = 1; i <= 20; ++i) REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 4, 0, 1));
+  const double w1 = carried ? weights[1] : 0, w2 = carried ? weights[2] : 0;
+  for (uint64_t i = 1; i <= 20; ++i) {
+    REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 4, 0, 1, w1));
+  }
   CHECK(h.step() == B{1, 2, 3, 4});
-  for (uint64_t i = 101; i <= 108; ++i) REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 4, 0, 2));
+  for (uint64_t i = 101; i <= 108; ++i) {
+    REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 4, 0, 2, w2));
+  }
   // The first batch with new admissions after the flood's first four end.
   std::vector<uint64_t> batch;
   for (int guard = 0; guard < 20; ++guard) {
@@ -482,6 +490,10 @@ TEST_CASE("Under a flood from one tenant, another takes its weight's share of th
   }
   // Tenant 2's last request ends well before the flood's when the share holds.
   h.drain();
+  // A weight out of range is refused, naming it.
+  auto bad = h.try_submit(200, range(9000, 6), 4, 0, 3, 1001);
+  REQUIRE(bad);
+  CHECK(bad->find("tenant's weight") != std::string::npos);
   CHECK(h.outputs[108].size() == 4);
   CHECK(h.outputs[20].size() == 4);
 }

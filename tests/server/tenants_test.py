@@ -14,12 +14,16 @@
 - /metrics per tenant: requests, in flight, prompt and completion tokens
   equal to what the responses' usage said;
 - a malformed --tenants file (bad JSON, a key given twice, a bad weight, an
-  unknown field) exits 2 naming the fault.
+  unknown field) exits 2 naming the fault;
+- on a cluster head (one engine node, which has no tenants file): keys
+  checked at the head, and the share holds on the node, each request
+  carrying its tenant's weight.
 
 Usage: python3 tests/server/tenants_test.py path/to/actorlm
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -142,9 +146,49 @@ def main():
             f.write(content)
         p = subprocess.run([BIN, "serve", "--port", "0", "--tenants", path], capture_output=True, text=True, timeout=60)
         check(p.returncode == 2 and reason in p.stderr, f"{content}: exit {p.returncode}, {p.stderr[-300:]!r}")
-    os.remove(path)
+    with open(path, "w") as f:
+        json.dump(TENANTS, f)
+    check_on_head(path, folder)
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
     os.rmdir(folder)
     print("tenants: all checks passed")
+
+
+def check_on_head(path, folder):
+    """The flood through a head whose one engine node has no tenants file: the
+    node keeps the share from the weights its requests carry."""
+    secret = os.path.join(folder, "secret")
+    with open(secret, "w") as f:
+        f.write("tenants test secret 5c1d\n")
+    node = subprocess.Popen([BIN, "node", "--port", "0", "--threads", "2", "--kv-tokens", "4096", "--secret-file", secret,
+                             "--max-running-requests", "2", "--schedule-policy", "fcfs"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        deadline = time.time() + 120
+        while port is None and time.time() < deadline:
+            line = node.stderr.readline()
+            check(line or node.poll() is None, "the node exited early")
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        check(port, "the node did not announce its port")
+        threading.Thread(target=lambda: [None for _ in node.stderr], daemon=True).start()
+        with ServerProcess(BIN, ["--node", f"127.0.0.1:{port}", "--secret-file", secret, "--api-key", "admin-key",
+                                 "--tenants", path]) as head:
+            for key, want in (("key-a", 200), ("key-x", 401), (None, 401)):
+                status, r, _ = call(head.port, key, {"prompt": "Hi", "max_tokens": 2})
+                check(status == want, f"head, key {key}: {status} {r}")
+            order = flood_order(head.port, {"a": "key-a", "b": "key-b", "admin": "admin-key"})
+            eighth_a = [i for i, t in enumerate(order) if t == "a"][7]
+            last_b = max(i for i, t in enumerate(order) if t == "b")
+            check(last_b < eighth_a, f"on a cluster head tenant b's share did not hold: {order}")
+            m = metrics(head.port, "admin-key")
+            check(m['actorlm_tenant_requests_total{tenant="b"}'] == 4, f"b's requests on the head: {m}")
+            print(f"on a cluster head: requests ended in the order {order}")
+    finally:
+        node.terminate()
+        node.wait(timeout=60)
 
 
 if __name__ == "__main__":
