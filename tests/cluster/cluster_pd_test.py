@@ -151,7 +151,15 @@ def check_outputs_and_reuse(reference):
             check(not differ, f"disaggregated outputs differ from the single-process engine's on {differ}")
             view = nodes(h.port)
             p, d = view[prefill.address], view[decode.address]
-            check(p["routed"] == len(got), f"the prefill node ran {p['routed']} of {len(got)} prompts")
+            # A pair's attempt that fails before the first token is tried again
+            # (three attempts), so a machine loaded enough to time one out runs
+            # that prompt twice (CI once: 18 of 17): each retry is counted, and
+            # printed with its reason.
+            retried = [x.strip() for _, x in h.lines if "trying again" in x]
+            for line in retried:
+                print(f"  (retried under load: {line})")
+            check(p["routed"] == len(got) + len(retried),
+                  f"the prefill node ran {p['routed']} of {len(got)} prompts ({len(retried)} retried: {retried})")
             check(d["routed"] == 0, f"the decode node was given prompts of its own: {d}")
             check(p["cached_tokens"] > 3 * 150, f"the prefill node reused no shared prefix: {p}")
             # The long prompts since may have evicted the shared prefix: warm it once.
