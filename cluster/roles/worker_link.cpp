@@ -44,26 +44,16 @@ struct LinkState {
 
 using Self = caf::stateful_actor<LinkState>;
 
-void answer_waiting(Self* self) {
-  for (auto& rp : self->state.waiting) {
-    if (self->state.welcome) {
+// The welcome while the node is joined, else why not, to every query in `queue`.
+void answer(Self* self, std::vector<caf::response_promise>& queue) {
+  for (auto& rp : queue) {
+    if (self->state.gateway && self->state.welcome) {
       rp.deliver(*self->state.welcome);
     } else {
       rp.deliver(caf::make_error(caf::sec::runtime_error, self->state.failure));
     }
   }
-  self->state.waiting.clear();
-}
-
-void answer_back(Self* self) {
-  for (auto& rp : self->state.back_waiting) {
-    if (self->state.gateway) {
-      rp.deliver(*self->state.welcome);
-    } else {
-      rp.deliver(caf::make_error(caf::sec::runtime_error, self->state.failure));
-    }
-  }
-  self->state.back_waiting.clear();
+  queue.clear();
 }
 
 // Why a node that came back cannot serve this head: its pools were sized
@@ -90,7 +80,7 @@ void joined(Self* self, const caf::actor& gateway, const fb::NodeWelcomeT& w, Re
       s.rejoining = false;
       s.failure = "worker node " + s.node.str() + " cannot serve this head again: " + why;
       std::fprintf(stderr, "actorlm head: %s\n", s.failure.c_str());
-      answer_back(self);
+      answer(self, self->state.back_waiting);
       return;
     }
   }
@@ -109,8 +99,8 @@ void joined(Self* self, const caf::actor& gateway, const fb::NodeWelcomeT& w, Re
   } else {
     s.first = w;
   }
-  answer_waiting(self);
-  answer_back(self);
+  answer(self, self->state.waiting);
+  answer(self, self->state.back_waiting);
 }
 
 void dial(Self* self) {
@@ -129,7 +119,7 @@ void dial(Self* self) {
           return;
         }
         s.failure = "cannot join " + s.node.str() + ": " + why;
-        answer_waiting(self);
+        answer(self, self->state.waiting);
       });
 }
 
@@ -194,10 +184,10 @@ caf::behavior worker_link(Self* self, NodeAddress node, RemoteSecurity security,
         const uint64_t id = self->state.next++;
         auto rp = self->make_response_promise();
         self->state.in_flight.emplace(id, rp);
-        auto settle = [self, id](auto&& answer) {
+        auto settle = [self, id](auto&& reply) {
           auto it = self->state.in_flight.find(id);
           if (it == self->state.in_flight.end()) return;  // already failed: the node was lost
-          it->second.deliver(std::forward<decltype(answer)>(answer));
+          it->second.deliver(std::forward<decltype(reply)>(reply));
           self->state.in_flight.erase(it);
         };
         self->request(self->state.gateway, caf::infinite, a, WireMessage{self->state.session.seal(RequestKind::forward, in.bytes)})

@@ -1248,6 +1248,21 @@ std::map<uint64_t, TokenEvent> run_to_end(Scheduler& s, std::map<uint64_t, Ids>&
   return last;
 }
 
+// Submits the prompts (12 tokens each) to `s`, runs it to the end and checks
+// each output and its usage are what the request gives alone.
+void check_as_alone(Scheduler& s, const std::vector<Ids>& prompts, const std::map<uint64_t, Ids>& solo) {
+  for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(s.submit(make(i, prompts[i], 12)));
+  std::map<uint64_t, Ids> tokens;
+  auto last = run_to_end(s, tokens);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(tokens[i] == solo.at(i));
+    CHECK(last[i].finish == FinishReason::length);
+    CHECK(last[i].prompt_tokens == static_cast<int32_t>(prompts[i].size()));
+    CHECK(last[i].completion_tokens == 12);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("A step the worker fails loses no request, and one that fails a step twice fails alone", "[scheduler]") {
@@ -1264,16 +1279,7 @@ TEST_CASE("A step the worker fails loses no request, and one that fails a step t
       return fail;
     };
     Scheduler s(config(16), e.kv, w);
-    for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(s.submit(make(i, prompts[i], 12)));
-    std::map<uint64_t, Ids> tokens;
-    auto last = run_to_end(s, tokens);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      INFO("request " << i);
-      CHECK(tokens[i] == solo.at(i));
-      CHECK(last[i].finish == FinishReason::length);
-      CHECK(last[i].prompt_tokens == static_cast<int32_t>(prompts[i].size()));
-      CHECK(last[i].completion_tokens == 12);
-    }
+    check_as_alone(s, prompts, solo);
     CHECK(failed == 2);
     CHECK(s.stats().failed_steps == 2);
     CHECK(s.stats().poisoned == 0);
@@ -1333,16 +1339,7 @@ TEST_CASE("A worker that comes back without its KV has every running request com
     throw WorkerReset("injected: the worker came back empty");
   };
   Scheduler s(config(16), e.kv, w);
-  for (size_t i = 0; i < prompts.size(); ++i) REQUIRE_FALSE(s.submit(make(i, prompts[i], 12)));
-  std::map<uint64_t, Ids> tokens;
-  auto last = run_to_end(s, tokens);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    INFO("request " << i);
-    CHECK(tokens[i] == solo.at(i));
-    CHECK(last[i].finish == FinishReason::length);
-    CHECK(last[i].completion_tokens == 12);
-    CHECK(last[i].prompt_tokens == static_cast<int32_t>(prompts[i].size()));
-  }
+  check_as_alone(s, prompts, solo);
   CHECK(resets == 2);
   CHECK(s.stats().worker_resets == 2);
   CHECK(s.stats().reset_requests >= 4);

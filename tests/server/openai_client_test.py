@@ -247,15 +247,25 @@ def check_prediction(client, model, copy, plain):
     answer = plain.choices[0].message.content
     edited = answer.replace("five", "5", 1)
     # The answer is ~15 tokens, drafted 4 at a time (the default) from the
-    # prediction's start: an exact one keeps every draft but for rounding.
+    # prediction's start. How many drafts a step carries follows measured
+    # step times and the request's kept rate (DraftCost, DraftPace), so on a
+    # loaded machine an answer may carry fewer or, after an early miss, none
+    # (one CI run: 4 drafted, 0 kept): up to three tries for the counts;
+    # every answer must be the plain one.
     for prediction, least in ((answer, 6), (edited, 2)):
-        r = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40,
-                                           prediction={"type": "content", "content": prediction})
-        check(r.choices[0].message.content == answer, f"{r.choices[0].message.content!r} != {answer!r}")
-        check(r.usage.completion_tokens == plain.usage.completion_tokens, str(r.usage))
-        d = r.usage.completion_tokens_details
-        check(d is not None and d.accepted_prediction_tokens >= least, str(r.usage))
-        check(prediction != answer or d.rejected_prediction_tokens <= 1, str(r.usage))
+        tries = []
+        for _ in range(3):
+            r = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40,
+                                               prediction={"type": "content", "content": prediction})
+            check(r.choices[0].message.content == answer, f"{r.choices[0].message.content!r} != {answer!r}")
+            check(r.usage.completion_tokens == plain.usage.completion_tokens, str(r.usage))
+            d = r.usage.completion_tokens_details
+            tries.append(str(r.usage))
+            if d is not None and d.accepted_prediction_tokens >= least and \
+                    (prediction != answer or d.rejected_prediction_tokens <= 1):
+                break
+        else:
+            raise AssertionError(f"a prediction's drafts were not kept in three tries: {tries}")
     r = client.chat.completions.create(model=model, messages=copy, temperature=0, max_tokens=40,
                                        prediction={"type": "content", "content": [{"type": "text", "text": answer}]},
                                        extra_body={"speculative.n_max": 0})
