@@ -472,6 +472,31 @@ void Scheduler::apply_controls(std::vector<TokenEvent>& events) {
 // Which waiting requests to start and how much of each to prefill now.
 std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::vector<Planned> plan;
+  // With priorities, a request far more urgent (by the preemption
+  // threshold) than prompts in progress or waiting has its prefill in a
+  // step without them, beside the decodes: they go on a step later rather
+  // than lengthen its time to first token. It may be waiting (when it can
+  // be admitted now) or part way through its own chunked prefill.
+  // After a failed step its requests are admitted one at a time (below).
+  const bool suspects = std::any_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
+  const Request* urgent = nullptr;
+  auto consider = [&](const Request& q) {
+    if (!urgent || config_.queue.rank(q) > config_.queue.rank(*urgent)) urgent = &q;
+  };
+  const bool admits = !memory_short_ && static_cast<int64_t>(running_.size()) < config_.max_running_requests &&
+                      !suspect_running() && !suspects;
+  if (config_.queue.priorities) {
+    for (const auto& r : running_) {
+      if (!r.decoding && !r.frozen) consider(r.req);
+    }
+    if (admits) {
+      for (const auto& w : waiting_) {
+        if (!awaits_prefetch(w)) consider(w);
+      }
+    }
+  }
+  auto waits_for_urgent = [&](const Request& q) { return urgent && config_.queue.may_preempt(*urgent, q); };
+
   int64_t budget = config_.max_prefill_tokens;
   // Streams decoding ride along in this step (add_decodes), so their gap
   // between tokens is the step's prefill: one chunk in all, not one per
@@ -479,43 +504,42 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   // With an inter-token latency target, what fits in it at the measured
   // costs instead.
   const auto decoding = std::count_if(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; });
-  const auto itl_fits = decoding > 0 ? budget_.prefill_tokens(decoding, config_.itl_target_seconds) : std::nullopt;
-  if (itl_fits) {
-    budget = std::min(budget, *itl_fits);
-  } else if (config_.chunked_prefill_size > 0 && decoding > 0) {
-    budget = std::min<int64_t>(budget, config_.chunked_prefill_size);
+  // Those limits are the streams' due; a prefill by the threshold more
+  // urgent than every stream is not cut to keep them (its own chunk size
+  // still applies). With no stream, the time budget holds for everyone.
+  const bool outranks_streams =
+      urgent && decoding > 0 && std::all_of(running_.begin(), running_.end(),
+                            [&](const Running& r) { return !r.decoding || config_.queue.may_preempt(*urgent, r.req); });
+  if (!outranks_streams) {
+    const auto itl_fits = decoding > 0 ? budget_.prefill_tokens(decoding, config_.itl_target_seconds) : std::nullopt;
+    if (itl_fits) {
+      budget = std::min(budget, *itl_fits);
+    } else if (config_.chunked_prefill_size > 0 && decoding > 0) {
+      budget = std::min<int64_t>(budget, config_.chunked_prefill_size);
+    }
+    // The time budget: no more prompt tokens than fit beside the decode
+    // rows in --max-step-ms at the measured cost. Chunks are cut smaller,
+    // never differently computed, so outputs stay what they would be.
+    if (auto fits = budget_.prefill_tokens(decoding)) budget = std::min(budget, *fits);
   }
-  // The time budget: no more prompt tokens than fit beside the decode rows
-  // in --max-step-ms at the measured cost. Chunks are cut smaller, never
-  // differently computed, so outputs stay what they would be.
-  if (auto fits = budget_.prefill_tokens(decoding)) budget = std::min(budget, *fits);
   auto chunk_of = [&](size_t remaining) {
     size_t n = remaining;
     if (config_.chunked_prefill_size > 0) n = std::min(n, static_cast<size_t>(config_.chunked_prefill_size));
     return std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>(budget, 0)));
   };
 
-  // With priorities, a step that admits a request far more urgent (by the
-  // preemption threshold) than prompts in progress or waiting carries its
-  // prefill without them, beside the decodes: they go on a step later
-  // rather than lengthen its time to first token. Only when it can be
-  // admitted now, or nothing would move.
-  // After a failed step its requests are admitted one at a time (below).
-  const bool suspects = std::any_of(waiting_.begin(), waiting_.end(), [](const Request& q) { return q.step_failures > 0; });
-  const Request* urgent = nullptr;
-  const bool admits = !memory_short_ && static_cast<int64_t>(running_.size()) < config_.max_running_requests &&
-                      !suspect_running() && !suspects;
-  if (config_.queue.priorities && admits) {
-    for (const auto& w : waiting_) {
-      if (!awaits_prefetch(w) && (!urgent || config_.queue.rank(w) > config_.queue.rank(*urgent))) urgent = &w;
-    }
-  }
-  auto waits_for_urgent = [&](const Request& q) { return urgent && config_.queue.may_preempt(*urgent, q); };
-  // A request in the middle of a chunked prefill goes first; one still
-  // loading from the tiers loads more, and computes once that is done.
+  // A request in the middle of a chunked prefill goes first (the more
+  // urgent of them before the others); one still loading from the tiers
+  // loads more, and computes once that is done.
+  std::vector<Running*> in_progress;
   for (auto& r : running_) {
-    if (r.decoding) continue;
-    if (waits_for_urgent(r.req)) continue;
+    if (!r.decoding && !waits_for_urgent(r.req)) in_progress.push_back(&r);
+  }
+  std::stable_sort(in_progress.begin(), in_progress.end(), [&](const Running* a, const Running* b) {
+    return config_.queue.rank(a->req) > config_.queue.rank(b->req);
+  });
+  for (Running* rp : in_progress) {
+    Running& r = *rp;
     if (r.loading) {
       load_from_tiers(r);
       if (r.loading) continue;

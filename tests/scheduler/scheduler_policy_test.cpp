@@ -399,6 +399,52 @@ TEST_CASE("An urgent request's prefill runs without the less urgent prompts in p
   CHECK(h.outputs[3].size() == 2);
 }
 
+TEST_CASE("An urgent prompt goes on first through all its chunks, not cut to the streams' latency target", "[scheduler][policy][priority]") {
+  const bool on = GENERATE(false, true);
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 4, 2048, 32);
+  c.itl_target_seconds = 0.010;
+  if (on) c = with_priorities(c);
+  double clock = 0;
+  c.clock = [&clock] { return clock; };
+  Harness h(2048, 1, c);
+  // Every token of a step costs 1 ms, prompt or decoded: a mixed step
+  // beside one stream fits 9 prompt tokens in the 10 ms target, raised to
+  // the budget's floor of 16; the chunk size is 32.
+  h.worker.on_run = [&clock](const ForwardBatch& b) {
+    for (const auto& r : b.reqs) clock += 0.001 * r.extend_len;
+  };
+  h.submit(1, range(100, 10), 60, 0);  // a stream
+  CHECK(h.step() == B{1});
+  CHECK(h.step() == B{1});
+  h.submit(2, range(200, 150), 1, 0);  // a long prompt, part way through when 3 comes
+  std::vector<int32_t> before;
+  for (int i = 0; i < 6; ++i) {
+    CHECK(h.step() == B{2, 1});
+    before.push_back(h.last_extends().front());
+  }
+  INFO("2's chunks " << Catch::Detail::stringify(before));
+  CHECK(before.back() == 16);
+  h.submit(3, range(400, 40), 1, 50);
+  if (on) {
+    // Admitted at once, then every chunk of it before 2 goes on: 32 + 8
+    // tokens, the chunk size and not the streams' target.
+    std::vector<int32_t> chunks;
+    for (int i = 0; i < 2; ++i) {
+      CHECK(h.step() == B{3, 1});
+      chunks.push_back(h.last_extends().front());
+    }
+    CHECK(chunks == std::vector<int32_t>{32, 8});
+    CHECK(h.step() == B{2, 1});
+  } else {
+    // Fcfs: 3 waits for 2's prompt, cut to the target.
+    CHECK(h.step() == B{2, 1});
+    CHECK(h.last_extends().front() == 16);
+  }
+  h.drain();
+  CHECK(h.outputs[2].size() == 1);
+  CHECK(h.outputs[3].size() == 1);
+}
+
 TEST_CASE("Priority eviction keeps an urgent request's prefix through a flood of less urgent ones, which lru does not", "[scheduler][policy][priority]") {
   const EvictionPolicy eviction = GENERATE(EvictionPolicy::lru, EvictionPolicy::priority);
   Harness h(256, 1, with_priorities(config(SchedulePolicy::lpm, 4, 2048, 0)), eviction);
