@@ -145,7 +145,11 @@ struct GenerateOptions {
   int32_t priority = 0;
   // The LoRA adapter to run with, by name (Engine::adapters()); empty: the
   // base model. A name the engine does not serve fails the request.
+  // adapter_scale multiplies the scale the adapter was loaded with, for this
+  // request only (0 < |s| <= kMaxAdapterScale); at any value but 1 the
+  // request shares no cached prefix (Request::shares_kv).
   std::string adapter;
+  float adapter_scale = 1.0f;
   // Its tenant (scheduler QueuePolicy::tenant_weights; 0: none), and that
   // tenant's weight where the engine may not know it (a cluster's nodes);
   // 0: the engine's own table.

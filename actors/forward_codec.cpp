@@ -32,7 +32,8 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
     if (r->logit_rows() < 1 || r->logit_rows() > r->extend_len()) return fail("logit_rows must be in [1, extend_len]");
     if (r->logit_rows() > 1 && r->prompt_logprobs()) return fail("logit_rows above 1 cannot be combined with prompt scoring");
     d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len(), r->prompt_logprobs(), r->prompt_top_n(),
-                            r->next_token(), r->logit_rows(), r->model_drafts(), r->draft_prev_token(), r->adapter()});
+                            r->next_token(), r->logit_rows(), r->model_drafts(), r->draft_prev_token(), r->adapter(),
+                            r->adapter_scale()});
     SamplingParams p = msg::from_fb(r->sampling());
     if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
     if (r->top_logprobs() < 0 || r->top_logprobs() > 20) return fail("top_logprobs must be in [0, 20]");
@@ -102,6 +103,7 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
     r->model_drafts = q.model_drafts;
     r->draft_prev_token = q.draft_prev_token;
     r->adapter = q.adapter;
+    r->adapter_scale = q.adapter_scale;
     // A verifying request's masks back to back; a row without one (any
     // token) gets a full mask of the same width.
     size_t words = 0;

@@ -55,6 +55,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.adapter = m.adapter();
   r.tenant = m.tenant();
   r.tenant_weight = m.tenant_weight();
+  r.adapter_scale = m.adapter_scale();
   r.max_draft_tokens = m.max_draft_tokens();
   if (m.prediction()) r.prediction.assign(m.prediction()->begin(), m.prediction()->end());
   r.hold_after_prefill = m.hold_after_prefill();

@@ -144,6 +144,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.adapter = g.adapter();
     t.tenant = g.tenant();
     t.tenant_weight = g.tenant_weight();
+    t.adapter_scale = g.adapter_scale();
     t.max_draft_tokens = g.max_draft_tokens();
     // Drafts continue the output: no BOS, and special tokens' text read as
     // plain text, as a completion prompt's is.

@@ -264,7 +264,7 @@ void HostTensorOps::lora(Tensor x, std::span<const LoraSlice> slices, Tensor out
         s.row_begin + s.rows > x.rows || s.row_begin + s.rows > out.rows) {
       throw std::logic_error("host tensor ops: lora's shapes do not match its update");
     }
-    run.push_back({m.a.data(), m.bt.data(), m.scale, m.rank, s.row_begin, s.rows});
+    run.push_back({m.a.data(), m.bt.data(), m.scale * s.scale, m.rank, s.row_begin, s.rows});
   }
   backend_.low_rank_add(x.f32(), x.ld, x.cols, out.f32(), out.ld, out.cols, run);
 }

@@ -57,6 +57,7 @@ struct LoraId {  // one matrix's low-rank update (a LoRA adapter's A and B)
 struct LoraSlice {
   LoraId id;
   int64_t row_begin = 0, rows = 0;
+  float scale = 1.0f;  // times the update's own scale (a request's choice)
 };
 
 // What a scratch tensor is for; it decides the element type on a device.

@@ -36,8 +36,10 @@ struct ForwardRequest {
   // previous step's last draft is one it proposed but never ran). -1: none.
   int32_t draft_prev_token = -1;
   // The LoRA adapter this request runs with (ModelRunner::add_adapter's
-  // id); 0: the base model.
+  // id); 0: the base model. adapter_scale multiplies the scale the adapter
+  // was loaded with (llama-server's per-request scale).
   int32_t adapter = 0;
+  float adapter_scale = 1.0f;
 };
 
 // The rows of a pass that run with one LoRA adapter: token rows
@@ -48,6 +50,7 @@ struct LoraRows {
   int32_t adapter = 0;  // LlamaModel::add_adapter's id
   int32_t row_begin = 0, rows = 0;
   int32_t logit_begin = 0, logit_count = 0;
+  float scale = 1.0f;  // ForwardRequest::adapter_scale
 };
 
 // req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.

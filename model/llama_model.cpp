@@ -242,9 +242,9 @@ void LlamaModel::adapt(std::span<const LoraRows> lora, int32_t layer, LoraTarget
     const LoraId id = layer < 0 ? ids.output : ids.layers[static_cast<size_t>(layer)][static_cast<size_t>(target)];
     if (!id.valid()) continue;
     if (layer < 0 && seg.logit_count > 0) {
-      slices.push_back({id, seg.logit_begin, seg.logit_count});
+      slices.push_back({id, seg.logit_begin, seg.logit_count, seg.scale});
     } else if (layer >= 0 && seg.rows > 0) {
-      slices.push_back({id, seg.row_begin, seg.rows});
+      slices.push_back({id, seg.row_begin, seg.rows, seg.scale});
     }
   }
   if (!slices.empty()) ops_.lora(x, slices, out);

@@ -44,6 +44,11 @@ struct StopConditions {
 inline constexpr int kAdapterKeyShift = 21;
 inline constexpr int32_t kMaxAdapterId = 1023;
 inline constexpr int32_t kAdapterVocabLimit = int32_t{1} << kAdapterKeyShift;
+// A request may run its adapter at another scale than it was loaded with
+// (llama-server's per-request scale), within this magnitude. Its KV is then
+// its own: keys have no room for a scale, so it matches no cached prefix
+// and caches nothing (Request::shares_kv).
+inline constexpr float kMaxAdapterScale = 16.0f;
 inline std::vector<int32_t> kv_keys(std::span<const int32_t> tokens, int32_t adapter) {
   std::vector<int32_t> keys(tokens.begin(), tokens.end());
   // A placeholder (-1) stays -1 whatever the adapter.
@@ -97,8 +102,10 @@ struct Request {
   // In [0, kMaxTenantWeight].
   double tenant_weight = 0;
   // The LoRA adapter it runs with (the worker's id, 1..kMaxAdapterId); 0:
-  // the base model.
+  // the base model. adapter_scale multiplies the adapter's own scale for
+  // this request: 0 < |s| <= kMaxAdapterScale, 1 without an adapter.
   int32_t adapter = 0;
+  float adapter_scale = 1.0f;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;
@@ -125,6 +132,11 @@ struct Request {
 
   // Its prompt still has to be scored (before the first output token).
   bool scores_prompt() const { return prompt_logprobs && output.empty(); }
+  // Whether its KV may be matched by and cached for others: not at an
+  // adapter scale its key cannot tell apart (kMaxAdapterScale).
+  bool shares_kv() const { return adapter_scale == 1.0f; }
+  // It matches no cached prefix: every position computed.
+  bool matches_nothing() const { return scores_prompt() || !shares_kv(); }
 
   // fill_ids() as its KV is keyed in the radix cache (kv_keys).
   std::vector<int32_t> key_ids() const { return kv_keys(fill_ids(), adapter); }

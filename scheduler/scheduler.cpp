@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <limits>
@@ -118,6 +119,13 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
     if (config_.vocab_size <= 0 || config_.vocab_size > kAdapterVocabLimit) {
       return "LoRA adapters need a vocabulary of at most " + std::to_string(kAdapterVocabLimit) + " tokens";
     }
+    if (!std::isfinite(r.adapter_scale) || r.adapter_scale == 0 || std::abs(r.adapter_scale) > kMaxAdapterScale) {
+      char range[64];
+      std::snprintf(range, sizeof range, "%g", static_cast<double>(kMaxAdapterScale));
+      return std::string("an adapter's scale must be non-zero and within [-") + range + ", " + range + "]";
+    }
+  } else if (r.adapter_scale != 1.0f) {
+    return "an adapter scale needs an adapter";
   }
   if (config_.vocab_size > 0) {
     const int32_t v = config_.vocab_size;
@@ -416,7 +424,11 @@ void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>&
     kv_.abort(kv);
     ++stats_.aborted;
   } else {
-    kv_.finish(kv);
+    if (r.req.shares_kv()) {
+      kv_.finish(kv);
+    } else {
+      kv_.abort(kv);  // its own KV: nobody else can use it
+    }
     ++stats_.finished;
     remember(r.req);
   }
@@ -571,7 +583,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   std::vector<int32_t> cached(waiting_.size(), 0);
   if (config_.policy == SchedulePolicy::lpm) cached = kv_.match_lengths(fills);
   for (size_t i = 0; i < waiting_.size(); ++i) {
-    if (waiting_[i].scores_prompt()) cached[i] = 0;  // it matches nothing (see below)
+    if (waiting_[i].matches_nothing()) cached[i] = 0;  // (see below)
   }
   // Order the queue: priority first (when on), a request lpm has passed
   // over too often, then the longest cached prefix (lpm) or arrival.
@@ -613,7 +625,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
     kv_ptrs.push_back(&kvs[k]);
     // Scoring a prompt needs the logits at each of its positions: match
     // nothing, compute it all.
-    prompts.push_back(waiting_[chosen[k]].scores_prompt() ? std::vector<int32_t>{} : fills[chosen[k]]);
+    prompts.push_back(waiting_[chosen[k]].matches_nothing() ? std::vector<int32_t>{} : fills[chosen[k]]);
   }
   size_t admitted = kv_.admit(kv_ptrs, prompts);
   std::vector<size_t> taken(chosen.begin(), chosen.begin() + static_cast<ptrdiff_t>(admitted));
@@ -807,7 +819,11 @@ void Scheduler::retract(size_t index) {
   Running r = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<ptrdiff_t>(index));
   RequestKv* kv[] = {&r.req.kv};
-  kv_.finish(kv);  // its KV stays in the radix cache for a cheap re-prefill
+  if (r.req.shares_kv()) {
+    kv_.finish(kv);  // its KV stays in the radix cache for a cheap re-prefill
+  } else {
+    kv_.abort(kv);
+  }
   r.req.kv = RequestKv{};
   ++r.req.retractions;
   ++stats_.retractions;
@@ -1196,6 +1212,7 @@ Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
     }
     in.batch.reqs.back().logit_rows = static_cast<int32_t>(p.rows());
     in.batch.reqs.back().adapter = q.adapter;
+    in.batch.reqs.back().adapter_scale = q.adapter_scale;
     if (config_.speculative.algorithm == SpeculativeAlgorithm::draft) {
       ForwardRequest& f = in.batch.reqs.back();
       f.model_drafts = static_cast<int32_t>(p.drafts.size());
@@ -1361,7 +1378,7 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       done.push_back(q.id);
     } else if (!r.decoding) {
       r.decoding = true;
-      to_cache.push_back(&q.kv);  // its prompt becomes matchable by others
+      if (q.shares_kv()) to_cache.push_back(&q.kv);  // its prompt becomes matchable by others
     }
   }
   // Rejected drafts' rows go back before anything is cached or finished:
@@ -1387,15 +1404,16 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
     running_.erase(it);
   }
   if (!done.empty()) {
-    std::vector<RequestKv*> kvs;
+    std::vector<RequestKv*> kvs, own;
     for (auto& r : running_) {
       if (std::find(done.begin(), done.end(), r.req.id) != done.end()) {
-        kvs.push_back(&r.req.kv);
+        (r.req.shares_kv() ? kvs : own).push_back(&r.req.kv);
         remember(r.req);
       }
     }
-    kv_.finish(kvs);
-    stats_.finished += static_cast<int64_t>(kvs.size());
+    if (!kvs.empty()) kv_.finish(kvs);
+    if (!own.empty()) kv_.abort(own);
+    stats_.finished += static_cast<int64_t>(kvs.size() + own.size());
     std::erase_if(running_, [&](const Running& r) { return std::find(done.begin(), done.end(), r.req.id) != done.end(); });
   }
 }

@@ -72,8 +72,9 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
     if (l->is_array()) {
       // llama-server's form: [{"id": i, "scale": s}, ...], i indexing the
       // adapters as /v1/models lists them; scale 0 turns one off. One
-      // adapter at its own scale (1) is what a request may ask for here.
+      // adapter a request, at any scale the engine takes (Scheduler::refusal).
       std::vector<int64_t> on;
+      double on_scale = 1.0;
       for (const json& e : *l) {
         const json* id = e.is_object() && e.contains("id") ? &e["id"] : nullptr;
         const std::optional<int64_t> index = id ? integer_in<int64_t>(*id, 0, 1 << 20) : std::nullopt;
@@ -83,8 +84,8 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
         }
         const double scale = sc ? sc->get<double>() : 1.0;
         if (scale == 0.0) continue;
-        if (scale != 1.0) return f.error("lora", "an adapter runs at the scale it was loaded with (1); per-request scales are not supported");
         on.push_back(*index);
+        on_scale = scale;
       }
       if (on.size() > 1) return f.error("lora", "one adapter per request");
       if (on.empty()) return std::nullopt;
@@ -92,6 +93,7 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
         return ApiError{404, "no LoRA adapter with id " + std::to_string(on[0]) + " is loaded", "invalid_request_error", "lora"};
       }
       name = models.adapters[static_cast<size_t>(on[0])];
+      o.adapter_scale = static_cast<float>(on_scale);
     } else if (l->is_string()) {
       name = l->get_ref<const std::string&>();
     } else {

@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <limits>
 #include <tuple>
 
 #include "grammar/token_bytes.hpp"
@@ -1750,7 +1751,7 @@ TEST_CASE("A draft model of another shape changes no token: seeded sampling with
   CHECK(fast_stats.spec_accepted * 2 < fast_stats.spec_drafted);
 }
 
-TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapter, batch as alone, and an adapter in use cannot leave", "[scheduler][lora]") {
+TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapter at its own scale, batch as alone, and an adapter in use cannot leave", "[scheduler][lora]") {
   SchedulerConfig sc = config();
   sc.vocab_size = weights().config.vocab_size;
   const ModelConfig& mc = weights().config;
@@ -1772,12 +1773,14 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   // finds cached.
   Engine one(4096, page, sc);
   with_adapters(one);
-  std::map<std::pair<size_t, int32_t>, Ids> alone;
+  using Key = std::tuple<size_t, int32_t, float>;  // prompt, adapter, scale
+  std::map<Key, Ids> alone;
   uint64_t id = 1;
-  auto run = [&](size_t p, int32_t adapter) {
+  auto run = [&](size_t p, int32_t adapter, float scale = 1) {
     Request r = make(id, prompts[p], 8);
     r.stop.ignore_eos = true;
     r.adapter = adapter;
+    r.adapter_scale = scale;
     REQUIRE_FALSE(one.scheduler.submit(std::move(r)));
     Outcome out;
     while (!one.scheduler.idle()) {
@@ -1800,21 +1803,32 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   const Outcome other = run(0, 2);
   CHECK(other.cached == 0);
   CHECK(run(0, 0).cached > 0);  // and the base model's prefix is still the base model's
+  // At another scale an adapter's KV is its own: it matches nothing (not
+  // even the adapter's rows at scale 1) and leaves nothing cached.
+  const Outcome scaled = run(0, 1, -2.0f);
+  CHECK(scaled.cached == 0);
+  CHECK(scaled.tokens != first.tokens);
+  const Outcome scaled_again = run(0, 1, -2.0f);
+  CHECK(scaled_again.cached == 0);
+  CHECK(scaled_again.tokens == scaled.tokens);
+  CHECK(run(0, 1).cached >= static_cast<int32_t>(prompts[0].size()) - page);
+  const std::vector<std::pair<int32_t, float>> kinds{{0, 1.0f}, {1, 1.0f}, {2, 1.0f}, {1, -2.0f}, {2, 0.5f}};
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int32_t a : {0, 1, 2}) alone[{p, a}] = run(p, a).tokens;
+    for (const auto& [a, scale] : kinds) alone[{p, a, scale}] = run(p, a, scale).tokens;
   }
   require_no_leak(one);
 
-  // All nine at once, adapters interleaved in the batch.
+  // All fifteen at once, adapters and scales interleaved in the batch.
   Engine all(4096, page, sc);
   with_adapters(all);
-  std::map<uint64_t, std::pair<size_t, int32_t>> who;
+  std::map<uint64_t, Key> who;
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int32_t a : {1, 0, 2}) {
+    for (const auto& [a, scale] : {kinds[1], kinds[3], kinds[0], kinds[4], kinds[2]}) {
       Request r = make(100 + who.size(), prompts[p], 8);
       r.stop.ignore_eos = true;
       r.adapter = a;
-      who[r.id] = {p, a};
+      r.adapter_scale = scale;
+      who[r.id] = {p, a, scale};
       REQUIRE_FALSE(all.scheduler.submit(std::move(r)));
     }
   }
@@ -1823,10 +1837,19 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   Request unknown = make(999, prompts[0], 4);
   unknown.adapter = 3;
   CHECK(*all.scheduler.submit(unknown) == "no LoRA adapter with id 3 is loaded");
+  for (float bad : {0.0f, 16.5f, -17.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    Request r = make(998, prompts[0], 4);
+    r.adapter = 1;
+    r.adapter_scale = bad;
+    CHECK(*all.scheduler.submit(r) == "an adapter's scale must be non-zero and within [-16, 16]");
+  }
+  Request no_adapter = make(997, prompts[0], 4);
+  no_adapter.adapter_scale = 0.5f;
+  CHECK(*all.scheduler.submit(no_adapter) == "an adapter scale needs an adapter");
   auto got = all.drain([&](int) { CHECK(all.kv.check_running(all.scheduler.running_kv()).empty()); });
-  for (const auto& [rid, pa_] : who) {
-    INFO("prompt " << pa_.first << " adapter " << pa_.second);
-    CHECK(got[rid].first == alone[pa_]);
+  for (const auto& [rid, k] : who) {
+    INFO("prompt " << std::get<0>(k) << " adapter " << std::get<1>(k) << " scale " << std::get<2>(k));
+    CHECK(got[rid].first == alone[k]);
   }
   CHECK(all.scheduler.remove_adapter(1));
   Request gone = make(1000, prompts[0], 4);

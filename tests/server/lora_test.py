@@ -2,14 +2,15 @@
 """LoRA adapters through `actorlm serve` (tests/fixtures/lora: two adapters of
 the default model, scripts/reference/lora_fixture.py):
 - --lora at start: /v1/models lists each adapter with the base model as its
-  parent; "model": NAME, "model": "<id>:NAME" and "lora": NAME pick it; an
-  adapter's greedy answer differs from the base model's and is the same each
-  way it is named; unknown names are 404s, a "lora" that disagrees with
-  "model" a 400;
+  parent; "model": NAME, "model": "<id>:NAME", "lora": NAME and llama-server's
+  list pick it; an adapter's greedy answer differs from the base model's and
+  is the same each way it is named; unknown names are 404s, a "lora" that
+  disagrees with "model" a 400; a request's own scale (llama-server's list)
+  gives another answer, computed whole each time; scales out of range 400s;
 - no prefix is shared across adapters: the base model's cached prompt is not
   an adapter's (cached_tokens 0), the adapter's own second request hits;
-- 12 concurrent requests mixing both adapters and the base model each get
-  the answer they get alone;
+- 16 concurrent requests mixing both adapters (one also at half its scale)
+  and the base model each get the answer they get alone;
 - at run time, with --lora-dir: an adapter loaded by name from the folder
   serves at once; a path leading out of the folder, a second adapter of the
   same name, a file that is not an adapter of this model are refused and
@@ -92,6 +93,12 @@ def start_time_adapters():
         a4, _, _ = text_of(port, lora=[{"id": 0, "scale": 1}, {"id": 1, "scale": 0}])
         check(a4 == a1, f"lora [{{id 0}}] answered {a4!r}")
         check(text_of(port, lora=[{"id": 1, "scale": 0.0}])[0] == base, "lora with every scale 0 is the base model")
+        # A request's own scale: another answer, computed whole each time
+        # (its KV is its own, not a's at scale 1 nor cached for the next).
+        neg, neg_cached, neg_model = text_of(port, lora=[{"id": 0, "scale": -2}])
+        check(neg != a1 and neg_cached == 0 and neg_model == "a", f"a at scale -2: {neg!r}, cached {neg_cached}")
+        neg2, neg2_cached, _ = text_of(port, lora=[{"id": 0, "scale": -2.0}, {"id": 1, "scale": 0}])
+        check(neg2 == neg and neg2_cached == 0, f"a at scale -2 again: {neg2!r}, cached {neg2_cached}")
         b1, b1_cached, _ = text_of(port, model="b")
         check(b1 not in (base, a1) and b1_cached == 0, f"adapter b: {b1!r}, cached {b1_cached}")
         again, again_cached, _ = text_of(port)
@@ -99,7 +106,8 @@ def start_time_adapters():
 
         for body, want in (({"model": "c"}, 404), ({"model": f"{base_id}:c"}, 404), ({"lora": "c"}, 404),
                            ({"model": "a", "lora": "b"}, 400), ({"lora": 3}, 400),
-                           ({"lora": [{"id": 0, "scale": 0.5}]}, 400), ({"lora": [{"id": 0}, {"id": 1}]}, 400),
+                           ({"lora": [{"id": 0, "scale": 16.5}]}, 400), ({"lora": [{"id": 0, "scale": 1e-60}]}, 400),
+                           ({"lora": [{"id": 0, "scale": "1"}]}, 400), ({"lora": [{"id": 0}, {"id": 1}]}, 400),
                            ({"lora": [{"id": 7}]}, 404), ({"lora": [{"id": -1}]}, 400), ({"lora": [{"x": 1}]}, 400)):
             status, r = call(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, **body})
             check(status == want, f"{body}: {status} {r}")
@@ -107,16 +115,18 @@ def start_time_adapters():
                          {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "model": "b"})
         check(status == 200 and r["model"] == "b", f"chat with adapter b: {status} {r}")
 
-        # Twelve at once, both adapters and the base model interleaved.
+        # Sixteen at once, both adapters (a also at half its scale) and the
+        # base model interleaved.
         prompts = [PROMPT, "Name three rivers of Europe.", "Write one line about the sea.", "What is 7 times 8?"]
+        kinds = {None: {}, "a": {"model": "a"}, "a/2": {"lora": [{"id": 0, "scale": 0.5}]}, "b": {"model": "b"}}
         alone = {}
         for p in prompts:
-            for m in (None, "a", "b"):
-                alone[(p, m)] = text_of(port, model=m, prompt=p)[0]
+            for m, kw in kinds.items():
+                alone[(p, m)] = text_of(port, prompt=p, **kw)[0]
         got, threads = {}, []
         for p in prompts:
-            for m in ("a", None, "b"):
-                t = threading.Thread(target=lambda p=p, m=m: got.__setitem__((p, m), text_of(port, model=m, prompt=p)[0]))
+            for m in ("a", None, "a/2", "b"):
+                t = threading.Thread(target=lambda p=p, m=m: got.__setitem__((p, m), text_of(port, prompt=p, **kinds[m])[0]))
                 threads.append(t)
                 t.start()
         for t in threads:
@@ -127,7 +137,7 @@ def start_time_adapters():
         check(m["actorlm_lora_adapters"] == 2 and m["actorlm_lora_bytes"] == 2 * 230_400,
               f"adapter metrics: {m['actorlm_lora_adapters']}, {m['actorlm_lora_bytes']}")
         healthy(server)
-        print(f"start-time adapters: base {base!r}, a {a1!r}, b {b1!r}; 12 concurrent as alone")
+        print(f"start-time adapters: base {base!r}, a {a1!r}, a at -2 {neg!r}, b {b1!r}; 16 concurrent as alone")
 
 
 def run_time_adapters(folder):
