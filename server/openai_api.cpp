@@ -10,6 +10,7 @@
 
 #include "scheduler/drafter.hpp"
 #include "scheduler/queue_policy.hpp"
+#include "scheduler/request.hpp"
 #include "server/constraint_fields.hpp"
 #include "server/json_reader.hpp"
 #include "server/tool_fields.hpp"
@@ -84,6 +85,13 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
         }
         const double scale = sc ? sc->get<double>() : 1.0;
         if (scale == 0.0) continue;
+        // Range-checked here as well as by the scheduler: a double past a
+        // float's range may not even be converted.
+        if (!(std::abs(scale) <= kMaxAdapterScale)) {
+          char range[64];
+          std::snprintf(range, sizeof range, "%g", static_cast<double>(kMaxAdapterScale));
+          return f.error("lora", std::string("a scale must be within [-") + range + ", " + range + "]");
+        }
         on.push_back(*index);
         on_scale = scale;
       }

@@ -106,7 +106,8 @@ def start_time_adapters():
 
         for body, want in (({"model": "c"}, 404), ({"model": f"{base_id}:c"}, 404), ({"lora": "c"}, 404),
                            ({"model": "a", "lora": "b"}, 400), ({"lora": 3}, 400),
-                           ({"lora": [{"id": 0, "scale": 16.5}]}, 400), ({"lora": [{"id": 0, "scale": 1e-60}]}, 400),
+                           ({"lora": [{"id": 0, "scale": 16.5}]}, 400), ({"lora": [{"id": 0, "scale": -1e300}]}, 400),
+                           ({"lora": [{"id": 0, "scale": 1e-60}]}, 400),
                            ({"lora": [{"id": 0, "scale": "1"}]}, 400), ({"lora": [{"id": 0}, {"id": 1}]}, 400),
                            ({"lora": [{"id": 7}]}, 404), ({"lora": [{"id": -1}]}, 400), ({"lora": [{"x": 1}]}, 400)):
             status, r = call(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, **body})
