@@ -24,8 +24,8 @@ void NgramTable::Followers::add(int32_t t) {
   count[low] = 1;
 }
 
-uint64_t NgramTable::key(std::span<const int32_t> context) {
-  uint64_t h = 0x9e3779b97f4a7c15ull * (context.size() + 1);
+uint64_t NgramTable::key(std::span<const int32_t> context, uint64_t space) {
+  uint64_t h = 0x9e3779b97f4a7c15ull * (context.size() + 1) ^ (space * 0xd6e8feb86659fd93ull);
   for (int32_t t : context) {
     h ^= static_cast<uint32_t>(t);
     h *= 0xbf58476d1ce4e5b9ull;
@@ -34,10 +34,10 @@ uint64_t NgramTable::key(std::span<const int32_t> context) {
   return h;
 }
 
-void NgramTable::observe(std::span<const int32_t> tokens) {
+void NgramTable::observe(std::span<const int32_t> tokens, uint64_t space) {
   for (size_t i = 1; i < tokens.size(); ++i) {
     for (int32_t n = min_n_; n <= max_n_ && static_cast<size_t>(n) <= i; ++n) {
-      const uint64_t k = key(tokens.subspan(i - static_cast<size_t>(n), static_cast<size_t>(n)));
+      const uint64_t k = key(tokens.subspan(i - static_cast<size_t>(n), static_cast<size_t>(n)), space);
       auto it = current_.find(k);
       if (it == current_.end()) {
         if (current_.size() >= half_) {
@@ -55,8 +55,8 @@ void NgramTable::observe(std::span<const int32_t> tokens) {
   }
 }
 
-int32_t NgramTable::next(std::span<const int32_t> context) const {
-  const uint64_t k = key(context);
+int32_t NgramTable::next(std::span<const int32_t> context, uint64_t space) const {
+  const uint64_t k = key(context, space);
   auto it = current_.find(k);
   if (it == current_.end()) {
     it = previous_.find(k);
@@ -73,7 +73,7 @@ int32_t NgramTable::next(std::span<const int32_t> context) const {
 }
 
 std::vector<int32_t> NgramTable::draft(std::span<const int32_t> prompt, std::span<const int32_t> output,
-                                       int32_t max_tokens, int32_t min_context) const {
+                                       int32_t max_tokens, int32_t min_context, uint64_t space) const {
   const int32_t least = std::max(min_n_, min_context);
   std::vector<int32_t> out;
   if (max_tokens <= 0 || (current_.empty() && previous_.empty())) return out;
@@ -87,7 +87,7 @@ std::vector<int32_t> NgramTable::draft(std::span<const int32_t> prompt, std::spa
   while (out.size() < static_cast<size_t>(max_tokens)) {
     int32_t t = -1;
     for (int32_t n = std::min<int32_t>(max_n_, static_cast<int32_t>(ctx.size())); n >= least && t < 0; --n) {
-      t = next(std::span<const int32_t>(ctx).last(static_cast<size_t>(n)));
+      t = next(std::span<const int32_t>(ctx).last(static_cast<size_t>(n)), space);
     }
     if (t < 0) break;
     out.push_back(t);

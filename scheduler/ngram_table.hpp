@@ -11,6 +11,11 @@
 // Bounded by `capacity` contexts: two generations, the older dropped whole
 // when the newer fills (what was seen recently stays; no per-entry LRU
 // bookkeeping on the scheduler's thread). Pure C++, the scheduler's thread.
+//
+// Text is kept per `space` (the scheduler's: a request's tenant): a request
+// is drafted only what its own space's requests wrote, so tenants cannot
+// learn each other's words from how fast theirs decode (docs/SECURITY.md).
+// The bound is shared.
 
 #include <cstdint>
 #include <span>
@@ -26,14 +31,14 @@ class NgramTable {
   NgramTable(int32_t min_n, int32_t max_n, int64_t capacity);
 
   // Counts every continuation in `tokens` (a finished request's prompt ++
-  // output).
-  void observe(std::span<const int32_t> tokens);
+  // output) in `space`.
+  void observe(std::span<const int32_t> tokens, uint64_t space = 0);
   // Up to max_tokens tokens after prompt ++ output, each the continuation
   // most often seen after the longest context that has one (of min_context
   // tokens or more; 0: min_n), while that continuation is more than half of
-  // what followed the context.
+  // what followed the context; from `space`'s text only.
   std::vector<int32_t> draft(std::span<const int32_t> prompt, std::span<const int32_t> output, int32_t max_tokens,
-                             int32_t min_context = 0) const;
+                             int32_t min_context = 0, uint64_t space = 0) const;
   // Contexts held now (both generations).
   size_t size() const { return current_.size() + previous_.size(); }
 
@@ -46,11 +51,11 @@ class NgramTable {
     void add(int32_t t);
   };
   using Map = std::unordered_map<uint64_t, Followers>;
-  // The context's key; collisions cost a wrong draft at worst (verification
-  // rejects it), never a wrong token.
-  static uint64_t key(std::span<const int32_t> context);
+  // The context's key in its space; collisions cost a wrong draft at worst
+  // (verification rejects it), never a wrong token.
+  static uint64_t key(std::span<const int32_t> context, uint64_t space);
   // The confident continuation of `context`, or -1.
-  int32_t next(std::span<const int32_t> context) const;
+  int32_t next(std::span<const int32_t> context, uint64_t space) const;
 
   int32_t min_n_, max_n_;
   size_t half_;  // contexts per generation

@@ -448,7 +448,7 @@ void Scheduler::remember(const Request& q) {
   const size_t lead = std::min(q.prompt.size(), static_cast<size_t>(config_.speculative.ngram_max + kTableContextExtra));
   std::vector<int32_t> text(q.prompt.end() - static_cast<std::ptrdiff_t>(lead), q.prompt.end());
   text.insert(text.end(), q.output.begin(), q.output.end());
-  ngram_table_->observe(text);
+  ngram_table_->observe(text, table_space(q));
 }
 
 void Scheduler::apply_controls(std::vector<TokenEvent>& events) {
@@ -916,7 +916,7 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
   // template's fixed phrases); then its own text; then the table's shorter
   // matches.
   if (ngram_table_) {
-    auto d = ngram_table_->draft(q.prompt, q.output, want, own_longest + 1);
+    auto d = ngram_table_->draft(q.prompt, q.output, want, own_longest + 1, table_space(q));
     if (!d.empty()) {
       r.table_drafted = true;
       return d;
@@ -925,7 +925,7 @@ std::vector<int32_t> Scheduler::draft_for(Running& r) {
   auto d = drafter_->draft(q.prompt, q.output, want);
   if (d.empty() && predicted) d = prediction_lookup_.draft(q.prediction, q.prompt, q.output, want, r.prediction_at);
   if (d.empty() && ngram_table_) {
-    d = ngram_table_->draft(q.prompt, q.output, want);
+    d = ngram_table_->draft(q.prompt, q.output, want, 0, table_space(q));
     r.table_drafted = !d.empty();
   }
   return d;

@@ -315,6 +315,9 @@ class Scheduler {
   std::vector<int32_t> draft_for(Running& r);
   // A request that finished (stop or length) into the shared n-gram table.
   void remember(const Request& q);
+  // Whose text in the n-gram table a request may draft from and adds to:
+  // its tenant's (NgramTable's spaces).
+  static uint64_t table_space(const Request& q) { return static_cast<uint32_t>(q.tenant); }
   // `drafts` into p, with a constrained request's mask for each row (a
   // draft its constraint refuses ends the draft there).
   void take_drafts(Running& r, Planned& p, std::vector<int32_t> drafts);

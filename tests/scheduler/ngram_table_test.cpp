@@ -34,6 +34,20 @@ TEST_CASE("The n-gram table drafts what other requests wrote after the same word
   CHECK(t.draft(Ids{1, 5, 6}, Ids{}, 1) == Ids{7});
 }
 
+TEST_CASE("The n-gram table keeps each space's text to itself", "[drafter][ngram_table]") {
+  NgramTable t(2, 3, 1000);
+  t.observe(Ids{1, 5, 6, 7, 8, 9}, 3);
+  t.observe(Ids{1, 5, 6, 7, 8, 9}, 3);
+  // Tenant 3 is drafted what tenant 3 wrote; tenant 4 and the default
+  // space nothing, though the words are the same.
+  CHECK(t.draft(Ids{5, 6}, Ids{}, 3, 0, 3) == Ids{7, 8, 9});
+  CHECK(t.draft(Ids{5, 6}, Ids{}, 3, 0, 4).empty());
+  CHECK(t.draft(Ids{5, 6}, Ids{}, 3).empty());
+  t.observe(Ids{5, 6, 70, 80}, 4);
+  CHECK(t.draft(Ids{5, 6}, Ids{}, 2, 0, 4) == Ids{70, 80});
+  CHECK(t.draft(Ids{5, 6}, Ids{}, 3, 0, 3) == Ids{7, 8, 9});
+}
+
 TEST_CASE("The n-gram table holds at most its capacity, keeping what it saw last", "[drafter][ngram_table]") {
   NgramTable t(2, 2, 100);
   Ids text;
