@@ -49,6 +49,7 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.spec_drafted_tokens_total = x.spec_drafted;
   m.spec_table_drafted_tokens_total = x.spec_table_drafted;
   m.preemptions_total = x.preemptions;
+  m.share_preemptions_total = x.share_preemptions;
   m.queue_rejections_total = x.queue_rejections;
   m.queue_timeouts_total = x.queue_timeouts;
   m.spec_accepted_tokens_total = x.spec_accepted;
@@ -112,6 +113,7 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.spec_drafted = m.spec_drafted_tokens_total;
   x.spec_table_drafted = m.spec_table_drafted_tokens_total;
   x.preemptions = m.preemptions_total;
+  x.share_preemptions = m.share_preemptions_total;
   x.queue_rejections = m.queue_rejections_total;
   x.queue_timeouts = m.queue_timeouts_total;
   x.spec_accepted = m.spec_accepted_tokens_total;
@@ -142,7 +144,7 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::migrated_out, &SchedulerStats::failed_steps, &SchedulerStats::poisoned,
                      &SchedulerStats::worker_resets, &SchedulerStats::reset_requests,
                      &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted,
-                     &SchedulerStats::spec_table_drafted, &SchedulerStats::preemptions,
+                     &SchedulerStats::spec_table_drafted, &SchedulerStats::preemptions, &SchedulerStats::share_preemptions,
                      &SchedulerStats::queue_rejections, &SchedulerStats::queue_timeouts}) {
     a.*field += b.*field;
   }

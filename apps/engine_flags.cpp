@@ -114,6 +114,7 @@ EngineConfig engine_from_flags(const cli::Args& args) {
   q.preemption_threshold = static_cast<int32_t>(
       args.integer("--priority-scheduling-preemption-threshold", 10, 1, 2 * int64_t{kMaxPriority}));
   q.max_overtakes = static_cast<int32_t>(args.integer("--schedule-max-overtakes", 32, 0, 1 << 20));
+  q.share_preemption = args.has(tenant_preemption_switch);
   q.max_queued = static_cast<int32_t>(args.integer("--max-queued-requests", 0, 0, 1 << 20));
   q.timeout_seconds = args.number("--queue-timeout", 0.0, 0.0, 86400);
   // Which cached prefixes go first when the pool is short (kvstore/radix_cache.hpp).

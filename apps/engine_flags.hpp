@@ -26,6 +26,9 @@ inline const char* const disable_radix_switch = "--disable-radix-cache";
 // serve and node: Request::priority orders the queue (QueuePolicy).
 inline const char* const priority_scheduling_switch = "--enable-priority-scheduling";
 inline const char* const low_priority_first_switch = "--schedule-low-priority-values-first";
+// serve and node: a tenant below its share of the batch takes a place from
+// one above its own (QueuePolicy::share_preemption).
+inline const char* const tenant_preemption_switch = "--tenant-preemption";
 // serve, chat and run (not node: nodes never see text). Off by default: see
 // EngineConfig::special_tokens_in_content.
 inline const char* const special_tokens_in_content_switch = "--special-tokens-in-content";

@@ -26,7 +26,7 @@ constexpr const char* usage =
     "                    [--max-step-ms 2000] [--itl-target-ms MS] [--worker-timeout 30]  (docs/API.md: slow steps)\n"
     "                    [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4] [--speculative-ngram-capacity 0]\n"
     "                    [--enable-priority-scheduling [--schedule-low-priority-values-first]] [--priority-scheduling-preemption-threshold 10]\n"
-    "                    [--schedule-max-overtakes 32] [--max-queued-requests N] [--queue-timeout S]\n"
+    "                    [--schedule-max-overtakes 32] [--max-queued-requests N] [--queue-timeout S] [--tenant-preemption]\n"
     "                    [--radix-eviction-policy lru|lfu|priority]\n"
     "                    [--device cpu|cuda] [--mem-fraction-static F] [--kv-cache-dtype auto|f16|bf16]\n"
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
@@ -62,7 +62,7 @@ void on_signal(int) { signals = signals + 1; }
 
 int node_command(int argc, char** argv, int first) {
   cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--drain-timeout"}),
-                 {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
+                 {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, tenant_preemption_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
     return 0;

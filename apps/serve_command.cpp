@@ -34,7 +34,7 @@ constexpr const char* usage =
     "                     [--worker-timeout 30]  (seconds without a heartbeat from the worker before it is lost)\n"
     "                     [--stall-timeout 600]  (seconds a request waits while no step at all completes)\n"
     "                     [--speculative-algorithm none|ngram|draft] [--speculative-draft-model-path PATH] [--speculative-num-draft-tokens 4] [--speculative-ngram-capacity 0]  (docs/API.md)\n"
-    "                     [--tenants FILE]  (API keys with their share of the batch and token rates, docs/API.md)\n"
+    "                     [--tenants FILE [--tenant-preemption]]  (API keys with their share of the batch and token rates, docs/API.md)\n"
     "                     [--lora NAME=PATH ...] [--lora-dir DIR] [--max-lora-memory-mb 2048]  (LoRA adapters, GGUF:\n"
     "                       a request picks one with \"model\": \"NAME\"; --lora-dir turns on /v1/load_lora_adapter)\n"
     "                     [--enable-priority-scheduling [--schedule-low-priority-values-first]]\n"
@@ -110,7 +110,7 @@ int serve_command(int argc, char** argv, int first) {
                                     "--tenants",
                                     chat_template_file_flag}),
           with_flags(head_flags, security_flags)),
-      {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
+      {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, tenant_preemption_switch, special_tokens_in_content_switch, allow_plain_switch, "--help", "--list-routes"},
       {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -177,6 +177,8 @@ int serve_command(int argc, char** argv, int first) {
     }
     // On a cluster head the keys, rates and counts are kept here, and each
     // request carries its tenant's weight to the node that queues it.
+  } else if (args.has(tenant_preemption_switch)) {
+    throw cli::UsageError(std::string(tenant_preemption_switch) + " needs --tenants");
   }
   raise_fd_limit();
 

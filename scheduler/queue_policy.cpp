@@ -39,6 +39,44 @@ void QueuePolicy::share(std::span<const Request* const> waiting, std::span<const
   });
 }
 
+std::optional<size_t> QueuePolicy::share_victim(const Request& w, std::span<const Request* const> running,
+                                                const std::vector<bool>& movable) const {
+  if (!share_preemption || !fair_share() || running.empty()) return std::nullopt;
+  // Places held and weight, by tenant, of the tenants with demand.
+  std::vector<int32_t> tenants;
+  std::vector<int64_t> held;
+  auto slot = [&](int32_t t) {
+    const auto it = std::find(tenants.begin(), tenants.end(), t);
+    if (it != tenants.end()) return static_cast<size_t>(it - tenants.begin());
+    tenants.push_back(t);
+    held.push_back(0);
+    return tenants.size() - 1;
+  };
+  for (const Request* r : running) ++held[slot(r->tenant)];
+  const size_t mine = slot(w.tenant);
+  double total = 0;
+  for (int32_t t : tenants) total += std::max(weight(t), 1e-9);
+  const auto places = static_cast<double>(running.size());
+  auto share = [&](size_t i) { return places * std::max(weight(tenants[i]), 1e-9) / total; };
+  if (static_cast<double>(held[mine] + 1) > share(mine)) return std::nullopt;
+  // The tenant furthest above its share, by places, that stays at or above
+  // it after giving one up.
+  std::optional<size_t> over;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const double excess = static_cast<double>(held[i]) - share(i);
+    if (i == mine || static_cast<double>(held[i] - 1) < share(i)) continue;
+    if (!over || excess > static_cast<double>(held[*over]) - share(*over)) over = i;
+  }
+  if (!over) return std::nullopt;
+  std::optional<size_t> victim;
+  for (size_t i = 0; i < running.size(); ++i) {
+    const Request& r = *running[i];
+    if (r.tenant != tenants[*over] || !movable[i] || rank(r) > rank(w)) continue;
+    if (!victim || r.arrival > running[*victim]->arrival) victim = i;
+  }
+  return victim;
+}
+
 bool QueuePolicy::goes_back_before(const Request& a, const Request& b) const {
   if (rank(a) != rank(b)) return rank(a) < rank(b);
   return a.arrival > b.arrival;

@@ -6,6 +6,7 @@
 // Scheduler applies them.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -54,6 +55,21 @@ struct QueuePolicy {
     return tenant >= 0 && static_cast<size_t>(tenant) < tenant_weights.size() ? tenant_weights[static_cast<size_t>(tenant)]
                                                                                : 1.0;
   }
+  // --tenant-preemption: with a fair share, when no place is free, a
+  // tenant below its share may take a place from the one furthest above its
+  // own (share_victim). Off: shares are met only as places free up.
+  bool share_preemption = false;
+  // With share_preemption, which of `running` (all of the engine's running
+  // requests, holding every place) goes back to wait so that waiting `w`
+  // gets a place: a request of the tenant furthest above its share of the
+  // places, never more urgent than `w` and only where `movable` (not held
+  // for a transfer), its newest; nullopt when `w`'s tenant is not a whole
+  // place below its share or no tenant is a whole place above. Shares are
+  // of the tenants running or waiting as `w`'s, by weight; after the move
+  // neither tenant has crossed its share, so places never trade back.
+  std::optional<size_t> share_victim(const Request& w, std::span<const Request* const> running,
+                                     const std::vector<bool>& movable) const;
+
   // Reorders `order` (indices into `waiting`, already sorted by before())
   // so that, rank by rank, tenants take turns by their weights, counting
   // `running[t]` places each holds already (index tenant_weights.size():

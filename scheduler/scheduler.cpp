@@ -792,6 +792,36 @@ void Scheduler::preempt_for_priority() {
   ++stats_.preemptions;
 }
 
+void Scheduler::preempt_for_share() {
+  const QueuePolicy& q = config_.queue;
+  if (!q.share_preemption || !q.fair_share() || waiting_.empty() || suspect_running() ||
+      static_cast<int64_t>(running_.size()) < config_.max_running_requests) {
+    return;
+  }
+  // The request the queue admits next, as plan_prefill orders it (the
+  // prefix match aside, which does not move places between tenants).
+  std::vector<const Request*> queue;
+  for (const auto& w : waiting_) queue.push_back(&w);
+  std::vector<size_t> order(queue.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return q.before(*queue[a], 0, *queue[b], 0, false); });
+  const size_t tenants = q.tenant_weights.size();
+  std::vector<int64_t> held(tenants + 1, 0);
+  std::vector<const Request*> running;
+  std::vector<bool> movable;
+  for (const auto& r : running_) {
+    const int32_t t = r.req.tenant;
+    ++held[t >= 0 && static_cast<size_t>(t) < tenants ? static_cast<size_t>(t) : tenants];
+    running.push_back(&r.req);
+    movable.push_back(!r.frozen && !r.loading);
+  }
+  q.share(queue, held, order);
+  const std::optional<size_t> victim = q.share_victim(*queue[order.front()], running, movable);
+  if (!victim) return;
+  retract(*victim);
+  ++stats_.share_preemptions;
+}
+
 void Scheduler::expire_waiting(std::vector<TokenEvent>& events) {
   const double limit = config_.queue.timeout_seconds;
   if (limit <= 0 || waiting_.empty()) return;
@@ -1152,7 +1182,9 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
   const bool waits = config_.tiers && config_.prefetch_policy != HiCachePrefetchPolicy::best_effort;
   if (waits) prefetch_waiting();
   if (config_.tiers) load_budget_ = load_budget();
+  const int64_t preempted = stats_.preemptions;
   preempt_for_priority();
+  if (stats_.preemptions == preempted) preempt_for_share();  // one a step
   std::vector<Planned> plan = plan_prefill();
   if (config_.tiers) prefetch_waiting();
   // Nothing runs and what waits, waits for its blocks: sleep until one

@@ -138,6 +138,9 @@ struct SchedulerStats {
   // urgent one (counted in retractions too). Admission: submissions refused
   // for a full queue, and requests failed for waiting past the timeout.
   int64_t preemptions = 0, queue_rejections = 0, queue_timeouts = 0;
+  // Fair share (--tenant-preemption): running requests sent back so a
+  // tenant below its share gets a place (counted in retractions too).
+  int64_t share_preemptions = 0;
   int64_t spec_verifies() const {
     int64_t n = 0;
     for (int64_t v : spec_accept_lengths) n += v;
@@ -315,6 +318,9 @@ class Scheduler {
   std::vector<int32_t> draft_for(Running& r);
   // A request that finished (stop or length) into the shared n-gram table.
   void remember(const Request& q);
+  // A tenant below its share of the places takes one from the tenant
+  // furthest above its own (QueuePolicy::share_victim); one a step.
+  void preempt_for_share();
   // Whose text in the n-gram table a request may draft from and adds to:
   // its tenant's (NgramTable's spaces).
   static uint64_t table_space(const Request& q) { return static_cast<uint32_t>(q.tenant); }

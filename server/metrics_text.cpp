@@ -49,6 +49,9 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
   metric("actorlm_preemptions_total", "counter",
          "Running requests sent back to wait for a more urgent one (--enable-priority-scheduling).",
          double(st.scheduler.preemptions));
+  metric("actorlm_share_preemptions_total", "counter",
+         "Running requests sent back so a tenant below its share of the batch got a place (--tenant-preemption).",
+         double(st.scheduler.share_preemptions));
   metric("actorlm_queue_rejected_requests_total", "counter",
          "Requests refused with 429 because the queue was full (--max-queued-requests).",
          double(st.scheduler.queue_rejections));

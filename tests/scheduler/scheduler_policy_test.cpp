@@ -544,6 +544,48 @@ TEST_CASE("Under a flood from one tenant, another takes its weight's share of th
   CHECK(h.outputs[20].size() == 4);
 }
 
+TEST_CASE("With tenant preemption, a tenant below its share takes places from a running flood at once, never a more urgent one's", "[scheduler][policy][tenants]") {
+  const bool on = GENERATE(false, true);
+  const bool urgent_flood = GENERATE(false, true);
+  INFO((on ? "tenant preemption on" : "off") << (urgent_flood ? ", the flood more urgent" : ""));
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 4, 4096, 0);
+  c.queue.tenant_weights = {1, 1, 1};
+  c.queue.share_preemption = on;
+  if (urgent_flood) c = with_priorities(c);
+  Harness h(4096, 1, c);
+  // Tenant 1: four long requests, every place; tenant 2 two short ones.
+  for (uint64_t i = 1; i <= 4; ++i) {
+    REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 6), 30, urgent_flood ? 5 : 0, 1));
+  }
+  CHECK(h.step() == B{1, 2, 3, 4});
+  REQUIRE_FALSE(h.try_submit(101, range(5000, 6), 4, 0, 2));
+  REQUIRE_FALSE(h.try_submit(102, range(5100, 6), 4, 0, 2));
+  int first_in = -1, both_in = -1;
+  std::set<uint64_t> seen;
+  for (int s = 0; s < 40 && both_in < 0; ++s) {
+    for (uint64_t id : h.step()) seen.insert(id);
+    if (first_in < 0 && (seen.count(101) || seen.count(102))) first_in = s;
+    if (seen.count(101) && seen.count(102)) both_in = s;
+  }
+  if (on && !urgent_flood) {
+    // One place a step, the flood's newest first: tenant 2 runs at its
+    // share (2 of 4) two steps after it came.
+    CHECK(first_in == 0);
+    CHECK(both_in == 1);
+    CHECK(h.scheduler.stats().share_preemptions == 2);
+  } else {
+    // Its turn comes when the flood's first requests end (30 tokens).
+    CHECK(first_in >= 28);
+    CHECK(h.scheduler.stats().share_preemptions == 0);
+  }
+  h.drain();
+  // Places never trade back: no more preemptions after tenant 2 had its share.
+  if (on && !urgent_flood) CHECK(h.scheduler.stats().share_preemptions == 2);
+  for (uint64_t i = 1; i <= 4; ++i) CHECK(h.outputs[i].size() == 30);
+  CHECK(h.outputs[101].size() == 4);
+  CHECK(h.outputs[102].size() == 4);
+}
+
 TEST_CASE("A full queue refuses new requests as overloaded, and one that waits past the queue timeout fails as timed out", "[scheduler][policy][priority]") {
   SECTION("max_queued") {
     SchedulerConfig c = config(SchedulePolicy::fcfs, 1, 2048, 0);

@@ -14,7 +14,11 @@
 - /metrics per tenant: requests, in flight, prompt and completion tokens
   equal to what the responses' usage said;
 - a malformed --tenants file (bad JSON, a key given twice, a bad weight, an
-  unknown field) exits 2 naming the fault;
+  unknown field) exits 2 naming the fault, as does --tenant-preemption
+  without --tenants;
+- --tenant-preemption: tenant a's two long streams hold both places; b's
+  short request takes one at once and ends first (without the flag, last),
+  a's texts unchanged by the trip back to the queue;
 - on a cluster head (one engine node, which has no tenants file): keys
   checked at the head, and the share holds on the node, each request
   carrying its tenant's weight.
@@ -146,13 +150,55 @@ def main():
             f.write(content)
         p = subprocess.run([BIN, "serve", "--port", "0", "--tenants", path], capture_output=True, text=True, timeout=60)
         check(p.returncode == 2 and reason in p.stderr, f"{content}: exit {p.returncode}, {p.stderr[-300:]!r}")
+    p = subprocess.run([BIN, "serve", "--port", "0", "--tenant-preemption"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--tenant-preemption needs --tenants" in p.stderr, f"exit {p.returncode}: {p.stderr[-300:]!r}")
     with open(path, "w") as f:
         json.dump(TENANTS, f)
+    check_preemption(path, flags)
     check_on_head(path, folder)
     for name in os.listdir(folder):
         os.remove(os.path.join(folder, name))
     os.rmdir(folder)
     print("tenants: all checks passed")
+
+
+def check_preemption(path, flags):
+    """--tenant-preemption: a's two long streams hold both places; b's short
+    request takes one of them at once (the newest of a's goes back to wait)
+    and ends long before a's, whose texts are those of a run without it."""
+    runs = {}
+    for preempt in (False, True):
+        with ServerProcess(BIN, flags + ["--api-key", "admin-key", "--tenants", path] +
+                           (["--tenant-preemption"] if preempt else [])) as server:
+            port, ended, texts, lock = server.port, [], {}, threading.Lock()
+
+            def one(tenant, key, i, tokens):
+                status, r, _ = call(port, key, {"prompt": f"Story {i} of tenant {tenant}: once upon a time",
+                                                "max_tokens": tokens, "temperature": 0, "ignore_eos": True})
+                check(status == 200, f"{tenant}{i}: {status} {r}")
+                with lock:
+                    ended.append(f"{tenant}{i}")
+                    texts[f"{tenant}{i}"] = r["choices"][0]["text"]
+
+            long_ones = [threading.Thread(target=one, args=("a", "key-a", i, 160)) for i in range(2)]
+            for t in long_ones:
+                t.start()
+            deadline = time.time() + 60
+            while metrics(port, "admin-key")["actorlm_running_requests"] < 2:
+                check(time.time() < deadline, "a's requests never ran")
+                time.sleep(0.01)
+            b = threading.Thread(target=one, args=("b", "key-b", 0, 8))
+            b.start()
+            for t in long_ones + [b]:
+                t.join()
+            taken = metrics(port, "admin-key")["actorlm_share_preemptions_total"]
+            healthy(server, "admin-key")
+        runs[preempt] = (ended, texts, taken)
+    (plain_order, plain_texts, plain_taken), (order, texts, taken) = runs[False], runs[True]
+    check(plain_taken == 0 and plain_order[-1] == "b0", f"without preemption b waits for a: {plain_order}")
+    check(taken == 1 and order[0] == "b0", f"with preemption b should end first: {order}, {taken} preemptions")
+    check(texts == plain_texts, "a request sent back to wait answered differently")
+    print(f"tenant preemption: requests ended {order} (without it {plain_order}); texts unchanged")
 
 
 def check_on_head(path, folder):
