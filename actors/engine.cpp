@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 #include "actors/actor_kv_service.hpp"
 #include "actors/detokenizer_actor.hpp"
@@ -228,19 +229,34 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   caf::scoped_actor self{impl_->system};
   fb::GenerateRequestT g;
   g.request_id = o.request_id != 0 ? o.request_id : impl_->next_id++;
-  if (!o.adapter.empty()) {
+  if (!o.adapter.empty() || !o.stacked_adapters.empty()) {
     const std::vector<AdapterInfo> list = adapters();
-    const auto a = std::find_if(list.begin(), list.end(), [&](const AdapterInfo& x) { return x.name == o.adapter; });
-    if (a == list.end()) {
-      TextDeltaEvent refused;
-      refused.request_id = g.request_id;
-      refused.finish = FinishReason::error;
-      refused.error = "no LoRA adapter named '" + o.adapter + "' is loaded";
-      refused.error_kind = ErrorKind::invalid_request;
-      on_delta(refused);
-      return refused;
+    auto id_of = [&](const std::string& name) -> std::optional<int32_t> {
+      const auto a = std::find_if(list.begin(), list.end(), [&](const AdapterInfo& x) { return x.name == name; });
+      if (a == list.end()) return std::nullopt;
+      return a->id;
+    };
+    std::vector<std::string> names{o.adapter};
+    for (const auto& [name, scale] : o.stacked_adapters) names.push_back(name);
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::optional<int32_t> id = id_of(names[i]);
+      if (!id) {
+        TextDeltaEvent refused;
+        refused.request_id = g.request_id;
+        refused.finish = FinishReason::error;
+        refused.error = names[i].empty() ? std::string("further adapters need a first one (GenerateOptions::adapter)")
+                                         : "no LoRA adapter named '" + names[i] + "' is loaded";
+        refused.error_kind = ErrorKind::invalid_request;
+        on_delta(refused);
+        return refused;
+      }
+      if (i == 0) {
+        g.adapter = *id;
+      } else {
+        g.stacked_adapters.push_back(*id);
+        g.stacked_scales.push_back(o.stacked_adapters[i - 1].second);
+      }
     }
-    g.adapter = a->id;
   }
   if (!o.input_ids.empty()) {
     g.input_ids = o.input_ids;

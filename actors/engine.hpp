@@ -150,6 +150,9 @@ struct GenerateOptions {
   // request shares no cached prefix (Request::shares_kv).
   std::string adapter;
   float adapter_scale = 1.0f;
+  // Further adapters by name with their scales, applied after the first in
+  // this order (llama-server's `lora` list naming several).
+  std::vector<std::pair<std::string, float>> stacked_adapters;
   // Its tenant (scheduler QueuePolicy::tenant_weights; 0: none), and that
   // tenant's weight where the engine may not know it (a cluster's nodes);
   // 0: the engine's own table.

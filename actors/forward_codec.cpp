@@ -34,6 +34,13 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
     d.batch.reqs.push_back({r->slot(), r->prefix_len(), r->extend_len(), r->prompt_logprobs(), r->prompt_top_n(),
                             r->next_token(), r->logit_rows(), r->model_drafts(), r->draft_prev_token(), r->adapter(),
                             r->adapter_scale()});
+    const auto* stacked = r->stacked_adapters();
+    const auto* scales = r->stacked_scales();
+    const size_t n_stacked = stacked ? stacked->size() : 0;
+    if (n_stacked != (scales ? scales->size() : 0) || n_stacked > 64) {
+      return fail("stacked_adapters and stacked_scales must be of one length, at most 64");
+    }
+    for (size_t k = 0; k < n_stacked; ++k) d.batch.reqs.back().stacked_adapters.emplace_back(stacked->Get(k), scales->Get(k));
     SamplingParams p = msg::from_fb(r->sampling());
     if (auto err = p.validate()) return fail("request " + std::to_string(r->request_id()) + ": " + *err);
     if (r->top_logprobs() < 0 || r->top_logprobs() > 20) return fail("top_logprobs must be in [0, 20]");
@@ -104,6 +111,10 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
     r->draft_prev_token = q.draft_prev_token;
     r->adapter = q.adapter;
     r->adapter_scale = q.adapter_scale;
+    for (const auto& [id, scale] : q.stacked_adapters) {
+      r->stacked_adapters.push_back(id);
+      r->stacked_scales.push_back(scale);
+    }
     // A verifying request's masks back to back; a row without one (any
     // token) gets a full mask of the same width.
     size_t words = 0;

@@ -56,6 +56,12 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.tenant = m.tenant();
   r.tenant_weight = m.tenant_weight();
   r.adapter_scale = m.adapter_scale();
+  const size_t n_stacked = m.stacked_adapters() ? m.stacked_adapters()->size() : 0;
+  if (n_stacked != (m.stacked_scales() ? m.stacked_scales()->size() : 0)) {
+    err = "stacked_adapters and stacked_scales must be of one length";
+    return r;
+  }
+  for (size_t k = 0; k < n_stacked; ++k) r.stacked.emplace_back(m.stacked_adapters()->Get(k), m.stacked_scales()->Get(k));
   r.max_draft_tokens = m.max_draft_tokens();
   if (m.prediction()) r.prediction.assign(m.prediction()->begin(), m.prediction()->end());
   r.hold_after_prefill = m.hold_after_prefill();

@@ -145,6 +145,8 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.tenant = g.tenant();
     t.tenant_weight = g.tenant_weight();
     t.adapter_scale = g.adapter_scale();
+    if (g.stacked_adapters()) t.stacked_adapters.assign(g.stacked_adapters()->begin(), g.stacked_adapters()->end());
+    if (g.stacked_scales()) t.stacked_scales.assign(g.stacked_scales()->begin(), g.stacked_scales()->end());
     t.max_draft_tokens = g.max_draft_tokens();
     // Drafts continue the output: no BOS, and special tokens' text read as
     // plain text, as a completion prompt's is.

@@ -4,6 +4,7 @@
 // cached prefix) and decode (extend_len == 1) requests.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/sampling_params.hpp"
@@ -40,6 +41,8 @@ struct ForwardRequest {
   // was loaded with (llama-server's per-request scale).
   int32_t adapter = 0;
   float adapter_scale = 1.0f;
+  // Further adapters (id, scale), each applied after the one before it.
+  std::vector<std::pair<int32_t, float>> stacked_adapters{};
 };
 
 // The rows of a pass that run with one LoRA adapter: token rows
@@ -51,6 +54,10 @@ struct LoraRows {
   int32_t row_begin = 0, rows = 0;
   int32_t logit_begin = 0, logit_count = 0;
   float scale = 1.0f;  // ForwardRequest::adapter_scale
+  // Which of a request's adapters this is (0: its first; k: its k-th
+  // stacked one). The updates of one layer go pass by pass, so a row's
+  // sums are taken in the same order alone or in any batch.
+  int32_t pass = 0;
 };
 
 // req_to_token[slot][start .. start + kv.size()) = kv, applied before the pass.

@@ -234,20 +234,27 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
 
 void LlamaModel::adapt(std::span<const LoraRows> lora, int32_t layer, LoraTarget target, Tensor x, Tensor out) {
   if (lora.empty()) return;
-  // Every adapter's rows in one call: a step of many adapters costs one
-  // parallel loop per matrix, not one per adapter.
-  std::vector<LoraSlice> slices;
-  for (const LoraRows& seg : lora) {
-    const AdapterIds& ids = adapters_.at(seg.adapter);
-    const LoraId id = layer < 0 ? ids.output : ids.layers[static_cast<size_t>(layer)][static_cast<size_t>(target)];
-    if (!id.valid()) continue;
-    if (layer < 0 && seg.logit_count > 0) {
-      slices.push_back({id, seg.logit_begin, seg.logit_count, seg.scale});
-    } else if (layer >= 0 && seg.rows > 0) {
-      slices.push_back({id, seg.row_begin, seg.rows, seg.scale});
+  // Every adapter's rows of a pass in one call: a step of many adapters
+  // costs one parallel loop per matrix, not one per adapter. A call's
+  // slices never share a row (rows are split among threads); a request's
+  // stacked adapters go in later passes, in order.
+  int32_t passes = 0;
+  for (const LoraRows& seg : lora) passes = std::max(passes, seg.pass + 1);
+  for (int32_t pass = 0; pass < passes; ++pass) {
+    std::vector<LoraSlice> slices;
+    for (const LoraRows& seg : lora) {
+      if (seg.pass != pass) continue;
+      const AdapterIds& ids = adapters_.at(seg.adapter);
+      const LoraId id = layer < 0 ? ids.output : ids.layers[static_cast<size_t>(layer)][static_cast<size_t>(target)];
+      if (!id.valid()) continue;
+      if (layer < 0 && seg.logit_count > 0) {
+        slices.push_back({id, seg.logit_begin, seg.logit_count, seg.scale});
+      } else if (layer >= 0 && seg.rows > 0) {
+        slices.push_back({id, seg.row_begin, seg.rows, seg.scale});
+      }
     }
+    if (!slices.empty()) ops_.lora(x, slices, out);
   }
-  if (!slices.empty()) ops_.lora(x, slices, out);
 }
 
 void LlamaModel::add_adapter(int32_t id, const LoraAdapter& adapter) {

@@ -175,6 +175,11 @@ void ModelRunner::validate(const ForwardBatch& b, bool drafts_pending) const {
     if (r.logit_rows > 1 && (r.prompt_logprobs || b.all_logits)) fail("logit_rows above 1 cannot be combined with prompt scoring");
     if (r.adapter != 0 && !has_adapter(r.adapter)) fail("no LoRA adapter " + std::to_string(r.adapter) + " is loaded");
     if (!std::isfinite(r.adapter_scale)) fail("adapter_scale must be a finite number");
+    if (!r.stacked_adapters.empty() && r.adapter == 0) fail("stacked adapters need a first adapter");
+    for (const auto& [id, scale] : r.stacked_adapters) {
+      if (!has_adapter(id)) fail("no LoRA adapter " + std::to_string(id) + " is loaded");
+      if (!std::isfinite(scale)) fail("a stacked adapter's scale must be a finite number");
+    }
     if (!r.prompt_logprobs) continue;
     if (r.prompt_top_n < 0 || r.prompt_top_n > 20) fail("prompt_top_n must be in [0, 20]");
     if (r.next_token < -1 || r.next_token >= vocab) fail("next_token " + std::to_string(r.next_token) + " outside the vocabulary");
@@ -262,13 +267,18 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
     }
     if (r.adapter != 0) {
       const auto logit_count = static_cast<int32_t>(step.logit_rows.size()) - logit_begin;
-      // Neighbours with the same adapter at the same scale run as one segment.
-      if (!step.lora.empty() && step.lora.back().adapter == r.adapter && step.lora.back().scale == r.adapter_scale &&
-          step.lora.back().row_begin + step.lora.back().rows == q_start) {
+      // Neighbours with the same first adapter at the same scale run as one
+      // segment (not after one with stacked adapters: its last is a later pass).
+      if (!step.lora.empty() && step.lora.back().pass == 0 && step.lora.back().adapter == r.adapter &&
+          step.lora.back().scale == r.adapter_scale && step.lora.back().row_begin + step.lora.back().rows == q_start) {
         step.lora.back().rows += r.extend_len;
         step.lora.back().logit_count += logit_count;
       } else {
         step.lora.push_back({r.adapter, q_start, r.extend_len, logit_begin, logit_count, r.adapter_scale});
+      }
+      for (size_t k = 0; k < r.stacked_adapters.size(); ++k) {
+        const auto [id, scale] = r.stacked_adapters[k];
+        step.lora.push_back({id, q_start, r.extend_len, logit_begin, logit_count, scale, static_cast<int32_t>(k + 1)});
       }
     }
     q_start += r.extend_len;

@@ -49,6 +49,10 @@ inline constexpr int32_t kAdapterVocabLimit = int32_t{1} << kAdapterKeyShift;
 // its own: keys have no room for a scale, so it matches no cached prefix
 // and caches nothing (Request::shares_kv).
 inline constexpr float kMaxAdapterScale = 16.0f;
+// Adapters a request may run with beside its first (llama-server's `lora`
+// list applies every adapter it names at its scale). Such a request's KV is
+// its own too.
+inline constexpr size_t kMaxStackedAdapters = 7;
 inline std::vector<int32_t> kv_keys(std::span<const int32_t> tokens, int32_t adapter) {
   std::vector<int32_t> keys(tokens.begin(), tokens.end());
   // A placeholder (-1) stays -1 whatever the adapter.
@@ -106,6 +110,9 @@ struct Request {
   // this request: 0 < |s| <= kMaxAdapterScale, 1 without an adapter.
   int32_t adapter = 0;
   float adapter_scale = 1.0f;
+  // Further adapters (id, scale) applied after the first, in this order;
+  // only with a first one.
+  std::vector<std::pair<int32_t, float>> stacked;
   // Structured output: what the output must match; the scheduler starts
   // `constraint` from it at submission and advances it with every token.
   ConstraintSpec constraint_spec;
@@ -134,7 +141,7 @@ struct Request {
   bool scores_prompt() const { return prompt_logprobs && output.empty(); }
   // Whether its KV may be matched by and cached for others: not at an
   // adapter scale its key cannot tell apart (kMaxAdapterScale).
-  bool shares_kv() const { return adapter_scale == 1.0f; }
+  bool shares_kv() const { return adapter_scale == 1.0f && stacked.empty(); }
   // It matches no cached prefix: every position computed.
   bool matches_nothing() const { return scores_prompt() || !shares_kv(); }
 

@@ -58,7 +58,9 @@ bool Scheduler::extend(std::span<RequestKv* const> kvs, std::span<const std::vec
 }
 
 bool Scheduler::adapter_in_use(int32_t id) const {
-  auto uses = [id](const Request& q) { return q.adapter == id; };
+  auto uses = [id](const Request& q) {
+    return q.adapter == id || std::any_of(q.stacked.begin(), q.stacked.end(), [id](const auto& a) { return a.first == id; });
+  };
   return std::any_of(waiting_.begin(), waiting_.end(), uses) ||
          std::any_of(running_.begin(), running_.end(), [&](const Running& r) { return uses(r.req); }) ||
          std::any_of(reserved_.begin(), reserved_.end(), [&](const Running& r) { return uses(r.req); }) ||
@@ -113,19 +115,30 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
            std::to_string(kMaxPredictionTokens) + " are taken";
   }
   if (r.adapter != 0) {
-    if (r.adapter < 0 || r.adapter > kMaxAdapterId || adapters_.count(r.adapter) == 0) {
-      return "no LoRA adapter with id " + std::to_string(r.adapter) + " is loaded";
-    }
     if (config_.vocab_size <= 0 || config_.vocab_size > kAdapterVocabLimit) {
       return "LoRA adapters need a vocabulary of at most " + std::to_string(kAdapterVocabLimit) + " tokens";
     }
-    if (!std::isfinite(r.adapter_scale) || r.adapter_scale == 0 || std::abs(r.adapter_scale) > kMaxAdapterScale) {
-      char range[64];
-      std::snprintf(range, sizeof range, "%g", static_cast<double>(kMaxAdapterScale));
-      return std::string("an adapter's scale must be non-zero and within [-") + range + ", " + range + "]";
+    if (r.stacked.size() > kMaxStackedAdapters) {
+      return "a request runs with at most " + std::to_string(kMaxStackedAdapters + 1) + " adapters";
     }
-  } else if (r.adapter_scale != 1.0f) {
-    return "an adapter scale needs an adapter";
+    std::vector<std::pair<int32_t, float>> all{{r.adapter, r.adapter_scale}};
+    all.insert(all.end(), r.stacked.begin(), r.stacked.end());
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto [id, scale] = all[i];
+      if (id <= 0 || id > kMaxAdapterId || adapters_.count(id) == 0) {
+        return "no LoRA adapter with id " + std::to_string(id) + " is loaded";
+      }
+      if (!std::isfinite(scale) || scale == 0 || std::abs(scale) > kMaxAdapterScale) {
+        char range[64];
+        std::snprintf(range, sizeof range, "%g", static_cast<double>(kMaxAdapterScale));
+        return std::string("an adapter's scale must be non-zero and within [-") + range + ", " + range + "]";
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (all[j].first == id) return "adapter " + std::to_string(id) + " is named twice";
+      }
+    }
+  } else if (r.adapter_scale != 1.0f || !r.stacked.empty()) {
+    return "an adapter scale or further adapters need an adapter";
   }
   if (config_.vocab_size > 0) {
     const int32_t v = config_.vocab_size;
@@ -1245,6 +1258,7 @@ Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
     in.batch.reqs.back().logit_rows = static_cast<int32_t>(p.rows());
     in.batch.reqs.back().adapter = q.adapter;
     in.batch.reqs.back().adapter_scale = q.adapter_scale;
+    in.batch.reqs.back().stacked_adapters = q.stacked;
     if (config_.speculative.algorithm == SpeculativeAlgorithm::draft) {
       ForwardRequest& f = in.batch.reqs.back();
       f.model_drafts = static_cast<int32_t>(p.drafts.size());

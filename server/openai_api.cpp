@@ -72,10 +72,9 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
     std::string name;
     if (l->is_array()) {
       // llama-server's form: [{"id": i, "scale": s}, ...], i indexing the
-      // adapters as /v1/models lists them; scale 0 turns one off. One
-      // adapter a request, at any scale the engine takes (Scheduler::refusal).
-      std::vector<int64_t> on;
-      double on_scale = 1.0;
+      // adapters as /v1/models lists them; scale 0 turns one off. Every
+      // adapter left applies, in the list's order, at its scale.
+      std::vector<std::pair<int64_t, double>> on;
       for (const json& e : *l) {
         const json* id = e.is_object() && e.contains("id") ? &e["id"] : nullptr;
         const std::optional<int64_t> index = id ? integer_in<int64_t>(*id, 0, 1 << 20) : std::nullopt;
@@ -92,16 +91,22 @@ std::optional<ApiError> read_model(const FieldReader& f, const ServedModels& mod
           std::snprintf(range, sizeof range, "%g", static_cast<double>(kMaxAdapterScale));
           return f.error("lora", std::string("a scale must be within [-") + range + ", " + range + "]");
         }
-        on.push_back(*index);
-        on_scale = scale;
+        on.emplace_back(*index, scale);
+        if (on.size() > kMaxStackedAdapters + 1) {
+          return f.error("lora", "at most " + std::to_string(kMaxStackedAdapters + 1) + " adapters with a scale other than 0");
+        }
       }
-      if (on.size() > 1) return f.error("lora", "one adapter per request");
       if (on.empty()) return std::nullopt;
-      if (on[0] >= static_cast<int64_t>(models.adapters.size())) {
-        return ApiError{404, "no LoRA adapter with id " + std::to_string(on[0]) + " is loaded", "invalid_request_error", "lora"};
+      for (const auto& [index, scale] : on) {
+        if (index >= static_cast<int64_t>(models.adapters.size())) {
+          return ApiError{404, "no LoRA adapter with id " + std::to_string(index) + " is loaded", "invalid_request_error", "lora"};
+        }
       }
-      name = models.adapters[static_cast<size_t>(on[0])];
-      o.adapter_scale = static_cast<float>(on_scale);
+      name = models.adapters[static_cast<size_t>(on[0].first)];
+      o.adapter_scale = static_cast<float>(on[0].second);
+      for (size_t k = 1; k < on.size(); ++k) {
+        o.stacked_adapters.emplace_back(models.adapters[static_cast<size_t>(on[k].first)], static_cast<float>(on[k].second));
+      }
     } else if (l->is_string()) {
       name = l->get_ref<const std::string&>();
     } else {

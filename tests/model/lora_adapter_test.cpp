@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 
@@ -45,31 +46,30 @@ WeightMatrix merged(const WeightMatrix& w, const LowRankMatrix& m) {
   return WeightMatrix::from_floats(w.rows, w.cols, v);
 }
 
-// The model in `file` with every matrix of the adapter merged in.
-LlamaWeights merged_model(const std::string& file, const LoraAdapter& adapter) {
+// The model in `file` with every matrix of each adapter merged in, in order.
+LlamaWeights merged_model(const std::string& file, std::initializer_list<const LoraAdapter*> adapters) {
   LlamaWeights w = load_llama_weights(file);
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& L = w.layers[l];
-    const auto& m = adapter.layers[l];
-    L.wq = merged(L.wq, *m[0]);
-    L.wk = merged(L.wk, *m[1]);
-    L.wv = merged(L.wv, *m[2]);
-    L.wo = merged(L.wo, *m[3]);
-    L.w_gate = merged(L.w_gate, *m[4]);
-    L.w_up = merged(L.w_up, *m[5]);
-    L.w_down = merged(L.w_down, *m[6]);
+  for (const LoraAdapter* adapter : adapters) {
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      LayerWeights& L = w.layers[l];
+      WeightMatrix* targets[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+      for (size_t t = 0; t < 7; ++t) {
+        if (const auto& m = adapter->layers[l][t]) *targets[t] = merged(*targets[t], *m);
+      }
+    }
+    if (adapter->output) w.lm_head = merged(w.output(), *adapter->output);
   }
-  if (adapter.output) w.lm_head = merged(w.output(), *adapter.output);
   return w;
 }
 
 // One request's whole-prompt pass (every row's logits), in rows 1...
 ForwardOutput run_prompt(ModelRunner& r, const Ids& tokens, int32_t adapter, int32_t slot = 0, int32_t first_row = 1,
-                         float scale = 1.0f) {
+                         float scale = 1.0f, std::vector<std::pair<int32_t, float>> stacked = {}) {
   ForwardBatch b;
   ForwardRequest q{slot, 0, static_cast<int32_t>(tokens.size())};
   q.adapter = adapter;
   q.adapter_scale = scale;
+  q.stacked_adapters = std::move(stacked);
   b.reqs.push_back(q);
   b.token_ids = tokens;
   b.out_cache_loc.resize(tokens.size());
@@ -105,7 +105,7 @@ TEST_CASE("An adapter's products equal the base model with W + s·B·A merged in
       CHECK(adapter.alpha == 6.0f);
       CHECK(adapter.matrices() == 7 * c.n_layers + (c.tied_embeddings ? 0 : 1));
 
-      LlamaWeights merged_weights = merged_model(file, adapter);
+      LlamaWeights merged_weights = merged_model(file, {&adapter});
 
       const ModelRunnerConfig rc{.kv_pool_rows = 128, .max_requests = 2, .max_context = 64};
       ModelRunner with(std::move(base), std::make_unique<cpu::CpuBackend>(2), rc);
@@ -124,13 +124,31 @@ TEST_CASE("An adapter's products equal the base model with W + s·B·A merged in
       // A request's own scale multiplies the one it was loaded with: at
       // -1.5 it is the model with W - 0.75·(alpha/rank)·B·A merged in.
       {
-        ModelRunner scaled_want(merged_model(file, load_lora_adapter(path, c, 0.5f * -1.5f)),
-                                std::make_unique<cpu::CpuBackend>(2), rc);
+        const LoraAdapter rescaled = load_lora_adapter(path, c, 0.5f * -1.5f);
+        ModelRunner scaled_want(merged_model(file, {&rescaled}), std::make_unique<cpu::CpuBackend>(2), rc);
         const ForwardOutput scaled = run_prompt(with, kPrompt, 3, 0, 1, -1.5f);
         const ForwardOutput scaled_reference = run_prompt(scaled_want, kPrompt, 0);
         INFO("worst gap at scale -1.5 " << worst_relative(scaled, scaled_reference));
         CHECK(worst_relative(scaled, scaled_reference) < 1e-4);
         CHECK(worst_relative(scaled, reference) > 1e-2);
+      }
+      // Stacked adapters (llama-server's list naming several): the first at
+      // its scale, then a second adapting other matrices and some of the
+      // same, at 0.7: both merged in.
+      {
+        const std::string path2 = temp_path(arch + "_second");
+        write_adapter(path2, c, {0, 2, 5}, 2, 4.0f, 9, false);
+        const LoraAdapter second = load_lora_adapter(path2, c);
+        with.add_adapter(4, second);
+        const LoraAdapter second_scaled = load_lora_adapter(path2, c, 0.7f);
+        ModelRunner both_want(merged_model(file, {&adapter, &second_scaled}), std::make_unique<cpu::CpuBackend>(2), rc);
+        const ForwardOutput stacked = run_prompt(with, kPrompt, 3, 0, 1, 1.0f, {{4, 0.7f}});
+        const ForwardOutput both_reference = run_prompt(both_want, kPrompt, 0);
+        INFO("worst gap with two adapters " << worst_relative(stacked, both_reference));
+        CHECK(worst_relative(stacked, both_reference) < 1e-4);
+        CHECK(worst_relative(stacked, reference) > 1e-3);
+        with.drop_adapter(4);
+        std::filesystem::remove(path2);
       }
 
       with.drop_adapter(3);
@@ -162,25 +180,30 @@ TEST_CASE("A batch mixing two adapters and the base model gives each request its
   const auto a2 = last_row(run_prompt(r, p2, 1, 1, 200));
   const auto a2_half = last_row(run_prompt(r, p2, 1, 1, 200, 0.5f));
   CHECK(a2_half != a2);
+  const auto b1_then_a = last_row(run_prompt(r, p1, 2, 0, 100, 1.0f, {{1, -1.0f}}));
   // The adapters change the model's output.
   CHECK(test::argmax(a1.data(), vocab) != test::argmax(base1.data(), vocab));
 
-  // All five in one batch, in other slots and rows: adapter 1, none,
+  // All six in one batch, in other slots and rows: adapter 1, none,
   // adapter 2, adapter 1, adapter 1 at half its scale (neighbours with the
-  // same adapter at another scale are not one segment).
+  // same adapter at another scale are not one segment), adapter 2 with 1
+  // stacked on it (its second pass beside the others' first).
   ForwardBatch b;
   struct Req {
     const Ids* prompt;
     int32_t adapter;
     float scale;
+    std::vector<std::pair<int32_t, float>> stacked;
   };
-  const std::vector<Req> reqs{{&p1, 1, 1}, {&p1, 0, 1}, {&p2, 2, 1}, {&p2, 1, 1}, {&p2, 1, 0.5f}};
+  const std::vector<Req> reqs{{&p1, 1, 1, {}},   {&p1, 0, 1, {}},    {&p2, 2, 1, {}},
+                              {&p2, 1, 1, {}},   {&p2, 1, 0.5f, {}}, {&p1, 2, 1, {{1, -1.0f}}}};
   int32_t row = 300;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const Ids& p = *reqs[i].prompt;
     ForwardRequest q{static_cast<int32_t>(2 + i), 0, static_cast<int32_t>(p.size())};
     q.adapter = reqs[i].adapter;
     q.adapter_scale = reqs[i].scale;
+    q.stacked_adapters = reqs[i].stacked;
     b.reqs.push_back(q);
     b.token_ids.insert(b.token_ids.end(), p.begin(), p.end());
     Ids rows(p.size());
@@ -190,9 +213,9 @@ TEST_CASE("A batch mixing two adapters and the base model gives each request its
     b.writes.push_back({q.slot, 0, rows});
   }
   const ForwardOutput out = r.forward(b);
-  REQUIRE(out.rows() == 5);
-  const std::vector<const std::vector<float>*> want{&a1, &base1, &b2, &a2, &a2_half};
-  for (size_t i = 0; i < 5; ++i) {
+  REQUIRE(out.rows() == 6);
+  const std::vector<const std::vector<float>*> want{&a1, &base1, &b2, &a2, &a2_half, &b1_then_a};
+  for (size_t i = 0; i < 6; ++i) {
     float worst = 0;
     for (int32_t t = 0; t < vocab; ++t) worst = std::max(worst, std::abs(out.row(i)[t] - (*want[i])[static_cast<size_t>(t)]));
     INFO("request " << i);

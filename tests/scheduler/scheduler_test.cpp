@@ -1780,14 +1780,16 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   // finds cached.
   Engine one(4096, page, sc);
   with_adapters(one);
-  using Key = std::tuple<size_t, int32_t, float>;  // prompt, adapter, scale
+  // prompt, adapter, its scale, an adapter stacked on it at scale 1 (0: none)
+  using Key = std::tuple<size_t, int32_t, float, int32_t>;
   std::map<Key, Ids> alone;
   uint64_t id = 1;
-  auto run = [&](size_t p, int32_t adapter, float scale = 1) {
+  auto run = [&](size_t p, int32_t adapter, float scale = 1, int32_t stacked = 0) {
     Request r = make(id, prompts[p], 8);
     r.stop.ignore_eos = true;
     r.adapter = adapter;
     r.adapter_scale = scale;
+    if (stacked) r.stacked = {{stacked, 1.0f}};
     REQUIRE_FALSE(one.scheduler.submit(std::move(r)));
     Outcome out;
     while (!one.scheduler.idle()) {
@@ -1819,23 +1821,43 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   CHECK(scaled_again.cached == 0);
   CHECK(scaled_again.tokens == scaled.tokens);
   CHECK(run(0, 1).cached >= static_cast<int32_t>(prompts[0].size()) - page);
-  const std::vector<std::pair<int32_t, float>> kinds{{0, 1.0f}, {1, 1.0f}, {2, 1.0f}, {1, -2.0f}, {2, 0.5f}};
+  // Two adapters stacked: their KV is their own too.
+  const Outcome both = run(0, 1, 1, 2);
+  CHECK(both.cached == 0);  // (its logits are the model test's business)
+  const Outcome both_again = run(0, 1, 1, 2);
+  CHECK(both_again.cached == 0);
+  CHECK(both_again.tokens == both.tokens);
+  {
+    Request hold = make(id++, prompts[0], 2);
+    hold.adapter = 1;
+    hold.stacked = {{2, 1.0f}};
+    REQUIRE_FALSE(one.scheduler.submit(std::move(hold)));
+    CHECK_FALSE(one.scheduler.remove_adapter(2));  // in use, if only stacked
+    while (!one.scheduler.idle()) one.scheduler.step();
+  }
+  struct Kind {
+    int32_t adapter;
+    float scale;
+    int32_t stacked;
+  };
+  const std::vector<Kind> kinds{{0, 1.0f, 0}, {1, 1.0f, 0}, {2, 1.0f, 0}, {1, -2.0f, 0}, {2, 0.5f, 0}, {1, 1.0f, 2}};
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (const auto& [a, scale] : kinds) alone[{p, a, scale}] = run(p, a, scale).tokens;
+    for (const Kind& k : kinds) alone[{p, k.adapter, k.scale, k.stacked}] = run(p, k.adapter, k.scale, k.stacked).tokens;
   }
   require_no_leak(one);
 
-  // All fifteen at once, adapters and scales interleaved in the batch.
+  // All eighteen at once, adapters, scales and stacks interleaved in the batch.
   Engine all(4096, page, sc);
   with_adapters(all);
   std::map<uint64_t, Key> who;
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (const auto& [a, scale] : {kinds[1], kinds[3], kinds[0], kinds[4], kinds[2]}) {
+    for (const Kind& k : {kinds[1], kinds[5], kinds[3], kinds[0], kinds[4], kinds[2]}) {
       Request r = make(100 + who.size(), prompts[p], 8);
       r.stop.ignore_eos = true;
-      r.adapter = a;
-      r.adapter_scale = scale;
-      who[r.id] = {p, a, scale};
+      r.adapter = k.adapter;
+      r.adapter_scale = k.scale;
+      if (k.stacked) r.stacked = {{k.stacked, 1.0f}};
+      who[r.id] = {p, k.adapter, k.scale, k.stacked};
       REQUIRE_FALSE(all.scheduler.submit(std::move(r)));
     }
   }
@@ -1852,10 +1874,24 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   }
   Request no_adapter = make(997, prompts[0], 4);
   no_adapter.adapter_scale = 0.5f;
-  CHECK(*all.scheduler.submit(no_adapter) == "an adapter scale needs an adapter");
+  CHECK(*all.scheduler.submit(no_adapter) == "an adapter scale or further adapters need an adapter");
+  no_adapter.adapter_scale = 1;
+  no_adapter.stacked = {{1, 1.0f}};
+  CHECK(*all.scheduler.submit(no_adapter) == "an adapter scale or further adapters need an adapter");
+  Request twice = make(996, prompts[0], 4);
+  twice.adapter = 1;
+  twice.stacked = {{2, 1.0f}, {1, 0.5f}};
+  CHECK(*all.scheduler.submit(twice) == "adapter 1 is named twice");
+  twice.stacked = {{3, 1.0f}};
+  CHECK(*all.scheduler.submit(twice) == "no LoRA adapter with id 3 is loaded");
+  twice.stacked = {{2, 40.0f}};
+  CHECK(*all.scheduler.submit(twice) == "an adapter's scale must be non-zero and within [-16, 16]");
+  twice.stacked.assign(kMaxStackedAdapters + 1, {2, 1.0f});
+  CHECK(*all.scheduler.submit(twice) == "a request runs with at most 8 adapters");
   auto got = all.drain([&](int) { CHECK(all.kv.check_running(all.scheduler.running_kv()).empty()); });
   for (const auto& [rid, k] : who) {
-    INFO("prompt " << std::get<0>(k) << " adapter " << std::get<1>(k) << " scale " << std::get<2>(k));
+    INFO("prompt " << std::get<0>(k) << " adapter " << std::get<1>(k) << " scale " << std::get<2>(k) << " stacked "
+                   << std::get<3>(k));
     CHECK(got[rid].first == alone[k]);
   }
   CHECK(all.scheduler.remove_adapter(1));

@@ -6,7 +6,9 @@ the default model, scripts/reference/lora_fixture.py):
   list pick it; an adapter's greedy answer differs from the base model's and
   is the same each way it is named; unknown names are 404s, a "lora" that
   disagrees with "model" a 400; a request's own scale (llama-server's list)
-  gives another answer, computed whole each time; scales out of range 400s;
+  gives another answer, computed whole each time, as do several adapters
+  listed at once; scales out of range, an adapter listed twice and more
+  than 8 adapters are 400s;
 - no prefix is shared across adapters: the base model's cached prompt is not
   an adapter's (cached_tokens 0), the adapter's own second request hits;
 - 16 concurrent requests mixing both adapters (one also at half its scale)
@@ -99,6 +101,11 @@ def start_time_adapters():
         check(neg != a1 and neg_cached == 0 and neg_model == "a", f"a at scale -2: {neg!r}, cached {neg_cached}")
         neg2, neg2_cached, _ = text_of(port, lora=[{"id": 0, "scale": -2.0}, {"id": 1, "scale": 0}])
         check(neg2 == neg and neg2_cached == 0, f"a at scale -2 again: {neg2!r}, cached {neg2_cached}")
+        # Several adapters at once (llama-server applies every one listed):
+        # b stacked on a, its own KV as well.
+        ab, ab_cached, ab_model = text_of(port, lora=[{"id": 0, "scale": 1}, {"id": 1, "scale": 2}])
+        ab2, ab2_cached, _ = text_of(port, lora=[{"id": 0}, {"id": 1, "scale": 2.0}])
+        check(ab_model == "a" and ab == ab2 and ab_cached == ab2_cached == 0, f"a with b stacked: {ab!r} / {ab2!r}")
         b1, b1_cached, _ = text_of(port, model="b")
         check(b1 not in (base, a1) and b1_cached == 0, f"adapter b: {b1!r}, cached {b1_cached}")
         again, again_cached, _ = text_of(port)
@@ -108,7 +115,8 @@ def start_time_adapters():
                            ({"model": "a", "lora": "b"}, 400), ({"lora": 3}, 400),
                            ({"lora": [{"id": 0, "scale": 16.5}]}, 400), ({"lora": [{"id": 0, "scale": -1e300}]}, 400),
                            ({"lora": [{"id": 0, "scale": 1e-60}]}, 400),
-                           ({"lora": [{"id": 0, "scale": "1"}]}, 400), ({"lora": [{"id": 0}, {"id": 1}]}, 400),
+                           ({"lora": [{"id": 0, "scale": "1"}]}, 400), ({"lora": [{"id": 0}, {"id": 0, "scale": 2}]}, 400),
+                           ({"lora": [{"id": 0}] * 9}, 400), ({"model": "b", "lora": [{"id": 0}, {"id": 1}]}, 400),
                            ({"lora": [{"id": 7}]}, 404), ({"lora": [{"id": -1}]}, 400), ({"lora": [{"x": 1}]}, 400)):
             status, r = call(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, **body})
             check(status == want, f"{body}: {status} {r}")
