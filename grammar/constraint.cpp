@@ -2,6 +2,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <utility>
@@ -48,22 +49,28 @@ std::string ebnf_literal(const std::string& text) {
 
 }  // namespace
 
-// xgrammar 0.2.8 sums a \U escape's 8 hex digits into a signed int, which
-// overflows (undefined behaviour) above U+7FFFFFFF: constraint_fuzz found it
-// (tests/fuzz/known_crashes/). No code point lies above U+10FFFF, so such an
-// escape is refused before xgrammar reads the text: in a regex, an EBNF
-// grammar, or a JSON schema's pattern (whose JSON source writes the
-// backslash twice, which this sees as one followed by another).
+// xgrammar 0.2.8 sums an escape's hex digits into a signed int, which
+// overflows (undefined behaviour) above 0x7FFFFFFF: an 8-digit \U escape, and
+// a \x escape, which takes every hex digit that follows. constraint_fuzz
+// found both (tests/fuzz/known_crashes/, tests/fuzz/corpus/constraint_fuzz/).
+// No code point lies above U+10FFFF, so such an escape is refused before
+// xgrammar reads the text: in a regex, an EBNF grammar, or a JSON schema's
+// pattern (whose JSON source writes the backslash twice, which this sees as
+// one followed by another).
 static void refuse_wide_escapes(const std::string& text) {
   auto hex = [](char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
   };
-  for (size_t i = 0; i + 10 <= text.size(); ++i) {
-    if (text[i] != '\\' || text[i + 1] != 'U') continue;
+  for (size_t i = 0; i + 2 < text.size(); ++i) {
+    if (text[i] != '\\' || (text[i + 1] != 'U' && text[i + 1] != 'x')) continue;
+    const size_t most = text[i + 1] == 'U' ? 8 : text.size();
     uint64_t v = 0;
-    size_t k = 0;
-    for (; k < 8 && hex(text[i + 2 + k]) >= 0; ++k) v = v * 16 + static_cast<uint64_t>(hex(text[i + 2 + k]));
-    if (k == 8 && v > 0x10FFFF) throw ConstraintError("a \\U escape beyond U+10FFFF at byte " + std::to_string(i));
+    for (size_t k = 0; k < most && i + 2 + k < text.size() && hex(text[i + 2 + k]) >= 0; ++k) {
+      v = std::min<uint64_t>(v * 16 + static_cast<uint64_t>(hex(text[i + 2 + k])), uint64_t{1} << 32);
+    }
+    if (v > 0x10FFFF) {
+      throw ConstraintError(std::string("a \\") + text[i + 1] + " escape beyond U+10FFFF at byte " + std::to_string(i));
+    }
   }
 }
 

@@ -191,3 +191,17 @@ TEST_CASE("an 8-digit U escape beyond U+10FFFF is refused before xgrammar parses
                     Catch::Contains("beyond U+10FFFF"));
   CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "a[\\U0001F600]b"}));
 }
+
+TEST_CASE("a \\x escape beyond U+10FFFF is refused before xgrammar parses it, however many digits", "[grammar]") {
+  // xgrammar 0.2.8 takes every hex digit after \x into a signed int
+  // (constraint_fuzz's second finding, 2026-12-06: "\xfbbbbbbb..." in a regex).
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::regex, "(tru\\xfbbbbbbbbbbbbbbbbbbbbbbbbbL)"}),
+                    Catch::Contains("a \\x escape beyond U+10FFFF"));
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::regex, "[\\x110000]"}), Catch::Contains("beyond U+10FFFF"));
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::ebnf, "root ::= [\\x7FFFFFFF0]"}), Catch::Contains("beyond U+10FFFF"));
+  CHECK_THROWS_WITH(compiler().start({ConstraintKind::json_schema, R"({"type": "string", "pattern": "a\\xFFFFFFFFFF"})"}),
+                    Catch::Contains("beyond U+10FFFF"));
+  // Leading zeros are no code point's excess; a real one still compiles.
+  CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "a[\\x00000041-\\x5A]b"}));
+  CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "\\x10FFFF?"}));
+}
