@@ -607,13 +607,7 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   if (config_.queue.fair_share()) {
     std::vector<const Request*> queue;
     for (const auto& w : waiting_) queue.push_back(&w);
-    const size_t tenants = config_.queue.tenant_weights.size();
-    std::vector<int64_t> held(tenants + 1, 0);
-    for (const auto& r : running_) {
-      const int32_t t = r.req.tenant;
-      ++held[t >= 0 && static_cast<size_t>(t) < tenants ? static_cast<size_t>(t) : tenants];
-    }
-    config_.queue.share(queue, held, order);
+    config_.queue.share(queue, places_by_tenant(), order);
   }
   std::vector<size_t> chosen;
   int64_t estimate = budget;
@@ -805,6 +799,16 @@ void Scheduler::preempt_for_priority() {
   ++stats_.preemptions;
 }
 
+std::vector<int64_t> Scheduler::places_by_tenant() const {
+  const size_t tenants = config_.queue.tenant_weights.size();
+  std::vector<int64_t> held(tenants + 1, 0);
+  for (const auto& r : running_) {
+    const int32_t t = r.req.tenant;
+    ++held[t >= 0 && static_cast<size_t>(t) < tenants ? static_cast<size_t>(t) : tenants];
+  }
+  return held;
+}
+
 void Scheduler::preempt_for_share() {
   const QueuePolicy& q = config_.queue;
   if (!q.share_preemption || !q.fair_share() || waiting_.empty() || suspect_running() ||
@@ -818,17 +822,13 @@ void Scheduler::preempt_for_share() {
   std::vector<size_t> order(queue.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return q.before(*queue[a], 0, *queue[b], 0, false); });
-  const size_t tenants = q.tenant_weights.size();
-  std::vector<int64_t> held(tenants + 1, 0);
   std::vector<const Request*> running;
   std::vector<bool> movable;
   for (const auto& r : running_) {
-    const int32_t t = r.req.tenant;
-    ++held[t >= 0 && static_cast<size_t>(t) < tenants ? static_cast<size_t>(t) : tenants];
     running.push_back(&r.req);
     movable.push_back(!r.frozen && !r.loading);
   }
-  q.share(queue, held, order);
+  q.share(queue, places_by_tenant(), order);
   const std::optional<size_t> victim = q.share_victim(*queue[order.front()], running, movable);
   if (!victim) return;
   retract(*victim);

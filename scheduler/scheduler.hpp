@@ -321,6 +321,9 @@ class Scheduler {
   // A tenant below its share of the places takes one from the tenant
   // furthest above its own (QueuePolicy::share_victim); one a step.
   void preempt_for_share();
+  // Running requests by tenant as QueuePolicy::share counts them (the last
+  // entry: tenants outside the weight table).
+  std::vector<int64_t> places_by_tenant() const;
   // Whose text in the n-gram table a request may draft from and adds to:
   // its tenant's (NgramTable's spaces).
   static uint64_t table_space(const Request& q) { return static_cast<uint32_t>(q.tenant); }
