@@ -230,32 +230,30 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   fb::GenerateRequestT g;
   g.request_id = o.request_id != 0 ? o.request_id : impl_->next_id++;
   if (!o.adapter.empty() || !o.stacked_adapters.empty()) {
+    // Names to the engine's ids; a name it does not serve (or further
+    // adapters without a first) fails the request here.
     const std::vector<AdapterInfo> list = adapters();
-    auto id_of = [&](const std::string& name) -> std::optional<int32_t> {
+    std::optional<std::string> refusal;
+    auto id_of = [&](const std::string& name) {
       const auto a = std::find_if(list.begin(), list.end(), [&](const AdapterInfo& x) { return x.name == name; });
-      if (a == list.end()) return std::nullopt;
-      return a->id;
+      if (a != list.end()) return a->id;
+      if (!refusal) refusal = name.empty() ? "further adapters need a first one (GenerateOptions::adapter)"
+                                           : "no LoRA adapter named '" + name + "' is loaded";
+      return 0;
     };
-    std::vector<std::string> names{o.adapter};
-    for (const auto& [name, scale] : o.stacked_adapters) names.push_back(name);
-    for (size_t i = 0; i < names.size(); ++i) {
-      const std::optional<int32_t> id = id_of(names[i]);
-      if (!id) {
-        TextDeltaEvent refused;
-        refused.request_id = g.request_id;
-        refused.finish = FinishReason::error;
-        refused.error = names[i].empty() ? std::string("further adapters need a first one (GenerateOptions::adapter)")
-                                         : "no LoRA adapter named '" + names[i] + "' is loaded";
-        refused.error_kind = ErrorKind::invalid_request;
-        on_delta(refused);
-        return refused;
-      }
-      if (i == 0) {
-        g.adapter = *id;
-      } else {
-        g.stacked_adapters.push_back(*id);
-        g.stacked_scales.push_back(o.stacked_adapters[i - 1].second);
-      }
+    g.adapter = id_of(o.adapter);
+    for (const auto& [name, scale] : o.stacked_adapters) {
+      g.stacked_adapters.push_back(id_of(name));
+      g.stacked_scales.push_back(scale);
+    }
+    if (refusal) {
+      TextDeltaEvent refused;
+      refused.request_id = g.request_id;
+      refused.finish = FinishReason::error;
+      refused.error = *refusal;
+      refused.error_kind = ErrorKind::invalid_request;
+      on_delta(refused);
+      return refused;
     }
   }
   if (!o.input_ids.empty()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "messages/sampling_conversion.hpp"
+#include "scheduler/request.hpp"
 
 namespace actorlm {
 
@@ -37,8 +38,9 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
     const auto* stacked = r->stacked_adapters();
     const auto* scales = r->stacked_scales();
     const size_t n_stacked = stacked ? stacked->size() : 0;
-    if (n_stacked != (scales ? scales->size() : 0) || n_stacked > 64) {
-      return fail("stacked_adapters and stacked_scales must be of one length, at most 64");
+    if (n_stacked != (scales ? scales->size() : 0) || n_stacked > kMaxStackedAdapters) {
+      return fail("stacked_adapters and stacked_scales must be of one length, at most " +
+                  std::to_string(kMaxStackedAdapters));
     }
     for (size_t k = 0; k < n_stacked; ++k) d.batch.reqs.back().stacked_adapters.emplace_back(stacked->Get(k), scales->Get(k));
     SamplingParams p = msg::from_fb(r->sampling());
