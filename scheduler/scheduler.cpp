@@ -437,11 +437,8 @@ void Scheduler::finish(Running& r, FinishReason reason, std::vector<TokenEvent>&
     kv_.abort(kv);
     ++stats_.aborted;
   } else {
-    if (r.req.shares_kv()) {
-      kv_.finish(kv);
-    } else {
-      kv_.abort(kv);  // its own KV: nobody else can use it
-    }
+    Request* done[] = {&r.req};
+    release_kv(done);
     ++stats_.finished;
     remember(r.req);
   }
@@ -858,15 +855,18 @@ void Scheduler::expire_waiting(std::vector<TokenEvent>& events) {
   }
 }
 
+void Scheduler::release_kv(std::span<Request* const> reqs) {
+  std::vector<RequestKv*> shared, own;
+  for (Request* q : reqs) (q->shares_kv() ? shared : own).push_back(&q->kv);
+  if (!shared.empty()) kv_.finish(shared);
+  if (!own.empty()) kv_.abort(own);  // its own KV: nobody else can use it
+}
+
 void Scheduler::retract(size_t index) {
   Running r = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<ptrdiff_t>(index));
-  RequestKv* kv[] = {&r.req.kv};
-  if (r.req.shares_kv()) {
-    kv_.finish(kv);  // its KV stays in the radix cache for a cheap re-prefill
-  } else {
-    kv_.abort(kv);
-  }
+  Request* back[] = {&r.req};
+  release_kv(back);  // its KV stays in the radix cache for a cheap re-prefill
   r.req.kv = RequestKv{};
   ++r.req.retractions;
   ++stats_.retractions;
@@ -1450,16 +1450,15 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
     running_.erase(it);
   }
   if (!done.empty()) {
-    std::vector<RequestKv*> kvs, own;
+    std::vector<Request*> finished;
     for (auto& r : running_) {
       if (std::find(done.begin(), done.end(), r.req.id) != done.end()) {
-        (r.req.shares_kv() ? kvs : own).push_back(&r.req.kv);
+        finished.push_back(&r.req);
         remember(r.req);
       }
     }
-    if (!kvs.empty()) kv_.finish(kvs);
-    if (!own.empty()) kv_.abort(own);
-    stats_.finished += static_cast<int64_t>(kvs.size() + own.size());
+    release_kv(finished);
+    stats_.finished += static_cast<int64_t>(finished.size());
     std::erase_if(running_, [&](const Running& r) { return std::find(done.begin(), done.end(), r.req.id) != done.end(); });
   }
 }

@@ -321,6 +321,9 @@ class Scheduler {
   // A tenant below its share of the places takes one from the tenant
   // furthest above its own (QueuePolicy::share_victim); one a step.
   void preempt_for_share();
+  // A request done or sent back: KV others may use goes into the radix
+  // cache, a request's own (Request::shares_kv) is freed.
+  void release_kv(std::span<Request* const> reqs);
   // Running requests by tenant as QueuePolicy::share counts them (the last
   // entry: tenants outside the weight table).
   std::vector<int64_t> places_by_tenant() const;
