@@ -192,7 +192,7 @@ TEST_CASE("an 8-digit U escape beyond U+10FFFF is refused before xgrammar parses
   CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "a[\\U0001F600]b"}));
 }
 
-TEST_CASE("a \\x escape beyond U+10FFFF is refused before xgrammar parses it, however many digits", "[grammar]") {
+TEST_CASE("a backslash-x escape beyond U+10FFFF is refused before xgrammar parses it, however many digits", "[grammar]") {
   // xgrammar 0.2.8 takes every hex digit after \x into a signed int
   // (constraint_fuzz's second finding, 2026-12-06: "\xfbbbbbbb..." in a regex).
   CHECK_THROWS_WITH(compiler().start({ConstraintKind::regex, "(tru\\xfbbbbbbbbbbbbbbbbbbbbbbbbbL)"}),
