@@ -205,3 +205,19 @@ TEST_CASE("a backslash-x escape beyond U+10FFFF is refused before xgrammar parse
   CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "a[\\x00000041-\\x5A]b"}));
   CHECK_NOTHROW(compiler().start({ConstraintKind::regex, "\\x10FFFF?"}));
 }
+
+TEST_CASE("a control character escaped before hex digits in a regex class stays itself, not a longer escape", "[grammar]") {
+  // xgrammar 0.2.8's regex converter wrote an escaped control character (\cU, or a
+  // backslash before the raw byte) into the EBNF it generates as "\x15", whose reader
+  // took the "a" after it as well: the class became U+015A alone (constraint_fuzz's third
+  // finding). scripts/patches/ makes it "\u0015".
+  for (const std::string regex : {"[\\cUa]+", "[\\\x15" "a]+"}) {
+    INFO(regex);
+    CHECK(feed(*compiler().start({ConstraintKind::regex, regex}), "aa") == tokenizer().encode("aa", false, false).size());
+    CHECK(feed(*compiler().start({ConstraintKind::regex, regex}), "\x15") == 1);
+    CHECK(feed(*compiler().start({ConstraintKind::regex, regex}), "\u015a") == 0);
+  }
+  // A long run of digits overflowed the reader (UBSan); they are the class's own members now.
+  const std::string pattern = R"({"type": "string", "pattern": "^[\\cU)" + std::string(40, 'E') + R"(]+$"})";
+  CHECK(feed(*compiler().start({ConstraintKind::json_schema, pattern}), "\"EE\"") == tokenizer().encode("\"EE\"", false, false).size());
+}
