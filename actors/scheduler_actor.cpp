@@ -65,6 +65,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.max_draft_tokens = m.max_draft_tokens();
   if (m.prediction()) r.prediction.assign(m.prediction()->begin(), m.prediction()->end());
   r.hold_after_prefill = m.hold_after_prefill();
+  r.stream_held_kv = m.stream_held_kv();
   if (m.resume_output()) r.output.assign(m.resume_output()->begin(), m.resume_output()->end());
   if (const fb::Constraint* c = m.constraint(); c && c->kind() != 0) {
     if (c->kind() > static_cast<uint8_t>(ConstraintKind::ebnf)) {

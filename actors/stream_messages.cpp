@@ -75,6 +75,7 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
     item->error_kind = to_fb(e.error_kind);
     item->held = e.held;
     item->held_rows = e.held_rows;
+    item->held_progress = e.held_progress;
     item->usage = std::make_unique<fb::UsageT>();
     item->usage->prompt_tokens = e.prompt_tokens;
     item->usage->completion_tokens = e.completion_tokens;

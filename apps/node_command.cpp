@@ -32,7 +32,8 @@ constexpr const char* usage =
     "                    [--hicache-size GB] [--hicache-dtype same|f16|q8_0] [--hicache-write-policy write_through|write_back]\n"
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
     "                    [--hicache-prefetch-policy best_effort|wait_complete|timeout] [--hicache-prefetch-timeout-ms 1000]\n"
-    "                    [--kv-data-port 0] [--kv-trusted-fabric] [--kv-transport socket|ucx] [--drain] [--drain-timeout 300]\n"
+    "                    [--kv-data-port 0] [--kv-trusted-fabric] [--kv-transport socket|ucx] [--kv-stream on|off]\n"
+    "                    [--drain] [--drain-timeout 300]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
     "from the same CA. Port 0 picks a free port; the line 'listening on HOST:PORT' says which.\n"
@@ -50,6 +51,8 @@ constexpr const char* usage =
     "where the cipher would cost more than the wire (docs/SECURITY.md). --kv-transport ucx (both\n"
     "nodes) carries those frames over UCX where it reaches the other node through shared memory or\n"
     "RDMA, still sealed or checked; else, and by default, over the TCP socket (docs/CLUSTER.md).\n"
+    "A prefill node sends a long prompt's KV over the data plane while its later chunks are still\n"
+    "computed, so the transfer overlaps the prefill; --kv-stream off sends it once all is computed.\n"
     "--drain: on SIGTERM or SIGINT the node first asks its heads to move its running requests, with\n"
     "their KV, to other nodes and to route nothing more to it, and exits once it has none left (or\n"
     "after --drain-timeout seconds, or at a second signal): a rolling restart fails no request\n"
@@ -61,7 +64,7 @@ void on_signal(int) { signals = signals + 1; }
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--drain-timeout"}),
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--kv-stream", "--drain-timeout"}),
                  {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, tenant_preemption_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -90,6 +93,9 @@ int node_command(int argc, char** argv, int first) {
   if (nc.kv_transport == DataTransport::ucx) {
     if (const std::string why = ucx_unavailable(); !why.empty()) throw cli::UsageError("--kv-transport ucx: " + why);
   }
+  const std::string stream = args.str("--kv-stream").value_or("on");
+  if (stream != "on" && stream != "off") throw cli::UsageError("--kv-stream must be on or off");
+  nc.kv_stream = stream == "on";
   const bool drain = args.has("--drain");
   const auto drain_timeout = std::chrono::seconds(args.integer("--drain-timeout", 300, 0, 86400));
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).

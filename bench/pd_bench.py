@@ -16,8 +16,12 @@ The transfer table is made for each KV plane asked for (--planes), in alternated
 data plane, AES-256-GCM, the default) and `trusted` (the data plane, --kv-trusted-fabric on both
 nodes), `sealed-worker` / `trusted-worker` (the same with the rows copied through each node's
 worker actor, as a device pool's are, instead of in place), and `sealed-ucx` / `trusted-ucx`
-(the data plane's frames over UCX, `--kv-transport ucx` on both nodes); it adds each prompt's time to first
-token through the pair, against the plain node's.
+(the data plane's frames over UCX, `--kv-transport ucx` on both nodes), `sealed-whole` /
+`trusted-whole` (the prefill node with `--kv-stream off`: the KV goes once the whole prompt is
+computed, instead of each chunk's as it is); it adds each prompt's time to first token through
+the pair, against the plain node's. A streamed transfer's "transfer ms" is what it took after
+the prompt's last chunk (what it adds to the time to first token), its GB/s the whole prompt's
+bytes over that time, and "early" the share of its chunks that went while the prompt computed.
 
 usage: pd_bench.py [--actorlm build/apps/actorlm] [--rounds 2] [--planes sealed] [--no-itl]
                    [--out docs/bench/pd.json]
@@ -70,7 +74,10 @@ PLANES = {"middleman": ([], ["--kv-data-port", "-1"], None), "sealed": ([], [], 
           "trusted-worker": (["--kv-trusted-fabric"], ["--kv-trusted-fabric"], THROUGH_WORKER),
           "sealed-ucx": (["--kv-transport", "ucx"], ["--kv-transport", "ucx"], None),
           "trusted-ucx": (["--kv-trusted-fabric", "--kv-transport", "ucx"],
-                          ["--kv-trusted-fabric", "--kv-transport", "ucx"], None)}
+                          ["--kv-trusted-fabric", "--kv-transport", "ucx"], None),
+          # The prompt's KV sent once all of it is computed, not as its chunks compute.
+          "sealed-whole": (["--kv-stream", "off"], [], None),
+          "trusted-whole": (["--kv-trusted-fabric", "--kv-stream", "off"], ["--kv-trusted-fabric"], None)}
 
 
 def node(binary, core, mode=None, extra=(), env=None):
@@ -154,7 +161,7 @@ def transfer_table(binary, plane, prefill_s):
     h = head(binary, [p, d])
     stream(h.port, fresh_prompt(16, rng), 2)  # the prefill node joins the decode node
     for n in SIZES:
-        sent, ttft = [], []
+        sent, ttft, early = [], [], []
         for _ in range(3):
             before = len(p.lines)
             ttft.append(stream(h.port, fresh_prompt(n, rng), 2)[0])
@@ -163,6 +170,8 @@ def transfer_table(binary, plane, prefill_s):
                 m = re.search(r"sent (\d+) tokens \(([\d.]+) MB, (\d+) chunks\) .* in ([\d.]+) ms \(([\d.]+) GB/s\)", line)
                 if m:
                     sent.append((int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))))
+                    e = re.search(r"streamed: (\d+) of its (\d+) chunks", line)
+                    early.append(int(e.group(1)) / int(e.group(2)) if e else 0.0)
         tokens = sent[0][0]
         mb = statistics.median(s[1] for s in sent)
         ms = statistics.median(s[3] for s in sent)
@@ -171,7 +180,8 @@ def transfer_table(binary, plane, prefill_s):
             raise SystemExit(f"{plane}: the transfers did not take the plane asked for")
         rows.append({"plane": plane, "prompt_tokens": tokens, "mb": mb, "chunks": sent[0][2], "transfer_ms": ms,
                      "gb_per_s": mb / 1e3 / (ms / 1e3), "memcpy_gb_per_s": memcpy_gbs(int(mb * 1e6)),
-                     "prefill_ms": prefill_s[n] * 1e3, "pd_ttft_ms": statistics.median(ttft) * 1e3})
+                     "prefill_ms": prefill_s[n] * 1e3, "pd_ttft_ms": statistics.median(ttft) * 1e3,
+                     "early_share": statistics.median(early) if early else 0.0})
     h.stop()
     p.stop()
     d.stop()
@@ -236,15 +246,15 @@ def main():
         for plane in planes if i % 2 == 0 else reversed(planes):
             transfer += transfer_table(a.actorlm, plane, prefill_s)
     print("| plane | round | prompt tokens | KV MB | chunks | transfer ms | GB/s | memcpy GB/s | prefill ms | "
-          "transfer / prefill | PD TTFT ms | PD TTFT / prefill |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "transfer / prefill | PD TTFT ms | PD TTFT / prefill | early |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     seen = {}
     for r in transfer:
         seen[(r["plane"], r["prompt_tokens"])] = seen.get((r["plane"], r["prompt_tokens"]), 0) + 1
         print(f"| {r['plane']} | {seen[(r['plane'], r['prompt_tokens'])]} | {r['prompt_tokens']} | {r['mb']:.1f} | "
               f"{r['chunks']} | {r['transfer_ms']:.1f} | {r['gb_per_s']:.2f} | {r['memcpy_gb_per_s']:.1f} | "
               f"{r['prefill_ms']:.0f} | {r['transfer_ms'] / r['prefill_ms']:.1%} | {r['pd_ttft_ms']:.0f} | "
-              f"{r['pd_ttft_ms'] / r['prefill_ms']:.2f}x |")
+              f"{r['pd_ttft_ms'] / r['prefill_ms']:.2f}x | {r['early_share']:.0%} |")
     itl = {"pd": [], "dp": []}
     for _ in range(0 if a.no_itl else a.rounds):
         for mode in ("dp", "pd"):

@@ -85,6 +85,12 @@ struct Request {
   // Prefill/decode disaggregation, prefill side: stop after the first token
   // and hold the prompt's KV (slot, rows, locks) until Scheduler::release.
   bool hold_after_prefill = false;
+  // With hold_after_prefill: report the prompt's KV rows as its chunks are
+  // computed (TokenEvent::held_progress), so that they can be sent while the
+  // rest is computed. A transfer may then read its rows at any moment, so
+  // nothing but an abort or release ends it: what would end or requeue it
+  // parks it, rows and all, in the held requests (Scheduler::park).
+  bool stream_held_kv = false;
   // Speculative decoding: the most tokens drafted for it in one step
   // (llama-server's `speculative.n_max`), never more than the engine's
   // num_draft_tokens; 0 keeps it to one token per step, -1 takes the

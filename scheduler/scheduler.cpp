@@ -762,8 +762,13 @@ std::optional<size_t> Scheduler::retraction_victim(bool movable_only, const Requ
   std::optional<size_t> victim;
   for (size_t i = 0; i < running_.size(); ++i) {
     const Running& r = running_[i];
-    if (movable_only && (r.frozen || r.loading || &r.req == spare)) continue;
-    if (!victim || config_.queue.goes_back_before(r.req, running_[*victim].req)) victim = i;
+    if (movable_only && (r.frozen || r.loading || r.streamed > 0 || &r.req == spare)) continue;
+    // One whose KV streams out goes last: it cannot go back, it fails (park).
+    const bool streams = r.streamed > 0;
+    if (!victim || (running_[*victim].streamed > 0 && !streams) ||
+        ((running_[*victim].streamed > 0) == streams && config_.queue.goes_back_before(r.req, running_[*victim].req))) {
+      victim = i;
+    }
   }
   return victim;
 }
@@ -862,7 +867,24 @@ void Scheduler::release_kv(std::span<Request* const> reqs) {
   if (!own.empty()) kv_.abort(own);  // its own KV: nobody else can use it
 }
 
+void Scheduler::park(size_t index, TokenEvent e) {
+  held_.push_back(std::move(running_[index]));
+  running_.erase(running_.begin() + static_cast<ptrdiff_t>(index));
+  pending_.push_back(std::move(e));
+}
+
+TokenEvent Scheduler::streaming_failed(const Request& q, const std::string& why) const {
+  TokenEvent e = event_for(q);
+  e.finish = FinishReason::error;
+  e.error = why + " while its KV streamed to the decode node; try it again";
+  e.error_kind = ErrorKind::unavailable;
+  return e;
+}
+
 void Scheduler::retract(size_t index) {
+  if (running_[index].streamed > 0) {
+    return park(index, streaming_failed(running_[index].req, "it was preempted"));
+  }
   Running r = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<ptrdiff_t>(index));
   Request* back[] = {&r.req};
@@ -1056,6 +1078,18 @@ void Scheduler::forget_kv(const std::string& why, std::vector<TokenEvent>& event
     }
     q->clear();
   }
+  // A request whose KV was streaming has nothing left to send.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (it->streamed == 0) {
+      ++it;
+      continue;
+    }
+    RequestKv* kv[] = {&it->req.kv};
+    kv_.abort(kv);
+    events.push_back(streaming_failed(it->req, "its KV was lost with the worker (" + why + ")"));
+    ++stats_.aborted;
+    it = running_.erase(it);
+  }
   // Back to the queue in their order of arrival, ahead of what waited:
   // as a retraction, but no row of theirs may enter the cache.
   std::stable_sort(running_.begin(), running_.end(),
@@ -1165,6 +1199,10 @@ void Scheduler::recover(std::vector<Planned>& plan, const std::string& error, st
   for (auto id = ids.rbegin(); id != ids.rend(); ++id) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == *id; });
     if (it == running_.end()) continue;
+    if (it->streamed > 0) {
+      park(static_cast<size_t>(it - running_.begin()), streaming_failed(it->req, "a step computing its prompt failed (" + error + ")"));
+      continue;
+    }
     Request q = std::move(it->req);
     running_.erase(it);
     // The rows this step allocated were never written (or half written):
@@ -1217,7 +1255,13 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
     // cannot fit is an error rather than a livelock.
     memory_short_ = true;
     if (std::none_of(running_.begin(), running_.end(), [](const Running& r) { return r.decoding; })) {
-      if (running_.size() == 1) {
+      if (running_.size() == 1 && running_.front().streamed > 0) {
+        TokenEvent e = event_for(running_.front().req);
+        e.finish = FinishReason::error;
+        e.error = "the KV pool is too small for this request";
+        e.error_kind = ErrorKind::invalid_request;
+        park(0, std::move(e));
+      } else if (running_.size() == 1) {
         finish(running_.front(), FinishReason::error, events, "the KV pool is too small for this request",
                ErrorKind::invalid_request);
         running_.clear();
@@ -1440,6 +1484,28 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       }
     }
     kv_.cache_unfinished(to_cache);
+  }
+  // Streamed prompts: the rows of what is cached now (and locked by the
+  // request) stay where they are until it ends, so they may go out while
+  // the rest computes. A page's tail past the cached prefix may still be
+  // swapped for the tree's rows by a later caching: it waits.
+  for (auto& p : plan) {
+    Running& r = *p.run;
+    const Request& q = r.req;
+    if (p.sample || !q.hold_after_prefill || !q.stream_held_kv || q.kv.prefix_len <= r.streamed) continue;
+    TokenEvent e = event_for(q);
+    e.held_progress = true;
+    e.held_rows.assign(q.kv.kv.begin(), q.kv.kv.begin() + q.kv.prefix_len);
+    events.push_back(std::move(e));
+    r.streamed = q.kv.prefix_len;
+  }
+  // One that ended with its first token (max_tokens 1, a stop) keeps its
+  // rows for the gateway's abort, as any streaming request does.
+  for (uint64_t id : done) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == id; });
+    if (it == running_.end() || it->streamed == 0) continue;
+    held_.push_back(std::move(*it));
+    running_.erase(it);
   }
   for (uint64_t id : hold) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.req.id == id; });

@@ -107,6 +107,10 @@ struct TokenEvent {
   // held for a transfer (Scheduler::held); the request goes no further here.
   bool held = false;
   std::vector<int32_t> held_rows;  // held: its prompt's KV rows, one per token
+  // Request::stream_held_kv: the KV of the prompt's first held_rows.size()
+  // tokens is computed and stays where it is (cached and locked), so it
+  // may be sent now; no token comes with it.
+  bool held_progress = false;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   // Speculative decoding so far: tokens drafted for it and kept.
   int32_t draft_tokens = 0, accepted_draft_tokens = 0;
@@ -259,6 +263,7 @@ class Scheduler {
     bool decoding = false;
     bool loading = false;      // its blocks come from the tiers over several steps (load_budget_)
     bool frozen = false;       // held for a live migration (freeze), not for a PD transfer
+    int32_t streamed = 0;      // rows reported (held_progress): while > 0 a transfer may be reading them
     DraftPace pace;            // how its drafts fare (speculative decoding)
     size_t prediction_at = 0;  // where its output was last found in its prediction (PredictionLookup)
     bool table_drafted = false;  // its drafts this step came from ngram_table_
@@ -353,6 +358,11 @@ class Scheduler {
   // Requests that waited past the queue timeout end with ErrorKind::timeout.
   void expire_waiting(std::vector<TokenEvent>& events);
   void retract(size_t index);
+  // Takes a streaming request (Running::streamed) out of the batch with its
+  // rows into held_, where only an abort (once its transfer has stopped
+  // reading them) or a release lets them go; `e` goes out with the next step.
+  void park(size_t index, TokenEvent e);
+  TokenEvent streaming_failed(const Request& q, const std::string& why) const;
   // kv_.extend, then (write-back) the evicted KV copied to the tiers below
   // before anything can overwrite it.
   bool extend(std::span<RequestKv* const> kvs, std::span<const std::vector<int32_t>> tokens);

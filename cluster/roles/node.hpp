@@ -46,6 +46,9 @@ struct NodeConfig {
   // --kv-transport: UCX under the data plane, where both ends run it
   // (cluster/transport/ucx_link.hpp); else TCP sockets.
   DataTransport kv_transport = DataTransport::socket;
+  // A prefill node's prompts send their KV over the data plane while their
+  // later chunks compute (KvSenderConfig::stream).
+  bool kv_stream = true;
 };
 
 class Node {

@@ -45,6 +45,13 @@ struct Handoff {
   uint64_t ticket = 0;
   int32_t skip = 0;  // leading rows the receiving node has already
   bool sending = false;  // its transfer is under way: the sender may be reading its rows
+  // A prefill node's request streams its prompt's KV (stream_held_kv): its
+  // transfer opened with the first rows computed (`streaming`), and the
+  // scheduler reported rows (`progressed`), so it keeps them until the
+  // gateway aborts or releases it, whatever ends it.
+  bool streaming = false;
+  bool progressed = false;
+  int32_t prompt_tokens = 0;
   bool migrating = false;      // frozen by kv_freeze
   std::vector<int32_t> rows;   // migrating: its rows (prompt ++ output but the last token)
   int32_t cached_tokens = 0;   // migrating: its usage's, for the target to report
@@ -74,6 +81,9 @@ struct GatewayState {
     std::string reason;
   };
   std::map<uint64_t, Fenced> fenced;
+  // Requests whose cancellation went to the scheduler: rows it reports
+  // after that are being freed, so no transfer may start on them.
+  std::set<uint64_t> cancelled;
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   // Nonces handed out by hello and not yet used by a join. Keyed by the
@@ -120,6 +130,7 @@ std::vector<uint8_t> refusal(const std::string& why) {
 
 void forget(GatewayState& s, uint64_t local_id) {
   s.handoffs.erase(local_id);
+  s.cancelled.erase(local_id);
   s.abort_reasons.erase(local_id);
   // It ended: any transfer it had was committed or dropped before, so this
   // closes nothing with writes in flight.
@@ -162,6 +173,7 @@ void cancel_at_scheduler(Self* self, bool stop, const std::vector<uint64_t>& ids
       s.fenced.emplace(id, GatewayState::Fenced{stop, reason});
     } else {
       now.request_ids.push_back(id);
+      if (s.routes.count(id)) s.cancelled.insert(id);  // forget() erases it
     }
   }
   if (now.request_ids.empty()) return;
@@ -222,7 +234,11 @@ void on_generate(Self* self, const WireMessage& sealed) {
     h.address = req->handoff_address;
     h.ticket = req->handoff_ticket;
     h.skip = req->handoff_skip;
+    h.prompt_tokens = static_cast<int32_t>(req->input_ids.size());
     s.handoffs[local] = std::move(h);
+    // Its rows go out as its chunks compute (the sender decides whether
+    // they go at once: over the data plane, or after it as before).
+    req->stream_held_kv = static_cast<bool>(s.kv_sender);
   }
   req->request_id = local;
   self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(*req)}, caf::actor_cast<caf::actor>(self));
@@ -255,25 +271,46 @@ void on_cancel(Self* self, Atom, const WireMessage& sealed) {
 // named. Once that node has it all and has started the request, the prompt
 // is released here (it stays in this node's radix cache) and the head gets
 // the held item, which tells it the prefill side is done. A failed transfer
-// aborts the request, and the head sees that abort.
+// aborts the request, and the head sees that abort. With stream_held_kv the
+// rows come part by part (held_progress items) before the held one: the
+// first opens a streamed transfer, the rest extend it.
 void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
   auto& s = self->state;
+  // Its cancellation is on its way to the scheduler, which frees the rows:
+  // nothing may read them, and the abort's event answers the head.
+  if (s.cancelled.count(local)) return;
   auto h = s.handoffs.find(local);
-  if (h == s.handoffs.end() || !s.kv_sender || item.token_ids.size() != 1) {
+  const bool progress = item.held_progress;
+  if (h == s.handoffs.end() || !s.kv_sender || (!progress && item.token_ids.size() != 1)) {
     return abort_local(self, local, "held request with nowhere to send its KV");
+  }
+  if (progress) h->second.progressed = true;
+  const int32_t skip = h->second.skip;
+  // Rows the decode node has already: nothing to send yet.
+  if (progress && static_cast<size_t>(skip) >= item.held_rows.size()) return;
+  if (skip < 0 || static_cast<size_t>(skip) >= item.held_rows.size() ||
+      item.held_rows.size() > static_cast<size_t>(h->second.prompt_tokens)) {
+    return abort_local(self, local, "the head named " + std::to_string(skip) + " of " +
+                                        std::to_string(item.held_rows.size()) + " prompt tokens as the decode node's");
   }
   fb::KvSendOrderT order;
   order.ticket = h->second.ticket;
   order.address = h->second.address;
-  const int32_t skip = h->second.skip;
-  if (skip < 0 || static_cast<size_t>(skip) >= item.held_rows.size()) {
-    return abort_local(self, local, "the head named " + std::to_string(skip) + " of " +
-                                        std::to_string(item.held_rows.size()) + " prompt tokens as the decode node's");
-  }
   order.rows.assign(item.held_rows.begin() + skip, item.held_rows.end());
-  order.first_token = item.token_ids[0];
-  order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
-  order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
+  order.streaming = progress;
+  order.total_tokens = h->second.prompt_tokens - skip;
+  if (!progress) {
+    order.first_token = item.token_ids[0];
+    order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
+    order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
+  }
+  if (h->second.streaming) {
+    // Its transfer is open: this extends it; the first order's answer
+    // still ends it.
+    if (h->second.sending) self->send(s.kv_sender, kv_send_more_atom::value, WireMessage{msg::pack(order)});
+    return;
+  }
+  h->second.streaming = progress;
   h->second.sending = true;
   // Until the answer, nothing else may let the held rows go.
   auto answered = [self, local] {
@@ -308,6 +345,19 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
           });
 }
 
+// A request that streamed its prompt's KV and ended at the scheduler (a stop
+// at its first token, an error, a preemption) kept its rows there
+// (Scheduler::park): they go once its transfer has stopped reading them.
+void release_streamed(Self* self, uint64_t local) {
+  auto& s = self->state;
+  auto h = s.handoffs.find(local);
+  if (h == s.handoffs.end() || !h->second.progressed || s.cancelled.count(local)) return;
+  if (!h->second.sending) return cancel_at_scheduler(self, false, {local}, "its request ended");
+  if (s.fenced.emplace(local, GatewayState::Fenced{false, "its request ended"}).second) {
+    self->send(s.kv_sender, kv_send_stop_atom::value, h->second.ticket);
+  }
+}
+
 // The scheduler's TokenStream, split by head, with the heads' own ids.
 void on_stream(Self* self, const WireMessage& in) {
   auto& s = self->state;
@@ -322,11 +372,12 @@ void on_stream(Self* self, const WireMessage& in) {
   for (auto& item : ts->items) {
     auto it = s.routes.find(item->request_id);
     if (it == s.routes.end()) continue;  // its head is gone
-    if (item->held) {
+    if (item->held || item->held_progress) {
       send_held(self, item->request_id, *item);
       continue;
     }
     const bool done = item->finish_reason != fb::FinishReason::None;
+    if (done) release_streamed(self, it->first);
     if (item->finish_reason == fb::FinishReason::Abort && item->error.empty()) {
       if (auto why = s.abort_reasons.find(it->first); why != s.abort_reasons.end()) {
         item->error = why->second;

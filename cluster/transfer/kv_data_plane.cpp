@@ -23,11 +23,16 @@
 namespace actorlm {
 namespace {
 
-constexpr char kMagic[] = "actorlm-kv2";  // 11 bytes on the wire, no terminator
+constexpr char kMagic[] = "actorlm-kv3";  // 11 bytes on the wire, no terminator
 constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
 constexpr size_t kNonce = nonce_bytes;
 constexpr size_t kHello = kMagicBytes + 1 + 8 + kNonce;
 constexpr size_t kChunkHeader = 8 + 5 * 4;
+// A frame with this header and no payload: the sender is alive and waits
+// for rows still being computed (a streamed prompt), so a receiver's
+// timeout for a silent peer does not end a transfer behind a long prefill.
+constexpr char kKeepalive[] = "wait";
+constexpr size_t kKeepaliveHeader = sizeof(kKeepalive) - 1;
 constexpr uint64_t kMaxChunk = 256ull << 20;
 constexpr size_t kMaxAckError = 1000;
 // A peer that has not proven a session yet: how many at once, and how long
@@ -158,6 +163,40 @@ void KvDataCancel::attach(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   fd_ = fd;
   if (cancelled_ && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+void KvDataFeed::add(std::vector<int32_t> rows, std::span<const KvChunkRange> chunks, bool last) {
+  {
+    std::lock_guard lock(mu_);
+    rows_ = std::move(rows);
+    plan_.insert(plan_.end(), chunks.begin(), chunks.end());
+    if (last) open_ = false;
+  }
+  cv_.notify_all();
+}
+
+void KvDataFeed::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool KvDataFeed::stopped() const {
+  std::lock_guard lock(mu_);
+  return stopped_;
+}
+
+bool KvDataFeed::next(size_t have, std::chrono::milliseconds wait, std::vector<int32_t>& rows,
+                      std::vector<KvChunkRange>& plan, bool& open) {
+  std::unique_lock lock(mu_);
+  const bool ready = cv_.wait_for(lock, wait, [&] { return stopped_ || !open_ || plan_.size() > have; });
+  if (!ready || stopped_) return false;
+  rows = rows_;
+  plan = plan_;
+  open = open_;
+  return true;
 }
 
 uint64_t DataSessions::id_of(const std::vector<uint8_t>& key) {
@@ -323,6 +362,10 @@ void KvDataServer::serve(int fd) {
     std::vector<std::span<uint8_t>> in_place;
     uint64_t bytes = 0;
     while (!stopping_ && in.next(header, bytes)) {
+      if (header.size() == kKeepaliveHeader && bytes == 0 && std::memcmp(header.data(), kKeepalive, kKeepaliveHeader) == 0) {
+        in.skip_payload();
+        continue;
+      }
       if (header.size() != kChunkHeader) throw DataChannelError("a malformed KV chunk header");
       const uint64_t ticket = get_le<uint64_t>(header.data());
       const KvChunkRange range{get_le<int32_t>(header.data() + 12), get_le<int32_t>(header.data() + 16), get_le<int32_t>(header.data() + 20),
@@ -437,7 +480,10 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       ucx.reset();
     }
     caf::scoped_actor self{system};
-    const auto tokens = static_cast<int32_t>(send.rows.size());
+    std::vector<int32_t> rows_now = send.rows;
+    std::vector<KvChunkRange> plan = send.plan;
+    bool open = send.feed != nullptr;  // more rows may come
+    const auto tokens = send.feed ? send.tokens : static_cast<int32_t>(send.rows.size());
     size_t acked = 0;
     auto take_ack = [&] {
       std::vector<uint8_t> header;
@@ -448,17 +494,29 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       if (header.size() > 8) throw DataChannelError("the decode node refused a chunk: " + std::string(header.begin() + 8, header.end()));
       ++acked;
     };
+    // While rows are still being computed, a keepalive at this interval:
+    // well inside the receiver's timeout for a silent peer.
+    const auto keepalive = std::max(std::chrono::milliseconds(10), send.timeout / 4);
     // At most a few chunks unacknowledged, so neither side's socket buffer
     // fills with what the other is not reading.
     constexpr size_t kWindow = 4;
     std::vector<std::span<uint8_t>> in_place;
     std::vector<std::span<const uint8_t>> pieces;
     std::vector<uint8_t> data;
-    for (size_t i = 0; i < send.plan.size(); ++i) {
+    for (size_t i = 0;; ++i) {
+      while (i == plan.size() && open) {
+        // Everything computed so far is sent: wait for more. (Acknowledgements
+        // wait in the socket meanwhile: at most kWindow of them.)
+        if (send.feed->next(i, keepalive, rows_now, plan, open)) continue;
+        if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
+        out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
+      }
+      if (i == plan.size()) break;
       if (send.cancel && send.cancel->cancelled()) throw DataChannelError("cancelled");
-      const KvChunkRange& r = send.plan[i];
-      const std::span<const int32_t> rows = std::span(send.rows).subspan(static_cast<size_t>(r.first_token),
-                                                                         static_cast<size_t>(r.last_token - r.first_token));
+      const KvChunkRange& r = plan[i];
+      if (r.last_token > static_cast<int32_t>(rows_now.size())) throw DataChannelError("a chunk past the rows computed");
+      const std::span<const int32_t> rows = std::span(rows_now).subspan(static_cast<size_t>(r.first_token),
+                                                                        static_cast<size_t>(r.last_token - r.first_token));
       pieces.clear();
       if (send.spans) {
         if (!send.spans(rows, r.first_layer, r.last_layer, in_place)) throw DataChannelError("reading KV: no pool in place");
@@ -472,13 +530,16 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
         if (!error.empty()) throw DataChannelError(error);
         pieces.emplace_back(data.data(), data.size());
       }
-      if (static_cast<int64_t>(i) == send.corrupt_chunk) out.damage_next_payload();
+      const int64_t nth = send.sent ? send.sent->fetch_add(1) : static_cast<int64_t>(i);
+      if (nth == send.corrupt_chunk) out.damage_next_payload();
       out.send(chunk_header(send.ticket, tokens, r), pieces);
+      ++result.chunks;
+      if (open) ++result.early_chunks;
       for (auto p : pieces) result.bytes += static_cast<int64_t>(p.size());
       if (i + 1 - acked > kWindow) take_ack();
       if (send.pause_per_chunk.count() > 0) pause(send, target, i);
     }
-    while (acked < send.plan.size()) take_ack();
+    while (acked < plan.size()) take_ack();
   } catch (const std::exception& e) {
     result.error = e.what();
     // A refused handshake shows here only as a closed connection.

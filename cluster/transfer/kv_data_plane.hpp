@@ -40,10 +40,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,14 +142,46 @@ class KvDataCancel {
   bool cancelled_ = false;
 };
 
+// A transfer that starts before all of its rows are computed (a prefill
+// node streams a prompt's KV while its later chunks compute): the sender's
+// actor adds rows and the chunks that cover them as they become ready, the
+// transfer's thread sends them as they come. Chunks ranges index the whole
+// row list, which only grows.
+class KvDataFeed {
+ public:
+  // The rows so far (a longer list than before, the same at its start) and
+  // the new chunks; `last`: nothing more comes.
+  void add(std::vector<int32_t> rows, std::span<const KvChunkRange> chunks, bool last);
+  // Ends the transfer's waiting (it was cut short).
+  void stop();
+  // Waits at most `wait` for chunks past `have`; then the current rows,
+  // chunks and whether more may come. False when it waited in vain (the
+  // caller keeps the connection alive and asks again) or was stopped.
+  bool next(size_t have, std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan,
+            bool& open);
+  bool stopped() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> rows_;
+  std::vector<KvChunkRange> plan_;
+  bool open_ = true, stopped_ = false;
+};
+
 struct KvDataSend {
   uint64_t ticket = 0;
   std::vector<int32_t> rows;  // the prompt's rows in this node's pool
   std::vector<KvChunkRange> plan;
+  // Or, when set, the rows and chunks come from here as they are computed,
+  // and the transfer has `tokens` rows in all.
+  std::shared_ptr<KvDataFeed> feed;
+  int32_t tokens = 0;
   caf::actor worker;          // reads them (kv_read_raw_atom) where `spans` cannot
   KvRowSpans spans;           // the pool's rows in place; empty: through the worker
   std::chrono::milliseconds timeout{30000};
-  int64_t corrupt_chunk = -1;  // tests: damage this chunk's bytes on the wire
+  int64_t corrupt_chunk = -1;  // tests: damage this chunk's bytes on the wire, counted on `sent`
+  std::shared_ptr<std::atomic<int64_t>> sent;  // tests: chunks sent by every transfer (corrupt_chunk)
   std::chrono::milliseconds pause_per_chunk{0};  // tests: wait after each chunk (KvSenderConfig)
   std::shared_ptr<KvDataCancel> cancel;  // optional
 };
@@ -155,6 +189,9 @@ struct KvDataSend {
 struct KvDataResult {
   std::string error;  // empty: every chunk written on the decode node
   int64_t bytes = 0;
+  // Of a fed transfer: chunks sent before its last rows were added (while
+  // the prompt was still being computed), and of how many.
+  int64_t chunks = 0, early_chunks = 0;
   DataTransport transport = DataTransport::socket;  // what carried the chunks
 };
 

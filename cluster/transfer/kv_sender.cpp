@@ -46,6 +46,13 @@ struct Transfer {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool data_plane = false;
   bool over_ucx = false;  // the data plane's link was UCX
+  // Streamed: more rows may come (kv_send_more), up to `total`.
+  bool open = false;
+  int32_t total = 0;
+  bool started = false;  // start() ran: joined, and sending or waiting for the last rows
+  std::shared_ptr<KvDataFeed> feed;  // a streamed transfer's, on the data plane
+  std::chrono::steady_clock::time_point last_rows = start;  // when the last rows came
+  int64_t early_chunks = 0;  // sent while the prompt still computed
   // Ended while its data plane thread still ran: the outcome, delivered
   // once that thread is done with the rows.
   std::optional<std::string> ending;
@@ -55,6 +62,7 @@ struct Transfer {
 struct DataThread {
   std::thread thread;
   std::shared_ptr<KvDataCancel> cancel = std::make_shared<KvDataCancel>();
+  std::shared_ptr<KvDataFeed> feed;  // a streamed transfer's: stopped with it
 };
 
 struct SenderState {
@@ -63,7 +71,9 @@ struct SenderState {
   std::map<std::string, Link> links;  // by "host:port"
   std::map<uint64_t, Transfer> transfers;
   uint64_t next_transfer = 1;
-  int64_t chunks_sent = 0;
+  // Chunks sent by every transfer, over either path (the test knob
+  // corrupt_chunk counts on it).
+  std::shared_ptr<std::atomic<int64_t>> chunks_sent = std::make_shared<std::atomic<int64_t>>(0);
   std::map<uint64_t, DataThread> data_threads;  // by transfer
   static inline const char* name = "actorlm.kv_sender";
 
@@ -73,7 +83,10 @@ struct SenderState {
   // The actor ends: transfers still on the data plane are cut short, and
   // their threads joined before the actor system can go.
   ~SenderState() {
-    for (auto& [id, t] : data_threads) t.cancel->cancel();
+    for (auto& [id, t] : data_threads) {
+      t.cancel->cancel();
+      if (t.feed) t.feed->stop();
+    }
     for (auto& [id, t] : data_threads) t.thread.join();
   }
 };
@@ -90,6 +103,7 @@ void finish(Self* self, uint64_t id, const std::string& error) {
   if (auto d = self->state.data_threads.find(id); d != self->state.data_threads.end()) {
     if (!it->second.ending) it->second.ending = error;
     d->second.cancel->cancel();
+    if (d->second.feed) d->second.feed->stop();
     return;
   }
   const Transfer& t = it->second;
@@ -98,12 +112,21 @@ void finish(Self* self, uint64_t id, const std::string& error) {
   } else {
     // One line per request, as a server logs each prompt's timing: what
     // the transfer cost next to the prefill is how PD is tuned.
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
+    // A streamed transfer's time counts from its last rows: what it added
+    // to the time to first token.
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - t.last_rows).count();
     const double bytes = double(t.order.rows.size()) * double(self->state.cfg.layout.n_layers) *
                          double(self->state.cfg.layout.token_bytes);
-    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s\n",
+    char streamed[160] = "";
+    if (t.feed) {
+      std::snprintf(streamed, sizeof streamed, "; streamed: %lld of its %zu chunks went while the prompt computed (%.1f ms in all)",
+                    static_cast<long long>(t.early_chunks), t.plan.size(),
+                    std::chrono::duration<double>(now - t.start).count() * 1e3);
+    }
+    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s%s\n",
                  t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9),
-                 t.over_ucx ? " over the data plane (UCX)" : t.data_plane ? " over the data plane" : "");
+                 t.over_ucx ? " over the data plane (UCX)" : t.data_plane ? " over the data plane" : "", streamed);
   }
   it->second.promise.deliver(error);
   self->state.transfers.erase(it);
@@ -160,7 +183,7 @@ void send_chunk(Self* self, uint64_t id, const KvChunkRange& range, const WireMe
   if (!link.gateway) return finish(self, id, "lost the decode node " + t.link);
   std::vector<uint8_t> chunk =
       encode_kv_chunk(t.order.ticket, s.cfg.layout, static_cast<int32_t>(t.order.rows.size()), range, rows->data);
-  if (s.chunks_sent++ == s.cfg.corrupt_chunk) chunk[chunk.size() / 2] ^= 0x10;
+  if (s.chunks_sent->fetch_add(1) == s.cfg.corrupt_chunk) chunk[chunk.size() / 2] ^= 0x10;
   self->request(link.gateway, s.cfg.timeout, kv_chunk_atom::value,
                 WireMessage{link.session.seal(RequestKind::kv_chunk, chunk)})
       .then(
@@ -182,6 +205,10 @@ void start(Self* self, uint64_t id) {
   auto& s = self->state;
   Transfer& t = s.transfers.at(id);
   const Link& link = s.links.at(t.link);
+  t.started = true;
+  // A streamed prompt goes as it computes only over the data plane; else
+  // once all of it is there (on_more starts it again).
+  if (t.open && !(link.data_port && s.cfg.stream)) return;
   if (!link.data_port) return pump(self, id);
   t.data_plane = true;
   KvDataTarget target{link.address.host, link.data_port, link.session.key(), s.cfg.data_protection,
@@ -195,19 +222,24 @@ void start(Self* self, uint64_t id) {
   send.timeout = s.cfg.timeout;
   send.pause_per_chunk = s.cfg.pause_per_chunk;
   // The test knob counts chunks across transfers, as the middleman path does.
-  if (s.cfg.corrupt_chunk >= s.chunks_sent && s.cfg.corrupt_chunk < s.chunks_sent + static_cast<int64_t>(t.plan.size())) {
-    send.corrupt_chunk = s.cfg.corrupt_chunk - s.chunks_sent;
-  }
-  s.chunks_sent += static_cast<int64_t>(t.plan.size());
+  send.corrupt_chunk = s.cfg.corrupt_chunk;
+  send.sent = s.chunks_sent;
   DataThread& d = s.data_threads[id];
   send.cancel = d.cancel;
+  if (t.open) {
+    t.feed = std::make_shared<KvDataFeed>();
+    t.feed->add(t.order.rows, t.plan, false);
+    send.feed = t.feed;
+    send.tokens = t.total;
+    d.feed = t.feed;
+  }
   d.thread = std::thread([&sys = self->system(), me = caf::actor_cast<caf::actor_addr>(self), id, target = std::move(target),
                           send = std::move(send)] {
     const KvDataResult r = send_kv_over_data_plane(sys, target, send);
     // From an actor of this process, which the sender checks.
     caf::scoped_actor from{sys};
     if (auto to = caf::actor_cast<caf::actor>(me)) {
-      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx);
+      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx, r.early_chunks);
     }
   });
 }
@@ -298,9 +330,15 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   auto [link, fresh] = s.links.try_emplace(key);
   if (fresh) link->second.address = address;
   if (!link->second.refused.empty()) return link->second.refused;
+  if (order->streaming && (order->total_tokens <= 0 || order->rows.size() > static_cast<size_t>(order->total_tokens))) {
+    return "a streamed KV send order of " + std::to_string(order->rows.size()) + " rows of " +
+           std::to_string(order->total_tokens);
+  }
   const uint64_t id = s.next_transfer++;
   Transfer& t = s.transfers[id];
   t.link = key;
+  t.open = order->streaming;
+  t.total = order->streaming ? order->total_tokens : static_cast<int32_t>(order->rows.size());
   t.plan = plan_kv_chunks(static_cast<int32_t>(order->rows.size()), s.cfg.layout, s.cfg.chunk_bytes);
   t.order = std::move(*order);
   t.promise = self->make_response_promise<std::string>();
@@ -312,6 +350,43 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
     if (!link->second.dialling) dial(self, key);
   }
   return promise;
+}
+
+// More rows of a streamed transfer (kv_send_more): chunks for the new rows
+// join its plan; the last order closes it with the first token.
+void on_more(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  std::string error;
+  auto order = msg::unpack<fb::KvSendOrder>(in.bytes, &error);
+  if (!order) return;
+  auto it = std::find_if(s.transfers.begin(), s.transfers.end(),
+                         [&](const auto& x) { return x.second.open && x.second.order.ticket == order->ticket; });
+  if (it == s.transfers.end()) return;  // it ended (failed or stopped): its answer went or goes
+  const uint64_t id = it->first;
+  Transfer& t = it->second;
+  const size_t had = t.order.rows.size();
+  const size_t now = order->rows.size();
+  if (now < had || now > static_cast<size_t>(t.total) || (!order->streaming && now != static_cast<size_t>(t.total)) ||
+      !std::equal(t.order.rows.begin(), t.order.rows.end(), order->rows.begin())) {
+    return finish(self, id, "a streamed transfer's rows changed or passed its " + std::to_string(t.total) + " tokens");
+  }
+  std::vector<KvChunkRange> more;
+  if (now > had) more = plan_kv_chunks(static_cast<int32_t>(now - had), s.cfg.layout, s.cfg.chunk_bytes);
+  for (auto& r : more) {
+    r.first_token += static_cast<int32_t>(had);
+    r.last_token += static_cast<int32_t>(had);
+  }
+  t.plan.insert(t.plan.end(), more.begin(), more.end());
+  t.order.rows = std::move(order->rows);
+  if (!order->streaming) {
+    t.open = false;
+    t.last_rows = std::chrono::steady_clock::now();
+    t.order.first_token = order->first_token;
+    t.order.first_logprob = order->first_logprob;
+    t.order.cached_tokens = order->cached_tokens;
+  }
+  if (t.feed) return t.feed->add(t.order.rows, more, !t.open);
+  if (t.started && !t.open) start(self, id);  // it waited for the whole prompt
 }
 
 caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
@@ -327,7 +402,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         if (it == self->state.links.end() || token == 0 || token != it->second.gone_token) return;
         lose_link(self, key, self->system().render(reason));
       },
-      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx) {
+      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx, int64_t early_chunks) {
         if (!from_this_process(self)) return;
         auto& s = self->state;
         if (auto d = s.data_threads.find(id); d != s.data_threads.end()) {
@@ -337,6 +412,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         auto t = s.transfers.find(id);
         if (t == s.transfers.end()) return;
         t->second.over_ucx = over_ucx;
+        t->second.early_chunks = early_chunks;
         if (over_ucx && !error.empty()) {
           if (auto l = s.links.find(t->second.link); l != s.links.end() && !l->second.ucx_failed) {
             l->second.ucx_failed = true;
@@ -347,6 +423,9 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         if (t->second.ending) return finish(self, id, *t->second.ending);
         if (!error.empty()) return finish(self, id, "over the data plane: " + error);
         commit(self, id);
+      },
+      [self](kv_send_more_atom, const WireMessage& in) {
+        if (from_this_process(self)) on_more(self, in);
       },
       [self](kv_send_stop_atom, uint64_t ticket) {
         if (!from_this_process(self)) return;

@@ -18,7 +18,10 @@
 // gateway then aborts the held request). Over the data plane the answer
 // comes only once the transfer's thread has stopped reading the rows, which
 // it may read in place. (kv_send_stop_atom, ticket) cuts that transfer
-// short. Orders come from this process only; (shutdown_atom, stop_token)
+// short. A streamed order (KvSendOrder::streaming: the prompt still
+// computing) starts the transfer with the rows computed so far, and
+// (kv_send_more_atom, WireMessage KvSendOrder) under its ticket brings more,
+// the last with the first token; over the data plane they go as they come. Orders come from this process only; (shutdown_atom, stop_token)
 // stops it.
 
 #include <caf/actor.hpp>
@@ -60,6 +63,9 @@ struct KvSenderConfig {
   // The data plane's link to ask for: UCX where both nodes run it and it
   // reaches the decode node, else the socket (kv_data_plane.hpp).
   DataTransport data_transport = DataTransport::socket;
+  // A streamed prompt's rows go over the data plane while its later chunks
+  // compute; false: once all of it is computed (as over the middleman).
+  bool stream = true;
 };
 
 caf::actor spawn_kv_sender(caf::actor_system& system, KvSenderConfig config, uint64_t stop_token);

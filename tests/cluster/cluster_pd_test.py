@@ -191,6 +191,13 @@ def check_outputs_and_reuse(reference):
             check(sent and all("over the data plane" in x for x in sent),
                   f"the KV did not take the data plane: {sent[:3]}")
             print(f"ok: {len(sent)} transfers over the data plane, e.g. {sent[-1].strip()[20:]}")
+            # A long prompt's first chunk computed, its KV goes while the rest computes.
+            long_sent = [x for x in sent if int(x.split("sent ")[1].split()[0]) >= LONG_TOKENS - 16]
+            early = [int(x.split("streamed: ")[1].split()[0]) if "streamed: " in x else 0 for x in long_sent]
+            check(long_sent and all(n > 0 for n in early),
+                  f"a long prompt's KV did not go while it was computed: {long_sent}")
+            print(f"ok: {len(long_sent)} long prompts' KV streamed during their prefill, e.g. "
+                  f"{long_sent[0].split('streamed: ')[1].strip()}")
             print(f"ok: {len(got)} prompts (2 of >= {LONG_TOKENS} tokens, 4 sharing a prefix) through 1 prefill + "
                   f"1 decode node equal the single-process engine; prefill node cache hit rate "
                   f"{p['cache_hit_rate']:.3f} ({p['cached_tokens']} of {p['prompt_tokens']} tokens)")

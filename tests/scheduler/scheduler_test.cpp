@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -527,6 +528,111 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
   }
   require_no_leak(a);
   require_no_leak(b);
+}
+
+TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and what would end it keeps them until aborted",
+          "[scheduler]") {
+  const Ids prompt = shared_prefix_prompts(1)[0];
+  REQUIRE(prompt.size() > 48);
+  SECTION("its rows as its chunks compute, then all of them; moved in those pieces, it decodes as alone") {
+    const auto solo = solo_outputs({prompt}, 8);
+    Engine a(1024, 4, config(16)), b(1024, 4, config());
+    Request r = make(0, prompt, 8);
+    r.hold_after_prefill = true;
+    r.stream_held_kv = true;
+    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    std::vector<std::vector<int32_t>> progress;
+    std::optional<TokenEvent> held;
+    while (!held) {
+      REQUIRE_FALSE(a.scheduler.idle());
+      for (auto& e : a.scheduler.step()) {
+        REQUIRE(e.finish == FinishReason::none);
+        if (e.held_progress) {
+          CHECK(e.token == -1);
+          progress.push_back(e.held_rows);
+        } else {
+          REQUIRE(e.held);
+          held = e;
+        }
+      }
+      REQUIRE(a.kv.check_running(a.scheduler.running_kv()) == "");
+    }
+    // A report for every chunk but the last, each the page-aligned cached
+    // part of the rows computed so far, and none of its rows moved after:
+    // what went out early is what the request holds at the end.
+    REQUIRE(progress.size() == (prompt.size() - 1) / 16);
+    for (size_t i = 0; i < progress.size(); ++i) {
+      INFO("report " << i);
+      CHECK(progress[i].size() == (i + 1) * 16);
+      CHECK(std::equal(progress[i].begin(), progress[i].end(), held->held_rows.begin()));
+    }
+    CHECK(held->held_rows == a.scheduler.held(0)->kv);
+    // Moved piece by piece, as a streamed transfer sends them.
+    Scheduler::Reserved rows = b.scheduler.reserve(make(0, prompt, 8));
+    REQUIRE(rows.error.empty());
+    REQUIRE(rows.cached == 0);
+    const int32_t layers = a.runner.model_config().n_layers;
+    size_t sent = 0;
+    progress.push_back(held->held_rows);
+    for (const auto& piece : progress) {
+      const std::vector<int32_t> from(piece.begin() + static_cast<ptrdiff_t>(sent), piece.end());
+      const std::vector<int32_t> to(rows.rows.begin() + static_cast<ptrdiff_t>(sent), rows.rows.begin() + static_cast<ptrdiff_t>(piece.size()));
+      b.runner.write_kv(to, 0, layers, a.runner.read_kv(from, 0, layers));
+      sent = piece.size();
+    }
+    a.scheduler.release(0);
+    REQUIRE(b.scheduler.activate(0, held->token, held->logprob));
+    CHECK(b.drain()[0].first == solo.at(0));
+    require_no_leak(a);
+    require_no_leak(b);
+  }
+  SECTION("finished at its first token, it keeps its rows until aborted") {
+    Engine a(1024, 4, config(16));
+    Request r = make(1, prompt, 1);
+    r.hold_after_prefill = true;
+    r.stream_held_kv = true;
+    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    std::optional<TokenEvent> last;
+    while (!last) {
+      for (auto& e : a.scheduler.step()) {
+        if (e.finish != FinishReason::none) last = e;
+      }
+    }
+    CHECK(last->finish == FinishReason::length);
+    CHECK(last->token >= 0);
+    REQUIRE(a.scheduler.held(1) != nullptr);  // a transfer may still be reading them
+    CHECK(a.kv.store().radix().protected_size() > 0);
+    a.scheduler.abort(1);
+    auto ev = a.scheduler.step();
+    REQUIRE(ev.size() == 1);
+    CHECK(ev[0].finish == FinishReason::abort);
+    CHECK(a.scheduler.held(1) == nullptr);
+    require_no_leak(a);
+  }
+  SECTION("the pool too small for it: failed, its rows kept until aborted") {
+    Engine a(40, 4, config(16));
+    Request r = make(2, prompt, 8);
+    r.hold_after_prefill = true;
+    r.stream_held_kv = true;
+    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    std::optional<TokenEvent> last;
+    int reports = 0;
+    for (int step = 0; step < 20 && !last; ++step) {
+      for (auto& e : a.scheduler.step()) {
+        if (e.held_progress) ++reports;
+        if (e.finish != FinishReason::none) last = e;
+      }
+    }
+    REQUIRE(last);
+    CHECK(reports > 0);
+    CHECK(last->finish == FinishReason::error);
+    CHECK(last->error_kind == ErrorKind::invalid_request);
+    REQUIRE(a.scheduler.held(2) != nullptr);
+    a.scheduler.abort(2);
+    (void)a.scheduler.step();
+    CHECK(a.scheduler.held(2) == nullptr);
+    require_no_leak(a);
+  }
 }
 
 TEST_CASE("Held and reserved requests free everything when aborted, refused or cancelled", "[scheduler]") {

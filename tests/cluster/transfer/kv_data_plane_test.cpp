@@ -144,7 +144,7 @@ struct Fixture {
 
   DataTransport transport;
   explicit Fixture(DataProtection protection = DataProtection::sealed, bool in_place = false,
-                   DataTransport t = DataTransport::socket)
+                   DataTransport t = DataTransport::socket, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000))
       : transport(t) {
     sessions->add(key);
     KvDataServerConfig c;
@@ -155,7 +155,7 @@ struct Fixture {
     c.receiver = receiver;
     c.sessions = sessions;
     c.gateway = gateway;
-    c.timeout = std::chrono::milliseconds(5000);
+    c.timeout = timeout;
     server = std::make_unique<KvDataServer>(system, c);
   }
   ~Fixture() {
@@ -242,6 +242,87 @@ TEST_CASE("In place, a transfer gathers from the prefill pool and scatters into 
     CHECK(c.request_id == 77);
     CHECK(f.failures->size() == 0);
   }
+}
+
+TEST_CASE("A fed transfer sends rows as they are computed, stays alive while it waits, and fills the reserved rows exactly",
+          "[kv_data_plane]") {
+  // The decode node gives up on a peer silent for 400 ms; the prompt's
+  // next rows come a second apart: only the keepalives hold the connection.
+  for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+    CAPTURE(static_cast<int>(p));
+    Fixture f(p, true, DataTransport::socket, std::chrono::milliseconds(400));
+    FlatPool prefill;
+    prefill.fill_transfer_rows();
+    const uint64_t ticket = f.reserve();
+    KvDataSend s = f.transfer(ticket);
+    const std::vector<int32_t> all = s.rows;
+    s.rows.clear();
+    s.plan.clear();
+    s.worker = caf::actor{};
+    s.spans = prefill.spans();
+    s.timeout = std::chrono::milliseconds(400);
+    s.feed = std::make_shared<KvDataFeed>();
+    s.tokens = 40;
+    size_t planned = 0, early = 0;
+    auto piece = [&](int32_t from, int32_t to) {
+      std::vector<KvChunkRange> chunks = plan_kv_chunks(to - from, kLayout, 40 * kTokenBytes);
+      planned += chunks.size();
+      if (to < 40) early += chunks.size();
+      for (auto& c : chunks) {
+        c.first_token += from;
+        c.last_token += from;
+      }
+      s.feed->add(std::vector<int32_t>(all.begin(), all.begin() + to), chunks, to == 40);
+    };
+    piece(0, 16);
+    std::thread computing([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      piece(16, 32);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      piece(32, 40);
+    });
+    const KvDataResult r = send_kv_over_data_plane(f.system, f.target(p), s);
+    computing.join();
+    REQUIRE(r.error.empty());
+    CHECK(r.bytes == 40 * kLayers * kTokenBytes);
+    CHECK(r.chunks == static_cast<int64_t>(planned));
+    CHECK(r.early_chunks == static_cast<int64_t>(early));  // the first two pieces went before the last rows came
+    CHECK(f.receiver->writes_in_flight() == 0);
+    for (int32_t l = 0; l < kLayers; ++l) {
+      for (int32_t t = 0; t < 40; ++t) {
+        REQUIRE(std::memcmp(f.decode_flat.row(l, 500 + t), prefill.row(l, 100 + t), kTokenBytes) == 0);
+      }
+    }
+    CHECK(f.receiver->commit(ticket).error.empty());
+    CHECK(f.failures->size() == 0);
+  }
+}
+
+TEST_CASE("A fed transfer waiting for rows ends at once when stopped, and the reservation stays incomplete", "[kv_data_plane]") {
+  Fixture f(DataProtection::sealed, true);
+  FlatPool prefill;
+  prefill.fill_transfer_rows();
+  const uint64_t ticket = f.reserve();
+  KvDataSend s = f.transfer(ticket);
+  s.worker = caf::actor{};
+  s.spans = prefill.spans();
+  s.feed = std::make_shared<KvDataFeed>();
+  s.tokens = 40;
+  std::vector<KvChunkRange> first = plan_kv_chunks(8, kLayout, 40 * kTokenBytes);
+  s.feed->add(std::vector<int32_t>(s.rows.begin(), s.rows.begin() + 8), first, false);
+  s.rows.clear();
+  s.plan.clear();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    s.feed->stop();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const KvDataResult r = send_kv_over_data_plane(f.system, f.target(), s);
+  stopper.join();
+  CHECK(r.error == "cancelled");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));  // not the 5 s timeout
+  CHECK(r.chunks == static_cast<int64_t>(first.size()));
+  CHECK(f.receiver->commit(ticket).error.find("still missing") != std::string::npos);
 }
 
 TEST_CASE("The data port refuses a stranger and a node with the other protection", "[kv_data_plane]") {
