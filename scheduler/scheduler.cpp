@@ -828,7 +828,7 @@ void Scheduler::preempt_for_share() {
   std::vector<bool> movable;
   for (const auto& r : running_) {
     running.push_back(&r.req);
-    movable.push_back(!r.frozen && !r.loading);
+    movable.push_back(!r.frozen && !r.loading && r.streamed == 0);
   }
   q.share(queue, places_by_tenant(), order);
   const std::optional<size_t> victim = q.share_victim(*queue[order.front()], running, movable);

@@ -190,6 +190,23 @@ MUTANTS = [
            "    (void)EVP_DecryptFinal_ex(ctx, none, &len);\n",
            ["cluster_transport_data_channel_test"],
            catch_runs(["cluster_transport_data_channel_test"], "Every flipped byte of a data plane frame is caught")),
+    # PD streaming: a prompt's KV goes while later chunks compute, so its
+    # rows must outlive whatever ends it early, and a wait must keep the
+    # connection alive.
+    Mutant("streamed-rows-freed-at-finish",
+           "a streaming prompt that ends at its first token lets its rows go while its transfer may read them",
+           "scheduler/scheduler.cpp",
+           "    if (it == running_.end() || it->streamed == 0) continue;\n    held_.push_back(std::move(*it));",
+           "    if (it == running_.end() || it->streamed >= 0) continue;\n    held_.push_back(std::move(*it));",
+           ["scheduler_scheduler_test"],
+           catch_runs(["scheduler_scheduler_test"], "[pd_stream]")),
+    Mutant("stream-keepalive-unsent",
+           "a transfer waiting for a prompt's next rows sends nothing, and the decode node times it out",
+           "cluster/transfer/kv_data_plane.cpp",
+           "        out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});",
+           "        (void)kKeepalive;",
+           ["cluster_transfer_kv_data_plane_test"],
+           catch_runs(["cluster_transfer_kv_data_plane_test"], "A fed transfer sends rows as they are computed, stays alive while it waits, and fills the reserved rows exactly")),
     # HiCache: the host and disk tiers' byte accounting against capacity.
     Mutant("host-tier-overfills",
            "the host tier makes room only once it is already over its capacity",

@@ -531,7 +531,7 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
 }
 
 TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and what would end it keeps them until aborted",
-          "[scheduler]") {
+          "[scheduler][pd_stream]") {
   const Ids prompt = shared_prefix_prompts(1)[0];
   REQUIRE(prompt.size() > 48);
   SECTION("its rows as its chunks compute, then all of them; moved in those pieces, it decodes as alone") {
