@@ -534,13 +534,16 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
           "[scheduler][pd_stream]") {
   const Ids prompt = shared_prefix_prompts(1)[0];
   REQUIRE(prompt.size() > 48);
+  auto streamed = [&](uint64_t id, int max_new) {
+    Request r = make(id, prompt, max_new);
+    r.hold_after_prefill = true;
+    r.stream_held_kv = true;
+    return r;
+  };
   SECTION("its rows as its chunks compute, then all of them; moved in those pieces, it decodes as alone") {
     const auto solo = solo_outputs({prompt}, 8);
     Engine a(1024, 4, config(16)), b(1024, 4, config());
-    Request r = make(0, prompt, 8);
-    r.hold_after_prefill = true;
-    r.stream_held_kv = true;
-    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    REQUIRE_FALSE(a.scheduler.submit(streamed(0, 8)));
     std::vector<std::vector<int32_t>> progress;
     std::optional<TokenEvent> held;
     while (!held) {
@@ -588,10 +591,7 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
   }
   SECTION("finished at its first token, it keeps its rows until aborted") {
     Engine a(1024, 4, config(16));
-    Request r = make(1, prompt, 1);
-    r.hold_after_prefill = true;
-    r.stream_held_kv = true;
-    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    REQUIRE_FALSE(a.scheduler.submit(streamed(1, 1)));
     std::optional<TokenEvent> last;
     while (!last) {
       for (auto& e : a.scheduler.step()) {
@@ -611,10 +611,7 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
   }
   SECTION("the pool too small for it: failed, its rows kept until aborted") {
     Engine a(40, 4, config(16));
-    Request r = make(2, prompt, 8);
-    r.hold_after_prefill = true;
-    r.stream_held_kv = true;
-    REQUIRE_FALSE(a.scheduler.submit(std::move(r)));
+    REQUIRE_FALSE(a.scheduler.submit(streamed(2, 8)));
     std::optional<TokenEvent> last;
     int reports = 0;
     for (int step = 0; step < 20 && !last; ++step) {
