@@ -1495,7 +1495,7 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
     if (p.sample || !q.hold_after_prefill || !q.stream_held_kv || q.kv.prefix_len <= r.streamed) continue;
     TokenEvent e = event_for(q);
     e.held_progress = true;
-    e.held_rows.assign(q.kv.kv.begin(), q.kv.kv.begin() + q.kv.prefix_len);
+    e.held_rows.assign(q.kv.kv.begin() + r.streamed, q.kv.kv.begin() + q.kv.prefix_len);
     events.push_back(std::move(e));
     r.streamed = q.kv.prefix_len;
   }

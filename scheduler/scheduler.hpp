@@ -107,9 +107,10 @@ struct TokenEvent {
   // held for a transfer (Scheduler::held); the request goes no further here.
   bool held = false;
   std::vector<int32_t> held_rows;  // held: its prompt's KV rows, one per token
-  // Request::stream_held_kv: the KV of the prompt's first held_rows.size()
-  // tokens is computed and stays where it is (cached and locked), so it
-  // may be sent now; no token comes with it.
+  // Request::stream_held_kv: the KV of more of the prompt's tokens is
+  // computed and stays where it is (cached and locked), so it may be sent
+  // now: held_rows are the rows of the tokens after those of the request's
+  // earlier reports, in order; no token comes with it.
   bool held_progress = false;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   // Speculative decoding so far: tokens drafted for it and kept.

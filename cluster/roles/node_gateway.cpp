@@ -1,5 +1,6 @@
 #include "cluster/roles/node_gateway.hpp"
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <cstdio>
 #include <map>
@@ -52,6 +53,8 @@ struct Handoff {
   bool streaming = false;
   bool progressed = false;
   int32_t prompt_tokens = 0;
+  int32_t reported = 0;            // prompt rows the scheduler reported so far
+  std::vector<int32_t> sent_rows;  // of those, the ones past `skip`, ordered sent
   bool migrating = false;      // frozen by kv_freeze
   std::vector<int32_t> rows;   // migrating: its rows (prompt ++ output but the last token)
   int32_t cached_tokens = 0;   // migrating: its usage's, for the target to report
@@ -284,30 +287,48 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
   if (h == s.handoffs.end() || !s.kv_sender || (!progress && item.token_ids.size() != 1)) {
     return abort_local(self, local, "held request with nowhere to send its KV");
   }
-  if (progress) h->second.progressed = true;
-  const int32_t skip = h->second.skip;
-  // Rows the decode node has already: nothing to send yet.
-  if (progress && static_cast<size_t>(skip) >= item.held_rows.size()) return;
-  if (skip < 0 || static_cast<size_t>(skip) >= item.held_rows.size() ||
-      item.held_rows.size() > static_cast<size_t>(h->second.prompt_tokens)) {
-    return abort_local(self, local, "the head named " + std::to_string(skip) + " of " +
-                                        std::to_string(item.held_rows.size()) + " prompt tokens as the decode node's");
+  Handoff& hand = h->second;
+  const int32_t skip = hand.skip;
+  // The rows to send now: a report's past `skip` (the decode node has the
+  // first ones), or at the end what the reports did not bring.
+  std::vector<int32_t> rows;
+  if (progress) {
+    hand.progressed = true;
+    const int32_t from = hand.reported;
+    hand.reported += static_cast<int32_t>(item.held_rows.size());
+    if (hand.reported > hand.prompt_tokens) return abort_local(self, local, "more prompt rows reported than the prompt has");
+    const auto first = static_cast<size_t>(std::clamp(skip - from, 0, static_cast<int32_t>(item.held_rows.size())));
+    rows.assign(item.held_rows.begin() + static_cast<ptrdiff_t>(first), item.held_rows.end());
+    if (rows.empty()) return;  // the decode node has these already
+    hand.sent_rows.insert(hand.sent_rows.end(), rows.begin(), rows.end());
+  } else {
+    const size_t sent = hand.sent_rows.size();
+    if (skip < 0 || static_cast<size_t>(skip) + sent >= item.held_rows.size() ||
+        item.held_rows.size() > static_cast<size_t>(hand.prompt_tokens)) {
+      return abort_local(self, local, "the head named " + std::to_string(skip) + " of " +
+                                          std::to_string(item.held_rows.size()) + " prompt tokens as the decode node's");
+    }
+    // What went out early must be what the request holds now.
+    if (!std::equal(hand.sent_rows.begin(), hand.sent_rows.end(), item.held_rows.begin() + skip)) {
+      return abort_local(self, local, "a streamed prompt's KV rows moved before its transfer ended");
+    }
+    rows.assign(item.held_rows.begin() + skip + static_cast<ptrdiff_t>(sent), item.held_rows.end());
   }
   fb::KvSendOrderT order;
-  order.ticket = h->second.ticket;
-  order.address = h->second.address;
-  order.rows.assign(item.held_rows.begin() + skip, item.held_rows.end());
+  order.ticket = hand.ticket;
+  order.address = hand.address;
+  order.rows = std::move(rows);
   order.streaming = progress;
-  order.total_tokens = h->second.prompt_tokens - skip;
+  order.total_tokens = hand.prompt_tokens - skip;
   if (!progress) {
     order.first_token = item.token_ids[0];
     order.first_logprob = item.logprobs.empty() ? 0.0f : item.logprobs[0];
     order.cached_tokens = item.usage ? item.usage->cached_tokens : 0;
   }
-  if (h->second.streaming) {
+  if (hand.streaming) {
     // Its transfer is open: this extends it; the first order's answer
     // still ends it.
-    if (h->second.sending) self->send(s.kv_sender, kv_send_more_atom::value, WireMessage{msg::pack(order)});
+    if (hand.sending) self->send(s.kv_sender, kv_send_more_atom::value, WireMessage{msg::pack(order)});
     return;
   }
   h->second.streaming = progress;

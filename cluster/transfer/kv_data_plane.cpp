@@ -165,10 +165,10 @@ void KvDataCancel::attach(int fd) {
   if (cancelled_ && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
-void KvDataFeed::add(std::vector<int32_t> rows, std::span<const KvChunkRange> chunks, bool last) {
+void KvDataFeed::add(std::span<const int32_t> rows, std::span<const KvChunkRange> chunks, bool last) {
   {
     std::lock_guard lock(mu_);
-    rows_ = std::move(rows);
+    rows_.insert(rows_.end(), rows.begin(), rows.end());
     plan_.insert(plan_.end(), chunks.begin(), chunks.end());
     if (last) open_ = false;
   }
@@ -188,13 +188,14 @@ bool KvDataFeed::stopped() const {
   return stopped_;
 }
 
-bool KvDataFeed::next(size_t have, std::chrono::milliseconds wait, std::vector<int32_t>& rows,
-                      std::vector<KvChunkRange>& plan, bool& open) {
+bool KvDataFeed::next(std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan,
+                      bool& open) {
   std::unique_lock lock(mu_);
+  const size_t have = plan.size();
   const bool ready = cv_.wait_for(lock, wait, [&] { return stopped_ || !open_ || plan_.size() > have; });
   if (!ready || stopped_) return false;
-  rows = rows_;
-  plan = plan_;
+  rows.insert(rows.end(), rows_.begin() + static_cast<ptrdiff_t>(rows.size()), rows_.end());
+  plan.insert(plan.end(), plan_.begin() + static_cast<ptrdiff_t>(have), plan_.end());
   open = open_;
   return true;
 }
@@ -507,7 +508,7 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       while (i == plan.size() && open) {
         // Everything computed so far is sent: wait for more. (Acknowledgements
         // wait in the socket meanwhile: at most kWindow of them.)
-        if (send.feed->next(i, keepalive, rows_now, plan, open)) continue;
+        if (send.feed->next(keepalive, rows_now, plan, open)) continue;
         if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
         out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
       }

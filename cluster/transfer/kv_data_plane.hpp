@@ -145,20 +145,20 @@ class KvDataCancel {
 // A transfer that starts before all of its rows are computed (a prefill
 // node streams a prompt's KV while its later chunks compute): the sender's
 // actor adds rows and the chunks that cover them as they become ready, the
-// transfer's thread sends them as they come. Chunks ranges index the whole
+// transfer's thread sends them as they come. Chunk ranges index the whole
 // row list, which only grows.
 class KvDataFeed {
  public:
-  // The rows so far (a longer list than before, the same at its start) and
-  // the new chunks; `last`: nothing more comes.
-  void add(std::vector<int32_t> rows, std::span<const KvChunkRange> chunks, bool last);
+  // The next rows (after those added before) and the new chunks; `last`:
+  // nothing more comes.
+  void add(std::span<const int32_t> rows, std::span<const KvChunkRange> chunks, bool last);
   // Ends the transfer's waiting (it was cut short).
   void stop();
-  // Waits at most `wait` for chunks past `have`; then the current rows,
-  // chunks and whether more may come. False when it waited in vain (the
-  // caller keeps the connection alive and asks again) or was stopped.
-  bool next(size_t have, std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan,
-            bool& open);
+  // Waits at most `wait` for chunks past the caller's plan.size(); then
+  // appends the rows and chunks the caller does not have yet and says
+  // whether more may come. False when it waited in vain (the caller keeps
+  // the connection alive and asks again) or was stopped.
+  bool next(std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan, bool& open);
   bool stopped() const;
 
  private:

@@ -352,8 +352,9 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   return promise;
 }
 
-// More rows of a streamed transfer (kv_send_more): chunks for the new rows
-// join its plan; the last order closes it with the first token.
+// More rows of a streamed transfer (kv_send_more): the rows after those it
+// has, whose chunks join its plan; the last order closes it with the first
+// token.
 void on_more(Self* self, const WireMessage& in) {
   auto& s = self->state;
   std::string error;
@@ -365,10 +366,9 @@ void on_more(Self* self, const WireMessage& in) {
   const uint64_t id = it->first;
   Transfer& t = it->second;
   const size_t had = t.order.rows.size();
-  const size_t now = order->rows.size();
-  if (now < had || now > static_cast<size_t>(t.total) || (!order->streaming && now != static_cast<size_t>(t.total)) ||
-      !std::equal(t.order.rows.begin(), t.order.rows.end(), order->rows.begin())) {
-    return finish(self, id, "a streamed transfer's rows changed or passed its " + std::to_string(t.total) + " tokens");
+  const size_t now = had + order->rows.size();
+  if (now > static_cast<size_t>(t.total) || (!order->streaming && now != static_cast<size_t>(t.total))) {
+    return finish(self, id, "a streamed transfer given " + std::to_string(now) + " rows of its " + std::to_string(t.total));
   }
   std::vector<KvChunkRange> more;
   if (now > had) more = plan_kv_chunks(static_cast<int32_t>(now - had), s.cfg.layout, s.cfg.chunk_bytes);
@@ -377,7 +377,7 @@ void on_more(Self* self, const WireMessage& in) {
     r.last_token += static_cast<int32_t>(had);
   }
   t.plan.insert(t.plan.end(), more.begin(), more.end());
-  t.order.rows = std::move(order->rows);
+  t.order.rows.insert(t.order.rows.end(), order->rows.begin(), order->rows.end());
   if (!order->streaming) {
     t.open = false;
     t.last_rows = std::chrono::steady_clock::now();
@@ -385,7 +385,7 @@ void on_more(Self* self, const WireMessage& in) {
     t.order.first_logprob = order->first_logprob;
     t.order.cached_tokens = order->cached_tokens;
   }
-  if (t.feed) return t.feed->add(t.order.rows, more, !t.open);
+  if (t.feed) return t.feed->add(order->rows, more, !t.open);
   if (t.started && !t.open) start(self, id);  // it waited for the whole prompt
 }
 

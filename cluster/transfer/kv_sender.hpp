@@ -20,8 +20,9 @@
 // it may read in place. (kv_send_stop_atom, ticket) cuts that transfer
 // short. A streamed order (KvSendOrder::streaming: the prompt still
 // computing) starts the transfer with the rows computed so far, and
-// (kv_send_more_atom, WireMessage KvSendOrder) under its ticket brings more,
-// the last with the first token; over the data plane they go as they come. Orders come from this process only; (shutdown_atom, stop_token)
+// (kv_send_more_atom, WireMessage KvSendOrder) under its ticket brings the
+// next ones, the last with the first token; over the data plane they go as
+// they come. Orders come from this process only; (shutdown_atom, stop_token)
 // stops it.
 
 #include <caf/actor.hpp>

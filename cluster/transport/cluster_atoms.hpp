@@ -40,9 +40,9 @@ using kv_landed_atom = caf::atom_constant<caf::atom("kvlanded")>;
 // transfer under a ticket (its request is being aborted); the transfer's
 // answer comes once nothing reads its rows any more.
 using kv_send_stop_atom = caf::atom_constant<caf::atom("kvsendstop")>;
-// A prefill node's gateway to its KV sender, in this process: more rows of a
-// streamed transfer (KvSendOrder with the same ticket), the last with the
-// first token. No answer: the first order's answers for the whole transfer.
+// A prefill node's gateway to its KV sender, in this process: the next rows
+// of a streamed transfer (KvSendOrder with the same ticket), the last with
+// the first token. No answer: the first order's answers for the whole transfer.
 using kv_send_more_atom = caf::atom_constant<caf::atom("kvsendmore")>;
 // Live migration, a head to a node's gateway (sealed KvMove): send this
 // frozen request's KV to the node and ticket named (kv_freeze and kv_thaw,

@@ -560,15 +560,16 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
       }
       REQUIRE(a.kv.check_running(a.scheduler.running_kv()) == "");
     }
-    // A report for every chunk but the last, each the page-aligned cached
-    // part of the rows computed so far, and none of its rows moved after:
+    // A report for every chunk but the last, each the rows of that chunk's
+    // tokens (cached, so page-aligned), and none of its rows moved after:
     // what went out early is what the request holds at the end.
     REQUIRE(progress.size() == (prompt.size() - 1) / 16);
-    for (size_t i = 0; i < progress.size(); ++i) {
-      INFO("report " << i);
-      CHECK(progress[i].size() == (i + 1) * 16);
-      CHECK(std::equal(progress[i].begin(), progress[i].end(), held->held_rows.begin()));
+    std::vector<int32_t> reported;
+    for (const auto& piece : progress) {
+      CHECK(piece.size() == 16);
+      reported.insert(reported.end(), piece.begin(), piece.end());
     }
+    CHECK(std::equal(reported.begin(), reported.end(), held->held_rows.begin()));
     CHECK(held->held_rows == a.scheduler.held(0)->kv);
     // Moved piece by piece, as a streamed transfer sends them.
     Scheduler::Reserved rows = b.scheduler.reserve(make(0, prompt, 8));
@@ -576,13 +577,14 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
     REQUIRE(rows.cached == 0);
     const int32_t layers = a.runner.model_config().n_layers;
     size_t sent = 0;
-    progress.push_back(held->held_rows);
-    for (const auto& piece : progress) {
-      const std::vector<int32_t> from(piece.begin() + static_cast<ptrdiff_t>(sent), piece.end());
-      const std::vector<int32_t> to(rows.rows.begin() + static_cast<ptrdiff_t>(sent), rows.rows.begin() + static_cast<ptrdiff_t>(piece.size()));
+    progress.emplace_back(held->held_rows.begin() + static_cast<ptrdiff_t>(reported.size()), held->held_rows.end());
+    for (const auto& from : progress) {
+      const std::vector<int32_t> to(rows.rows.begin() + static_cast<ptrdiff_t>(sent),
+                                    rows.rows.begin() + static_cast<ptrdiff_t>(sent + from.size()));
       b.runner.write_kv(to, 0, layers, a.runner.read_kv(from, 0, layers));
-      sent = piece.size();
+      sent += from.size();
     }
+    REQUIRE(sent == prompt.size());
     a.scheduler.release(0);
     REQUIRE(b.scheduler.activate(0, held->token, held->logprob));
     CHECK(b.drain()[0].first == solo.at(0));

@@ -272,7 +272,7 @@ TEST_CASE("A fed transfer sends rows as they are computed, stays alive while it 
         c.first_token += from;
         c.last_token += from;
       }
-      s.feed->add(std::vector<int32_t>(all.begin(), all.begin() + to), chunks, to == 40);
+      s.feed->add(std::span(all).subspan(static_cast<size_t>(from), static_cast<size_t>(to - from)), chunks, to == 40);
     };
     piece(0, 16);
     std::thread computing([&] {
@@ -309,7 +309,7 @@ TEST_CASE("A fed transfer waiting for rows ends at once when stopped, and the re
   s.feed = std::make_shared<KvDataFeed>();
   s.tokens = 40;
   std::vector<KvChunkRange> first = plan_kv_chunks(8, kLayout, 40 * kTokenBytes);
-  s.feed->add(std::vector<int32_t>(s.rows.begin(), s.rows.begin() + 8), first, false);
+  s.feed->add(std::span(s.rows).first(8), first, false);
   s.rows.clear();
   s.plan.clear();
   std::thread stopper([&] {
