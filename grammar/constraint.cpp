@@ -17,7 +17,7 @@ constexpr size_t kMessageBytes = 400;
 
 std::string short_message(const char* what) {
   std::string m(what);
-  // xgrammar throws some refusals without a word (constraint_fuzz found a
+  // Some refusals come from below without a word (constraint_fuzz found a
   // JSON schema of junk after a huge number): the client still gets one.
   if (m.empty()) m = "the structured-output engine refused it without saying why";
   if (m.size() > kMessageBytes) m = m.substr(0, kMessageBytes) + "...";

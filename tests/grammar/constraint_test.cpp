@@ -182,9 +182,9 @@ TEST_CASE("a JSON schema framed by literal text admits the frame and nothing els
   CHECK(feed(*odd, text) == tokenizer().encode(text, false, false).size());
 }
 
-TEST_CASE("a schema xgrammar refuses without a message is refused with one", "[grammar]") {
+TEST_CASE("a schema refused below us without a message is refused with one", "[grammar]") {
   // constraint_fuzz's input (tests/fuzz/corpus/constraint_fuzz/schema-refused-without-a-message):
-  // xgrammar threw an exception whose what() was empty, and the client got an empty error.
+  // compiling it threw an exception whose what() was empty, and the client got an empty error.
   const std::string text = std::string("666666666666E66666666666\\U0ws666666s[\\0U\\0Uw \x00" "\x00" "\x00" "\x00" "6666\x02" "]\",\" ict666666", 68);
   try {
     (void)compiler().start({ConstraintKind::json_schema, text});
