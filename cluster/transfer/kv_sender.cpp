@@ -62,7 +62,6 @@ struct Transfer {
 struct DataThread {
   std::thread thread;
   std::shared_ptr<KvDataCancel> cancel = std::make_shared<KvDataCancel>();
-  std::shared_ptr<KvDataFeed> feed;  // a streamed transfer's: stopped with it
 };
 
 struct SenderState {
@@ -83,8 +82,8 @@ struct SenderState {
   // The actor ends: transfers still on the data plane are cut short, and
   // their threads joined before the actor system can go.
   ~SenderState() {
-    for (auto& [id, t] : data_threads) {
-      t.cancel->cancel();
+    for (auto& [id, t] : data_threads) t.cancel->cancel();
+    for (auto& [id, t] : transfers) {
       if (t.feed) t.feed->stop();
     }
     for (auto& [id, t] : data_threads) t.thread.join();
@@ -103,7 +102,7 @@ void finish(Self* self, uint64_t id, const std::string& error) {
   if (auto d = self->state.data_threads.find(id); d != self->state.data_threads.end()) {
     if (!it->second.ending) it->second.ending = error;
     d->second.cancel->cancel();
-    if (d->second.feed) d->second.feed->stop();
+    if (it->second.feed) it->second.feed->stop();
     return;
   }
   const Transfer& t = it->second;
@@ -231,7 +230,6 @@ void start(Self* self, uint64_t id) {
     t.feed->add(t.order.rows, t.plan, false);
     send.feed = t.feed;
     send.tokens = t.total;
-    d.feed = t.feed;
   }
   d.thread = std::thread([&sys = self->system(), me = caf::actor_cast<caf::actor_addr>(self), id, target = std::move(target),
                           send = std::move(send)] {
@@ -370,12 +368,8 @@ void on_more(Self* self, const WireMessage& in) {
   if (now > static_cast<size_t>(t.total) || (!order->streaming && now != static_cast<size_t>(t.total))) {
     return finish(self, id, "a streamed transfer given " + std::to_string(now) + " rows of its " + std::to_string(t.total));
   }
-  std::vector<KvChunkRange> more;
-  if (now > had) more = plan_kv_chunks(static_cast<int32_t>(now - had), s.cfg.layout, s.cfg.chunk_bytes);
-  for (auto& r : more) {
-    r.first_token += static_cast<int32_t>(had);
-    r.last_token += static_cast<int32_t>(had);
-  }
+  const std::vector<KvChunkRange> more =
+      plan_kv_chunks(static_cast<int32_t>(had), static_cast<int32_t>(now), s.cfg.layout, s.cfg.chunk_bytes);
   t.plan.insert(t.plan.end(), more.begin(), more.end());
   t.order.rows.insert(t.order.rows.end(), order->rows.begin(), order->rows.end());
   if (!order->streaming) {

@@ -46,6 +46,15 @@ std::vector<KvChunkRange> plan_kv_chunks(int32_t tokens, const KvLayout& layout,
   return plan;
 }
 
+std::vector<KvChunkRange> plan_kv_chunks(int32_t first_token, int32_t last_token, const KvLayout& layout, int64_t max_bytes) {
+  std::vector<KvChunkRange> plan = plan_kv_chunks(last_token - first_token, layout, max_bytes);
+  for (auto& r : plan) {
+    r.first_token += first_token;
+    r.last_token += first_token;
+  }
+  return plan;
+}
+
 std::vector<uint8_t> encode_kv_chunk(uint64_t request_id, const KvLayout& layout, int32_t tokens,
                                      const KvChunkRange& range, std::span<const uint8_t> data) {
   fb::KvChunkT c;

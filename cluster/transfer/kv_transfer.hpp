@@ -51,6 +51,9 @@ struct KvChunkRange {
 // layers while one layer of all tokens fits, else token runs within a layer.
 // Layer-major, so a receiver could start on the first layers early.
 std::vector<KvChunkRange> plan_kv_chunks(int32_t tokens, const KvLayout& layout, int64_t max_bytes);
+// The same over tokens [first_token, last_token) only: the part of a
+// streamed transfer whose rows are ready.
+std::vector<KvChunkRange> plan_kv_chunks(int32_t first_token, int32_t last_token, const KvLayout& layout, int64_t max_bytes);
 
 std::vector<uint8_t> encode_kv_chunk(uint64_t request_id, const KvLayout& layout, int32_t tokens,
                                      const KvChunkRange& range, std::span<const uint8_t> data);

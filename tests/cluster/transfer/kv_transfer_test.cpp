@@ -72,6 +72,16 @@ TEST_CASE("Chunk plans cover every layer of every token once within the size bou
     }
   }
   CHECK(plan_kv_chunks(0, layout, 1000).empty());
+  // A streamed transfer plans each ready range on its own: together they
+  // still cover everything once, and no chunk leaves its range.
+  KvAssembly pieces(1, 1500, layout.n_layers);
+  for (auto [from, to] : {std::pair{0, 512}, std::pair{512, 1024}, std::pair{1024, 1500}}) {
+    for (const auto& r : plan_kv_chunks(from, to, layout, int64_t{64} << 10)) {
+      CHECK((r.first_token >= from && r.last_token <= to));
+      REQUIRE_FALSE(pieces.accept({1, 1500, r, {}}));
+    }
+  }
+  CHECK(pieces.complete());
 }
 
 TEST_CASE("A prompt's KV moved to another engine decodes exactly as on the engine that computed it", "[kv_transfer]") {
