@@ -33,6 +33,7 @@ struct LinkState {
   uint64_t stop_token = 0;  // held by the engine
   std::optional<WireMessage> welcome;
   std::string failure;  // why there is no gateway (yet, or any more)
+  std::string dial_failure;  // the last rejoin attempt's, logged when it changes
   std::vector<caf::response_promise> waiting;  // join queries before the outcome
   std::vector<caf::response_promise> back_waiting;  // worker_back queries while rejoining
   // Forwards the node has not answered: a lost node answers none of them,
@@ -95,6 +96,7 @@ void joined(Self* self, const caf::actor& gateway, const fb::NodeWelcomeT& w, Re
   if (s.rejoining) {
     s.rejoining = false;
     s.failure.clear();
+    s.dial_failure.clear();
     std::fprintf(stderr, "actorlm head: worker node %s joined again; its KV starts empty\n", s.node.str().c_str());
   } else {
     s.first = w;
@@ -113,6 +115,9 @@ void dial(Self* self) {
       [self](const std::string& why) {
         auto& s = self->state;
         if (s.rejoining) {
+          // Each new reason once, not every second.
+          if (why != s.dial_failure) std::fprintf(stderr, "actorlm head: worker node %s: %s\n", s.node.str().c_str(), why.c_str());
+          s.dial_failure = why;
           // Again in a second, for as long as the link lives; the steps
           // waiting for it give up on their own deadline.
           self->delayed_send(self, std::chrono::seconds(1), dial_atom::value);

@@ -3,6 +3,8 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
+#include <atomic>
+#include <memory>
 #include <stdexcept>
 
 #include "actors/wire.hpp"
@@ -61,6 +63,15 @@ void join_node(caf::event_based_actor* self, const NodeAddress& node, const TcpG
           [=](const caf::node_id&, const caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (!ptr) return failed("nothing is published on that port");
             auto gateway = caf::actor_cast<caf::actor>(ptr);
+            // The middleman answers a connect to a host and port it knows from
+            // its cache, and forgets the entry only when its own down message
+            // for the proxy arrives: a dial made at once after a node was lost
+            // can get the dead proxy back. A request to a dead proxy is dropped
+            // without an error, so the handshake would wait out `timeout`.
+            // Attaching to a terminated actor runs the functor at once.
+            auto gone = std::make_shared<std::atomic<bool>>(false);
+            gateway->attach_functor([gone](const caf::error&) { gone->store(true); });
+            if (gone->load()) return failed("the middleman handed back the connection that was just lost");
             fb::NodeHelloT hello;
             hello.protocol = cluster_protocol;
             hello.head_name = head_name;

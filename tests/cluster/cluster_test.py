@@ -35,7 +35,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from server_process import ServerProcess, stop_process  # noqa: E402
+from server_process import ServerProcess, stop_at_exit, stop_process  # noqa: E402
 from stream_resume_test import read_events, text_of  # noqa: E402
 
 
@@ -69,6 +69,7 @@ class NodeProcess:
 
     def start(self):
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        stop_at_exit(self.proc)
         deadline = time.time() + 120
         self.port = None
         while time.time() < deadline and self.port is None:
@@ -516,8 +517,9 @@ def check_worker_comes_back(h, worker):
     worker = NodeProcess(["--secret-file", SECRET, "--role", "worker"], port=worker.port).start()
     for t in threads:
         t.join(300)
+    head_log = "".join(line for _, line in h.lines[-15:])
     for got, want in zip(results, reference):
-        check(got[0] == 200, got)
+        check(got is not None and got[0] == 200, f"{got}; the head's last lines:\n{head_log}")
         check(got[1] == want[1], f"after the worker came back: {got[1]!r} != {want[1]!r}")
         check(got[2]["completion_tokens"] == want[2]["completion_tokens"], (got[2], want[2]))
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{h.port}/metrics", timeout=30).read().decode()

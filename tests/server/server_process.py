@@ -1,5 +1,6 @@
 """Starts `actorlm serve` on an OS-chosen loopback port for one test and
 stops it afterwards (the tests never rely on a server left running)."""
+import atexit
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ class ServerProcess:
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True, env=self.env)
+        stop_at_exit(self.proc)
         deadline = time.time() + 120
         while time.time() < deadline and self.port is None:
             line = self.proc.stderr.readline()
@@ -50,6 +52,18 @@ class ServerProcess:
     def __exit__(self, *exc):
         stop_process(self.proc)
         return False
+
+
+# Every process started through stop_at_exit, stopped when the test exits,
+# also after a failed check left one running: it shares the test's stdout,
+# and CTest waits for that to close (a failed check once became a 900 s
+# timeout of cluster:nodes).
+_started = []
+atexit.register(lambda: [stop_process(p) for p in _started])
+
+
+def stop_at_exit(proc):
+    _started.append(proc)
 
 
 def stop_process(proc):
