@@ -99,6 +99,8 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
     core.kv_spans = [runner](std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                              std::vector<std::span<uint8_t>>& out) { return runner->kv_spans(rows, first_layer, last_layer, out); };
   }
+  core.kv_clock = std::make_shared<KvLayerClock>();
+  runner->set_kv_clock(core.kv_clock);
   core.worker = spawn_worker(system, runner);
   // A worker actor that ends is started again over this runner (actors/actor_worker.hpp).
   core.respawn = [&system, runner] { return spawn_worker(system, runner); };
@@ -179,6 +181,7 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
   core.kv_dtype = w.kv_dtype;
   core.kv_token_bytes = w.kv_token_bytes;
   core.kv_spans = w.kv_spans;
+  core.kv_clock = w.kv_clock;
   core.adapters = w.adapters;
   return core;
 }

@@ -36,6 +36,9 @@ struct EngineCore {
   // The pool's rows in place, for the KV data plane's copies; empty when the
   // pool is on a device or in another process (a worker node's).
   KvRowSpans kv_spans;
+  // The worker's layer clock (model/kv_layer_clock.hpp) when it runs in
+  // this process: a streamed prompt's KV goes as each layer is stored.
+  std::shared_ptr<KvLayerClock> kv_clock;
   // The scheduler's figures after each step (scheduler/stats_board.hpp).
   std::shared_ptr<StatsBoard> board;
   std::vector<AdapterInfo> adapters;  // loaded with the model
@@ -51,6 +54,7 @@ struct WorkerCore {
   std::string kv_dtype;
   int64_t kv_token_bytes = 0;
   KvRowSpans kv_spans;  // see EngineCore
+  std::shared_ptr<KvLayerClock> kv_clock;  // see EngineCore
   std::vector<AdapterInfo> adapters;  // EngineConfig::lora, loaded (ids 1, 2, ...)
   // A new worker actor over the same model runner: how an ended one is
   // started again (WorkerLiveness::restart).

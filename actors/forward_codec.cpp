@@ -84,6 +84,7 @@ std::optional<DecodedForward> decode_forward(std::span<const uint8_t> bytes, std
   if (m->writes()) {
     for (const fb::ReqToTokenWrite* w : *m->writes()) d.batch.writes.push_back({w->slot(), w->start(), copy(w->kv_indices())});
   }
+  d.batch.step = m->step();
   return d;
 }
 
@@ -141,6 +142,7 @@ std::vector<uint8_t> encode_forward(uint64_t batch_id, const ForwardBatch& batch
     t->kv_indices = w.kv;
     m.writes.push_back(std::move(t));
   }
+  m.step = batch.step;
   return msg::pack(m);
 }
 

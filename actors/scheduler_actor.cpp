@@ -82,6 +82,11 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
   ActorKvService kv(self, pool, radix);
   ActorWorker w(self, worker, liveness);
   Scheduler sched(cfg, kv, w);
+  // Streamed prompts' rows go out before their step runs: the gateway's
+  // transfer sends each layer as the worker stores it.
+  sched.set_plan_listener([&](std::vector<TokenEvent> early) {
+    self->send(sink, stream_atom::value, WireMessage{token_stream(early)});
+  });
   bool running = true;
   std::vector<TokenEvent> rejected;
   auto on_generate = [&](generate_atom, const WireMessage& in, const caf::actor&) {

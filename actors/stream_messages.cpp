@@ -76,6 +76,7 @@ std::vector<uint8_t> token_stream(const std::vector<TokenEvent>& events) {
     item->held = e.held;
     item->held_rows = e.held_rows;
     item->held_progress = e.held_progress;
+    item->held_step = e.held_step;
     item->usage = std::make_unique<fb::UsageT>();
     item->usage->prompt_tokens = e.prompt_tokens;
     item->usage->completion_tokens = e.completion_tokens;

@@ -73,6 +73,9 @@ struct ForwardBatch {
   std::vector<int32_t> out_cache_loc;  // KV row of each new token
   std::vector<ReqToTokenWrite> writes;
   bool all_logits = false;             // logits of every token, not only each request's last
+  // The scheduler's step number (increasing; 0: none): the worker reports
+  // this pass's stored KV layers under it (model/kv_layer_clock.hpp).
+  uint64_t step = 0;
 
   // Rows sampled after this pass: one per request, logit_rows for a
   // verifying one. The worker answers one SampleResult per row.

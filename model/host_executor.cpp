@@ -124,7 +124,7 @@ ForwardOutput HostExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
   }
   ops_.begin_pass();
   const Tensor logits =
-      model_.forward({b.token_ids, plan.positions, b.out_cache_loc, plan.logit_rows, views, &plan.attention, plan.lora});
+      model_.forward({b.token_ids, plan.positions, b.out_cache_loc, plan.logit_rows, views, &plan.attention, plan.lora, plan.clock});
   ForwardOutput out;
   out.vocab = c.vocab_size;
   out.logits = ops_.take(logits);

@@ -205,6 +205,7 @@ Tensor LlamaModel::forward(const ForwardInputs& in) {
     }
     if (c.layer_has_rope(l)) ops.rope(q, c.n_heads, k, c.n_kv_heads, in.positions, sliding ? rope_sliding_ : rope_);
     ops.store_kv(kv, k, v, in.out_cache_loc);
+    if (in.clock) in.clock->stored(l + 1);
     ops.attention(q, kv, *in.plan, LayerAttention{sliding ? c.sliding_window : 0, c.attn_softcap}, attn);
     into_residual(attn, L.wo, L.has_post_norms, L.post_attn_norm, l, LoraTarget::o);
 

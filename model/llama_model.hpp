@@ -15,6 +15,7 @@
 
 #include "kernels/tensor_ops.hpp"
 #include "model/forward_batch.hpp"
+#include "model/kv_layer_clock.hpp"
 #include "model/llama_weights.hpp"
 #include "model/lora_adapter.hpp"
 
@@ -30,6 +31,9 @@ struct ForwardInputs {
   std::span<const KvLayerView> kv;
   const AttentionPlan* plan = nullptr;
   std::span<const LoraRows> lora;
+  // Told after each layer's KV is stored, when set (synchronous ops only:
+  // a device's stores are queued, not done).
+  KvLayerClock* clock = nullptr;
 };
 
 class LlamaModel {

@@ -13,6 +13,7 @@
 
 #include "kernels/backend.hpp"
 #include "model/forward_batch.hpp"
+#include "model/kv_layer_clock.hpp"
 #include "model/lora_adapter.hpp"
 #include "model/model_config.hpp"
 
@@ -28,6 +29,9 @@ struct StepPlan {
   // The logits must reach the host (all_logits, or prompt rows to score)
   // even on an executor that would keep them on the device.
   bool host_logits = false;
+  // Told as each layer's KV is stored, by an executor whose stores are done
+  // when they return (the host's); others leave it to ModelRunner's end().
+  KvLayerClock* clock = nullptr;
 };
 
 class ModelExecutor {

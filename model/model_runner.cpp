@@ -226,6 +226,16 @@ std::vector<SampleResult> ModelRunner::sample(const ForwardOutput& out, std::spa
 }
 
 ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
+  // The step ends for its readers however this returns, a refused batch
+  // included: nobody waits on it forever.
+  struct Ticking {
+    KvLayerClock* clock;
+    uint64_t step;
+    ~Ticking() {
+      if (clock) clock->end(step);
+    }
+  } ticking{b.step != 0 ? clock_.get() : nullptr, b.step};
+  if (ticking.clock) ticking.clock->begin(b.step);
   validate(b);
   // The mirror only: the executor applies b.writes to its own table.
   for (const auto& w : b.writes) {
@@ -283,7 +293,14 @@ ForwardOutput ModelRunner::forward(const ForwardBatch& b) {
     }
     q_start += r.extend_len;
   }
+  // A pass with stacked adapters stores a layer's KV more than once (its
+  // later passes); its readers wait for the end.
+  const bool one_pass = std::none_of(step.lora.begin(), step.lora.end(), [](const LoraRows& r) { return r.pass > 0; });
+  if (one_pass) step.clock = ticking.clock;
   ForwardOutput out = executor_->forward(b, step);
+  // Every layer is stored: its readers need not wait for the scoring.
+  if (ticking.clock) ticking.clock->end(b.step);
+  ticking.clock = nullptr;
   if (scoring) score_prompts(b, out);
   return out;
 }

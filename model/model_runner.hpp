@@ -52,6 +52,11 @@ class ModelRunner {
 
   void write_req_to_token(int32_t slot, int32_t start, std::span<const int32_t> kv);
 
+  // From now on each forward() with a step number (ForwardBatch::step)
+  // reports it to `clock`: begin, each layer stored (on an executor whose
+  // stores are synchronous), end when it returns or throws.
+  void set_kv_clock(std::shared_ptr<KvLayerClock> clock) { clock_ = std::move(clock); }
+
   // LoRA adapters (model/lora_adapter.hpp): requests whose
   // ForwardRequest::adapter is `id` run with it from the next batch on; a
   // batch naming an id that is not loaded is refused. std::invalid_argument
@@ -92,8 +97,9 @@ class ModelRunner {
   // The same bytes in place (ModelExecutor::kv_spans), checked as read_kv
   // checks; false when the executor's pool is not in this process's memory.
   // For a copy made off the worker's thread: the caller must make sure no
-  // step reads or writes those rows meanwhile (they belong to a request that
-  // is not running) and that the runner outlives the copy.
+  // step writes those rows meanwhile (they belong to a request that is not
+  // running, or to layers the KvLayerClock reported stored) and that the
+  // runner outlives the copy.
   bool kv_spans(std::span<const int32_t> rows, int32_t first_layer, int32_t last_layer,
                 std::vector<std::span<uint8_t>>& out);
 
@@ -113,6 +119,7 @@ class ModelRunner {
   int32_t max_context_;
   std::vector<int32_t> req_to_token_;      // host mirror, [max_requests][max_context]
   std::unique_ptr<DraftModel> draft_;
+  std::shared_ptr<KvLayerClock> clock_;
 };
 
 }  // namespace actorlm

@@ -86,8 +86,8 @@ struct Request {
   // and hold the prompt's KV (slot, rows, locks) until Scheduler::release.
   bool hold_after_prefill = false;
   // With hold_after_prefill: report the prompt's KV rows as its chunks are
-  // computed (TokenEvent::held_progress), so that they can be sent while the
-  // rest is computed. A transfer may then read its rows at any moment, so
+  // planned (TokenEvent::held_progress, with the step that computes them),
+  // so that each layer can be sent as soon as it is stored. A transfer may then read its rows at any moment, so
   // nothing but an abort or release ends it: what would end or requeue it
   // parks it, rows and all, in the held requests (Scheduler::park).
   bool stream_held_kv = false;

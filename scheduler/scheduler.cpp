@@ -1160,6 +1160,8 @@ std::vector<TokenEvent> Scheduler::step() {
   std::vector<Planned> plan = schedule(events);
   if (plan.empty()) return events;
   StepInput in = build_input(plan);
+  in.batch.step = ++step_number_;
+  announce_streamed(plan, in.batch.step, events);
   int64_t prefill_tokens = 0, decode_rows = 0;
   for (const auto& p : plan) (p.run->decoding ? decode_rows : prefill_tokens) += static_cast<int64_t>(p.tokens.size());
   const double started = now();
@@ -1278,6 +1280,34 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
   }
   ++stats_.decode_steps;
   return plan;
+}
+
+// A streamed prompt's rows go out while the step that writes them runs,
+// and stay where they are until the request is released or aborted:
+// caching them now could swap a row for the tree's copy and free it under
+// the transfer. Its prompt is cached when it is released (KvStore::finish).
+bool Scheduler::streams_prompt(const Request& q) { return q.hold_after_prefill && q.stream_held_kv; }
+
+void Scheduler::announce_streamed(std::vector<Planned>& plan, uint64_t step, std::vector<TokenEvent>& events) {
+  std::vector<TokenEvent> early;
+  for (auto& p : plan) {
+    Running& r = *p.run;
+    const Request& q = r.req;
+    const auto end = static_cast<int32_t>(std::min(q.kv.kv.size(), q.prompt.size()));
+    if (r.decoding || !streams_prompt(q) || end <= r.streamed) continue;
+    TokenEvent e = event_for(q);
+    e.held_progress = true;
+    e.held_step = step;
+    e.held_rows.assign(q.kv.kv.begin() + r.streamed, q.kv.kv.begin() + end);
+    early.push_back(std::move(e));
+    r.streamed = end;
+  }
+  if (early.empty()) return;
+  if (plan_listener_) {
+    plan_listener_(std::move(early));
+  } else {
+    events.insert(events.end(), std::make_move_iterator(early.begin()), std::make_move_iterator(early.end()));
+  }
 }
 
 Scheduler::StepInput Scheduler::build_input(std::vector<Planned>& plan) {
@@ -1447,7 +1477,7 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
     if (!r.decoding) r.prefilled += plan[i].tokens.size();
     if (q.scores_prompt()) q.prompt_scores.insert(q.prompt_scores.end(), first.prompt.begin(), first.prompt.end());
     if (!plan[i].sample) {  // a chunk that is not the last: share it, sample nothing
-      to_cache.push_back(&q.kv);
+      if (!streams_prompt(q)) to_cache.push_back(&q.kv);
       continue;
     }
     if (!plan[i].drafts.empty()) {
@@ -1468,7 +1498,7 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       done.push_back(q.id);
     } else if (!r.decoding) {
       r.decoding = true;
-      if (q.shares_kv()) to_cache.push_back(&q.kv);  // its prompt becomes matchable by others
+      if (q.shares_kv() && !streams_prompt(q)) to_cache.push_back(&q.kv);  // its prompt becomes matchable by others
     }
   }
   // Rejected drafts' rows go back before anything is cached or finished:
@@ -1484,20 +1514,6 @@ void Scheduler::take_results(std::vector<Planned>& plan, std::vector<SampleResul
       }
     }
     kv_.cache_unfinished(to_cache);
-  }
-  // Streamed prompts: the rows of what is cached now (and locked by the
-  // request) stay where they are until it ends, so they may go out while
-  // the rest computes. A page's tail past the cached prefix may still be
-  // swapped for the tree's rows by a later caching: it waits.
-  for (auto& p : plan) {
-    Running& r = *p.run;
-    const Request& q = r.req;
-    if (p.sample || !q.hold_after_prefill || !q.stream_held_kv || q.kv.prefix_len <= r.streamed) continue;
-    TokenEvent e = event_for(q);
-    e.held_progress = true;
-    e.held_rows.assign(q.kv.kv.begin() + r.streamed, q.kv.kv.begin() + q.kv.prefix_len);
-    events.push_back(std::move(e));
-    r.streamed = q.kv.prefix_len;
   }
   // One that ended with its first token (max_tokens 1, a stop) keeps its
   // rows for the gateway's abort, as any streaming request does.

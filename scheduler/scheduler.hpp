@@ -107,11 +107,15 @@ struct TokenEvent {
   // held for a transfer (Scheduler::held); the request goes no further here.
   bool held = false;
   std::vector<int32_t> held_rows;  // held: its prompt's KV rows, one per token
-  // Request::stream_held_kv: the KV of more of the prompt's tokens is
-  // computed and stays where it is (cached and locked), so it may be sent
-  // now: held_rows are the rows of the tokens after those of the request's
-  // earlier reports, in order; no token comes with it.
+  // Request::stream_held_kv: the KV of more of the prompt's tokens is being
+  // computed, by step `held_step` (ForwardBatch::step), in rows that stay
+  // where they are until the request is released or aborted, so it may be
+  // sent as that step stores it (model/kv_layer_clock.hpp): held_rows are
+  // the rows of the tokens after those of the request's earlier reports, in
+  // order; no token comes with it. Given to the plan listener before the
+  // step runs.
   bool held_progress = false;
+  uint64_t held_step = 0;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   // Speculative decoding so far: tokens drafted for it and kept.
   int32_t draft_tokens = 0, accepted_draft_tokens = 0;
@@ -182,6 +186,10 @@ class Scheduler {
   void stop(uint64_t id);
 
   std::vector<TokenEvent> step();
+  // Called during step() with the events that may go out before the
+  // worker runs it (held_progress); without a listener they come with
+  // step()'s own.
+  void set_plan_listener(std::function<void(std::vector<TokenEvent>)> listener) { plan_listener_ = std::move(listener); }
 
   // Prefill/decode disaggregation. Prefill side: the KV of a held request
   // (see Request::hold_after_prefill), null for an id that is not held;
@@ -297,6 +305,10 @@ class Scheduler {
   // requests and events, then caching, holds and finished requests' KV.
   void apply_controls(std::vector<TokenEvent>& events);
   std::vector<Planned> schedule(std::vector<TokenEvent>& events);
+  static bool streams_prompt(const Request& q);
+  // The held_progress events of this step's streamed prompt chunks, to the
+  // plan listener (or `events`).
+  void announce_streamed(std::vector<Planned>& plan, uint64_t step, std::vector<TokenEvent>& events);
   StepInput build_input(std::vector<Planned>& plan);
   void take_results(std::vector<Planned>& plan, std::vector<SampleResult>& results, std::vector<TokenEvent>& events);
   // The worker failed this step: every planned request gives back its KV
@@ -416,6 +428,8 @@ class Scheduler {
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step
   std::deque<Running> held_, reserved_;  // disaggregation: KV kept for a transfer, or awaiting one
   std::vector<TokenEvent> pending_;      // events of activate(), sent with the next step
+  std::function<void(std::vector<TokenEvent>)> plan_listener_;
+  uint64_t step_number_ = 0;             // ForwardBatch::step of the last step run
   std::vector<uint64_t> aborts_, stops_;
   int64_t next_arrival_ = 0;
   bool memory_short_ = false;  // the last prefill did not fit: finish what is running first

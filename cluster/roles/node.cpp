@@ -152,6 +152,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     kc.security = config.security;
     kc.worker = kv_worker;
     if (!config.kv_through_worker) kc.spans = m.core->kv_spans;
+    kc.clock = m.core->kv_clock;
     kc.corrupt_chunk = config.corrupt_kv_chunk;
     kc.pause_per_chunk = std::chrono::milliseconds(config.kv_send_pause_ms);
     kc.data_plane = data_plane;

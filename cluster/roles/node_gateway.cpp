@@ -302,8 +302,11 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
     if (rows.empty()) return;  // the decode node has these already
     hand.sent_rows.insert(hand.sent_rows.end(), rows.begin(), rows.end());
   } else {
+    // A streamed transfer may have every row already (the last chunk's
+    // were reported as its step began); the last order then only closes it.
     const size_t sent = hand.sent_rows.size();
-    if (skip < 0 || static_cast<size_t>(skip) + sent >= item.held_rows.size() ||
+    const size_t left_at_least = hand.streaming ? 0 : 1;
+    if (skip < 0 || static_cast<size_t>(skip) + sent + left_at_least > item.held_rows.size() ||
         item.held_rows.size() > static_cast<size_t>(hand.prompt_tokens)) {
       return abort_local(self, local, "the head named " + std::to_string(skip) + " of " +
                                           std::to_string(item.held_rows.size()) + " prompt tokens as the decode node's");
@@ -319,6 +322,7 @@ void send_held(Self* self, uint64_t local, const fb::TokenStreamItemT& item) {
   order.address = hand.address;
   order.rows = std::move(rows);
   order.streaming = progress;
+  order.ready_step = progress ? item.held_step : 0;
   order.total_tokens = hand.prompt_tokens - skip;
   if (!progress) {
     order.first_token = item.token_ids[0];

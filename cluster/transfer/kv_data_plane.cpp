@@ -165,11 +165,14 @@ void KvDataCancel::attach(int fd) {
   if (cancelled_ && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
-void KvDataFeed::add(std::span<const int32_t> rows, std::span<const KvChunkRange> chunks, bool last) {
+void KvDataFeed::add(std::span<const int32_t> rows, std::span<const KvChunkRange> chunks,
+                     std::span<const uint64_t> steps, bool last) {
+  if (steps.size() != chunks.size()) throw std::invalid_argument("KvDataFeed::add: one step per chunk");
   {
     std::lock_guard lock(mu_);
     rows_.insert(rows_.end(), rows.begin(), rows.end());
     plan_.insert(plan_.end(), chunks.begin(), chunks.end());
+    steps_.insert(steps_.end(), steps.begin(), steps.end());
     if (last) open_ = false;
   }
   cv_.notify_all();
@@ -189,13 +192,14 @@ bool KvDataFeed::stopped() const {
 }
 
 bool KvDataFeed::next(std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan,
-                      bool& open) {
+                      std::vector<uint64_t>& steps, bool& open) {
   std::unique_lock lock(mu_);
   const size_t have = plan.size();
   const bool ready = cv_.wait_for(lock, wait, [&] { return stopped_ || !open_ || plan_.size() > have; });
   if (!ready || stopped_) return false;
   rows.insert(rows.end(), rows_.begin() + static_cast<ptrdiff_t>(rows.size()), rows_.end());
   plan.insert(plan.end(), plan_.begin() + static_cast<ptrdiff_t>(have), plan_.end());
+  steps.insert(steps.end(), steps_.begin() + static_cast<ptrdiff_t>(have), steps_.end());
   open = open_;
   return true;
 }
@@ -481,8 +485,11 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       ucx.reset();
     }
     caf::scoped_actor self{system};
+    // A fed chunk's step comes with it from the feed, never from `plan`.
+    if (send.feed && (!send.rows.empty() || !send.plan.empty())) throw DataChannelError("a fed transfer with rows of its own");
     std::vector<int32_t> rows_now = send.rows;
     std::vector<KvChunkRange> plan = send.plan;
+    std::vector<uint64_t> steps(plan.size(), 0);  // a fed chunk's step (KvDataFeed)
     bool open = send.feed != nullptr;  // more rows may come
     const auto tokens = send.feed ? send.tokens : static_cast<int32_t>(send.rows.size());
     size_t acked = 0;
@@ -508,7 +515,7 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       while (i == plan.size() && open) {
         // Everything computed so far is sent: wait for more. (Acknowledgements
         // wait in the socket meanwhile: at most kWindow of them.)
-        if (send.feed->next(keepalive, rows_now, plan, open)) continue;
+        if (send.feed->next(keepalive, rows_now, plan, steps, open)) continue;
         if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
         out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
       }
@@ -516,6 +523,15 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
       if (send.cancel && send.cancel->cancelled()) throw DataChannelError("cancelled");
       const KvChunkRange& r = plan[i];
       if (r.last_token > static_cast<int32_t>(rows_now.size())) throw DataChannelError("a chunk past the rows computed");
+      // Layer by layer: the chunk's rows are being written by step
+      // steps[i]; it goes once that step has stored its last layer.
+      if (steps[i] != 0) {
+        if (!send.clock) throw DataChannelError("a chunk of a step in progress, and no clock to wait on");
+        while (!send.clock->wait(steps[i], r.last_layer, keepalive)) {
+          if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
+          out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
+        }
+      }
       const std::span<const int32_t> rows = std::span(rows_now).subspan(static_cast<size_t>(r.first_token),
                                                                         static_cast<size_t>(r.last_token - r.first_token));
       pieces.clear();

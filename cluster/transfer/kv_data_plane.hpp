@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "cluster/transfer/kv_receiver.hpp"
+#include "model/kv_layer_clock.hpp"
 #include "cluster/transfer/kv_transfer.hpp"
 #include "cluster/transport/data_channel.hpp"
 
@@ -146,19 +147,23 @@ class KvDataCancel {
 // node streams a prompt's KV while its later chunks compute): the sender's
 // actor adds rows and the chunks that cover them as they become ready, the
 // transfer's thread sends them as they come. Chunk ranges index the whole
-// row list, which only grows.
+// row list, which only grows. Each chunk names the scheduler step that
+// writes its rows (0: written already): the thread sends it once that step
+// has stored the chunk's layers (KvDataSend::clock).
 class KvDataFeed {
  public:
-  // The next rows (after those added before) and the new chunks; `last`:
-  // nothing more comes.
-  void add(std::span<const int32_t> rows, std::span<const KvChunkRange> chunks, bool last);
+  // The next rows (after those added before) and the new chunks, each with
+  // its step (`steps`, one per chunk); `last`: nothing more comes.
+  void add(std::span<const int32_t> rows, std::span<const KvChunkRange> chunks, std::span<const uint64_t> steps,
+           bool last);
   // Ends the transfer's waiting (it was cut short).
   void stop();
   // Waits at most `wait` for chunks past the caller's plan.size(); then
   // appends the rows and chunks the caller does not have yet and says
   // whether more may come. False when it waited in vain (the caller keeps
   // the connection alive and asks again) or was stopped.
-  bool next(std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan, bool& open);
+  bool next(std::chrono::milliseconds wait, std::vector<int32_t>& rows, std::vector<KvChunkRange>& plan,
+            std::vector<uint64_t>& steps, bool& open);
   bool stopped() const;
 
  private:
@@ -166,6 +171,7 @@ class KvDataFeed {
   std::condition_variable cv_;
   std::vector<int32_t> rows_;
   std::vector<KvChunkRange> plan_;
+  std::vector<uint64_t> steps_;  // per chunk of plan_
   bool open_ = true, stopped_ = false;
 };
 
@@ -173,10 +179,14 @@ struct KvDataSend {
   uint64_t ticket = 0;
   std::vector<int32_t> rows;  // the prompt's rows in this node's pool
   std::vector<KvChunkRange> plan;
-  // Or, when set, the rows and chunks come from here as they are computed,
-  // and the transfer has `tokens` rows in all.
+  // Or, when set, every row and chunk comes from here as they are computed
+  // (`rows` and `plan` stay empty), and the transfer has `tokens` rows in all.
   std::shared_ptr<KvDataFeed> feed;
   int32_t tokens = 0;
+  // A fed chunk whose step (KvDataFeed) may still be running waits here
+  // until that step has stored the chunk's layers; a feed whose chunks name
+  // steps needs one.
+  std::shared_ptr<KvLayerClock> clock;
   caf::actor worker;          // reads them (kv_read_raw_atom) where `spans` cannot
   KvRowSpans spans;           // the pool's rows in place; empty: through the worker
   std::chrono::milliseconds timeout{30000};

@@ -39,6 +39,7 @@ struct Transfer {
   std::string link;  // key into links
   fb::KvSendOrderT order;
   std::vector<KvChunkRange> plan;
+  std::vector<uint64_t> steps;  // per chunk of plan: the step writing it (KvSendOrder::ready_step)
   size_t next = 0;      // next chunk to read
   size_t answered = 0;  // chunks the decode node took
   int in_flight = 0;
@@ -227,9 +228,13 @@ void start(Self* self, uint64_t id) {
   send.cancel = d.cancel;
   if (t.open) {
     t.feed = std::make_shared<KvDataFeed>();
-    t.feed->add(t.order.rows, t.plan, false);
+    // Every row and chunk through the feed, each chunk with its step.
+    t.feed->add(t.order.rows, t.plan, t.steps, false);
+    send.rows.clear();
+    send.plan.clear();
     send.feed = t.feed;
     send.tokens = t.total;
+    send.clock = s.cfg.clock;
   }
   d.thread = std::thread([&sys = self->system(), me = caf::actor_cast<caf::actor_addr>(self), id, target = std::move(target),
                           send = std::move(send)] {
@@ -338,6 +343,7 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   t.open = order->streaming;
   t.total = order->streaming ? order->total_tokens : static_cast<int32_t>(order->rows.size());
   t.plan = plan_kv_chunks(static_cast<int32_t>(order->rows.size()), s.cfg.layout, s.cfg.chunk_bytes);
+  t.steps.assign(t.plan.size(), order->streaming ? order->ready_step : 0);
   t.order = std::move(*order);
   t.promise = self->make_response_promise<std::string>();
   auto promise = t.promise;
@@ -371,6 +377,8 @@ void on_more(Self* self, const WireMessage& in) {
   const std::vector<KvChunkRange> more =
       plan_kv_chunks(static_cast<int32_t>(had), static_cast<int32_t>(now), s.cfg.layout, s.cfg.chunk_bytes);
   t.plan.insert(t.plan.end(), more.begin(), more.end());
+  const std::vector<uint64_t> steps(more.size(), order->streaming ? order->ready_step : 0);
+  t.steps.insert(t.steps.end(), steps.begin(), steps.end());
   t.order.rows.insert(t.order.rows.end(), order->rows.begin(), order->rows.end());
   if (!order->streaming) {
     t.open = false;
@@ -379,7 +387,7 @@ void on_more(Self* self, const WireMessage& in) {
     t.order.first_logprob = order->first_logprob;
     t.order.cached_tokens = order->cached_tokens;
   }
-  if (t.feed) return t.feed->add(order->rows, more, !t.open);
+  if (t.feed) return t.feed->add(order->rows, more, steps, !t.open);
   if (t.started && !t.open) start(self, id);  // it waited for the whole prompt
 }
 

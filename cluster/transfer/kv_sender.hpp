@@ -44,6 +44,9 @@ struct KvSenderConfig {
   RemoteSecurity security;  // as the node's own
   caf::actor worker;        // reads the rows (kv_read_atom)
   KvRowSpans spans;         // or, on the data plane, the pool's rows in place
+  // The worker's layer clock (ModelRunner::set_kv_clock): a streamed
+  // prompt's chunk goes as soon as its step has stored its layers.
+  std::shared_ptr<KvLayerClock> clock;
   std::string name;         // how decode nodes' logs name this node
   int64_t chunk_bytes = 4 << 20;
   int window = 4;           // chunks read or sent and not yet answered, per transfer

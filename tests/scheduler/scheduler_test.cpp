@@ -530,7 +530,7 @@ TEST_CASE("Disaggregated: prefill on one engine, KV rows moved, decode on anothe
   require_no_leak(b);
 }
 
-TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and what would end it keeps them until aborted",
+TEST_CASE("A streamed held prompt reports each chunk's rows before the step that computes them, and what would end it keeps them until aborted",
           "[scheduler][pd_stream]") {
   const Ids prompt = shared_prefix_prompts(1)[0];
   REQUIRE(prompt.size() > 48);
@@ -540,44 +540,60 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
     r.stream_held_kv = true;
     return r;
   };
-  SECTION("its rows as its chunks compute, then all of them; moved in those pieces, it decodes as alone") {
+  SECTION("each chunk's rows as its step begins, layer by layer on the clock; moved in those pieces, it decodes as alone") {
     const auto solo = solo_outputs({prompt}, 8);
     Engine a(1024, 4, config(16)), b(1024, 4, config());
-    REQUIRE_FALSE(a.scheduler.submit(streamed(0, 8)));
+    auto clock = std::make_shared<KvLayerClock>();
+    a.runner.set_kv_clock(clock);
+    const int32_t layers = a.runner.model_config().n_layers;
     std::vector<std::vector<int32_t>> progress;
+    std::vector<uint64_t> steps;
+    a.scheduler.set_plan_listener([&](std::vector<TokenEvent> early) {
+      for (auto& e : early) {
+        REQUIRE(e.held_progress);
+        CHECK(e.token == -1);
+        // Told before the worker runs the step: not one layer stored yet.
+        CHECK_FALSE(clock->wait(e.held_step, 1, std::chrono::milliseconds(0)));
+        progress.push_back(e.held_rows);
+        steps.push_back(e.held_step);
+      }
+    });
+    REQUIRE_FALSE(a.scheduler.submit(streamed(0, 8)));
     std::optional<TokenEvent> held;
     while (!held) {
       REQUIRE_FALSE(a.scheduler.idle());
       for (auto& e : a.scheduler.step()) {
         REQUIRE(e.finish == FinishReason::none);
-        if (e.held_progress) {
-          CHECK(e.token == -1);
-          progress.push_back(e.held_rows);
-        } else {
-          REQUIRE(e.held);
-          held = e;
-        }
+        REQUIRE_FALSE(e.held_progress);  // those went to the listener
+        REQUIRE(e.held);
+        held = e;
       }
       REQUIRE(a.kv.check_running(a.scheduler.running_kv()) == "");
+      // After the step, every layer of it is stored.
+      REQUIRE_FALSE(steps.empty());
+      CHECK(clock->wait(steps.back(), layers, std::chrono::milliseconds(0)));
     }
-    // A report for every chunk but the last, each the rows of that chunk's
-    // tokens (cached, so page-aligned), and none of its rows moved after:
+    // A report for every chunk, the last one included, each the rows of that
+    // chunk's tokens under its own step, and none of its rows moved after:
     // what went out early is what the request holds at the end.
-    REQUIRE(progress.size() == (prompt.size() - 1) / 16);
+    REQUIRE(progress.size() == (prompt.size() + 15) / 16);
+    CHECK(clock->layers_reported() == static_cast<int64_t>(progress.size()) * layers);
     std::vector<int32_t> reported;
-    for (const auto& piece : progress) {
-      CHECK(piece.size() == 16);
-      reported.insert(reported.end(), piece.begin(), piece.end());
+    for (size_t i = 0; i < progress.size(); ++i) {
+      CHECK(progress[i].size() == (i + 1 < progress.size() ? 16 : prompt.size() - 16 * i));
+      if (i > 0) CHECK(steps[i] > steps[i - 1]);
+      reported.insert(reported.end(), progress[i].begin(), progress[i].end());
     }
-    CHECK(std::equal(reported.begin(), reported.end(), held->held_rows.begin()));
+    CHECK(reported == held->held_rows);
     CHECK(held->held_rows == a.scheduler.held(0)->kv);
+    // Not cached while its rows may be read (caching could swap one for the
+    // tree's copy and free it); cached once released.
+    CHECK(a.kv.match_lengths(std::vector<Ids>{prompt})[0] == 0);
     // Moved piece by piece, as a streamed transfer sends them.
     Scheduler::Reserved rows = b.scheduler.reserve(make(0, prompt, 8));
     REQUIRE(rows.error.empty());
     REQUIRE(rows.cached == 0);
-    const int32_t layers = a.runner.model_config().n_layers;
     size_t sent = 0;
-    progress.emplace_back(held->held_rows.begin() + static_cast<ptrdiff_t>(reported.size()), held->held_rows.end());
     for (const auto& from : progress) {
       const std::vector<int32_t> to(rows.rows.begin() + static_cast<ptrdiff_t>(sent),
                                     rows.rows.begin() + static_cast<ptrdiff_t>(sent + from.size()));
@@ -586,6 +602,7 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
     }
     REQUIRE(sent == prompt.size());
     a.scheduler.release(0);
+    CHECK(a.kv.match_lengths(std::vector<Ids>{prompt})[0] >= 48);
     REQUIRE(b.scheduler.activate(0, held->token, held->logprob));
     CHECK(b.drain()[0].first == solo.at(0));
     require_no_leak(a);
@@ -603,7 +620,7 @@ TEST_CASE("A streamed held prompt reports its computed rows chunk by chunk, and 
     CHECK(last->finish == FinishReason::length);
     CHECK(last->token >= 0);
     REQUIRE(a.scheduler.held(1) != nullptr);  // a transfer may still be reading them
-    CHECK(a.kv.store().radix().protected_size() > 0);
+    CHECK(a.scheduler.held(1)->kv.size() == prompt.size());
     a.scheduler.abort(1);
     auto ev = a.scheduler.step();
     REQUIRE(ev.size() == 1);

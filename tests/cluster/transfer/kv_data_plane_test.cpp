@@ -16,8 +16,10 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "actors/wire.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
@@ -268,7 +270,8 @@ TEST_CASE("A fed transfer sends rows as they are computed, stays alive while it 
       const std::vector<KvChunkRange> chunks = plan_kv_chunks(from, to, kLayout, 40 * kTokenBytes);
       planned += chunks.size();
       if (to < 40) early += chunks.size();
-      s.feed->add(std::span(all).subspan(static_cast<size_t>(from), static_cast<size_t>(to - from)), chunks, to == 40);
+      s.feed->add(std::span(all).subspan(static_cast<size_t>(from), static_cast<size_t>(to - from)), chunks,
+                  std::vector<uint64_t>(chunks.size(), 0), to == 40);
     };
     piece(0, 16);
     std::thread computing([&] {
@@ -294,6 +297,65 @@ TEST_CASE("A fed transfer sends rows as they are computed, stays alive while it 
   }
 }
 
+TEST_CASE("A fed chunk of a step in progress goes once the step has stored its layers, not before", "[kv_data_plane]") {
+  // The prefill pool's rows hold stale bytes until a stand-in step writes
+  // them layer by layer, telling the clock after each; a chunk read before
+  // its layer was written would carry the stale bytes to the decode node.
+  Fixture f(DataProtection::sealed, true);
+  FlatPool prefill;
+  std::fill(prefill.bytes.begin(), prefill.bytes.end(), uint8_t{0xEE});
+  const uint64_t ticket = f.reserve();
+  KvDataSend s = f.transfer(ticket);
+  const std::vector<int32_t> all = s.rows;
+  s.rows.clear();
+  s.plan.clear();
+  s.worker = caf::actor{};
+  s.spans = prefill.spans();
+  s.feed = std::make_shared<KvDataFeed>();
+  s.tokens = 40;
+  s.clock = std::make_shared<KvLayerClock>();
+  // One chunk per layer of the 40 rows, all written by step 7.
+  const std::vector<KvChunkRange> chunks = plan_kv_chunks(0, 40, kLayout, 40 * kTokenBytes);
+  REQUIRE(chunks.size() == static_cast<size_t>(kLayers));
+  s.clock->end(6);
+  s.feed->add(all, chunks, std::vector<uint64_t>(chunks.size(), 7), true);
+  std::atomic<int32_t> written{0};
+  std::atomic<bool> step_over{false};
+  std::promise<void> sent;
+  std::thread step([&, sent_now = sent.get_future()] {
+    s.clock->begin(7);
+    for (int32_t l = 0; l < kLayers; ++l) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      for (int32_t r = 100; r < 140; ++r) {
+        for (int64_t i = 0; i < kTokenBytes; ++i) prefill.row(l, r)[i] = byte_of(l, r, i);
+      }
+      written = l + 1;
+      s.clock->stored(l + 1);
+    }
+    // The step goes on (sampling, other requests' rows) after its last
+    // store: here until the transfer is over (or 10 s).
+    sent_now.wait_for(std::chrono::seconds(10));
+    step_over = true;
+    s.clock->end(7);
+  });
+  const KvDataResult r = send_kv_over_data_plane(f.system, f.target(), s);
+  const bool sent_before_step_ended = !step_over;
+  sent.set_value();
+  step.join();
+  REQUIRE(r.error.empty());
+  CHECK(r.chunks == kLayers);
+  for (int32_t l = 0; l < kLayers; ++l) {
+    for (int32_t t = 0; t < 40; ++t) {
+      REQUIRE(std::memcmp(f.decode_flat.row(l, 500 + t), prefill.row(l, 100 + t), kTokenBytes) == 0);
+    }
+  }
+  CHECK(f.receiver->commit(ticket).error.empty());
+  // Every layer went as it was stored: the transfer ended before the step did.
+  CHECK(sent_before_step_ended);
+  CHECK(written == kLayers);
+  CHECK(s.clock->layers_reported() == kLayers);
+}
+
 TEST_CASE("A fed transfer waiting for rows ends at once when stopped, and the reservation stays incomplete", "[kv_data_plane]") {
   Fixture f(DataProtection::sealed, true);
   FlatPool prefill;
@@ -305,7 +367,7 @@ TEST_CASE("A fed transfer waiting for rows ends at once when stopped, and the re
   s.feed = std::make_shared<KvDataFeed>();
   s.tokens = 40;
   std::vector<KvChunkRange> first = plan_kv_chunks(8, kLayout, 40 * kTokenBytes);
-  s.feed->add(std::span(s.rows).first(8), first, false);
+  s.feed->add(std::span(s.rows).first(8), first, std::vector<uint64_t>(first.size(), 0), false);
   s.rows.clear();
   s.plan.clear();
   std::thread stopper([&] {
