@@ -139,6 +139,12 @@ fb::AdapterReplyT change_adapter(caf::actor_system& system, const caf::actor& sc
 
 }  // namespace
 
+// A cluster head serves the adapters its nodes loaded at start; a node has
+// no HTTP port to change them on.
+constexpr const char* kOnTheNodes =
+    "a cluster head serves the LoRA adapters its nodes loaded at start (--lora on each node); "
+    "restart the nodes with the adapters to change them";
+
 std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, const std::string& path, float scale) {
   auto& m = *impl_;
   using K = AdapterRefusal::Kind;
@@ -146,6 +152,7 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
     return AdapterRefusal{K::invalid, "an adapter name is 1-64 of letters, digits, '.', '_' and '-' (not 'default')"};
   }
   if (!std::isfinite(scale)) return AdapterRefusal{K::invalid, "the adapter's scale must be a finite number"};
+  if (m.counts_nodes) return AdapterRefusal{K::invalid, kOnTheNodes};
   std::lock_guard changes(m.adapter_changes);
   int64_t used = 0;
   {
@@ -177,6 +184,7 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
 std::optional<AdapterRefusal> Engine::unload_adapter(const std::string& name) {
   auto& m = *impl_;
   using K = AdapterRefusal::Kind;
+  if (m.counts_nodes) return AdapterRefusal{K::invalid, kOnTheNodes};
   std::lock_guard changes(m.adapter_changes);
   int32_t id = 0;
   {

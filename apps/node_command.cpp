@@ -72,14 +72,14 @@ int node_command(int argc, char** argv, int first) {
   }
   NodeConfig nc;
   nc.engine = engine_from_flags(args);
-  // A head does not know a node's adapters by name yet: refused rather
-  // than loaded for nothing.
-  if (!nc.engine.lora.empty()) throw cli::UsageError("--lora is for serve, chat and run, not for a cluster node (yet)");
   nc.host = args.str("--host").value_or("127.0.0.1");
   nc.port = static_cast<uint16_t>(args.integer("--port", 7100, 0, 65535));
   nc.security = security_from_flags(args);
   nc.role = args.str("--role").value_or("engine");
   if (nc.role != "engine" && nc.role != "worker") throw cli::UsageError("--role must be engine or worker");
+  // A worker node's steps come from its head's scheduler, which would have
+  // to know the adapters: not yet.
+  if (!nc.engine.lora.empty() && nc.role == "worker") throw cli::UsageError("--lora needs --role engine on a node");
   nc.disaggregation_mode = args.str("--disaggregation-mode").value_or("");
   if (!nc.disaggregation_mode.empty() && nc.disaggregation_mode != "prefill" && nc.disaggregation_mode != "decode") {
     throw cli::UsageError("--disaggregation-mode must be prefill or decode");

@@ -11,6 +11,7 @@
 #include "cluster/transport/cluster_handshake.hpp"
 #include "cluster/transport/remote_setup.hpp"
 #include "messages/envelope.hpp"
+#include "model/model_fingerprint.hpp"
 
 namespace actorlm {
 
@@ -106,6 +107,15 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   w.tokenizer_digest = described.tokenizer_digest;
   w.kv_tokens = m.kv_tokens;
   w.device = m.device;
+  if (m.core) {
+    for (const AdapterInfo& a : m.core->adapters) {
+      auto na = std::make_unique<fb::NodeAdapterT>();
+      na->name = a.name;
+      na->id = a.id;
+      na->fingerprint = model_fingerprint(a.path);
+      w.adapters.push_back(std::move(na));
+    }
+  }
   if (m.decode && w.kv_token_bytes > 0) {
     m.decode->receiver =
         std::make_shared<KvReceiver>(KvLayout{kv_model_digest(described), w.kv_dtype, described.n_layers, w.kv_token_bytes});
@@ -163,7 +173,8 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     m.kv_sender_stop = random_token();
     m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);
   }
-  self->send(m.gateway, attach_atom::value, target, kv_worker, m.kv_sender, WireMessage{msg::pack(w)}, label);
+  self->send(m.gateway, attach_atom::value, target, kv_worker, m.kv_sender, WireMessage{msg::pack(w)}, label,
+             config.kv_stream);
 }
 
 Node::~Node() {

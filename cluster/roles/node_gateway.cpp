@@ -68,6 +68,7 @@ struct GatewayState {
   std::string mode;
   caf::actor kv_worker;               // an engine node's worker: KV rows in and out
   caf::actor kv_sender;               // moves held requests' KV (cluster/transfer/kv_sender.hpp)
+  bool stream_kv = false;             // held prompts stream their KV as it is computed (--kv-stream)
   std::shared_ptr<KvReceiver> receiver;  // open transfers into this node, by ticket
   // Decode: what this node shares with its data port (Node sets it up).
   std::shared_ptr<KvDecodeShared> decode;
@@ -239,9 +240,10 @@ void on_generate(Self* self, const WireMessage& sealed) {
     h.skip = req->handoff_skip;
     h.prompt_tokens = static_cast<int32_t>(req->input_ids.size());
     s.handoffs[local] = std::move(h);
-    // Its rows go out as its chunks compute (the sender decides whether
-    // they go at once: over the data plane, or after it as before).
-    req->stream_held_kv = static_cast<bool>(s.kv_sender);
+    // With --kv-stream its rows go out layer by layer as its chunks compute
+    // (the sender decides whether at once: over the data plane; or after
+    // the prefill, as without it).
+    req->stream_held_kv = s.kv_sender && s.stream_kv;
   }
   req->request_id = local;
   self->send(s.scheduler, generate_atom::value, WireMessage{msg::pack(*req)}, caf::actor_cast<caf::actor>(self));
@@ -703,7 +705,7 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
         if (token == stop_token) self->quit(caf::exit_reason::user_shutdown);
       },
       [self](attach_atom, const caf::actor& target, const caf::actor& kv_worker, const caf::actor& kv_sender,
-             const WireMessage& welcome, const std::string& label) {
+             const WireMessage& welcome, const std::string& label, bool stream_kv) {
         // Once, from this process: what a node serves is not a peer's to change.
         auto& s = self->state;
         if (!from_this_process(self) || !s.welcome.empty()) return;
@@ -715,6 +717,7 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
         s.mode = w->disaggregation_mode;
         s.kv_worker = kv_worker;
         s.kv_sender = kv_sender;
+        s.stream_kv = stream_kv;
         if (s.scheduler && w->kv_token_bytes > 0) {
           // Every engine node takes KV: a decode node from prefill nodes,
           // any node a running request migrating to it.

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
@@ -141,6 +143,9 @@ struct RouterState {
   std::map<uint64_t, Move> moving;  // by the head's id
   std::set<uint64_t> rebalanced;    // requests a rebalance moved (or tried to): never again
   uint64_t stop_token = 0;         // held by the engine that spawned the router
+  // The LoRA adapters of the first node that joined to run whole requests
+  // (name, id, fingerprint): every other such node must have the same.
+  std::optional<std::vector<std::tuple<std::string, int32_t, std::string>>> adapters;
   static inline const char* name = "actorlm.router";
 };
 
@@ -219,7 +224,25 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
   NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
-  if (std::string bad = model_mismatch(s.model, theirs); !bad.empty()) {
+  std::string bad = model_mismatch(s.model, theirs);
+  // A request names its adapter by the id the head gave it: a node that
+  // runs whole requests must hold the very adapters under the same ids (a
+  // decode node runs none: adapter requests are not split).
+  std::vector<std::tuple<std::string, int32_t, std::string>> adapters;
+  for (const auto& a : w.adapters) adapters.emplace_back(a->name, a->id, a->fingerprint);
+  if (bad.empty() && w.disaggregation_mode != "decode") {
+    if (!s.adapters) {
+      s.adapters = adapters;
+    } else if (*s.adapters != adapters) {
+      auto names = [](const auto& list) {
+        std::string out;
+        for (const auto& [name, id, print] : list) out += (out.empty() ? "" : ", ") + name + " (" + print + ")";
+        return out.empty() ? std::string("none") : out;
+      };
+      bad = "its LoRA adapters [" + names(adapters) + "] are not the other nodes' [" + names(*s.adapters) + "]";
+    }
+  }
+  if (!bad.empty()) {
     n.dialling = false;
     if (bad != n.error) log_node(self, i, "cannot join: " + bad);
     n.error = bad;
@@ -281,7 +304,8 @@ std::vector<int32_t> prompt_of(const std::vector<uint8_t>& bytes) {
 // have to move with the KV): a prefill node runs it whole.
 bool splits(const std::vector<uint8_t>& bytes) {
   auto req = msg::open<fb::TokenizedRequest>(bytes);
-  return req && !(req.message->constraint() && req.message->constraint()->kind() != 0);
+  // Nor may one with a LoRA adapter: its KV never moves (Scheduler::reserve).
+  return req && !(req.message->constraint() && req.message->constraint()->kind() != 0) && req.message->adapter() == 0;
 }
 
 // The request as one node of a pair gets it: under the attempt's wire id,
@@ -1317,6 +1341,17 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
           n.gone_token = 0;
           schedule_dial(self, i);
         }
+      },
+      [self](adapters_atom) {
+        // The adapters requests may name, once a node has said (start_head).
+        std::vector<std::string> names;
+        std::vector<int32_t> ids;
+        if (!from_this_process(self)) return caf::make_message(names, ids);
+        for (const auto& [name, id, print] : self->state.adapters.value_or(decltype(self->state.adapters)::value_type{})) {
+          names.push_back(name);
+          ids.push_back(id);
+        }
+        return caf::make_message(names, ids);
       },
       [self](status_atom) {
         int32_t up = 0;

@@ -316,6 +316,14 @@ void dial(Self* self, const std::string& key) {
       failed);
 }
 
+// Chunks of rows [first, last). Rows a step is still writing go a layer per
+// chunk (or less), each as soon as the step has stored it: what is left
+// when the step ends is its last layer, not the last few.
+std::vector<KvChunkRange> plan_for(const KvSenderConfig& cfg, int32_t first, int32_t last, bool layer_by_layer) {
+  const int64_t one_layer = static_cast<int64_t>(last - first) * cfg.layout.token_bytes;
+  return plan_kv_chunks(first, last, cfg.layout, layer_by_layer ? std::min(cfg.chunk_bytes, one_layer) : cfg.chunk_bytes);
+}
+
 caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   auto& s = self->state;
   std::string error;
@@ -342,7 +350,7 @@ caf::result<std::string> on_send(Self* self, const WireMessage& in) {
   t.link = key;
   t.open = order->streaming;
   t.total = order->streaming ? order->total_tokens : static_cast<int32_t>(order->rows.size());
-  t.plan = plan_kv_chunks(static_cast<int32_t>(order->rows.size()), s.cfg.layout, s.cfg.chunk_bytes);
+  t.plan = plan_for(s.cfg, 0, static_cast<int32_t>(order->rows.size()), order->streaming && order->ready_step != 0);
   t.steps.assign(t.plan.size(), order->streaming ? order->ready_step : 0);
   t.order = std::move(*order);
   t.promise = self->make_response_promise<std::string>();
@@ -375,7 +383,7 @@ void on_more(Self* self, const WireMessage& in) {
     return finish(self, id, "a streamed transfer given " + std::to_string(now) + " rows of its " + std::to_string(t.total));
   }
   const std::vector<KvChunkRange> more =
-      plan_kv_chunks(static_cast<int32_t>(had), static_cast<int32_t>(now), s.cfg.layout, s.cfg.chunk_bytes);
+      plan_for(s.cfg, static_cast<int32_t>(had), static_cast<int32_t>(now), order->streaming && order->ready_step != 0);
   t.plan.insert(t.plan.end(), more.begin(), more.end());
   const std::vector<uint64_t> steps(more.size(), order->streaming ? order->ready_step : 0);
   t.steps.insert(t.steps.end(), steps.begin(), steps.end());

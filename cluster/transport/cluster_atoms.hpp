@@ -52,5 +52,8 @@ using kv_move_atom = caf::atom_constant<caf::atom("kvmove")>;
 // operator asked it to drain): move its requests elsewhere and route nothing
 // more to it. Taken only from the gateway of a node the head dialled.
 using leaving_atom = caf::atom_constant<caf::atom("leaving")>;
+// Head, in-process: the LoRA adapters of the nodes that run whole
+// requests (names and ids), for the head's engine to serve by name.
+using adapters_atom = caf::atom_constant<caf::atom("adapters")>;
 
 }  // namespace actorlm
