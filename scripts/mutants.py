@@ -377,6 +377,19 @@ MUTANTS = [
            "            if (steps != steps_seen) {\n",
            "            if (false) {\n",
            ["actorlm"], [ctest_run("server:slow_step")], ci=False),
+    # LoRA adapters on cluster nodes: an adapter's KV never moves.
+    Mutant("pd-splits-adapter-requests",
+           "the head splits a request with a LoRA adapter across a prefill and a decode node",
+           "cluster/roles/router_actor.cpp",
+           " && req.message->adapter() == 0;\n",
+           ";\n",
+           ["actorlm"], [ctest_run("cluster:lora")], ci=False),
+    Mutant("node-adapters-unchecked",
+           "a node whose adapters differ from the others' joins a head",
+           "cluster/roles/router_actor.cpp",
+           "    } else if (*s.adapters != adapters) {\n",
+           "    } else if (false) {\n",
+           ["actorlm"], [ctest_run("cluster:lora")], ci=False),
 ]
 
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""LoRA adapters on cluster nodes (`actorlm node --lora NAME=PATH`), as real processes on loopback:
+  - a head over two engine nodes that loaded the same adapters serves them by name: /v1/models
+    lists them, and the base model's and each adapter's greedy answers equal a single
+    `serve --lora` process's; after the node that answered an adapter's request is killed, the
+    other node gives the same answer;
+  - a node whose adapters differ (another set, or the same name over another file) is refused at
+    its join with the reason in /nodes, and the head goes on serving;
+  - loading or unloading an adapter through the head is refused with the reason (the nodes have
+    no HTTP port; their adapters are fixed at start);
+  - with prefill/decode disaggregation, an adapter's request runs whole on the prefill node (its
+    KV never moves) and a decode node without adapters joins: both answers as one process.
+
+Usage: python3 tests/cluster/cluster_lora_test.py path/to/actorlm
+"""
+import json
+import os
+import socket
+import sys
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from cluster_test import BIN, SECRET, NodeProcess, check, head, nodes, post, wait_for  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+A = os.path.join(ROOT, "tests", "fixtures", "lora", "smollm2_a.gguf")
+B = os.path.join(ROOT, "tests", "fixtures", "lora", "smollm2_b.gguf")
+LORA = ["--lora", f"a={A}", "--lora", f"b={B}"]
+PROMPTS = ["The capital of France is", "List three colors:"]
+
+
+def answers(port):
+    """Greedy text of each prompt under the base model and each adapter, by (model, prompt)."""
+    out = {}
+    for model in (None, "a", "b"):
+        for p in PROMPTS:
+            body = {"prompt": p, "max_tokens": 16, "temperature": 0}
+            if model:
+                body["model"] = model
+            code, r = post(port, "/v1/completions", body)
+            check(code == 200, (model, p, code, r))
+            out[(model, p)] = r["choices"][0]["text"]
+    return out
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def listed(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
+        return [m["id"] for m in json.loads(r.read())["data"]]
+
+
+def main():
+    with ServerProcess(BIN, LORA, threads=1) as one:
+        reference = answers(one.port)
+    check(reference[("a", PROMPTS[0])] != reference[(None, PROMPTS[0])], "the adapter changes nothing: a useless check")
+
+    first = NodeProcess(["--secret-file", SECRET, *LORA]).start()
+    second = NodeProcess(["--secret-file", SECRET, *LORA]).start()
+    # Started once the head serves the other two (the first node to join
+    # sets the adapters the others must have): the same names over each
+    # other's files.
+    other = NodeProcess(["--secret-file", SECRET, "--lora", f"a={B}", "--lora", f"b={A}"], port=free_port())
+    other.port = int(other.args[other.args.index("--port") + 1])
+    try:
+        with head([first, second, other], ["--connect-timeout", "3", "--lora-dir", os.path.dirname(A)]) as h:
+            ids = listed(h.port)
+            check(ids[1:] == ["a", "b"], f"/v1/models through the head: {ids}")
+            other.start()
+            wait_for("the node with other adapters refused",
+                     lambda: "LoRA adapters" in str(nodes(h.port)[other.address].get("error", "")), 60)
+            got = answers(h.port)
+            check(got == reference, f"through a head over two nodes: {got} != {reference}")
+            print("ok: two engine nodes with --lora serve the adapters by name through a head "
+                  f"({', '.join(ids[1:])}), every answer equal to one process's; a node whose adapters "
+                  f"differ is refused: {nodes(h.port)[other.address]['error'][:90]}...")
+            # The node that has served adapter a's prompt goes; the other answers the same.
+            served = {a: n["routed"] for a, n in nodes(h.port).items()}
+            busiest = first if served[first.address] >= served[second.address] else second
+            busiest.kill()
+            wait_for("the head to notice", lambda: not nodes(h.port)[busiest.address]["alive"], 30)
+            again = answers(h.port)
+            check(again == reference, f"after a node was lost: {again} != {reference}")
+            print("ok: with one node killed the other gives every adapter's answer unchanged")
+            for path, body in (("/v1/load_lora_adapter", {"lora_name": "c", "lora_path": os.path.basename(A)}),
+                               ("/v1/unload_lora_adapter", {"lora_name": "a"})):
+                code, r = post(h.port, path, body)
+                check(400 <= code < 500 and "--lora on each node" in json.dumps(r), (path, code, r))
+            check(listed(h.port)[1:] == ["a", "b"], "a refused change changed the list")
+            print("ok: loading or unloading an adapter through the head is refused with the reason")
+    finally:
+        for n in (first, second, other):
+            if getattr(n, "proc", None):
+                n.stop()
+
+    prefill = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", "prefill", *LORA]).start()
+    decode = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", "decode"]).start()
+    try:
+        with head([prefill, decode]) as h:
+            wait_for("both nodes joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 60)
+            got = answers(h.port)
+            check(got == reference, f"through a prefill/decode pair: {got} != {reference}")
+            sent = [x for x in prefill.lines if "kv sender: sent" in x]
+            check(0 < len(sent) <= len(PROMPTS), f"only the base model's prompts may move their KV: {sent}")
+            print("ok: with disaggregation, adapters' requests run whole on the prefill node and the "
+                  "base model's move to a decode node without adapters; every answer as one process's")
+    finally:
+        prefill.stop()
+        decode.stop()
+    print("cluster lora: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
