@@ -246,6 +246,21 @@ TEST_CASE("In place, a transfer gathers from the prefill pool and scatters into 
   }
 }
 
+// A transfer whose rows come through its feed (KvDataFeed), read in place
+// from `prefill`: the rows it would have had go to `all`, for the test to
+// feed.
+KvDataSend fed_transfer(Fixture& f, uint64_t ticket, FlatPool& prefill, std::vector<int32_t>& all) {
+  KvDataSend s = f.transfer(ticket);
+  all = std::move(s.rows);
+  s.rows.clear();
+  s.plan.clear();
+  s.worker = caf::actor{};
+  s.spans = prefill.spans();
+  s.feed = std::make_shared<KvDataFeed>();
+  s.tokens = static_cast<int32_t>(all.size());
+  return s;
+}
+
 TEST_CASE("A fed transfer sends rows as they are computed, stays alive while it waits, and fills the reserved rows exactly",
           "[kv_data_plane]") {
   // The decode node gives up on a peer silent for 400 ms; the prompt's
@@ -256,15 +271,9 @@ TEST_CASE("A fed transfer sends rows as they are computed, stays alive while it 
     FlatPool prefill;
     prefill.fill_transfer_rows();
     const uint64_t ticket = f.reserve();
-    KvDataSend s = f.transfer(ticket);
-    const std::vector<int32_t> all = s.rows;
-    s.rows.clear();
-    s.plan.clear();
-    s.worker = caf::actor{};
-    s.spans = prefill.spans();
+    std::vector<int32_t> all;
+    KvDataSend s = fed_transfer(f, ticket, prefill, all);
     s.timeout = std::chrono::milliseconds(400);
-    s.feed = std::make_shared<KvDataFeed>();
-    s.tokens = 40;
     size_t planned = 0, early = 0;
     auto piece = [&](int32_t from, int32_t to) {
       const std::vector<KvChunkRange> chunks = plan_kv_chunks(from, to, kLayout, 40 * kTokenBytes);
@@ -305,14 +314,8 @@ TEST_CASE("A fed chunk of a step in progress goes once the step has stored its l
   FlatPool prefill;
   std::fill(prefill.bytes.begin(), prefill.bytes.end(), uint8_t{0xEE});
   const uint64_t ticket = f.reserve();
-  KvDataSend s = f.transfer(ticket);
-  const std::vector<int32_t> all = s.rows;
-  s.rows.clear();
-  s.plan.clear();
-  s.worker = caf::actor{};
-  s.spans = prefill.spans();
-  s.feed = std::make_shared<KvDataFeed>();
-  s.tokens = 40;
+  std::vector<int32_t> all;
+  KvDataSend s = fed_transfer(f, ticket, prefill, all);
   s.clock = std::make_shared<KvLayerClock>();
   // One chunk per layer of the 40 rows, all written by step 7.
   const std::vector<KvChunkRange> chunks = plan_kv_chunks(0, 40, kLayout, 40 * kTokenBytes);
