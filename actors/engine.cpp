@@ -31,6 +31,7 @@ struct Engine::Impl {
   int64_t kv_tokens = 0;
   int32_t max_context = 0;
   bool counts_nodes = false;
+  bool adapters_fixed = false;  // EngineParts::adapters_fixed
   ToolFormat tool_format = ToolFormat::generic;
   std::function<void()> stop;
   std::shared_ptr<StatsBoard> board;  // see EngineParts::board
@@ -81,6 +82,7 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.kv_tokens = parts.kv_tokens;
   m.max_context = parts.max_context;
   m.counts_nodes = parts.counts_nodes;
+  m.adapters_fixed = parts.adapters_fixed;
   m.stop = std::move(parts.stop);
   m.board = std::move(parts.board);
   m.pool = std::move(parts.pool);
@@ -152,7 +154,7 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
     return AdapterRefusal{K::invalid, "an adapter name is 1-64 of letters, digits, '.', '_' and '-' (not 'default')"};
   }
   if (!std::isfinite(scale)) return AdapterRefusal{K::invalid, "the adapter's scale must be a finite number"};
-  if (m.counts_nodes) return AdapterRefusal{K::invalid, kOnTheNodes};
+  if (m.adapters_fixed) return AdapterRefusal{K::invalid, kOnTheNodes};
   std::lock_guard changes(m.adapter_changes);
   int64_t used = 0;
   {
@@ -184,7 +186,7 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
 std::optional<AdapterRefusal> Engine::unload_adapter(const std::string& name) {
   auto& m = *impl_;
   using K = AdapterRefusal::Kind;
-  if (m.counts_nodes) return AdapterRefusal{K::invalid, kOnTheNodes};
+  if (m.adapters_fixed) return AdapterRefusal{K::invalid, kOnTheNodes};
   std::lock_guard changes(m.adapter_changes);
   int32_t id = 0;
   {

@@ -214,6 +214,9 @@ struct EngineParts {
   std::shared_ptr<StatsBoard> board;
   caf::actor pool, radix;
   std::vector<AdapterInfo> adapters;  // LoRA adapters the scheduler's worker holds
+  // The adapters are the nodes', loaded at their start: a head over nodes
+  // or a remote worker refuses run-time loads and unloads.
+  bool adapters_fixed = false;
 };
 
 class Engine {

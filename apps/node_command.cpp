@@ -45,8 +45,8 @@ constexpr const char* usage =
     "--disaggregation-mode prefill|decode makes an engine node half of a prefill/decode pair: a head\n"
     "with both kinds of node runs each prompt on a prefill node, which sends its KV to a decode node\n"
     "(directly, joined with the same secret or certificates) that generates the rest (docs/CLUSTER.md).\n"
-    "--lora NAME=PATH (engine nodes): LoRA adapters a head serves by name; every node that runs whole\n"
-    "requests must load the same list (docs/CLUSTER.md, LoRA adapters on nodes).\n"
+    "--lora NAME=PATH: LoRA adapters a head serves by name; every engine node that runs whole requests\n"
+    "must load the same list (docs/CLUSTER.md, LoRA adapters on nodes).\n"
     "With a secret the KV bytes take a data plane beside the middleman: a decode node listens on\n"
     "--kv-data-port of its --host (default 0: a free port, told to prefill nodes when they join; -1:\n"
     "none, the KV goes over the middleman), and frames are sealed with AES-256-GCM under keys from\n"
@@ -80,9 +80,6 @@ int node_command(int argc, char** argv, int first) {
   nc.security = security_from_flags(args);
   nc.role = args.str("--role").value_or("engine");
   if (nc.role != "engine" && nc.role != "worker") throw cli::UsageError("--role must be engine or worker");
-  // A worker node's steps come from its head's scheduler, which would have
-  // to know the adapters: not yet.
-  if (!nc.engine.lora.empty() && nc.role == "worker") throw cli::UsageError("--lora needs --role engine on a node");
   nc.disaggregation_mode = args.str("--disaggregation-mode").value_or("");
   if (!nc.disaggregation_mode.empty() && nc.disaggregation_mode != "prefill" && nc.disaggregation_mode != "decode") {
     throw cli::UsageError("--disaggregation-mode must be prefill or decode");

@@ -89,6 +89,7 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
   parts.scheduler = router;
   parts.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
   parts.counts_nodes = true;
+  parts.adapters_fixed = true;
   parts.stop = [router, stop_token] { caf::anon_send(router, shutdown_atom::value, stop_token); };
   return parts;
 }
@@ -129,6 +130,12 @@ EngineParts start_remote_worker(caf::actor_system& system, const EngineConfig& c
                    config.radix_eviction};
   SchedulerConfig sc = scheduler_config(config, parts.model, *parts.tok);
   sc.constraints = make_constraint_compiler(*parts.tok, parts.model.vocab_size, kConstraintThreads);
+  // The worker node's adapters (--lora on it), by the ids its runner holds.
+  for (const auto& a : w.adapters) {
+    sc.adapters.push_back(a->id);
+    parts.adapters.push_back({a->name, a->id, "(on the worker node)", 0});
+  }
+  parts.adapters_fixed = true;
   sc.max_running_requests = std::min(sc.max_running_requests, kv.max_requests);
   // A lost worker node is dialled again (the link); a step waits up to the
   // connect timeout for it, then its requests are computed again there from

@@ -65,8 +65,10 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   caf::actor target;
   fb::NodeWelcomeT w;
   ModelConfig model;
+  std::vector<AdapterInfo> adapters;  // --lora, as loaded
   if (config.role == "worker") {
     WorkerCore core = spawn_worker_core(system, config.engine, *tok);
+    adapters = core.adapters;
     m.worker = target = core.worker;
     model = core.model;
     m.device = core.device;
@@ -76,6 +78,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     w.max_requests = core.kv.max_requests;
   } else {
     m.core = spawn_engine_core(system, config.engine, *tok, m.gateway);
+    adapters = m.core->adapters;
     target = m.core->scheduler;
     model = m.core->model;
     m.device = m.core->device;
@@ -107,14 +110,12 @@ Node::Node(caf::actor_system& system, NodeConfig config)
   w.tokenizer_digest = described.tokenizer_digest;
   w.kv_tokens = m.kv_tokens;
   w.device = m.device;
-  if (m.core) {
-    for (const AdapterInfo& a : m.core->adapters) {
-      auto na = std::make_unique<fb::NodeAdapterT>();
-      na->name = a.name;
-      na->id = a.id;
-      na->fingerprint = model_fingerprint(a.path);
-      w.adapters.push_back(std::move(na));
-    }
+  for (const AdapterInfo& a : adapters) {
+    auto na = std::make_unique<fb::NodeAdapterT>();
+    na->name = a.name;
+    na->id = a.id;
+    na->fingerprint = model_fingerprint(a.path);
+    w.adapters.push_back(std::move(na));
   }
   if (m.decode && w.kv_token_bytes > 0) {
     m.decode->receiver =

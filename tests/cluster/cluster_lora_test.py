@@ -9,7 +9,9 @@
   - loading or unloading an adapter through the head is refused with the reason (the nodes have
     no HTTP port; their adapters are fixed at start);
   - with prefill/decode disaggregation, an adapter's request runs whole on the prefill node (its
-    KV never moves) and a decode node without adapters joins: both answers as one process.
+    KV never moves) and a decode node without adapters joins: both answers as one process;
+  - a head driving a worker node (--role worker --lora ...) serves the worker's adapters, every
+    answer as one process's.
 
 Usage: python3 tests/cluster/cluster_lora_test.py path/to/actorlm
 """
@@ -116,6 +118,19 @@ def main():
     finally:
         prefill.stop()
         decode.stop()
+
+    worker = NodeProcess(["--secret-file", SECRET, "--role", "worker", *LORA]).start()
+    try:
+        with ServerProcess(BIN, ["--remote-worker", worker.address, "--secret-file", SECRET]) as h:
+            check(listed(h.port)[1:] == ["a", "b"], f"/v1/models through a remote-worker head: {listed(h.port)}")
+            got = answers(h.port)
+            check(got == reference, f"through a head driving a worker node: {got} != {reference}")
+            code, r = post(h.port, "/v1/unload_lora_adapter", {"lora_name": "a"})
+            check(code == 400 and "--lora on each node" in json.dumps(r), (code, r))
+            print("ok: a head driving a worker node that loaded the adapters serves them, every answer as one "
+                  "process's; unloading through it is refused")
+    finally:
+        worker.stop()
     print("cluster lora: all checks passed")
 
 
