@@ -7,7 +7,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
 
 #include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
@@ -144,8 +143,10 @@ struct RouterState {
   std::set<uint64_t> rebalanced;    // requests a rebalance moved (or tried to): never again
   uint64_t stop_token = 0;         // held by the engine that spawned the router
   // The LoRA adapters of the first node that joined to run whole requests
-  // (name, id, fingerprint): every other such node must have the same.
-  std::optional<std::vector<std::tuple<std::string, int32_t, std::string>>> adapters;
+  // (its welcome's, and adapter_list() of it): every other such node must
+  // have the same.
+  std::optional<std::vector<std::pair<std::string, int32_t>>> adapters;
+  std::string adapter_list;
   static inline const char* name = "actorlm.router";
 };
 
@@ -228,18 +229,14 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   // A request names its adapter by the id the head gave it: a node that
   // runs whole requests must hold the very adapters under the same ids (a
   // decode node runs none: adapter requests are not split).
-  std::vector<std::tuple<std::string, int32_t, std::string>> adapters;
-  for (const auto& a : w.adapters) adapters.emplace_back(a->name, a->id, a->fingerprint);
   if (bad.empty() && w.disaggregation_mode != "decode") {
+    const std::string theirs_list = adapter_list(w);
     if (!s.adapters) {
-      s.adapters = adapters;
-    } else if (*s.adapters != adapters) {
-      auto names = [](const auto& list) {
-        std::string out;
-        for (const auto& [name, id, print] : list) out += (out.empty() ? "" : ", ") + name + " (" + print + ")";
-        return out.empty() ? std::string("none") : out;
-      };
-      bad = "its LoRA adapters [" + names(adapters) + "] are not the other nodes' [" + names(*s.adapters) + "]";
+      s.adapters.emplace();
+      for (const auto& a : w.adapters) s.adapters->emplace_back(a->name, a->id);
+      s.adapter_list = theirs_list;
+    } else if (theirs_list != s.adapter_list) {
+      bad = "its LoRA adapters [" + theirs_list + "] are not the other nodes' [" + s.adapter_list + "]";
     }
   }
   if (!bad.empty()) {
@@ -1347,7 +1344,7 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         std::vector<std::string> names;
         std::vector<int32_t> ids;
         if (!from_this_process(self)) return caf::make_message(names, ids);
-        for (const auto& [name, id, print] : self->state.adapters.value_or(decltype(self->state.adapters)::value_type{})) {
+        for (const auto& [name, id] : self->state.adapters.value_or(decltype(self->state.adapters)::value_type{})) {
           names.push_back(name);
           ids.push_back(id);
         }

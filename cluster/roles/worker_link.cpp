@@ -1,7 +1,6 @@
 #include "cluster/roles/worker_link.hpp"
 
 #include <caf/all.hpp>
-#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -70,10 +69,7 @@ std::string differs(const fb::NodeWelcomeT& a, const fb::NodeWelcomeT& b) {
     return "it came back with another KV layout (pool, page size, slots or context)";
   }
   // The head's scheduler names adapters by the ids of the first welcome.
-  auto same = [](const auto& x, const auto& y) { return x->name == y->name && x->id == y->id && x->fingerprint == y->fingerprint; };
-  if (!std::equal(a.adapters.begin(), a.adapters.end(), b.adapters.begin(), b.adapters.end(), same)) {
-    return "it came back with other LoRA adapters";
-  }
+  if (adapter_list(a) != adapter_list(b)) return "it came back with other LoRA adapters";
   return "";
 }
 

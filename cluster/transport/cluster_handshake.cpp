@@ -1,5 +1,7 @@
 #include "cluster/transport/cluster_handshake.hpp"
 
+#include "messages/cluster_generated.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -103,6 +105,14 @@ std::string model_mismatch(const NodeModel& mine, const NodeModel& theirs) {
            std::to_string(theirs.hidden) + "; head: " + mine.name + ")";
   }
   return "";
+}
+
+std::string adapter_list(const fb::NodeWelcomeT& welcome) {
+  std::string out;
+  for (const auto& a : welcome.adapters) {
+    out += (out.empty() ? "" : ", ") + a->name + " #" + std::to_string(a->id) + " (" + a->fingerprint + ")";
+  }
+  return out.empty() ? "none" : out;
 }
 
 }  // namespace actorlm

@@ -25,6 +25,10 @@
 
 namespace actorlm {
 
+namespace fb {
+struct NodeWelcomeT;
+}  // namespace fb
+
 inline constexpr uint32_t cluster_protocol = 2;  // 2: joins carry a head nonce, requests are sealed
 inline constexpr size_t nonce_bytes = 32;
 inline constexpr size_t proof_bytes = 32;  // HMAC-SHA256
@@ -65,5 +69,10 @@ struct NodeModel {
 NodeModel describe_model(const std::string& model_path, const ModelConfig& config, const Tokenizer& tok);
 // Empty when the head (`mine`) can route to a node serving `theirs`, else why not.
 std::string model_mismatch(const NodeModel& mine, const NodeModel& theirs);
+
+// A node's LoRA adapters as its welcome lists them, in one text ("none", or
+// "name #id (fingerprint), ..."): two nodes serve the same adapters under
+// the same ids when their texts are equal.
+std::string adapter_list(const fb::NodeWelcomeT& welcome);
 
 }  // namespace actorlm
