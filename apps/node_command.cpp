@@ -107,6 +107,9 @@ int node_command(int argc, char** argv, int first) {
   if (const char* n = std::getenv("ACTORLM_TEST_ONLY_KV_SEND_PAUSE_MS")) {
     nc.kv_send_pause_ms = std::clamp<int64_t>(std::atoll(n), 0, 60000);
   }
+  // Benchmarks only: a new data plane connection for every transfer, as
+  // before connections were kept (bench/pd_bench.py's A/B).
+  nc.kv_fresh_connections = std::getenv("ACTORLM_TEST_ONLY_KV_FRESH_CONNECTIONS") != nullptr;
   if (std::string bad = nc.security.check(nc.host); !bad.empty()) throw cli::UsageError(bad);
 
   caf::actor_system_config cfg;

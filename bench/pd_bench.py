@@ -18,7 +18,9 @@ nodes), `sealed-worker` / `trusted-worker` (the same with the rows copied throug
 worker actor, as a device pool's are, instead of in place), and `sealed-ucx` / `trusted-ucx`
 (the data plane's frames over UCX, `--kv-transport ucx` on both nodes), `sealed-whole` /
 `trusted-whole` (the prefill node with `--kv-stream off`: the KV goes once the whole prompt is
-computed, instead of each chunk's as it is); it adds each prompt's time to first token through
+computed, instead of each chunk's as it is), `sealed-ucx-whole` (both), and any of them with
+`-fresh` appended (a new data plane connection per transfer instead of one kept from the last
+transfer, for an A/B of kept connections); it adds each prompt's time to first token through
 the pair, against the plain node's. A streamed transfer's "transfer ms" is what it took after
 the prompt's last chunk (what it adds to the time to first token), its GB/s the whole prompt's
 bytes over that time, and "early" the share of its chunks that went while the prompt computed.
@@ -77,7 +79,18 @@ PLANES = {"middleman": ([], ["--kv-data-port", "-1"], None), "sealed": ([], [], 
                           ["--kv-trusted-fabric", "--kv-transport", "ucx"], None),
           # The prompt's KV sent once all of it is computed, not as its chunks compute.
           "sealed-whole": (["--kv-stream", "off"], [], None),
-          "trusted-whole": (["--kv-trusted-fabric", "--kv-stream", "off"], ["--kv-trusted-fabric"], None)}
+          "trusted-whole": (["--kv-trusted-fabric", "--kv-stream", "off"], ["--kv-trusted-fabric"], None),
+          "sealed-ucx-whole": (["--kv-transport", "ucx", "--kv-stream", "off"], ["--kv-transport", "ucx"], None)}
+# Any plane with "-fresh" appended: the prefill node dials a new data plane connection for every
+# transfer instead of keeping one for the next (the A/B of kept connections).
+FRESH = {"ACTORLM_TEST_ONLY_KV_FRESH_CONNECTIONS": "1"}
+
+
+def plane_setup(plane):
+    if plane.endswith("-fresh"):
+        p_extra, d_extra, env = PLANES[plane[:-len("-fresh")]]
+        return p_extra, d_extra, {**(env or {}), **FRESH}
+    return PLANES[plane]
 
 
 def node(binary, core, mode=None, extra=(), env=None):
@@ -156,7 +169,7 @@ SIZES = (256, 512, 1000, 2000)
 def transfer_table(binary, plane, prefill_s):
     rng = random.Random(5)
     rows = []
-    p_extra, d_extra, env = PLANES[plane]
+    p_extra, d_extra, env = plane_setup(plane)
     p, d = node(binary, 0, "prefill", p_extra, env), node(binary, 1, "decode", d_extra, env)
     h = head(binary, [p, d])
     stream(h.port, fresh_prompt(16, rng), 2)  # the prefill node joins the decode node
@@ -232,14 +245,16 @@ def main():
     ap.add_argument("--actorlm", default="build/apps/actorlm")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--planes", default="sealed",
-                    help="comma-separated: middleman, sealed, trusted, sealed-worker, trusted-worker, "
-                         "sealed-ucx, trusted-ucx")
+                    help="comma-separated: " + ", ".join(PLANES) + "; any with -fresh appended")
     ap.add_argument("--no-itl", action="store_true", help="the transfer table only")
     ap.add_argument("--out", default="docs/bench/pd.json")
     a = ap.parse_args()
     with open(SECRET, "w") as f:
         f.write("pd bench secret 8c1e\n")
     planes = a.planes.split(",")
+    for plane in planes:
+        if plane.removesuffix("-fresh") not in PLANES:
+            raise SystemExit(f"unknown plane {plane}")
     prefill_s = prefill_times(a.actorlm)
     transfer = []
     for i in range(a.rounds):

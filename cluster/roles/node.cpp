@@ -170,6 +170,7 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     kc.data_protection = protection;
     kc.data_transport = config.kv_transport;
     kc.stream = config.kv_stream;
+    kc.keep_connections = !config.kv_fresh_connections;
     kc.name = label;
     m.kv_sender_stop = random_token();
     m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);

@@ -32,6 +32,7 @@ struct NodeConfig {
   int64_t corrupt_kv_chunk = -1;
   // Prefill: tests only, see KvSenderConfig::pause_per_chunk.
   int64_t kv_send_pause_ms = 0;
+  bool kv_fresh_connections = false;  // KvSenderConfig::keep_connections off
   // Benchmarks and tests: the data plane copies rows through the worker
   // actor even where the pool is in this process's memory.
   bool kv_through_worker = false;

@@ -9,6 +9,8 @@
 
 #include <caf/all.hpp>
 #include <algorithm>
+#include <atomic>
+#include <map>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -301,6 +303,7 @@ void KvDataServer::accept_loop() {
       ::close(fd);  // full: a flood of connections costs no thread
       continue;
     }
+    ++accepted_;
     connections_.emplace(fd, std::thread([this, fd] {
       serve(fd);
       std::lock_guard<std::mutex> lock(mu_);
@@ -311,6 +314,7 @@ void KvDataServer::accept_loop() {
 
 void KvDataServer::serve(int fd) {
   uint64_t request = 0;  // the local request of the chunk in hand: failed if the connection breaks
+  int64_t served = 0;    // chunks written over this connection
   // Not anonymous: the gateway takes this only from an actor of its process.
   caf::scoped_actor self{system_};
   auto fail = [&](uint64_t id, const std::string& why) {
@@ -329,7 +333,8 @@ void KvDataServer::serve(int fd) {
     recv_all(fd, their_proof.data(), their_proof.size(), "data plane handshake");
     // Checked after the proof arrived, whatever failed, so that a stranger
     // learns nothing from when the connection closes.
-    const auto key = cfg_.sessions->key(get_le<uint64_t>(hello + kMagicBytes + 1));
+    const uint64_t session = get_le<uint64_t>(hello + kMagicBytes + 1);
+    const auto key = cfg_.sessions->key(session);
     if (!key || !macs_equal(their_proof, proof(*key, dialer_nonce, acceptor_nonce))) {
       throw DataChannelError("a data plane peer without a joined session");
     }
@@ -372,6 +377,9 @@ void KvDataServer::serve(int fd) {
         continue;
       }
       if (header.size() != kChunkHeader) throw DataChannelError("a malformed KV chunk header");
+      // A connection lives on between transfers (KvDataLinks): it carries
+      // chunks only while the join it proved is still held.
+      if (!cfg_.sessions->key(session)) return fail(0, "the joined session this connection proved has ended");
       const uint64_t ticket = get_le<uint64_t>(header.data());
       const KvChunkRange range{get_le<int32_t>(header.data() + 12), get_le<int32_t>(header.data() + 16), get_le<int32_t>(header.data() + 20),
                                get_le<int32_t>(header.data() + 24)};
@@ -425,147 +433,285 @@ void KvDataServer::serve(int fd) {
         return;
       }
       ++chunks_;
+      ++served;
       request = 0;
       out.send(ack(ticket, ""), {});
     }
   } catch (const std::exception& e) {
     // A frame that fails its tag, a cut connection, a stranger: the chunk in
-    // hand (if any) is lost, and so is its request's transfer.
-    fail(request, e.what());
+    // hand (if any) is lost, and so is its request's transfer. A connection
+    // kept open by its sender after its transfers, and silent past the
+    // timeout, ends quietly: nothing was in hand.
+    if (request != 0 || served == 0) fail(request, e.what());
   }
 }
 
-KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarget& target, const KvDataSend& send) {
-  KvDataResult result;
-  struct Socket {
-    int fd;
-    KvDataCancel* cancel;
-    ~Socket() {
-      if (cancel) cancel->attach(-1);
-      ::close(fd);
-    }
+struct KvDataLinks::Connection {
+  int fd;
+  SocketLink socket;
+  DataSender out;
+  DataReceiver acks;
+  std::unique_ptr<UcxLink> ucx;  // closed before the socket it watches
+  DataTransport transport = DataTransport::socket;
+  Connection(int fd, DataProtection protection, const DataKeys& keys)
+      : fd(fd),
+        socket(fd),
+        out(socket, protection, keys.dialer_to_acceptor),
+        acks(socket, protection, keys.acceptor_to_dialer, kMaxLinkAddress) {}
+  ~Connection() {
+    ucx.reset();
+    ::close(fd);
+  }
+  // Open and quiet: between transfers the data port sends nothing, so a
+  // readable socket is one the port closed (or broke).
+  bool idle_and_open() const {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+};
+
+struct KvDataLinks::Impl {
+  struct Idle {
+    std::chrono::steady_clock::time_point since;
+    std::unique_ptr<Connection> connection;
   };
-  try {
-    Socket s{dial(target.host, target.port, send.timeout), send.cancel.get()};
-    if (s.cancel) s.cancel->attach(s.fd);
-    uint8_t hello[kHello];
-    std::memcpy(hello, kMagic, kMagicBytes);
-    hello[kMagicBytes] = static_cast<uint8_t>(target.protection);
-    put_le<uint64_t>(hello + kMagicBytes + 1, DataSessions::id_of(target.session_key));
-    const std::vector<uint8_t> dialer_nonce = make_nonce();
-    std::memcpy(hello + kMagicBytes + 9, dialer_nonce.data(), kNonce);
-    send_all(s.fd, hello, kHello, "data plane handshake");
-    std::vector<uint8_t> acceptor_nonce(kNonce);
-    recv_all(s.fd, acceptor_nonce.data(), kNonce, "data plane handshake");
-    const std::vector<uint8_t> mine = proof(target.session_key, dialer_nonce, acceptor_nonce);
-    send_all(s.fd, mine.data(), mine.size(), "data plane handshake");
-    const DataKeys keys = derive_data_keys(target.session_key, dialer_nonce, acceptor_nonce);
-    SocketLink socket(s.fd);
-    DataSender out(socket, target.protection, keys.dialer_to_acceptor);
-    DataReceiver acks(socket, target.protection, keys.acceptor_to_dialer, kMaxLinkAddress);
-    // Declared after the socket's owner, so the link closes before the socket does.
-    std::unique_ptr<UcxLink> ucx;
-    std::vector<uint8_t> address;
-    if (target.transport == DataTransport::ucx) {
-      if (const std::string why = ucx_unavailable(); !why.empty()) {
-        std::fprintf(stderr, "actorlm kv sender: staying on TCP: %s\n", why.c_str());
+  std::chrono::milliseconds idle;
+  size_t per_target;
+  std::mutex mu;
+  std::multimap<std::string, Idle> waiting;
+  std::atomic<int64_t> dialled{0}, reused{0};
+};
+
+KvDataLinks::KvDataLinks(std::chrono::milliseconds idle, size_t per_target) : impl_(std::make_unique<Impl>()) {
+  impl_->idle = idle;
+  impl_->per_target = per_target;
+}
+
+KvDataLinks::~KvDataLinks() = default;
+
+std::unique_ptr<KvDataLinks::Connection> KvDataLinks::take(const std::string& target) {
+  std::vector<std::unique_ptr<Connection>> stale;  // closed outside the lock
+  std::unique_ptr<Connection> found;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = impl_->waiting.begin(); it != impl_->waiting.end();) {
+      const bool mine = it->first == target && !found;
+      if (now - it->second.since > impl_->idle || (mine && !it->second.connection->idle_and_open())) {
+        stale.push_back(std::move(it->second.connection));
+      } else if (mine) {
+        found = std::move(it->second.connection);
       } else {
-        ucx = std::make_unique<UcxLink>(s.fd, send.timeout);
-        address = ucx->address();
+        ++it;
+        continue;
       }
-    }
-    send_link(out, ucx ? DataTransport::ucx : DataTransport::socket, address);
-    if (read_link(acks, address) == DataTransport::ucx) {
-      if (!ucx) throw DataChannelError("the decode node answered with a link this node did not ask for");
-      ucx->connect(address);
-      out.use(*ucx);
-      acks.use(*ucx);
-      result.transport = DataTransport::ucx;
-    } else {
-      ucx.reset();
-    }
-    caf::scoped_actor self{system};
-    // A fed chunk's step comes with it from the feed, never from `plan`.
-    if (send.feed && (!send.rows.empty() || !send.plan.empty())) throw DataChannelError("a fed transfer with rows of its own");
-    std::vector<int32_t> rows_now = send.rows;
-    std::vector<KvChunkRange> plan = send.plan;
-    std::vector<uint64_t> steps(plan.size(), 0);  // a fed chunk's step (KvDataFeed)
-    bool open = send.feed != nullptr;  // more rows may come
-    const auto tokens = send.feed ? send.tokens : static_cast<int32_t>(send.rows.size());
-    size_t acked = 0;
-    auto take_ack = [&] {
-      std::vector<uint8_t> header;
-      uint64_t bytes = 0;
-      if (!acks.next(header, bytes)) throw DataChannelError("the decode node closed the data plane connection");
-      acks.skip_payload();
-      if (header.size() < 8 || get_le<uint64_t>(header.data()) != send.ticket) throw DataChannelError("a foreign acknowledgement");
-      if (header.size() > 8) throw DataChannelError("the decode node refused a chunk: " + std::string(header.begin() + 8, header.end()));
-      ++acked;
-    };
-    // While rows are still being computed, a keepalive at this interval:
-    // well inside the receiver's timeout for a silent peer.
-    const auto keepalive = std::max(std::chrono::milliseconds(10), send.timeout / 4);
-    // At most a few chunks unacknowledged, so neither side's socket buffer
-    // fills with what the other is not reading.
-    constexpr size_t kWindow = 4;
-    std::vector<std::span<uint8_t>> in_place;
-    std::vector<std::span<const uint8_t>> pieces;
-    std::vector<uint8_t> data;
-    for (size_t i = 0;; ++i) {
-      while (i == plan.size() && open) {
-        // Everything computed so far is sent: wait for more. (Acknowledgements
-        // wait in the socket meanwhile: at most kWindow of them.)
-        if (send.feed->next(keepalive, rows_now, plan, steps, open)) continue;
-        if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
-        out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
-      }
-      if (i == plan.size()) break;
-      if (send.cancel && send.cancel->cancelled()) throw DataChannelError("cancelled");
-      const KvChunkRange& r = plan[i];
-      if (r.last_token > static_cast<int32_t>(rows_now.size())) throw DataChannelError("a chunk past the rows computed");
-      // Layer by layer: the chunk's rows are being written by step
-      // steps[i]; it goes once that step has stored its last layer.
-      if (steps[i] != 0) {
-        if (!send.clock) throw DataChannelError("a chunk of a step in progress, and no clock to wait on");
-        while (!send.clock->wait(steps[i], r.last_layer, keepalive)) {
-          if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
-          out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
-        }
-      }
-      const std::span<const int32_t> rows = std::span(rows_now).subspan(static_cast<size_t>(r.first_token),
-                                                                        static_cast<size_t>(r.last_token - r.first_token));
-      pieces.clear();
-      if (send.spans) {
-        if (!send.spans(rows, r.first_layer, r.last_layer, in_place)) throw DataChannelError("reading KV: no pool in place");
-        pieces.assign(in_place.begin(), in_place.end());
-      } else {
-        std::string error;
-        self->request(send.worker, send.timeout, kv_read_raw_atom::value, std::vector<int32_t>(rows.begin(), rows.end()),
-                      r.first_layer, r.last_layer)
-            .receive([&](std::vector<uint8_t>& d) { data = std::move(d); },
-                     [&](const caf::error& e) { error = "reading KV: " + system.render(e); });
-        if (!error.empty()) throw DataChannelError(error);
-        pieces.emplace_back(data.data(), data.size());
-      }
-      const int64_t nth = send.sent ? send.sent->fetch_add(1) : static_cast<int64_t>(i);
-      if (nth == send.corrupt_chunk) out.damage_next_payload();
-      out.send(chunk_header(send.ticket, tokens, r), pieces);
-      ++result.chunks;
-      if (open) ++result.early_chunks;
-      for (auto p : pieces) result.bytes += static_cast<int64_t>(p.size());
-      if (i + 1 - acked > kWindow) take_ack();
-      if (send.pause_per_chunk.count() > 0) pause(send, target, i);
-    }
-    while (acked < plan.size()) take_ack();
-  } catch (const std::exception& e) {
-    result.error = e.what();
-    // A refused handshake shows here only as a closed connection.
-    if (result.error.find("closed") != std::string::npos || result.error.find("reset") != std::string::npos) {
-      result.error += " (if the decode node refused the connection, its log says why: a different "
-                      "--kv-trusted-fabric setting, or a session it does not hold)";
+      it = impl_->waiting.erase(it);
     }
   }
-  return result;
+  if (found) ++impl_->reused;
+  return found;
+}
+
+void KvDataLinks::give_back(const std::string& target, std::unique_ptr<Connection> connection) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->waiting.count(target) >= impl_->per_target) return;  // closed as it goes
+  impl_->waiting.emplace(target, Impl::Idle{std::chrono::steady_clock::now(), std::move(connection)});
+}
+
+int64_t KvDataLinks::dialled() const { return impl_->dialled; }
+int64_t KvDataLinks::reused() const { return impl_->reused; }
+void KvDataLinks::count_dial() { ++impl_->dialled; }
+
+namespace {
+
+// What a connection is kept for: one decode node's data port under one
+// joined session, protection and link.
+std::string link_key(const KvDataTarget& target) {
+  return target.host + "|" + std::to_string(target.port) + "|" + std::to_string(DataSessions::id_of(target.session_key)) +
+         "|" + std::to_string(static_cast<int>(target.protection)) + "|" + std::to_string(static_cast<int>(target.transport));
+}
+
+// Dials the decode node's data port, proves the session and agrees on the
+// link. `cancel` (optional) can shut the socket down meanwhile.
+std::unique_ptr<KvDataLinks::Connection> dial_connection(const KvDataTarget& target, std::chrono::milliseconds timeout,
+                                                         KvDataCancel* cancel) {
+  struct Dialled {
+    int fd;
+    KvDataCancel* cancel;
+    ~Dialled() {
+      if (fd < 0) return;
+      if (cancel) cancel->attach(-1);  // before the number can name another socket
+      ::close(fd);
+    }
+  } d{dial(target.host, target.port, timeout), cancel};
+  if (cancel) cancel->attach(d.fd);
+  uint8_t hello[kHello];
+  std::memcpy(hello, kMagic, kMagicBytes);
+  hello[kMagicBytes] = static_cast<uint8_t>(target.protection);
+  put_le<uint64_t>(hello + kMagicBytes + 1, DataSessions::id_of(target.session_key));
+  const std::vector<uint8_t> dialer_nonce = make_nonce();
+  std::memcpy(hello + kMagicBytes + 9, dialer_nonce.data(), kNonce);
+  send_all(d.fd, hello, kHello, "data plane handshake");
+  std::vector<uint8_t> acceptor_nonce(kNonce);
+  recv_all(d.fd, acceptor_nonce.data(), kNonce, "data plane handshake");
+  const std::vector<uint8_t> mine = proof(target.session_key, dialer_nonce, acceptor_nonce);
+  send_all(d.fd, mine.data(), mine.size(), "data plane handshake");
+  auto c = std::make_unique<KvDataLinks::Connection>(d.fd, target.protection,
+                                                     derive_data_keys(target.session_key, dialer_nonce, acceptor_nonce));
+  d.fd = -1;  // the connection's now (the caller detaches the cancel before it closes)
+  std::vector<uint8_t> address;
+  if (target.transport == DataTransport::ucx) {
+    if (const std::string why = ucx_unavailable(); !why.empty()) {
+      std::fprintf(stderr, "actorlm kv sender: staying on TCP: %s\n", why.c_str());
+    } else {
+      c->ucx = std::make_unique<UcxLink>(c->fd, timeout);
+      address = c->ucx->address();
+    }
+  }
+  send_link(c->out, c->ucx ? DataTransport::ucx : DataTransport::socket, address);
+  if (read_link(c->acks, address) == DataTransport::ucx) {
+    if (!c->ucx) throw DataChannelError("the decode node answered with a link this node did not ask for");
+    c->ucx->connect(address);
+    c->out.use(*c->ucx);
+    c->acks.use(*c->ucx);
+    c->transport = DataTransport::ucx;
+  } else {
+    c->ucx.reset();
+  }
+  return c;
+}
+
+}  // namespace
+
+KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarget& target, const KvDataSend& send) {
+  KvDataResult result;
+  // A fed chunk's step comes with it from the feed, never from `plan`.
+  if (send.feed && (!send.rows.empty() || !send.plan.empty())) {
+    result.error = "a fed transfer with rows of its own";
+    return result;
+  }
+  // What the feed has handed over so far: kept if the transfer starts again
+  // on a new connection.
+  std::vector<int32_t> rows_now = send.rows;
+  std::vector<KvChunkRange> plan = send.plan;
+  std::vector<uint64_t> steps(plan.size(), 0);  // a fed chunk's step (KvDataFeed)
+  bool open = send.feed != nullptr;            // more rows may come
+  const auto tokens = send.feed ? send.tokens : static_cast<int32_t>(send.rows.size());
+  const std::string key = link_key(target);
+  caf::scoped_actor self{system};
+  std::vector<std::span<uint8_t>> in_place;
+  std::vector<std::span<const uint8_t>> pieces;
+  std::vector<uint8_t> data;
+  for (bool first_try = true;; first_try = false) {
+    std::unique_ptr<KvDataLinks::Connection> c;
+    // Detached before the connection closes (declared after it).
+    struct Detach {
+      KvDataCancel* cancel;
+      ~Detach() {
+        if (cancel) cancel->attach(-1);
+      }
+    } detach{send.cancel.get()};
+    bool answered = false;  // a frame came back over this connection
+    result = KvDataResult{};
+    try {
+      if (send.links && first_try) c = send.links->take(key);
+      result.reused = c != nullptr;
+      if (c) {
+        if (send.cancel) send.cancel->attach(c->fd);
+      } else {
+        if (send.links) send.links->count_dial();
+        c = dial_connection(target, send.timeout, send.cancel.get());
+      }
+      result.transport = c->transport;
+      size_t acked = 0;
+      auto take_ack = [&] {
+        std::vector<uint8_t> header;
+        uint64_t bytes = 0;
+        if (!c->acks.next(header, bytes)) throw DataChannelError("the decode node closed the data plane connection");
+        answered = true;
+        c->acks.skip_payload();
+        if (header.size() < 8 || get_le<uint64_t>(header.data()) != send.ticket) throw DataChannelError("a foreign acknowledgement");
+        if (header.size() > 8) throw DataChannelError("the decode node refused a chunk: " + std::string(header.begin() + 8, header.end()));
+        ++acked;
+      };
+      // While rows are still being computed, a keepalive at this interval:
+      // well inside the receiver's timeout for a silent peer.
+      const auto keepalive = std::max(std::chrono::milliseconds(10), send.timeout / 4);
+      // At most a few chunks unacknowledged, so neither side's socket buffer
+      // fills with what the other is not reading.
+      constexpr size_t kWindow = 4;
+      for (size_t i = 0;; ++i) {
+        while (i == plan.size() && open) {
+          // Everything computed so far is sent: wait for more. (Acknowledgements
+          // wait in the socket meanwhile: at most kWindow of them.)
+          if (send.feed->next(keepalive, rows_now, plan, steps, open)) continue;
+          if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
+          c->out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
+        }
+        if (i == plan.size()) break;
+        if (send.cancel && send.cancel->cancelled()) throw DataChannelError("cancelled");
+        const KvChunkRange& r = plan[i];
+        if (r.last_token > static_cast<int32_t>(rows_now.size())) throw DataChannelError("a chunk past the rows computed");
+        // Layer by layer: the chunk's rows are being written by step
+        // steps[i]; it goes once that step has stored its last layer.
+        if (steps[i] != 0) {
+          if (!send.clock) throw DataChannelError("a chunk of a step in progress, and no clock to wait on");
+          while (!send.clock->wait(steps[i], r.last_layer, keepalive)) {
+            if (send.feed->stopped() || (send.cancel && send.cancel->cancelled())) throw DataChannelError("cancelled");
+            c->out.send({reinterpret_cast<const uint8_t*>(kKeepalive), kKeepaliveHeader}, {});
+          }
+        }
+        const std::span<const int32_t> rows = std::span(rows_now).subspan(static_cast<size_t>(r.first_token),
+                                                                          static_cast<size_t>(r.last_token - r.first_token));
+        pieces.clear();
+        if (send.spans) {
+          if (!send.spans(rows, r.first_layer, r.last_layer, in_place)) throw DataChannelError("reading KV: no pool in place");
+          pieces.assign(in_place.begin(), in_place.end());
+        } else {
+          std::string error;
+          self->request(send.worker, send.timeout, kv_read_raw_atom::value, std::vector<int32_t>(rows.begin(), rows.end()),
+                        r.first_layer, r.last_layer)
+              .receive([&](std::vector<uint8_t>& d) { data = std::move(d); },
+                       [&](const caf::error& e) { error = "reading KV: " + system.render(e); });
+          if (!error.empty()) throw DataChannelError(error);
+          pieces.emplace_back(data.data(), data.size());
+        }
+        const int64_t nth = send.sent ? send.sent->fetch_add(1) : static_cast<int64_t>(i);
+        if (nth == send.corrupt_chunk) c->out.damage_next_payload();
+        c->out.send(chunk_header(send.ticket, tokens, r), pieces);
+        ++result.chunks;
+        if (open) ++result.early_chunks;
+        for (auto p : pieces) result.bytes += static_cast<int64_t>(p.size());
+        if (i + 1 - acked > kWindow) take_ack();
+        if (send.pause_per_chunk.count() > 0) pause(send, target, i);
+      }
+      while (acked < plan.size()) take_ack();
+      if (send.links) {
+        if (send.cancel) send.cancel->attach(-1);
+        detach.cancel = nullptr;
+        send.links->give_back(key, std::move(c));
+      }
+      return result;
+    } catch (const std::exception& e) {
+      // A connection kept from an earlier transfer that broke before the
+      // decode node answered anything over it (it closed the connection as
+      // this transfer began): once more on a new one. Any answer, a refusal
+      // included, means the port was there, and the transfer fails.
+      const bool stopped = (send.cancel && send.cancel->cancelled()) || (send.feed && send.feed->stopped());
+      if (result.reused && !answered && !stopped) {
+        std::fprintf(stderr, "actorlm kv sender: a kept data plane connection to %s:%u failed (%s); dialling a new one\n",
+                     target.host.c_str(), static_cast<unsigned>(target.port), e.what());
+        continue;
+      }
+      result.error = e.what();
+      // A refused handshake shows here only as a closed connection.
+      if (result.error.find("closed") != std::string::npos || result.error.find("reset") != std::string::npos) {
+        result.error += " (if the decode node refused the connection, its log says why: a different "
+                        "--kv-trusted-fabric setting, or a session it does not hold)";
+      }
+      return result;
+    }
+  }
 }
 
 }  // namespace actorlm

@@ -1,6 +1,7 @@
 #pragma once
-// Prefill/decode KV over the data plane: a TCP connection per transfer from
-// the prefill node to the decode node's data port, beside the middleman. The
+// Prefill/decode KV over the data plane: TCP connections from the prefill
+// node to the decode node's data port, beside the middleman, each carrying
+// one transfer at a time and kept open for the next (KvDataLinks). The
 // control plane stays where it was: the head reserves rows on the decode node
 // and gets a ticket, the prefill node's KV sender joins the decode node with
 // the shared secret (a sealed session), and commits the first token there
@@ -103,6 +104,7 @@ class KvDataServer {
 
   uint16_t port() const { return port_; }
   int64_t chunks() const { return chunks_; }
+  int64_t accepted() const { return accepted_; }  // connections taken past the handshake's start
 
  private:
   void accept_loop();
@@ -114,6 +116,7 @@ class KvDataServer {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> chunks_{0};
+  std::atomic<int64_t> accepted_{0};
   std::mutex mu_;
   std::map<int, std::thread> connections_;  // by socket, until stopped
   std::vector<int> finished_;               // sockets whose thread has ended
@@ -175,6 +178,40 @@ class KvDataFeed {
   bool open_ = true, stopped_ = false;
 };
 
+// A sender's data plane connections, kept open between transfers. A
+// transfer takes an idle connection to its target (the same host, port,
+// joined session, protection and link) that is still open, else dials one:
+// TCP, the proof, the keys and, over UCX, a worker and its endpoint (2-3 ms
+// on a busy 2-core VM, docs/BENCHMARKS.md: half of a short prompt's
+// transfer). A transfer that ends well gives its connection back; any
+// failure or cancel closes it. A connection idle past `idle` is closed, not
+// reused, well before a data port's timeout for a silent peer (30 s by
+// default) closes it from the other end; and a reused connection that fails
+// before any answer came back over it is replaced by a new one once, for
+// the race where the data port closed it as the transfer began.
+class KvDataLinks {
+ public:
+  struct Connection;  // kv_data_plane.cpp
+  explicit KvDataLinks(std::chrono::milliseconds idle = std::chrono::seconds(10), size_t per_target = 2);
+  ~KvDataLinks();
+  KvDataLinks(const KvDataLinks&) = delete;
+  KvDataLinks& operator=(const KvDataLinks&) = delete;
+
+  // An idle connection for `target` that is still open, or null.
+  std::unique_ptr<Connection> take(const std::string& target);
+  // A connection whose transfer ended well; closed when `per_target` others
+  // already wait for that target.
+  void give_back(const std::string& target, std::unique_ptr<Connection> connection);
+  // Connections dialled (tried), and transfers that took one already open.
+  int64_t dialled() const;
+  int64_t reused() const;
+  void count_dial();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 struct KvDataSend {
   uint64_t ticket = 0;
   std::vector<int32_t> rows;  // the prompt's rows in this node's pool
@@ -194,6 +231,7 @@ struct KvDataSend {
   std::shared_ptr<std::atomic<int64_t>> sent;  // tests: chunks sent by every transfer (corrupt_chunk)
   std::chrono::milliseconds pause_per_chunk{0};  // tests: wait after each chunk (KvSenderConfig)
   std::shared_ptr<KvDataCancel> cancel;  // optional
+  std::shared_ptr<KvDataLinks> links;    // optional: a connection per transfer when null
 };
 
 struct KvDataResult {
@@ -203,6 +241,7 @@ struct KvDataResult {
   // the prompt was still being computed), and of how many.
   int64_t chunks = 0, early_chunks = 0;
   DataTransport transport = DataTransport::socket;  // what carried the chunks
+  bool reused = false;  // over a connection an earlier transfer opened (KvDataLinks)
 };
 
 // Sends one transfer's chunks and waits for every acknowledgement. Blocking:

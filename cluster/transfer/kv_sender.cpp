@@ -47,6 +47,7 @@ struct Transfer {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool data_plane = false;
   bool over_ucx = false;  // the data plane's link was UCX
+  bool reused = false;    // over a data plane connection an earlier transfer opened
   // Streamed: more rows may come (kv_send_more), up to `total`.
   bool open = false;
   int32_t total = 0;
@@ -75,6 +76,10 @@ struct SenderState {
   // corrupt_chunk counts on it).
   std::shared_ptr<std::atomic<int64_t>> chunks_sent = std::make_shared<std::atomic<int64_t>>(0);
   std::map<uint64_t, DataThread> data_threads;  // by transfer
+  // Data plane connections kept between transfers, shared by their threads
+  // (made with the first: kept idle a third of the timeout at most, so the
+  // data port's own timeout for a silent peer rarely closes one first).
+  std::shared_ptr<KvDataLinks> data_links;
   static inline const char* name = "actorlm.kv_sender";
 
   SenderState() = default;
@@ -124,9 +129,10 @@ void finish(Self* self, uint64_t id, const std::string& error) {
                     static_cast<long long>(t.early_chunks), t.plan.size(),
                     std::chrono::duration<double>(now - t.start).count() * 1e3);
     }
-    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s%s\n",
+    std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s%s%s\n",
                  t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9),
-                 t.over_ucx ? " over the data plane (UCX)" : t.data_plane ? " over the data plane" : "", streamed);
+                 t.over_ucx ? " over the data plane (UCX)" : t.data_plane ? " over the data plane" : "",
+                 t.reused ? ", on a kept connection" : "", streamed);
   }
   it->second.promise.deliver(error);
   self->state.transfers.erase(it);
@@ -226,6 +232,10 @@ void start(Self* self, uint64_t id) {
   send.sent = s.chunks_sent;
   DataThread& d = s.data_threads[id];
   send.cancel = d.cancel;
+  if (!s.data_links && s.cfg.keep_connections) {
+    s.data_links = std::make_shared<KvDataLinks>(std::min<std::chrono::milliseconds>(std::chrono::seconds(10), s.cfg.timeout / 3));
+  }
+  send.links = s.data_links;
   if (t.open) {
     t.feed = std::make_shared<KvDataFeed>();
     // Every row and chunk through the feed, each chunk with its step.
@@ -242,7 +252,7 @@ void start(Self* self, uint64_t id) {
     // From an actor of this process, which the sender checks.
     caf::scoped_actor from{sys};
     if (auto to = caf::actor_cast<caf::actor>(me)) {
-      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx, r.early_chunks);
+      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx, r.early_chunks, r.reused);
     }
   });
 }
@@ -412,7 +422,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         if (it == self->state.links.end() || token == 0 || token != it->second.gone_token) return;
         lose_link(self, key, self->system().render(reason));
       },
-      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx, int64_t early_chunks) {
+      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx, int64_t early_chunks, bool reused) {
         if (!from_this_process(self)) return;
         auto& s = self->state;
         if (auto d = s.data_threads.find(id); d != s.data_threads.end()) {
@@ -423,6 +433,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         if (t == s.transfers.end()) return;
         t->second.over_ucx = over_ucx;
         t->second.early_chunks = early_chunks;
+        t->second.reused = reused;
         if (over_ucx && !error.empty()) {
           if (auto l = s.links.find(t->second.link); l != s.links.end() && !l->second.ucx_failed) {
             l->second.ucx_failed = true;

@@ -70,6 +70,10 @@ struct KvSenderConfig {
   // A streamed prompt's rows go over the data plane while its later chunks
   // compute; false: once all of it is computed (as over the middleman).
   bool stream = true;
+  // Keep data plane connections for the next transfer to the same node
+  // (KvDataLinks); false: one per transfer (benchmarks' A/B; `actorlm node`
+  // takes it from ACTORLM_TEST_ONLY_KV_FRESH_CONNECTIONS).
+  bool keep_connections = true;
 };
 
 caf::actor spawn_kv_sender(caf::actor_system& system, KvSenderConfig config, uint64_t stop_token);

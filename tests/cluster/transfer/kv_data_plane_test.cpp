@@ -588,4 +588,75 @@ TEST_CASE("Over UCX, a damaged frame fails its request, and a cancel or a lost d
   }
 }
 
+TEST_CASE("Transfers to one data port take turns on a kept connection, and one the port closed or of a session that ended is not used again", "[kv_data_plane][ucx_link]") {
+  for (DataTransport transport : {DataTransport::socket, DataTransport::ucx}) {
+    CAPTURE(static_cast<int>(transport));
+    if (transport == DataTransport::ucx) REQUIRE(ucx_unavailable() == "");
+    // The port's timeout for a silent peer is short here, so that it closes
+    // an idle kept connection within the test.
+    Fixture f(DataProtection::sealed, true, transport, std::chrono::milliseconds(400));
+    FlatPool prefill;
+    prefill.fill_transfer_rows();
+    auto links = std::make_shared<KvDataLinks>(std::chrono::seconds(10));
+    // Request 77 + n into rows 500 + 40 n...: each lands in its own rows.
+    auto send = [&](int n) {
+      std::vector<int32_t> rows;
+      for (int32_t t = 0; t < 40; ++t) rows.push_back(500 + 40 * n + t);
+      const uint64_t ticket = f.receiver->open(77 + static_cast<uint64_t>(n), rows);
+      KvDataSend s = f.transfer(ticket);
+      s.spans = prefill.spans();
+      s.links = links;
+      const KvDataResult r = send_kv_over_data_plane(f.system, f.target(), s);
+      if (r.error.empty()) {
+        CHECK(f.receiver->writes_in_flight() == 0);
+        for (int32_t l = 0; l < kLayers; ++l) {
+          for (int32_t t = 0; t < 40; ++t) {
+            REQUIRE(std::memcmp(f.decode_flat.row(l, 500 + 40 * n + t), prefill.row(l, 100 + t), kTokenBytes) == 0);
+          }
+        }
+        CHECK(f.receiver->commit(ticket).error.empty());
+      }
+      return r;
+    };
+    const KvDataResult first = send(0);
+    REQUIRE(first.error.empty());
+    CHECK(!first.reused);
+    CHECK(first.transport == transport);
+    // Back to back: the same connection (the same UCX endpoint), the frames'
+    // sequence numbers going on under the same keys.
+    for (int n = 1; n <= 3; ++n) {
+      const KvDataResult again = send(n);
+      REQUIRE(again.error.empty());
+      CHECK(again.reused);
+      CHECK(again.transport == transport);
+    }
+    CHECK(f.server->accepted() == 1);
+    CHECK(links->dialled() == 1);
+    CHECK(links->reused() == 3);
+    // Idle past the port's timeout: the port closed it (quietly: nothing was
+    // in hand), and the next transfer dials anew instead of failing on it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const KvDataResult after_idle = send(4);
+    REQUIRE(after_idle.error.empty());
+    CHECK(!after_idle.reused);
+    CHECK(f.server->accepted() == 2);
+    CHECK(f.failures->size() == 0);
+    // The join that the connection proved ends (the prefill node left): the
+    // port takes no more chunks over it, and a new connection is refused too.
+    f.sessions->remove(DataSessions::id_of(f.key));
+    // (The kept connection breaks before any answer, so the sender dials
+    // once more, and that handshake is refused.)
+    const KvDataResult refused = send(5);
+    CHECK(!refused.error.empty());
+    CHECK(links->dialled() == 3);
+    // Joined again: the connection that failed was not kept.
+    f.sessions->add(f.key);
+    const KvDataResult rejoined = send(6);
+    REQUIRE(rejoined.error.empty());
+    CHECK(!rejoined.reused);
+    CHECK(links->dialled() == 4);
+    CHECK(links->reused() == 4);
+  }
+}
+
 }  // namespace actorlm
