@@ -144,7 +144,10 @@ struct UcxLink::Impl {
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     ep = nullptr;
     if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-    const auto until = std::chrono::steady_clock::now() + (broken ? std::chrono::milliseconds(100) : std::chrono::milliseconds(2000));
+    // A peer whose control socket closed is gone too (a kept connection
+    // its data port closed while it was idle).
+    const bool gone = broken || control_closed();
+    const auto until = std::chrono::steady_clock::now() + (gone ? std::chrono::milliseconds(100) : std::chrono::milliseconds(2000));
     while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
       ucp_worker_progress(worker);
     }
