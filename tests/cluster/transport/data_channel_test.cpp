@@ -185,6 +185,33 @@ TEST_CASE("Every flipped byte of a data plane frame is caught", "[data_channel]"
   }
 }
 
+TEST_CASE("A flipped byte anywhere in a payload of several blocks is caught", "[data_channel]") {
+  // 3 MiB, three of the channel's 1 MiB blocks, received into read_all's
+  // three long parts: sealed, each part is opened straight into it.
+  const DataKeys keys = test_keys();
+  const std::vector<uint8_t> payload = random_bytes(3u << 20, 5);
+  for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+    CAPTURE(static_cast<int>(p));
+    const std::vector<uint8_t> wire = capture(p, keys.dialer_to_acceptor, [&](DataSender& s) {
+      const std::vector<std::span<const uint8_t>> pieces{payload};
+      s.send({}, pieces);
+    });
+    const Read clean = read_all(wire, p, keys.dialer_to_acceptor, 4u << 20);
+    REQUIRE(clean.error.empty());
+    REQUIRE(clean.payloads.size() == 1);
+    CHECK(clean.payloads[0] == payload);
+    const size_t payload_at = 12 + 16;  // after the prefix and the empty header's tag
+    for (size_t at : {size_t(0), size_t(1u << 19), size_t((1u << 20) - 1), size_t((3u << 19) + 7), payload.size() - 1}) {
+      CAPTURE(at);
+      std::vector<uint8_t> bad = wire;
+      bad[payload_at + at] ^= 0x04;
+      const Read got = read_all(bad, p, keys.dialer_to_acceptor, 4u << 20);
+      CHECK(!got.error.empty());
+      CHECK(got.payloads.empty());
+    }
+  }
+}
+
 TEST_CASE("A replayed, dropped or reordered data plane frame fails its tag", "[data_channel]") {
   const DataKeys keys = test_keys();
   const DataKey& k = keys.dialer_to_acceptor;
@@ -307,8 +334,13 @@ std::vector<Span> random_cuts(Byte* data, size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Span> out;
   for (size_t at = 0; at < n;) {
-    const uint32_t kind = rng() % 4;
-    size_t len = kind == 0 ? 0 : kind == 1 ? 1 + rng() % 2000 : kind == 2 ? (16u << 10) + rng() % 300000 : 1 + rng() % (16u << 10);
+    // Empty, short, long, up to a few of the channel's 1 MiB blocks, middling.
+    const uint32_t kind = rng() % 5;
+    size_t len = kind == 0   ? 0
+                 : kind == 1 ? 1 + rng() % 2000
+                 : kind == 2 ? (16u << 10) + rng() % 300000
+                 : kind == 3 ? 1 + rng() % (3u << 20)
+                             : 1 + rng() % (16u << 10);
     len = std::min(len, n - at);
     out.emplace_back(data + at, len);
     at += len;
@@ -328,7 +360,7 @@ TEST_CASE("However sender and receiver cut a payload into rows, the same bytes c
       const std::span<const uint8_t> one[] = {{data.data(), data.size()}};
       s.send({}, one);
     });
-    for (uint32_t seed = 1; seed <= 6; ++seed) {
+    for (uint32_t seed = 1; seed <= 12; ++seed) {
       CAPTURE(seed);
       const std::vector<uint8_t> cut = capture(p, keys.dialer_to_acceptor, [&](DataSender& s) {
         const auto pieces = random_cuts<std::span<const uint8_t>>(data.data(), data.size(), seed);
