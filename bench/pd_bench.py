@@ -18,7 +18,7 @@ nodes), `sealed-worker` / `trusted-worker` (the same with the rows copied throug
 worker actor, as a device pool's are, instead of in place), and `sealed-ucx` / `trusted-ucx`
 (the data plane's frames over UCX, `--kv-transport ucx` on both nodes), `sealed-whole` /
 `trusted-whole` (the prefill node with `--kv-stream off`: the KV goes once the whole prompt is
-computed, instead of each chunk's as it is), `sealed-ucx-whole` (both), and any of them with
+computed, instead of each chunk's as it is), `sealed-ucx-whole` / `trusted-ucx-whole` (both), and any of them with
 `-fresh` appended (a new data plane connection per transfer instead of one kept from the last
 transfer, for an A/B of kept connections); it adds each prompt's time to first token through
 the pair, against the plain node's. A streamed transfer's "transfer ms" is what it took after
@@ -80,7 +80,9 @@ PLANES = {"middleman": ([], ["--kv-data-port", "-1"], None), "sealed": ([], [], 
           # The prompt's KV sent once all of it is computed, not as its chunks compute.
           "sealed-whole": (["--kv-stream", "off"], [], None),
           "trusted-whole": (["--kv-trusted-fabric", "--kv-stream", "off"], ["--kv-trusted-fabric"], None),
-          "sealed-ucx-whole": (["--kv-transport", "ucx", "--kv-stream", "off"], ["--kv-transport", "ucx"], None)}
+          "sealed-ucx-whole": (["--kv-transport", "ucx", "--kv-stream", "off"], ["--kv-transport", "ucx"], None),
+          "trusted-ucx-whole": (["--kv-trusted-fabric", "--kv-transport", "ucx", "--kv-stream", "off"],
+                                ["--kv-trusted-fabric", "--kv-transport", "ucx"], None)}
 # Any plane with "-fresh" appended: the prefill node dials a new data plane connection for every
 # transfer instead of keeping one for the next (the A/B of kept connections).
 FRESH = {"ACTORLM_TEST_ONLY_KV_FRESH_CONNECTIONS": "1"}
