@@ -558,7 +558,15 @@ std::unique_ptr<KvDataLinks::Connection> dial_connection(const KvDataTarget& tar
   send_all(d.fd, mine.data(), mine.size(), "data plane handshake");
   auto c = std::make_unique<KvDataLinks::Connection>(d.fd, target.protection,
                                                      derive_data_keys(target.session_key, dialer_nonce, acceptor_nonce));
-  d.fd = -1;  // the connection's now (the caller detaches the cancel before it closes)
+  d.fd = -1;  // the connection's now
+  // Should the rest throw, the cancel lets go of the socket before the
+  // connection closes it (declared after it, so destroyed first).
+  struct DetachOnThrow {
+    KvDataCancel* cancel;
+    ~DetachOnThrow() {
+      if (cancel) cancel->attach(-1);
+    }
+  } detach{cancel};
   std::vector<uint8_t> address;
   if (target.transport == DataTransport::ucx) {
     if (const std::string why = ucx_unavailable(); !why.empty()) {
@@ -578,6 +586,7 @@ std::unique_ptr<KvDataLinks::Connection> dial_connection(const KvDataTarget& tar
   } else {
     c->ucx.reset();
   }
+  detach.cancel = nullptr;  // still attached: the caller detaches it
   return c;
 }
 
