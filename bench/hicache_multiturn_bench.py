@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conversations", type=int, default=6)
     ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--configs", help="comma-separated rows to run (e.g. 'L1,L1+L2½'); all when left out")
     a = ap.parse_args()
     rng = random.Random(19)
     # Sized on a first round's prompts: ~700 tokens of document and turns.
@@ -121,6 +122,13 @@ def main():
     for policy in ("write_through", "write_back"):
         configs.append(("L1+L2½+L3", policy, ["--hicache-size", f"{half_gb:.4f}", "--hicache-write-policy", policy,
                                               "--hicache-storage-dir", "{dir}"]))
+    # A host tier of half the working set and no disk: round-robin over the conversations is plain
+    # LRU's worst case (each one's blocks let go just before it comes back).
+    configs.append(("L1+L2½", "write_through", ["--hicache-size", f"{half_gb:.4f}", "--hicache-write-policy",
+                                                "write_through"]))
+    if a.configs:
+        wanted = a.configs.split(",")
+        configs = [c for c in configs if c[0] in wanted]
     results = {i: [] for i in range(len(configs))}
     for rnd in range(a.rounds):
         convs = conversations(rng, a.conversations, a.turns)

@@ -95,6 +95,9 @@ KvHostStore::KvHostStore(KvBlockLayout layout, int64_t capacity_bytes, KvHostDty
                                 " bytes is less than one block (" + std::to_string(encoded_bytes_) + " bytes)");
   }
   stats_.capacity_bytes = capacity_bytes;
+  // Twice the blocks the tier holds (counting their data, not their
+  // prompts): a block back within about two of the tier's turnovers.
+  max_ghosts_ = static_cast<size_t>(2 * (capacity_bytes / encoded_bytes_)) + 16;
 }
 
 std::vector<uint8_t> KvHostStore::encode(std::span<const uint8_t> data) const {
@@ -188,15 +191,23 @@ std::optional<std::vector<uint8_t>> KvHostStore::load(std::span<const int32_t> p
   if (!key) return std::nullopt;
   Entry& e = index_.at(*key);
   touch(*key, e);
+  e.proven = true;
   ++stats_.loaded;
   return decode(e.data);
 }
 
-void KvHostStore::let_go(std::map<uint64_t, Entry>::iterator it, std::vector<KvDemotedBlock>* demoted) {
+void KvHostStore::let_go(std::map<uint64_t, Entry>::iterator it, std::vector<KvDemotedBlock>* demoted, bool for_room) {
   Entry& e = it->second;
   lru_.erase({e.last_use, -e.depth, it->first});
   stats_.bytes -= e.bytes;
   ++stats_.evicted;
+  if (for_room && ghosts_.insert(it->first).second) {
+    ghost_order_.push_back(it->first);
+    while (ghost_order_.size() > max_ghosts_) {
+      ghosts_.erase(ghost_order_.front());
+      ghost_order_.pop_front();
+    }
+  }
   if (demoted) demoted->push_back({std::move(e.prompt), e.depth, decode(e.data)});
   index_.erase(it);
   stats_.blocks = static_cast<int64_t>(index_.size());
@@ -214,10 +225,20 @@ bool KvHostStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
   e.data = encode(data);
   e.bytes = static_cast<int64_t>(e.data.size() + e.prompt.size() * sizeof(int32_t));
   if (e.bytes > stats_.capacity_bytes) return false;
+  const bool returning = ghosts_.count(key) > 0;
+  if (returning && stats_.bytes + e.bytes > stats_.capacity_bytes &&
+      index_.at(std::get<2>(*lru_.begin())).proven) {
+    // Back after it was let go, into a full tier whose next block out has
+    // proven itself: a cycle longer than the tier. Keep what is here.
+    ++stats_.refused;
+    if (demoted) demoted->push_back({std::move(e.prompt), block, std::vector<uint8_t>(data.begin(), data.end())});
+    return false;
+  }
   while (stats_.bytes + e.bytes > stats_.capacity_bytes) {
     auto victim = index_.find(std::get<2>(*lru_.begin()));
-    let_go(victim, demoted);
+    let_go(victim, demoted, true);
   }
+  e.proven = returning;
   e.last_use = ++clock_;
   lru_.insert({e.last_use, -e.depth, key});
   stats_.bytes += e.bytes;
@@ -229,7 +250,7 @@ bool KvHostStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
 
 int64_t KvHostStore::clear() {
   const auto n = static_cast<int64_t>(index_.size());
-  while (!index_.empty()) let_go(index_.begin(), nullptr);
+  while (!index_.empty()) let_go(index_.begin(), nullptr, false);
   return n;
 }
 

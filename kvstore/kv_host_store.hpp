@@ -28,8 +28,20 @@
 // deepest on a tie). Nothing here is ever locked: a load copies the block
 // out, so every stored byte is evictable and the tier's invariant is
 // free + evictable == capacity. One owner: not thread-safe.
+//
+// Plain LRU thrashes when prompts come back in a cycle longer than the tier
+// holds (round-robin over more conversations than fit): each block is let
+// go just before it is asked for again, and nothing ever hits. So the tier
+// remembers the keys it let go for room (ghosts, about twice what it holds),
+// and a block that comes back as a ghost, when the tier is full and the
+// block it would push out has proven itself (loaded since it was stored, or
+// admitted as a ghost itself), is refused instead: the blocks already here
+// stay and keep hitting, and the tier serves the share of the cycle it
+// holds rather than none of it. A block never seen before is admitted as
+// under LRU, so a stream of new prompts still replaces old ones.
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -37,6 +49,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "kvstore/kv_block.hpp"
@@ -54,6 +67,7 @@ struct KvHostStats {
   int64_t stored = 0;   // blocks stored
   int64_t loaded = 0;   // blocks copied back out
   int64_t evicted = 0;  // blocks let go for room
+  int64_t refused = 0;  // blocks not admitted: back after being let go, into a full tier of proven ones
 };
 
 // A block this tier let go to make room, for the tier below it.
@@ -86,9 +100,10 @@ class KvHostStore {
   std::optional<std::vector<uint8_t>> peek(std::span<const int32_t> prompt, int32_t block) const;
 
   // Stores block `block` of `prompt` (data: layout().block_bytes(), the
-  // pool's layout). false when it is here already or the sizes are wrong.
-  // Blocks let go to make room are appended, decoded, to *demoted when it is
-  // given (write-back hands them to the disk tier), else dropped.
+  // pool's layout). false when it is here already, the sizes are wrong or
+  // it is refused (see above). Blocks let go to make room, and a refused
+  // block, are appended, decoded, to *demoted when it is given (write-back
+  // hands them to the disk tier), else dropped.
   bool store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data,
              std::vector<KvDemotedBlock>* demoted = nullptr);
 
@@ -108,6 +123,7 @@ class KvHostStore {
     std::vector<uint8_t> data;    // encoded
     int64_t bytes = 0;            // counted against capacity
     uint64_t last_use = 0;
+    bool proven = false;          // loaded since stored, or admitted as a ghost
   };
   // (last use, -depth, key): the front is the block to let go first.
   using LruKey = std::tuple<uint64_t, int32_t, uint64_t>;
@@ -118,7 +134,8 @@ class KvHostStore {
   std::vector<uint8_t> encode(std::span<const uint8_t> data) const;
   std::vector<uint8_t> decode(std::span<const uint8_t> data) const;
   void touch(uint64_t key, Entry& e);
-  void let_go(std::map<uint64_t, Entry>::iterator it, std::vector<KvDemotedBlock>* demoted);
+  // `for_room`: let go to make room, so remembered as a ghost.
+  void let_go(std::map<uint64_t, Entry>::iterator it, std::vector<KvDemotedBlock>* demoted, bool for_room);
 
   KvBlockLayout layout_;
   KvHostDtype dtype_;
@@ -127,6 +144,10 @@ class KvHostStore {
   int64_t encoded_bytes_ = 0;
   std::map<uint64_t, Entry> index_;
   std::set<LruKey> lru_;
+  // Keys let go for room, oldest first, at most max_ghosts_ of them.
+  std::deque<uint64_t> ghost_order_;
+  std::unordered_set<uint64_t> ghosts_;
+  size_t max_ghosts_ = 0;
   uint64_t clock_ = 0;
   KvHostStats stats_;
 };
