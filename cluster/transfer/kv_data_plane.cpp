@@ -524,6 +524,16 @@ void KvDataLinks::count_dial() { ++impl_->dialled; }
 
 namespace {
 
+// Lets a transfer's cancel go of the connection's socket when it leaves
+// scope; declared after the connection, so before the socket closes (a
+// cancel holding a closed socket's number could shut down another socket).
+struct CancelRelease {
+  KvDataCancel* cancel;
+  ~CancelRelease() {
+    if (cancel) cancel->attach(-1);
+  }
+};
+
 // What a connection is kept for: one decode node's data port under one
 // joined session, protection and link.
 std::string link_key(const KvDataTarget& target) {
@@ -561,12 +571,7 @@ std::unique_ptr<KvDataLinks::Connection> dial_connection(const KvDataTarget& tar
   d.fd = -1;  // the connection's now
   // Should the rest throw, the cancel lets go of the socket before the
   // connection closes it (declared after it, so destroyed first).
-  struct DetachOnThrow {
-    KvDataCancel* cancel;
-    ~DetachOnThrow() {
-      if (cancel) cancel->attach(-1);
-    }
-  } detach{cancel};
+  CancelRelease detach{cancel};
   std::vector<uint8_t> address;
   if (target.transport == DataTransport::ucx) {
     if (const std::string why = ucx_unavailable(); !why.empty()) {
@@ -614,12 +619,7 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
   for (bool first_try = true;; first_try = false) {
     std::unique_ptr<KvDataLinks::Connection> c;
     // Detached before the connection closes (declared after it).
-    struct Detach {
-      KvDataCancel* cancel;
-      ~Detach() {
-        if (cancel) cancel->attach(-1);
-      }
-    } detach{send.cancel.get()};
+    CancelRelease detach{send.cancel.get()};
     bool answered = false;  // a frame came back over this connection
     result = KvDataResult{};
     try {
