@@ -3,7 +3,9 @@
 // rows, sent over a TCP connection on loopback in frames of at most 4 MiB, and
 // scattered into other rows at the far end; sealed (AES-256-GCM) and on a
 // trusted fabric (XXH3-128); then the same frames over UCX (ucx_link.hpp:
-// shared memory and cross-memory attach, as for two nodes on one machine).
+// the receiver reading the sender's shared ring in place, as for two nodes on
+// one machine; with UCX_ALLOC_PRIO=mmap the ring cannot be shared, and the
+// blocks go as UCX messages, shared memory and cross-memory attach).
 // Against: a memcpy of every row from its source to its destination, the
 // floor any transfer has, and a contiguous memcpy of the same byte count.
 // Sender and receiver are two threads, as two nodes' data-plane threads
@@ -112,10 +114,11 @@ double run_wire(DataProtection protection, DataTransport transport, Pool& src, P
   SocketLink out_socket(out), in_socket(in);
   std::unique_ptr<UcxLink> out_ucx, in_ucx;
   if (transport == DataTransport::ucx) {
-    out_ucx = std::make_unique<UcxLink>(out, std::chrono::milliseconds(30000));
+    // The sending end offers its ring, as a prefill node's link does.
+    out_ucx = std::make_unique<UcxLink>(out, std::chrono::milliseconds(30000), /*offer_ring=*/true);
     in_ucx = std::make_unique<UcxLink>(in, std::chrono::milliseconds(30000));
-    out_ucx->connect(in_ucx->address());
     in_ucx->connect(out_ucx->address());
+    out_ucx->connect(in_ucx->address());
   }
   DataLink& out_link = out_ucx ? static_cast<DataLink&>(*out_ucx) : out_socket;
   DataLink& in_link = in_ucx ? static_cast<DataLink&>(*in_ucx) : in_socket;

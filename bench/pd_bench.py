@@ -18,8 +18,9 @@ nodes), `sealed-worker` / `trusted-worker` (the same with the rows copied throug
 worker actor, as a device pool's are, instead of in place), and `sealed-ucx` / `trusted-ucx`
 (the data plane's frames over UCX, `--kv-transport ucx` on both nodes), `sealed-whole` /
 `trusted-whole` (the prefill node with `--kv-stream off`: the KV goes once the whole prompt is
-computed, instead of each chunk's as it is), `sealed-ucx-whole` / `trusted-ucx-whole` (both), and any of them with
-`-fresh` appended (a new data plane connection per transfer instead of one kept from the last
+computed, instead of each chunk's as it is), `sealed-ucx-whole` / `trusted-ucx-whole` (both), any UCX plane
+with `-noring` appended (payload blocks as UCX messages instead of read in place from the prefill node's
+shared ring), and any of them with `-fresh` appended (a new data plane connection per transfer instead of one kept from the last
 transfer, for an A/B of kept connections); it adds each prompt's time to first token through
 the pair, against the plain node's. A streamed transfer's "transfer ms" is what it took after
 the prompt's last chunk (what it adds to the time to first token), its GB/s the whole prompt's
@@ -88,11 +89,26 @@ PLANES = {"middleman": ([], ["--kv-data-port", "-1"], None), "sealed": ([], [], 
 FRESH = {"ACTORLM_TEST_ONLY_KV_FRESH_CONNECTIONS": "1"}
 
 
+# Any UCX plane with "-noring" appended: the prefill node's ring is allocated where the decode
+# node cannot map it (UCX_ALLOC_PRIO=mmap), so payload blocks travel as UCX messages, copied by
+# the receiver, instead of being read in place (the A/B of the shared ring).
+NORING = {"UCX_ALLOC_PRIO": "mmap"}
+SUFFIXES = {"-fresh": FRESH, "-noring": NORING}
+
+
+def base_plane(plane):
+    for suffix in SUFFIXES:
+        plane = plane.replace(suffix, "")
+    return plane
+
+
 def plane_setup(plane):
-    if plane.endswith("-fresh"):
-        p_extra, d_extra, env = PLANES[plane[:-len("-fresh")]]
-        return p_extra, d_extra, {**(env or {}), **FRESH}
-    return PLANES[plane]
+    p_extra, d_extra, env = PLANES[base_plane(plane)]
+    env = dict(env or {})
+    for suffix, extra in SUFFIXES.items():
+        if suffix in plane:
+            env.update(extra)
+    return p_extra, d_extra, env or None
 
 
 def node(binary, core, mode=None, extra=(), env=None):
@@ -247,7 +263,7 @@ def main():
     ap.add_argument("--actorlm", default="build/apps/actorlm")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--planes", default="sealed",
-                    help="comma-separated: " + ", ".join(PLANES) + "; any with -fresh appended")
+                    help="comma-separated: " + ", ".join(PLANES) + "; any with -fresh and/or -noring appended")
     ap.add_argument("--no-itl", action="store_true", help="the transfer table only")
     ap.add_argument("--out", default="docs/bench/pd.json")
     a = ap.parse_args()
@@ -255,7 +271,7 @@ def main():
         f.write("pd bench secret 8c1e\n")
     planes = a.planes.split(",")
     for plane in planes:
-        if plane.removesuffix("-fresh") not in PLANES:
+        if base_plane(plane) not in PLANES:
             raise SystemExit(f"unknown plane {plane}")
     prefill_s = prefill_times(a.actorlm)
     transfer = []

@@ -577,7 +577,8 @@ std::unique_ptr<KvDataLinks::Connection> dial_connection(const KvDataTarget& tar
     if (const std::string why = ucx_unavailable(); !why.empty()) {
       std::fprintf(stderr, "actorlm kv sender: staying on TCP: %s\n", why.c_str());
     } else {
-      c->ucx = std::make_unique<UcxLink>(c->fd, timeout);
+      // This end sends the chunks: it offers the decode node its ring.
+      c->ucx = std::make_unique<UcxLink>(c->fd, timeout, /*offer_ring=*/true);
       address = c->ucx->address();
     }
   }
@@ -632,6 +633,7 @@ KvDataResult send_kv_over_data_plane(caf::actor_system& system, const KvDataTarg
         c = dial_connection(target, send.timeout, send.cancel.get());
       }
       result.transport = c->transport;
+      result.ring = c->ucx && c->ucx->sends_through_ring();
       size_t acked = 0;
       auto take_ack = [&] {
         std::vector<uint8_t> header;

@@ -241,6 +241,7 @@ struct KvDataResult {
   // the prompt was still being computed), and of how many.
   int64_t chunks = 0, early_chunks = 0;
   DataTransport transport = DataTransport::socket;  // what carried the chunks
+  bool ring = false;  // UCX, the decode node reading the chunks in place (ucx_link.hpp)
   bool reused = false;  // over a connection an earlier transfer opened (KvDataLinks)
 };
 

@@ -47,6 +47,7 @@ struct Transfer {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool data_plane = false;
   bool over_ucx = false;  // the data plane's link was UCX
+  bool ring = false;      // and the decode node read the chunks in place
   bool reused = false;    // over a data plane connection an earlier transfer opened
   // Streamed: more rows may come (kv_send_more), up to `total`.
   bool open = false;
@@ -131,7 +132,10 @@ void finish(Self* self, uint64_t id, const std::string& error) {
     }
     std::fprintf(stderr, "actorlm kv sender: sent %zu tokens (%.1f MB, %zu chunks) to %s in %.1f ms (%.2f GB/s)%s%s%s\n",
                  t.order.rows.size(), bytes / 1e6, t.plan.size(), t.link.c_str(), s * 1e3, bytes / 1e9 / std::max(s, 1e-9),
-                 t.over_ucx ? " over the data plane (UCX)" : t.data_plane ? " over the data plane" : "",
+                 t.ring       ? " over the data plane (UCX), read in place"
+                 : t.over_ucx ? " over the data plane (UCX)"
+                 : t.data_plane ? " over the data plane"
+                                : "",
                  t.reused ? ", on a kept connection" : "", streamed);
   }
   it->second.promise.deliver(error);
@@ -252,7 +256,7 @@ void start(Self* self, uint64_t id) {
     // From an actor of this process, which the sender checks.
     caf::scoped_actor from{sys};
     if (auto to = caf::actor_cast<caf::actor>(me)) {
-      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx, r.early_chunks, r.reused);
+      from->send(to, kv_data_done_atom::value, id, r.error, r.transport == DataTransport::ucx, r.ring, r.early_chunks, r.reused);
     }
   });
 }
@@ -422,7 +426,8 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         if (it == self->state.links.end() || token == 0 || token != it->second.gone_token) return;
         lose_link(self, key, self->system().render(reason));
       },
-      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx, int64_t early_chunks, bool reused) {
+      [self](kv_data_done_atom, uint64_t id, const std::string& error, bool over_ucx, bool ring, int64_t early_chunks,
+             bool reused) {
         if (!from_this_process(self)) return;
         auto& s = self->state;
         if (auto d = s.data_threads.find(id); d != s.data_threads.end()) {
@@ -432,6 +437,7 @@ caf::behavior sender(Self* self, KvSenderConfig cfg, uint64_t stop_token) {
         auto t = s.transfers.find(id);
         if (t == s.transfers.end()) return;
         t->second.over_ucx = over_ucx;
+        t->second.ring = ring;
         t->second.early_chunks = early_chunks;
         t->second.reused = reused;
         if (over_ucx && !error.empty()) {

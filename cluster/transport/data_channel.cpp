@@ -173,11 +173,14 @@ void DataSender::send(std::span<const uint8_t> header, std::span<const std::span
   } else {
     digest.reset();
   }
+  // The block being filled: this sender's buffer, or one of the link's that
+  // the peer reads in place (DataLink::fill_block).
+  uint8_t* block = nullptr;
   size_t filled = 0;
-  size_t open_from = 0;  // buffer bytes [open_from, filled) are gathered, not yet sealed
+  size_t open_from = 0;  // block bytes [open_from, filled) are gathered, not yet sealed
   auto seal_gathered = [&] {
     if (filled > open_from) {
-      fail_if(EVP_EncryptUpdate(ctx, out + open_from, &len, out + open_from, static_cast<int>(filled - open_from)) != 1,
+      fail_if(EVP_EncryptUpdate(ctx, block + open_from, &len, block + open_from, static_cast<int>(filled - open_from)) != 1,
               "sealing a payload failed");
     }
     open_from = filled;
@@ -186,25 +189,27 @@ void DataSender::send(std::span<const uint8_t> header, std::span<const std::span
     if (sealed) {
       seal_gathered();
     } else {
-      digest.add(out, filled);
+      digest.add(block, filled);
     }
     if (damage_next_) {
-      out[filled / 2] ^= 0x10;
+      block[filled / 2] ^= 0x10;
       damage_next_ = false;
     }
-    link_->send_all(out, filled, "data plane");
+    link_->send_block(block, filled, "data plane");
+    block = nullptr;
     filled = open_from = 0;
   };
   for (const auto& piece : pieces) {
     for (size_t at = 0; at < piece.size();) {
+      if (!block) block = link_->fill_block(out, "data plane");
       const size_t n = std::min(piece.size() - at, kBuffer - filled);
       if (sealed && n >= kDirect) {
         seal_gathered();
-        fail_if(EVP_EncryptUpdate(ctx, out + filled, &len, piece.data() + at, static_cast<int>(n)) != 1,
+        fail_if(EVP_EncryptUpdate(ctx, block + filled, &len, piece.data() + at, static_cast<int>(n)) != 1,
                 "sealing a payload failed");
         open_from = filled + n;
       } else {
-        std::memcpy(out + filled, piece.data() + at, n);
+        std::memcpy(block + filled, piece.data() + at, n);
       }
       filled += n;
       at += n;
@@ -300,13 +305,18 @@ void DataReceiver::read_payload(std::span<const std::span<uint8_t>> into) {
   };
   for (uint64_t left = pending_; left > 0;) {
     const size_t block = static_cast<size_t>(std::min<uint64_t>(left, kBuffer));
+    // `src` is this receiver's buffer, or the sender's memory read in place
+    // (DataLink::recv_block): nothing is written there. (A sender could
+    // change its bytes while they are read; it could as well have sent
+    // others: what it sends is its to choose, and the tag still binds what
+    // a third party could reach.)
     uint8_t* buf = buffer_.data();
-    link_->recv_all(buf, block, "data plane");
+    const uint8_t* src = link_->recv_block(buf, block, "data plane");
     for (size_t used = 0; used < block;) {
       next_piece(piece, at);
       const size_t n = std::min(block - used, into[piece].size() - at);
       if (sealed && n >= kDirect) {
-        fail_if(EVP_DecryptUpdate(ctx, into[piece].data() + at, &len, buf + used, static_cast<int>(n)) != 1,
+        fail_if(EVP_DecryptUpdate(ctx, into[piece].data() + at, &len, src + used, static_cast<int>(n)) != 1,
                 "opening a payload failed");
         used += n;
         at += n;
@@ -321,20 +331,23 @@ void DataReceiver::read_payload(std::span<const std::span<uint8_t>> into) {
         end += m;
         a += m;
       }
+      const uint8_t* plain = src;
       if (sealed) {
-        fail_if(EVP_DecryptUpdate(ctx, buf + used, &len, buf + used, static_cast<int>(end - used)) != 1,
+        fail_if(EVP_DecryptUpdate(ctx, buf + used, &len, src + used, static_cast<int>(end - used)) != 1,
                 "opening a payload failed");
+        plain = buf;
       } else {
-        digest.add(buf + used, end - used);
+        digest.add(src + used, end - used);
       }
       while (used < end) {
         next_piece(piece, at);
         const size_t m = std::min(end - used, into[piece].size() - at);
-        std::memcpy(into[piece].data() + at, buf + used, m);
+        std::memcpy(into[piece].data() + at, plain + used, m);
         used += m;
         at += m;
       }
     }
+    link_->done_with_block("data plane");
     left -= block;
   }
   uint8_t tag[kTag];

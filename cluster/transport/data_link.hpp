@@ -29,6 +29,22 @@ class DataLink {
   // The first byte of the next frame, or false when the peer closed cleanly
   // before sending one.
   virtual bool recv_first(uint8_t& byte) = 0;
+
+  // A frame's payload blocks (at most 1 MiB each) go through these, so that
+  // a link whose peer can read this end's memory in place (UCX between two
+  // processes of one machine, ucx_link.hpp) moves them without a copy. The
+  // sender fills the block fill_block() gives (its own `spare` buffer, or
+  // one of the link's) and hands it to send_block(); the receiver reads each
+  // block where recv_block() says (read into `spare`, or in the sender's
+  // memory, which it must not write) and calls
+  // done_with_block() before asking for the next.
+  virtual uint8_t* fill_block(uint8_t* spare, const char*) { return spare; }
+  virtual void send_block(const uint8_t* p, size_t n, const char* what) { send_all(p, n, what); }
+  virtual const uint8_t* recv_block(uint8_t* spare, size_t n, const char* what) {
+    recv_all(spare, n, what);
+    return spare;
+  }
+  virtual void done_with_block(const char*) {}
 };
 
 // All of `n` bytes to or from a connected stream socket, retried on EINTR;

@@ -19,8 +19,9 @@ and `... decode` nodes, joined with a shared secret. Checks, on the default mode
     client hears why;
   - with mutual TLS and no secret the KV takes the data plane too (its key derived from the
     join made inside TLS), outputs unchanged;
-  - with --kv-transport ucx on both nodes the frames cross over UCX (shared memory between
-    the two processes), outputs unchanged; with it on one node only, over the socket;
+  - with --kv-transport ucx on both nodes the frames cross over UCX (the decode node reading
+    the chunks in place from the prefill node's shared ring), outputs unchanged; with it on one
+    node only, over the socket;
   - a byte flipped in a transferred chunk is refused by the decode node, the
     request is retried and answered correctly, nothing leaks (both paths);
   - killing a prefill node mid-prefill or mid-transfer retries its requests on
@@ -294,11 +295,12 @@ def check_tls_data_plane(reference):
 
 def check_ucx(reference):
     # UCX under the data plane, both nodes: the same outputs, and the prefill node's log
-    # names the link; one node only: the socket, as before.
+    # names the link (two nodes of one machine: the decode node reads the chunks in place from
+    # the prefill node's shared ring); one node only: the socket, as before.
     # (The trusted fabric over UCX is kv_data_plane_test's; CI's time is short.)
     long_and_short = ((LONG[0], {"max_tokens": 12}), (SHORT[2], {}))  # as run_all asked
     for prefill_extra, decode_extra, link, prompts in (
-            (["--kv-transport", "ucx"], ["--kv-transport", "ucx"], "(UCX)", long_and_short),
+            (["--kv-transport", "ucx"], ["--kv-transport", "ucx"], "(UCX), read in place", long_and_short),
             ([], ["--kv-transport", "ucx"], None, long_and_short[1:])):
         prefill = pd_node("prefill", extra=prefill_extra)
         decode = pd_node("decode", extra=decode_extra)

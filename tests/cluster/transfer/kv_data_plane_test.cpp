@@ -509,6 +509,7 @@ TEST_CASE("Over UCX, a transfer fills exactly the reserved rows, in place or thr
       const KvDataResult r = send_kv_over_data_plane(f.system, f.target(p), s);
       REQUIRE(r.error.empty());
       CHECK(r.transport == DataTransport::ucx);
+      CHECK(r.ring);  // the decode node mapped the prefill node's ring: chunks read in place
       CHECK(r.bytes == 40 * kLayers * kTokenBytes);
       CHECK(f.server->chunks() == kLayers);
       CHECK(f.receiver->writes_in_flight() == 0);

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <random>
 #include <thread>
@@ -30,12 +31,14 @@ std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
 struct LinkPair {
   int fds[2] = {-1, -1};
   std::unique_ptr<UcxLink> a, b;
-  explicit LinkPair(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  // `ring`: a (the sending end) offers its ring, as a prefill node's link
+  // does; b answers after connecting, as the decode node's.
+  explicit LinkPair(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000), bool ring = false) {
     REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-    a = std::make_unique<UcxLink>(fds[0], timeout);
+    a = std::make_unique<UcxLink>(fds[0], timeout, ring);
     b = std::make_unique<UcxLink>(fds[1], timeout);
-    a->connect(b->address());
     b->connect(a->address());
+    a->connect(b->address());
   }
   ~LinkPair() {
     a.reset();
@@ -59,9 +62,14 @@ const DataKeys keys = derive_data_keys(random_bytes(32, 1), random_bytes(16, 2),
 TEST_CASE("UCX starts here", "[ucx_link]") { REQUIRE(ucx_unavailable() == ""); }
 
 TEST_CASE("Data plane frames cross a UCX link whole, sealed and on a trusted fabric", "[ucx_link]") {
+  for (const bool ring : {false, true}) {
   for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
-    CAPTURE(static_cast<int>(p));
-    LinkPair links;
+    CAPTURE(ring, static_cast<int>(p));
+    LinkPair links(std::chrono::milliseconds(5000), ring);
+    // Two links of one process map each other's memory as two processes of
+    // one machine do: the blocks go through the ring, or as messages.
+    CHECK(links.a->sends_through_ring() == ring);
+    CHECK_FALSE(links.b->sends_through_ring());
     // Payloads around the 1 MiB block both ends cut frames into, and rows
     // of odd sizes, as a pool's are.
     const std::vector<size_t> sizes = {0, 1, 768, (1u << 20) - 1, 1u << 20, (1u << 20) + 1, 5u << 20, 3 * 768 * 1000 + 17};
@@ -92,6 +100,10 @@ TEST_CASE("Data plane frames cross a UCX link whole, sealed and on a trusted fab
       CHECK(got == sent[i]);
     }
     sender.join();
+    // Every payload block read in place: one per started MiB of each frame.
+    uint64_t blocks = 0;
+    for (size_t n : sizes) blocks += (n + (1u << 20) - 1) >> 20;
+    CHECK(links.b->blocks_read_in_place() == (ring ? blocks : 0));
     // The sender hangs up between frames (closing its endpoint flushes it,
     // which this end's waiting serves): a clean end.
     std::thread hang_up([&] { links.hang_up_a(); });
@@ -100,6 +112,88 @@ TEST_CASE("Data plane frames cross a UCX link whole, sealed and on a trusted fab
     CHECK_FALSE(r.next(header, n));
     hang_up.join();
   }
+  }
+}
+
+TEST_CASE("A block damaged in the ring fails its check, and a sender held by a full ring hears the peer hang up",
+          "[ucx_link]") {
+  for (DataProtection p : {DataProtection::sealed, DataProtection::trusted_fabric}) {
+    CAPTURE(static_cast<int>(p));
+    LinkPair links(std::chrono::milliseconds(5000), true);
+    REQUIRE(links.a->sends_through_ring());
+    const std::vector<uint8_t> data = random_bytes((3u << 20) + 100, 8);
+    const std::span<const uint8_t> pieces[] = {{data.data(), data.size()}};
+    std::thread sender([&] {
+      DataSender s(*links.a, p, keys.dialer_to_acceptor);
+      s.damage_next_payload();
+      s.send({}, pieces);
+      s.send({}, pieces);
+    });
+    DataReceiver r(*links.b, p, keys.dialer_to_acceptor, 64u << 20);
+    std::vector<uint8_t> header, got(data.size());
+    const std::span<uint8_t> into[] = {{got.data(), got.size()}};
+    uint64_t n = 0;
+    REQUIRE(r.next(header, n));
+    CHECK_THROWS_WITH(r.read_payload(into),
+                      p == DataProtection::sealed ? "a data plane payload fails its tag" : "a data plane payload fails its check");
+    sender.join();
+  }
+  // Ten blocks, of which the ring holds four: the sender waits for the
+  // receiver, which reads the header and leaves.
+  LinkPair links(std::chrono::milliseconds(5000), true);
+  const std::vector<uint8_t> data = random_bytes(10u << 20, 9);
+  const std::span<const uint8_t> pieces[] = {{data.data(), data.size()}};
+  std::atomic<bool> sent{false};
+  std::string sender_error;
+  std::thread sender([&] {
+    DataSender s(*links.a, DataProtection::sealed, keys.dialer_to_acceptor);
+    try {
+      s.send({}, pieces);
+      sent = true;
+    } catch (const DataChannelError& e) {
+      sender_error = e.what();
+    }
+  });
+  {
+    DataReceiver r(*links.b, DataProtection::sealed, keys.dialer_to_acceptor, 64u << 20);
+    std::vector<uint8_t> header;
+    uint64_t n = 0;
+    REQUIRE(r.next(header, n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK_FALSE(sent);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  links.b.reset();
+  ::close(links.fds[1]);
+  links.fds[1] = -1;
+  sender.join();
+  CHECK_FALSE(sent);
+  CHECK_THAT(sender_error, Catch::Contains("closed"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+}
+
+TEST_CASE("A malformed UCX link address is refused", "[ucx_link]") {
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  {
+    UcxLink a(fds[0], std::chrono::milliseconds(1000), true);
+    const std::vector<uint8_t> good = a.address();
+    for (const size_t cut : {size_t{0}, size_t{1}, size_t{5}, good.size() / 2, good.size() - 1}) {
+      UcxLink b(fds[1], std::chrono::milliseconds(1000));
+      CAPTURE(cut);
+      CHECK_THROWS_AS(b.connect(std::span<const uint8_t>(good.data(), cut)), DataChannelError);
+    }
+    std::vector<uint8_t> other = good;
+    other[0] ^= 0xff;  // another version
+    UcxLink b(fds[1], std::chrono::milliseconds(1000));
+    CHECK_THROWS_WITH(b.connect(other), Catch::Contains("another version"));
+    std::vector<uint8_t> longer = good;
+    longer.push_back(0);
+    UcxLink c(fds[1], std::chrono::milliseconds(1000));
+    CHECK_THROWS_WITH(c.connect(longer), Catch::Contains("malformed"));
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 TEST_CASE("A damaged frame over UCX fails its tag, and so does one under another key", "[ucx_link]") {
