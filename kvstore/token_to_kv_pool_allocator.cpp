@@ -162,9 +162,13 @@ void TokenToKVPoolAllocator::free(std::span<const int32_t> rows) {
                          " (rows " + std::to_string(p * page_size_) + "..) is already free");
     }
   }
-  for (int32_t p : pages) {
-    page_free_[static_cast<size_t>(p)] = 1;
-    free_pages_.push_back(p);
+  // Onto the stack highest first, so the next allocation takes them lowest
+  // first: a request's rows then run upwards in the pool, as on a fresh one,
+  // and its KV moves (data plane, tiers) as a few long copies instead of one
+  // per row.
+  for (auto it = pages.rbegin(); it != pages.rend(); ++it) {
+    page_free_[static_cast<size_t>(*it)] = 1;
+    free_pages_.push_back(*it);
   }
 }
 

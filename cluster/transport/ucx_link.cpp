@@ -292,6 +292,17 @@ UcxLink::UcxLink(int control, std::chrono::milliseconds timeout, bool offer_ring
 }
 
 UcxLink::~UcxLink() {
+  // Credits for the last blocks read, taken so that UCX does not report
+  // them as never received.
+  if (impl_->peer_reads_ring) {
+    try {
+      while (ucp_worker_progress(impl_->worker) != 0) {
+      }
+      impl_->take_credits(false, "data plane");
+    } catch (const DataChannelError&) {
+      // A broken link's credits do not matter.
+    }
+  }
   // The peer's ring key before the endpoint it was unpacked on.
   if (impl_->peer_rkey) ucp_rkey_destroy(impl_->peer_rkey);
   impl_->close_endpoint();
