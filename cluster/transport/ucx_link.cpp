@@ -1,7 +1,9 @@
 #include "cluster/transport/ucx_link.hpp"
 
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -362,7 +364,12 @@ void UcxLink::connect(std::span<const uint8_t> peer_address) {
     // Only where UCX maps the peer's memory here (shared memory on this
     // machine); anywhere else the peer is told to send its blocks.
     if (ucp_ep_rkey_unpack(m.ep, key.data(), &m.peer_rkey) == UCS_OK) {
-      if (ucp_rkey_ptr(m.peer_rkey, base, &local) == UCS_OK && local) {
+      // The whole ring must be mapped here (mincore fails on a range with a
+      // hole): a peer whose key covers less must not make a read fault.
+      std::vector<unsigned char> resident(kRingBlocks * kRingBlock / static_cast<size_t>(::sysconf(_SC_PAGESIZE)) + 1);
+      if (ucp_rkey_ptr(m.peer_rkey, base, &local) == UCS_OK && local &&
+          reinterpret_cast<uintptr_t>(local) % static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)) == 0 &&
+          ::mincore(local, kRingBlocks * kRingBlock, resident.data()) == 0) {
         m.peer_ring = static_cast<const uint8_t*>(local);
       } else {
         ucp_rkey_destroy(m.peer_rkey);
