@@ -1,11 +1,10 @@
 #include "cluster/transport/ucx_link.hpp"
 
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -102,6 +101,26 @@ struct Reader {
     return {take(n), n};
   }
 };
+
+// Whether [p, p + n) lies inside one mapping of this process (one line of
+// /proc/self/maps): a shorter mapping may have another right after it.
+bool one_mapping_holds(const void* p, size_t n) {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (!maps) return false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool holds = false;
+  char line[4200];  // a path is at most PATH_MAX (4096)
+  while (std::fgets(line, sizeof line, maps)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) != 2) continue;
+    if (at >= lo && at < hi) {
+      holds = n <= hi - at;
+      break;
+    }
+  }
+  std::fclose(maps);
+  return holds;
+}
 
 template <class T>
 void put(std::vector<uint8_t>& out, T v) {
@@ -364,12 +383,9 @@ void UcxLink::connect(std::span<const uint8_t> peer_address) {
     // Only where UCX maps the peer's memory here (shared memory on this
     // machine); anywhere else the peer is told to send its blocks.
     if (ucp_ep_rkey_unpack(m.ep, key.data(), &m.peer_rkey) == UCS_OK) {
-      // The whole ring must be mapped here (mincore fails on a range with a
-      // hole): a peer whose key covers less must not make a read fault.
-      std::vector<unsigned char> resident(kRingBlocks * kRingBlock / static_cast<size_t>(::sysconf(_SC_PAGESIZE)) + 1);
-      if (ucp_rkey_ptr(m.peer_rkey, base, &local) == UCS_OK && local &&
-          reinterpret_cast<uintptr_t>(local) % static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)) == 0 &&
-          ::mincore(local, kRingBlocks * kRingBlock, resident.data()) == 0) {
+      // The whole ring must lie in the one mapping UCX made of the peer's
+      // memory: a peer whose key covers less must not make a read fault.
+      if (ucp_rkey_ptr(m.peer_rkey, base, &local) == UCS_OK && local && one_mapping_holds(local, kRingBlocks * kRingBlock)) {
         m.peer_ring = static_cast<const uint8_t*>(local);
       } else {
         ucp_rkey_destroy(m.peer_rkey);

@@ -15,6 +15,10 @@
 
 #include "cluster/transport/data_channel.hpp"
 
+#ifdef ACTORLM_HAVE_UCX
+#include <ucp/api/ucp.h>
+#endif
+
 namespace actorlm {
 namespace {
 
@@ -277,5 +281,80 @@ TEST_CASE("A peer that hangs up inside a frame, or falls silent, ends the wait w
     cancel.join();
   }
 }
+
+#ifdef ACTORLM_HAVE_UCX
+TEST_CASE("A peer's ring key that covers less than a ring is not read", "[ucx_link]") {
+  // A peer of its own: a UCX context and worker, and 64 KiB of shared
+  // memory offered as if it were a 4 MiB ring. Reading it as one would fault.
+  ucp_config_t* config = nullptr;
+  REQUIRE(ucp_config_read(nullptr, nullptr, &config) == UCS_OK);
+  ucp_config_modify(config, "TLS", "^tcp");
+  ucp_config_modify(config, "ALLOC_PRIO", "md:posix");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA;
+  ucp_context_h ctx = nullptr;
+  REQUIRE(ucp_init(&params, config, &ctx) == UCS_OK);
+  ucp_config_release(config);
+  ucp_worker_params_t wp{};
+  ucp_worker_h worker = nullptr;
+  REQUIRE(ucp_worker_create(ctx, &wp, &worker) == UCS_OK);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.length = 64u << 10;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h mem = nullptr;
+  REQUIRE(ucp_mem_map(ctx, &mp, &mem) == UCS_OK);
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  REQUIRE(ucp_mem_query(mem, &attr) == UCS_OK);
+  void* key = nullptr;
+  size_t key_bytes = 0;
+  REQUIRE(ucp_rkey_pack(ctx, mem, &key, &key_bytes) == UCS_OK);
+  ucp_address_t* a = nullptr;
+  size_t a_bytes = 0;
+  REQUIRE(ucp_worker_get_address(worker, &a, &a_bytes) == UCS_OK);
+  // The link address format (ucx_link.cpp): version, flags (offers a ring),
+  // the worker's address, the ring's base and key.
+  std::vector<uint8_t> address = {1, 1};
+  auto put = [&](const void* p, size_t n) {
+    address.insert(address.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  };
+  const auto a_len = static_cast<uint32_t>(a_bytes);
+  put(&a_len, 4);
+  put(a, a_bytes);
+  const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(attr.address));
+  put(&base, 8);
+  const auto key_len = static_cast<uint32_t>(key_bytes);
+  put(&key_len, 4);
+  put(key, key_bytes);
+  ucp_rkey_buffer_release(key);
+  ucp_worker_release_address(worker, a);
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  {
+    UcxLink b(fds[1], std::chrono::milliseconds(1000));
+    b.connect(address);
+    // b maps the key but finds less than a ring there: it does not say it
+    // reads the peer's ring, so the peer would send its blocks.
+    const std::vector<uint8_t> answer = b.address();
+    REQUIRE(answer.size() > 2);
+    CHECK((answer[1] & 2) == 0);
+  }
+  // The same check passes for a whole ring: the flag is what the real
+  // sending end's link sees.
+  {
+    UcxLink a_link(fds[0], std::chrono::milliseconds(1000), true);
+    UcxLink b(fds[1], std::chrono::milliseconds(1000));
+    b.connect(a_link.address());
+    CHECK((b.address()[1] & 2) == 2);
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+  ucp_mem_unmap(ctx, mem);
+  ucp_worker_destroy(worker);
+  ucp_cleanup(ctx);
+}
+#endif
 
 }  // namespace actorlm
