@@ -306,10 +306,9 @@ void DataReceiver::read_payload(std::span<const std::span<uint8_t>> into) {
   for (uint64_t left = pending_; left > 0;) {
     const size_t block = static_cast<size_t>(std::min<uint64_t>(left, kBuffer));
     // `src` is this receiver's buffer, or the sender's memory read in place
-    // (DataLink::recv_block): nothing is written there. (A sender could
-    // change its bytes while they are read; it could as well have sent
-    // others: what it sends is its to choose, and the tag still binds what
-    // a third party could reach.)
+    // (DataLink::recv_block): nothing is written there. (The sender could
+    // change its bytes while they are read, as it could send other bytes;
+    // the tag guards against everyone else, who cannot write there.)
     uint8_t* buf = buffer_.data();
     const uint8_t* src = link_->recv_block(buf, block, "data plane");
     for (size_t used = 0; used < block;) {
