@@ -371,7 +371,22 @@ void KvDataServer::serve(int fd) {
     std::vector<uint8_t> header;
     std::vector<std::span<uint8_t>> in_place;
     uint64_t bytes = 0;
-    while (!stopping_ && in.next(header, bytes)) {
+    // Between transfers (every chunk of the last one in) a kept connection
+    // is silent for as long as its sender keeps it; inside one, a silence
+    // past the timeout is a peer gone.
+    uint64_t last_ticket = 0;
+    bool between = false;
+    auto wait_between = [&](bool b) {
+      if (b == between) return;
+      between = b;
+      const auto t = b ? std::max(cfg_.kept_idle, cfg_.timeout) : cfg_.timeout;
+      set_timeouts(fd, t);
+      if (ucx) ucx->set_timeout(t);
+    };
+    for (;;) {
+      wait_between(served > 0 && !cfg_.receiver->expects_more(last_ticket));
+      if (stopping_ || !in.next(header, bytes)) break;
+      wait_between(false);
       if (header.size() == kKeepaliveHeader && bytes == 0 && std::memcmp(header.data(), kKeepalive, kKeepaliveHeader) == 0) {
         in.skip_payload();
         continue;
@@ -391,6 +406,7 @@ void KvDataServer::serve(int fd) {
         return;
       }
       request = taken.request_id;
+      last_ticket = ticket;
       // Admitted: the receiver's fence holds this request's abort until the
       // write is done in place or queued at the worker, or abandoned when the
       // payload never comes (KvReceiver::landed).

@@ -78,6 +78,15 @@ struct KvDecodeShared {
   std::shared_ptr<DataSessions> sessions;
 };
 
+// How long a data port keeps a connection silent between transfers, and
+// how long a sender keeps an idle one for its next transfer: less, so that
+// the sender gives it up first. Long enough to span a long prompt's prefill
+// on a CPU (a 2,000-token prompt took 10 s on one Zen 3 core, and a kept
+// connection that lapsed meanwhile cost that transfer a new handshake, UCX
+// worker and ring: 40-58 ms instead of ~25).
+inline constexpr std::chrono::milliseconds kDataPortKeptIdle{120000};
+inline constexpr std::chrono::milliseconds kSenderKeptIdle{90000};
+
 // A decode node's data port.
 struct KvDataServerConfig {
   std::string host = "127.0.0.1";
@@ -92,6 +101,10 @@ struct KvDataServerConfig {
   // (kv_data_failed_atom, local request id, reason).
   caf::actor gateway;
   std::chrono::milliseconds timeout{30000};  // a silent peer; a worker's write
+  // A silent peer between transfers: once every chunk of the last transfer
+  // over a connection is in, its sender keeps the connection for the next
+  // one (KvDataLinks) and sends nothing meanwhile.
+  std::chrono::milliseconds kept_idle{kDataPortKeptIdle};
 };
 
 class KvDataServer {
@@ -185,14 +198,14 @@ class KvDataFeed {
 // on a busy 2-core VM, docs/BENCHMARKS.md: half of a short prompt's
 // transfer). A transfer that ends well gives its connection back; any
 // failure or cancel closes it. A connection idle past `idle` is closed, not
-// reused, well before a data port's timeout for a silent peer (30 s by
-// default) closes it from the other end; and a reused connection that fails
+// reused, before the data port's limit for a silent kept connection
+// (kDataPortKeptIdle) closes it from the other end; and a reused connection that fails
 // before any answer came back over it is replaced by a new one once, for
 // the race where the data port closed it as the transfer began.
 class KvDataLinks {
  public:
   struct Connection;  // kv_data_plane.cpp
-  explicit KvDataLinks(std::chrono::milliseconds idle = std::chrono::seconds(10), size_t per_target = 2);
+  explicit KvDataLinks(std::chrono::milliseconds idle = kSenderKeptIdle, size_t per_target = 2);
   ~KvDataLinks();
   KvDataLinks(const KvDataLinks&) = delete;
   KvDataLinks& operator=(const KvDataLinks&) = delete;

@@ -110,6 +110,12 @@ bool KvReceiver::landed(uint64_t ticket) {
   return true;
 }
 
+bool KvReceiver::expects_more(uint64_t ticket) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = open_.find(ticket);
+  return it != open_.end() && !it->second.dropped && !it->second.assembly.complete();
+}
+
 int64_t KvReceiver::writes_in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t n = 0;

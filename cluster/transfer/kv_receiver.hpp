@@ -85,6 +85,10 @@ class KvReceiver {
   // now abort that transfer's request.
   [[nodiscard]] bool landed(uint64_t ticket);
 
+  // Whether `ticket` is open with chunks still to come (false once every
+  // chunk has arrived, or when it is closed or unknown).
+  bool expects_more(uint64_t ticket) const;
+
   // Writes handed out and not yet landed, over every transfer.
   int64_t writes_in_flight() const;
   size_t open_transfers() const {

@@ -237,7 +237,7 @@ void start(Self* self, uint64_t id) {
   DataThread& d = s.data_threads[id];
   send.cancel = d.cancel;
   if (!s.data_links && s.cfg.keep_connections) {
-    s.data_links = std::make_shared<KvDataLinks>(std::min<std::chrono::milliseconds>(std::chrono::seconds(10), s.cfg.timeout / 3));
+    s.data_links = std::make_shared<KvDataLinks>();
   }
   send.links = s.data_links;
   if (t.open) {

@@ -12,6 +12,8 @@
 #include <ucp/api/ucp.h>
 #endif
 
+#include "cluster/transport/little_endian.hpp"
+
 namespace actorlm {
 
 #ifdef ACTORLM_HAVE_UCX
@@ -91,9 +93,7 @@ struct Reader {
   }
   template <class T>
   T get() {
-    T v;
-    std::memcpy(&v, take(sizeof v), sizeof v);
-    return v;
+    return get_le<T>(take(sizeof(T)));
   }
   std::span<const uint8_t> part() {
     const auto n = get<uint32_t>();
@@ -124,8 +124,8 @@ bool one_mapping_holds(const void* p, size_t n) {
 
 template <class T>
 void put(std::vector<uint8_t>& out, T v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
+  out.resize(out.size() + sizeof(T));
+  put_le(out.data() + out.size() - sizeof(T), v);
 }
 
 }  // namespace
@@ -395,6 +395,8 @@ void UcxLink::connect(std::span<const uint8_t> peer_address) {
   }
   if (r.at != peer_address.size()) throw DataChannelError("a malformed UCX link address");
 }
+
+void UcxLink::set_timeout(std::chrono::milliseconds timeout) { impl_->timeout = timeout; }
 
 bool UcxLink::sends_through_ring() const { return impl_->peer_reads_ring; }
 uint64_t UcxLink::blocks_read_in_place() const { return impl_->read_in_place; }

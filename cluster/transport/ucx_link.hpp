@@ -70,6 +70,10 @@ class UcxLink final : public DataLink {
   const uint8_t* recv_block(uint8_t* spare, size_t n, const char* what) override;
   void done_with_block(const char* what) override;
 
+  // The longest any one wait may take from now on (a data port waits
+  // longer for a kept connection's next transfer than inside one).
+  void set_timeout(std::chrono::milliseconds timeout);
+
   // Whether payload blocks sent here go through the ring (the peer maps it),
   // and how many blocks this end has read in place from the peer's.
   bool sends_through_ring() const;

@@ -146,7 +146,8 @@ struct Fixture {
 
   DataTransport transport;
   explicit Fixture(DataProtection protection = DataProtection::sealed, bool in_place = false,
-                   DataTransport t = DataTransport::socket, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000))
+                   DataTransport t = DataTransport::socket, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000),
+                   std::chrono::milliseconds kept_idle = kDataPortKeptIdle)
       : transport(t) {
     sessions->add(key);
     KvDataServerConfig c;
@@ -158,6 +159,7 @@ struct Fixture {
     c.sessions = sessions;
     c.gateway = gateway;
     c.timeout = timeout;
+    c.kept_idle = kept_idle;
     server = std::make_unique<KvDataServer>(system, c);
   }
   ~Fixture() {
@@ -589,13 +591,14 @@ TEST_CASE("Over UCX, a damaged frame fails its request, and a cancel or a lost d
   }
 }
 
-TEST_CASE("Transfers to one data port take turns on a kept connection, and one the port closed or of a session that ended is not used again", "[kv_data_plane][ucx_link]") {
+TEST_CASE("Transfers to one data port take turns on a kept connection, silent between them past the timeout for a peer gone, and one the port closed or of a session that ended is not used again", "[kv_data_plane][ucx_link]") {
   for (DataTransport transport : {DataTransport::socket, DataTransport::ucx}) {
     CAPTURE(static_cast<int>(transport));
     if (transport == DataTransport::ucx) REQUIRE(ucx_unavailable() == "");
-    // The port's timeout for a silent peer is short here, so that it closes
-    // an idle kept connection within the test.
-    Fixture f(DataProtection::sealed, true, transport, std::chrono::milliseconds(400));
+    // The port's limits for a silent peer (inside a transfer) and for a
+    // silent kept connection (between transfers) are short here, so that
+    // both run out within the test.
+    Fixture f(DataProtection::sealed, true, transport, std::chrono::milliseconds(400), std::chrono::milliseconds(1500));
     FlatPool prefill;
     prefill.fill_transfer_rows();
     auto links = std::make_shared<KvDataLinks>(std::chrono::seconds(10));
@@ -631,12 +634,19 @@ TEST_CASE("Transfers to one data port take turns on a kept connection, and one t
       CHECK(again.reused);
       CHECK(again.transport == transport);
     }
+    // Silent between transfers for twice the timeout of a peer gone (as
+    // while a long prompt computes): kept, and used again.
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    const KvDataResult after_pause = send(7);
+    REQUIRE(after_pause.error.empty());
+    CHECK(after_pause.reused);
     CHECK(f.server->accepted() == 1);
     CHECK(links->dialled() == 1);
-    CHECK(links->reused() == 3);
-    // Idle past the port's timeout: the port closed it (quietly: nothing was
-    // in hand), and the next transfer dials anew instead of failing on it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    CHECK(links->reused() == 4);
+    // Idle past the port's limit for a kept connection: the port closed it
+    // (quietly: nothing was in hand), and the next transfer dials anew
+    // instead of failing on it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
     const KvDataResult after_idle = send(4);
     REQUIRE(after_idle.error.empty());
     CHECK(!after_idle.reused);
@@ -656,7 +666,7 @@ TEST_CASE("Transfers to one data port take turns on a kept connection, and one t
     REQUIRE(rejoined.error.empty());
     CHECK(!rejoined.reused);
     CHECK(links->dialled() == 4);
-    CHECK(links->reused() == 4);
+    CHECK(links->reused() == 5);
   }
 }
 

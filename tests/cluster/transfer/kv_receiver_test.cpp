@@ -34,6 +34,7 @@ TEST_CASE("A receiver turns the chunks of a ticket into writes of that request's
   REQUIRE(plan.size() == 9);  // 3 layers x runs of 4, 4, 2 tokens
   for (size_t i = 0; i < plan.size(); ++i) {
     const KvChunkRange& r = plan[i];
+    CHECK(rx.expects_more(ticket));  // a data port waits for the next chunk as for a peer gone
     auto taken = rx.take(encode_kv_chunk(ticket, kLayout, 10, r, bytes_for(r, static_cast<uint8_t>(i))));
     REQUIRE(taken.write);
     CHECK(taken.request_id == 7);
@@ -54,6 +55,9 @@ TEST_CASE("A receiver turns the chunks of a ticket into writes of that request's
       CHECK(early.open_transfers() == 0);
     }
   }
+  CHECK_FALSE(rx.expects_more(ticket));  // all in: the connection may go quiet until the next transfer
+  CHECK(rx.expects_more(other));
+  CHECK_FALSE(rx.expects_more(ticket ^ other ^ 1));  // never issued
   // The same range again, a ticket never issued, a transfer of another size,
   // another model's chunk, a damaged byte: refused.
   auto again = rx.take(encode_kv_chunk(ticket, kLayout, 10, plan[0], bytes_for(plan[0], 0)));
@@ -76,6 +80,7 @@ TEST_CASE("A receiver turns the chunks of a ticket into writes of that request's
   CHECK(done.request_id == 7);
   CHECK_FALSE(rx.commit(ticket).error.empty());  // once
   CHECK(rx.drop_request(8));  // no write of it in flight
+  CHECK_FALSE(rx.expects_more(other));  // closed
   CHECK(rx.open_transfers() == 0);
   CHECK_FALSE(rx.take(encode_kv_chunk(other, kLayout, 2, two, bytes_for(two, 0))).write);
 }
