@@ -32,6 +32,7 @@ struct Engine::Impl {
   int32_t max_context = 0;
   bool counts_nodes = false;
   bool adapters_fixed = false;  // EngineParts::adapters_fixed
+  bool adapters_on_nodes = false;  // EngineParts::adapters_on_nodes
   ToolFormat tool_format = ToolFormat::generic;
   std::function<void()> stop;
   std::shared_ptr<StatsBoard> board;  // see EngineParts::board
@@ -83,6 +84,7 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.max_context = parts.max_context;
   m.counts_nodes = parts.counts_nodes;
   m.adapters_fixed = parts.adapters_fixed;
+  m.adapters_on_nodes = parts.adapters_on_nodes;
   m.stop = std::move(parts.stop);
   m.board = std::move(parts.board);
   m.pool = std::move(parts.pool);
@@ -141,11 +143,15 @@ fb::AdapterReplyT change_adapter(caf::actor_system& system, const caf::actor& sc
 
 }  // namespace
 
-// A cluster head serves the adapters its nodes loaded at start; a node has
-// no HTTP port to change them on.
+// A head driving a remote worker serves the adapters the worker loaded at
+// start; the worker node has no HTTP port to change them on.
 constexpr const char* kOnTheNodes =
-    "a cluster head serves the LoRA adapters its nodes loaded at start (--lora on each node); "
-    "restart the nodes with the adapters to change them";
+    "a head driving a worker node serves the LoRA adapters the worker loaded at start (--lora on the node); "
+    "restart the worker node with the adapters to change them";
+
+Engine::AdapterFiles Engine::adapter_files() const {
+  return impl_->adapters_fixed ? AdapterFiles::fixed : impl_->adapters_on_nodes ? AdapterFiles::on_the_nodes : AdapterFiles::here;
+}
 
 std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, const std::string& path, float scale) {
   auto& m = *impl_;
@@ -171,6 +177,7 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
   fb::AdapterChangeT change;
   change.load = true;
   change.id = m.next_adapter++;
+  change.name = name;
   change.path = path;
   change.scale = scale;
   change.max_bytes = std::max<int64_t>(m.max_lora_bytes - used, 0);

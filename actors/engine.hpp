@@ -214,9 +214,13 @@ struct EngineParts {
   std::shared_ptr<StatsBoard> board;
   caf::actor pool, radix;
   std::vector<AdapterInfo> adapters;  // LoRA adapters the scheduler's worker holds
-  // The adapters are the nodes', loaded at their start: a head over nodes
-  // or a remote worker refuses run-time loads and unloads.
+  // The adapters are a remote worker's, loaded at its start: run-time
+  // loads and unloads are refused.
   bool adapters_fixed = false;
+  // The adapters are the nodes' (a head over nodes): a run-time load names
+  // a file in each node's own --lora-dir, and goes to every node through
+  // `scheduler` (the router).
+  bool adapters_on_nodes = false;
 };
 
 class Engine {
@@ -247,6 +251,12 @@ class Engine {
   // then requests may name it; an adapter a request still uses stays.
   // Each load takes a new id (ids are never reused: see scheduler/request.hpp),
   // so a process loads at most kMaxAdapterId adapters in its life.
+  // Where a loaded adapter's file is read: here (`path` is the file's
+  // path), on each node of a head (`path` names a file in each node's own
+  // --lora-dir, which the nodes resolve), or nowhere (a remote worker's
+  // adapters are fixed: loads and unloads are refused).
+  enum class AdapterFiles { here, on_the_nodes, fixed };
+  AdapterFiles adapter_files() const;
   std::optional<AdapterRefusal> load_adapter(const std::string& name, const std::string& path, float scale = 1.0f);
   std::optional<AdapterRefusal> unload_adapter(const std::string& name);
   // The model's tokenizer, as a request's text is tokenized (add_special:

@@ -33,7 +33,7 @@ constexpr const char* usage =
     "                    [--hicache-storage-dir DIR] [--hicache-storage-gb 16]\n"
     "                    [--hicache-prefetch-policy best_effort|wait_complete|timeout] [--hicache-prefetch-timeout-ms 1000]\n"
     "                    [--kv-data-port 0] [--kv-trusted-fabric] [--kv-transport socket|ucx] [--kv-stream on|off]\n"
-    "                    [--lora NAME=PATH ...] [--max-lora-memory-mb 2048]\n"
+    "                    [--lora NAME=PATH ...] [--lora-dir DIR] [--max-lora-memory-mb 2048]\n"
     "                    [--drain] [--drain-timeout 300]\n"
     "A worker node: holds the model, its KV pool and radix cache, and serves the heads\n"
     "(actorlm serve/chat --node HOST:PORT) that join it with the same secret or a certificate\n"
@@ -46,7 +46,8 @@ constexpr const char* usage =
     "with both kinds of node runs each prompt on a prefill node, which sends its KV to a decode node\n"
     "(directly, joined with the same secret or certificates) that generates the rest (docs/CLUSTER.md).\n"
     "--lora NAME=PATH: LoRA adapters a head serves by name; every engine node that runs whole requests\n"
-    "must load the same list (docs/CLUSTER.md, LoRA adapters on nodes).\n"
+    "must load the same list (docs/CLUSTER.md, LoRA adapters on nodes). --lora-dir DIR: a head's\n"
+    "POST /v1/load_lora_adapter loads a file of DIR on every such node (none: refused).\n"
     "With a secret the KV bytes take a data plane beside the middleman: a decode node listens on\n"
     "--kv-data-port of its --host (default 0: a free port, told to prefill nodes when they join; -1:\n"
     "none, the KV goes over the middleman), and frames are sealed with AES-256-GCM under keys from\n"
@@ -67,7 +68,7 @@ void on_signal(int) { signals = signals + 1; }
 }  // namespace
 
 int node_command(int argc, char** argv, int first) {
-  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--kv-stream", "--drain-timeout"}),
+  cli::Args args(argc, argv, first, with_flags(with_flags(engine_flags, security_flags), {"--host", "--port", "--role", "--disaggregation-mode", "--kv-data-port", "--kv-transport", "--kv-stream", "--drain-timeout", "--lora-dir"}),
                  {disable_radix_switch, priority_scheduling_switch, low_priority_first_switch, tenant_preemption_switch, allow_plain_switch, "--kv-trusted-fabric", "--drain", "--help"}, {{"-m", "--model"}, {"--model-path", "--model"}});
   if (args.has("--help")) {
     std::fputs(usage, stdout);
@@ -96,6 +97,7 @@ int node_command(int argc, char** argv, int first) {
   const std::string stream = args.str("--kv-stream").value_or("on");
   if (stream != "on" && stream != "off") throw cli::UsageError("--kv-stream must be on or off");
   nc.kv_stream = stream == "on";
+  nc.lora_dir = args.str("--lora-dir").value_or("");
   const bool drain = args.has("--drain");
   const auto drain_timeout = std::chrono::seconds(args.integer("--drain-timeout", 300, 0, 86400));
   // Tests only: damage one transferred KV chunk (see KvSenderConfig::corrupt_chunk).

@@ -426,6 +426,12 @@ MUTANTS = [
            "    } else if (theirs_list != s.adapter_list) {\n",
            "    } else if (false) {\n",
            ["actorlm"], [ctest_run("cluster:lora")]),
+    Mutant("adapter-load-kept-on-some-nodes",
+           "a load through a head that fails on one node stays loaded on the others (the nodes' sets part)",
+           "cluster/roles/router_actor.cpp",
+           "    for (size_t i : g->done) {\n",
+           "    for (size_t i : std::vector<size_t>{}) {\n",
+           ["actorlm"], [ctest_run("cluster:lora")]),
 ]
 
 

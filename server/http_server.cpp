@@ -12,7 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "server/adapter_dir.hpp"
+#include "model/adapter_dir.hpp"
 #include "server/chat_page.hpp"
 #include "server/completions.hpp"
 #include "server/http_connection.hpp"
@@ -195,7 +195,11 @@ struct HttpServer::Impl final : http::RequestHandler {
           }
           const auto& r = std::get<api::LoraRequest>(parsed);
           std::optional<AdapterRefusal> refused;
-          if (load) {
+          if (load && engine.adapter_files() != Engine::AdapterFiles::here) {
+            // A head: each node reads the file from its own --lora-dir (or
+            // the engine says why its adapters cannot change).
+            refused = engine.load_adapter(r.name, r.path, r.scale);
+          } else if (load) {
             std::string why;
             const std::optional<std::string> path = adapter_dir.resolve(r.path, &why);
             if (!path) return c->respond(error(adapter_dir.enabled() ? 404 : 403, why));

@@ -44,7 +44,7 @@ struct ServerConfig {
   std::chrono::milliseconds shutdown_timeout{10'000};    // drain before aborting what runs
   ResumeLimits stream_resume;  // streams a client may come back to (window 0: none)
   // Where POST /v1/load_lora_adapter may read adapters (empty: loading at
-  // run time is off; server/adapter_dir.hpp).
+  // run time is off; model/adapter_dir.hpp).
   std::string lora_dir;
   // Tenants beside api_key (server/tenants.hpp): each its own key, share and
   // token rate; the engine's scheduler must weigh them (Tenants::weights()).

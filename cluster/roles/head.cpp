@@ -89,7 +89,7 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
   parts.scheduler = router;
   parts.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
   parts.counts_nodes = true;
-  parts.adapters_fixed = true;
+  parts.adapters_on_nodes = true;
   parts.stop = [router, stop_token] { caf::anon_send(router, shutdown_atom::value, stop_token); };
   return parts;
 }

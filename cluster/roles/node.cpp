@@ -61,7 +61,10 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     m.decode = std::make_shared<KvDecodeShared>();
     m.decode->sessions = std::make_shared<DataSessions>();
   }
-  m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token, m.decode);
+  // Checked before anything starts: a folder that is not one is a usage error.
+  AdapterDir lora_dir = config.lora_dir.empty() ? AdapterDir() : AdapterDir(config.lora_dir);
+  m.gateway = spawn_node_gateway(system, config.security.secret, m.gateway_stop_token, m.decode, std::move(lora_dir),
+                                 config.engine.max_lora_bytes);
   caf::actor target;
   fb::NodeWelcomeT w;
   ModelConfig model;
@@ -175,8 +178,10 @@ Node::Node(caf::actor_system& system, NodeConfig config)
     m.kv_sender_stop = random_token();
     m.kv_sender = spawn_kv_sender(system, std::move(kc), m.kv_sender_stop);
   }
+  std::vector<int64_t> adapter_bytes;
+  for (const AdapterInfo& a : adapters) adapter_bytes.push_back(a.bytes);
   self->send(m.gateway, attach_atom::value, target, kv_worker, m.kv_sender, WireMessage{msg::pack(w)}, label,
-             config.kv_stream);
+             config.kv_stream, adapter_bytes);
 }
 
 Node::~Node() {

@@ -50,6 +50,9 @@ struct NodeConfig {
   // A prefill node's prompts send their KV over the data plane while their
   // later chunks compute (KvSenderConfig::stream).
   bool kv_stream = true;
+  // Where its heads may have an engine node load LoRA adapters from at run
+  // time (their POST /v1/load_lora_adapter); empty: they may not.
+  std::string lora_dir;
 };
 
 class Node {

@@ -8,6 +8,7 @@
 
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
+#include "cluster/roles/node_adapters.hpp"
 #include "cluster/transfer/kv_receiver.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "actors/local_sender.hpp"
@@ -90,6 +91,10 @@ struct GatewayState {
   std::set<uint64_t> cancelled;
 
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
+  // An engine node's LoRA adapters as heads change them (welcome follows).
+  NodeAdapters adapters;
+  AdapterDir lora_dir;        // the spawn's; becomes `adapters`' at attach
+  int64_t max_lora_bytes = 0;
   // Nonces handed out by hello and not yet used by a join. Keyed by the
   // nonce, not by the sender a peer claims, so no one can replace another
   // head's challenge.
@@ -696,16 +701,73 @@ void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
   s.heads.erase(head);
 }
 
-caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::shared_ptr<KvDecodeShared> decode) {
+// A head loads or drops a LoRA adapter on this node (its POST
+// /v1/load_lora_adapter): checked here (NodeAdapters), done by the
+// scheduler between two steps, and the welcome then lists the node's new
+// set for heads that join later. Answered with an AdapterReply.
+caf::result<WireMessage> on_adapter_change(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  auto answer = [](std::string why) {
+    fb::AdapterReplyT r;
+    r.error = std::move(why);
+    return WireMessage{msg::pack(r)};
+  };
+  std::string error;
+  auto change = msg::unpack<fb::AdapterChange>(in.bytes, &error);
+  if (!change) return answer("unreadable adapter change: " + error);
+  if (!s.scheduler) return answer(s.label + " is a worker node: its head's scheduler holds its adapters");
+  if (s.mode == "decode") return answer(s.label + " is a decode node, which runs no adapters");
+  if (std::string why = s.adapters.admit(*change); !why.empty()) return answer(s.label + ": " + why);
+  auto rp = self->make_response_promise<WireMessage>();
+  auto settle = [self, rp, change = std::make_shared<fb::AdapterChangeT>(*change)](fb::AdapterReplyT reply) mutable {
+    auto& s = self->state;
+    s.adapters.settle(*change, reply);
+    if (reply.error.empty()) {
+      if (auto w = msg::unpack<fb::NodeWelcome>(s.welcome, nullptr)) {
+        s.adapters.describe(*w);
+        s.welcome = msg::pack(*w);
+      }
+      std::fprintf(stderr, "actorlm %s: LoRA adapter %s #%d %s by a head\n", s.label.c_str(), change->name.c_str(),
+                   change->id, change->load ? "loaded" : "dropped");
+    } else {
+      reply.error = s.label + ": " + reply.error;
+    }
+    rp.deliver(WireMessage{msg::pack(reply)});
+  };
+  // The worker reads the file between two steps; a big one takes a while.
+  self->request(s.scheduler, std::chrono::minutes(10), adapter_atom::value, WireMessage{msg::pack(*change)})
+      .then(
+          [settle](const WireMessage& m) mutable {
+            std::string why;
+            auto r = msg::unpack<fb::AdapterReply>(m.bytes, &why);
+            if (!r) {
+              fb::AdapterReplyT bad;
+              bad.error = "unreadable answer from the scheduler: " + why;
+              return settle(std::move(bad));
+            }
+            settle(std::move(*r));
+          },
+          [self, settle](const caf::error& e) mutable {
+            fb::AdapterReplyT bad;
+            bad.error = "the scheduler did not answer: " + self->system().render(e);
+            settle(std::move(bad));
+          });
+  return rp;
+}
+
+caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::shared_ptr<KvDecodeShared> decode,
+                      AdapterDir lora_dir, int64_t max_lora_bytes) {
   self->state.secret = std::move(secret);
   self->state.decode = std::move(decode);
+  self->state.lora_dir = std::move(lora_dir);
+  self->state.max_lora_bytes = max_lora_bytes;
   self->state.label = "node";
   return {
       [self, stop_token](shutdown_atom, uint64_t token) {
         if (token == stop_token) self->quit(caf::exit_reason::user_shutdown);
       },
       [self](attach_atom, const caf::actor& target, const caf::actor& kv_worker, const caf::actor& kv_sender,
-             const WireMessage& welcome, const std::string& label, bool stream_kv) {
+             const WireMessage& welcome, const std::string& label, bool stream_kv, const std::vector<int64_t>& adapter_bytes) {
         // Once, from this process: what a node serves is not a peer's to change.
         auto& s = self->state;
         if (!from_this_process(self) || !s.welcome.empty()) return;
@@ -718,6 +780,12 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
         s.kv_worker = kv_worker;
         s.kv_sender = kv_sender;
         s.stream_kv = stream_kv;
+        std::vector<NodeAdapter> loaded;
+        for (size_t k = 0; k < w->adapters.size(); ++k) {
+          const auto& a = *w->adapters[k];
+          loaded.push_back({a.name, a.id, a.fingerprint, k < adapter_bytes.size() ? adapter_bytes[k] : 0});
+        }
+        s.adapters = NodeAdapters(s.lora_dir, s.max_lora_bytes, std::move(loaded));
         if (s.scheduler && w->kv_token_bytes > 0) {
           // Every engine node takes KV: a decode node from prefill nodes,
           // any node a running request migrating to it.
@@ -845,6 +913,11 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
             .then([rp](const WireMessage& m) mutable { rp.deliver(m); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
       },
+      [self](adapter_atom, const WireMessage& sealed) -> caf::result<WireMessage> {
+        WireMessage in;
+        if (!sealed_sender(self, RequestKind::adapter, sealed, in.bytes, "an adapter change")) return caf::sec::request_receiver_down;
+        return on_adapter_change(self, in);
+      },
       [self](flush_atom a, const WireMessage& sealed) -> caf::result<int64_t> {
         WireMessage empty;
         if (!sealed_sender(self, RequestKind::flush, sealed, empty.bytes, "a flush")) return caf::sec::request_receiver_down;
@@ -865,10 +938,18 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
 // carrying a token only its owner holds, so it needs neither.
 class GatewayActor : public Self {
  public:
-  GatewayActor(caf::actor_config& cfg, std::string secret, uint64_t stop_token, std::shared_ptr<KvDecodeShared> decode)
-      : Self(cfg), secret_(std::move(secret)), stop_token_(stop_token), decode_(std::move(decode)) {}
+  GatewayActor(caf::actor_config& cfg, std::string secret, uint64_t stop_token, std::shared_ptr<KvDecodeShared> decode,
+               AdapterDir lora_dir, int64_t max_lora_bytes)
+      : Self(cfg),
+        secret_(std::move(secret)),
+        stop_token_(stop_token),
+        decode_(std::move(decode)),
+        lora_dir_(std::move(lora_dir)),
+        max_lora_bytes_(max_lora_bytes) {}
 
-  caf::behavior make_behavior() override { return gateway(this, std::move(secret_), stop_token_, std::move(decode_)); }
+  caf::behavior make_behavior() override {
+    return gateway(this, std::move(secret_), stop_token_, std::move(decode_), std::move(lora_dir_), max_lora_bytes_);
+  }
 
   using Self::enqueue;
   void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override {
@@ -883,13 +964,15 @@ class GatewayActor : public Self {
   std::string secret_;
   uint64_t stop_token_;
   std::shared_ptr<KvDecodeShared> decode_;
+  AdapterDir lora_dir_;
+  int64_t max_lora_bytes_;
 };
 
 }  // namespace
 
 caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token,
-                              std::shared_ptr<KvDecodeShared> decode) {
-  return system.spawn<GatewayActor>(std::move(secret), stop_token, std::move(decode));
+                              std::shared_ptr<KvDecodeShared> decode, AdapterDir lora_dir, int64_t max_lora_bytes) {
+  return system.spawn<GatewayActor>(std::move(secret), stop_token, std::move(decode), std::move(lora_dir), max_lora_bytes);
 }
 
 }  // namespace actorlm

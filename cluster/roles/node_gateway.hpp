@@ -24,6 +24,7 @@
 #include "cluster/transfer/kv_data_plane.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/cluster_handshake.hpp"
+#include "model/adapter_dir.hpp"
 
 namespace actorlm {
 
@@ -46,7 +47,15 @@ namespace actorlm {
 // in this process. A decode node with a data port passes `decode`: the
 // gateway opens transfers in that receiver and registers each joined head's
 // session key there, so the port takes chunks under it.
+//
+// LoRA adapters: a joined head may load one on an engine node that runs
+// whole requests (adapter_atom, sealed AdapterChange -> AdapterReply) from
+// a file in `lora_dir` only (none: refused), within `max_lora_bytes` over
+// all the node's adapters, or drop one (cluster/roles/node_adapters.hpp).
+// The attach message's last element gives the bytes of each adapter its
+// welcome lists.
 caf::actor spawn_node_gateway(caf::actor_system& system, std::string secret, uint64_t stop_token,
-                              std::shared_ptr<KvDecodeShared> decode = nullptr);
+                              std::shared_ptr<KvDecodeShared> decode = nullptr, AdapterDir lora_dir = {},
+                              int64_t max_lora_bytes = 0);
 
 }  // namespace actorlm

@@ -11,6 +11,7 @@
 #include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
+#include "cluster/roles/node_adapters.hpp"
 #include "cluster/roles/rebalancer.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/exit_proof_actor.hpp"
@@ -23,6 +24,9 @@ namespace {
 
 constexpr auto handshake_timeout = std::chrono::milliseconds(10000);
 constexpr auto stats_timeout = std::chrono::seconds(10);
+// A node's worker reads an adapter file between two steps: a big file and
+// a long step take a while.
+constexpr auto adapter_timeout = std::chrono::minutes(10);
 constexpr auto reserve_timeout = std::chrono::seconds(30);
 // A decode node with no room now is asked again after this long.
 constexpr auto reserve_retry = std::chrono::milliseconds(20);
@@ -143,10 +147,11 @@ struct RouterState {
   std::set<uint64_t> rebalanced;    // requests a rebalance moved (or tried to): never again
   uint64_t stop_token = 0;         // held by the engine that spawned the router
   // The LoRA adapters of the first node that joined to run whole requests
-  // (its welcome's, and adapter_list() of it): every other such node must
-  // have the same.
-  std::optional<std::vector<std::pair<std::string, int32_t>>> adapters;
+  // (its welcome's, then as changed through this head), and adapter_list()
+  // of them: every other such node must have the same.
+  std::optional<std::vector<NodeAdapter>> adapters;  // (bytes unknown here: 0)
   std::string adapter_list;
+  bool adapter_change = false;  // one load or drop at a time
   static inline const char* name = "actorlm.router";
 };
 
@@ -233,9 +238,10 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
     const std::string theirs_list = adapter_list(w);
     if (!s.adapters) {
       s.adapters.emplace();
-      for (const auto& a : w.adapters) s.adapters->emplace_back(a->name, a->id);
+      for (const auto& a : w.adapters) s.adapters->push_back({a->name, a->id, a->fingerprint, 0});
       s.adapter_list = theirs_list;
     } else if (theirs_list != s.adapter_list) {
+      // (A node that restarted lacks what was loaded through a head since.)
       bad = "its LoRA adapters [" + theirs_list + "] are not the other nodes' [" + s.adapter_list + "]";
     }
   }
@@ -1256,6 +1262,144 @@ caf::result<int64_t> on_flush(Self* self) {
   return promise;
 }
 
+// adapter_list()'s text of the head's set.
+std::string adapter_text(const std::vector<NodeAdapter>& adapters) {
+  fb::NodeWelcomeT w;
+  describe_adapters(adapters, w);
+  return adapter_list(w);
+}
+
+// Whether a request this head has in flight (placed, or waiting for a
+// node) runs with adapter `id`. Adapter requests are never split over a
+// prefill and a decode node, nor moved, so these are all of them.
+bool adapter_in_use(const RouterState& s, int32_t id) {
+  auto uses = [id](const Placement& p) {
+    auto r = msg::open<fb::TokenizedRequest>(p.bytes);
+    if (!r) return false;
+    if (r.message->adapter() == id) return true;
+    const auto* stacked = r.message->stacked_adapters();
+    return stacked && std::find(stacked->begin(), stacked->end(), id) != stacked->end();
+  };
+  return std::any_of(s.placed.begin(), s.placed.end(), [&](const auto& kv) { return uses(kv.second); }) ||
+         std::any_of(s.parked.begin(), s.parked.end(), [&](const auto& kv) { return uses(kv.second.first); });
+}
+
+WireMessage adapter_answer(std::string error) {
+  fb::AdapterReplyT r;
+  r.error = std::move(error);
+  return WireMessage{msg::pack(r)};
+}
+
+// One adapter change on its way to the nodes.
+struct AdapterGather {
+  caf::typed_response_promise<WireMessage> promise;
+  fb::AdapterChangeT change;
+  size_t pending = 0;
+  std::vector<size_t> done;     // nodes that made the change
+  std::vector<std::string> errors;
+  std::set<std::string> fingerprints;
+  fb::AdapterReplyT first;      // a node's answer: bytes and matrices
+};
+
+void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
+  auto& s = self->state;
+  s.adapter_change = false;
+  const fb::AdapterChangeT& c = g->change;
+  std::string error;
+  for (const auto& e : g->errors) error += (error.empty() ? "" : "; ") + e;
+  if (c.load && error.empty() && g->fingerprints.size() > 1) {
+    error = "the nodes' files named '" + c.path + "' differ";
+  }
+  if (!c.load) {
+    // Gone from this head's set already; a node that could not drop it
+    // keeps its memory until it restarts, and is said here.
+    if (!error.empty()) std::fprintf(stderr, "actorlm head: LoRA adapter #%d dropped here, not on every node: %s\n", c.id, error.c_str());
+    g->promise.deliver(adapter_answer(""));
+    return;
+  }
+  if (!error.empty()) {
+    // The nodes keep one set: those that loaded it drop it again.
+    fb::AdapterChangeT undo;
+    undo.load = false;
+    undo.id = c.id;
+    undo.name = c.name;
+    for (size_t i : g->done) {
+      NodeLink& n = s.nodes[i];
+      if (!n.gateway) continue;
+      self->request(n.gateway, adapter_timeout, adapter_atom::value, WireMessage{n.session.seal(RequestKind::adapter, msg::pack(undo))})
+          .then([](const WireMessage&) {}, [](const caf::error&) {});
+    }
+    g->promise.deliver(adapter_answer(error));
+    return;
+  }
+  s.adapters->push_back({c.name, c.id, *g->fingerprints.begin(), 0});
+  s.adapter_list = adapter_text(*s.adapters);
+  std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d loaded on %zu nodes\n", c.name.c_str(), c.id, g->done.size());
+  g->first.error.clear();
+  g->promise.deliver(WireMessage{msg::pack(g->first)});
+}
+
+// A LoRA adapter loaded or dropped through this head (its engine's
+// load_adapter / unload_adapter, POST /v1/load_lora_adapter): every joined
+// node that runs whole requests is asked, each reading the file from its
+// own --lora-dir. A load counts once every such node has it (the same
+// file: their fingerprints agree); where one fails, those that loaded it
+// drop it again, so the nodes keep one set. A drop is refused while a
+// request of this head uses the adapter, and leaves this head's set before
+// the nodes are asked. A node that is down meanwhile misses the change and
+// is refused at its next join, its set differing (the reason in /nodes).
+caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  std::string error;
+  auto change = msg::unpack<fb::AdapterChange>(in.bytes, &error);
+  if (!change) return adapter_answer("unreadable adapter change: " + error);
+  if (s.adapter_change) return adapter_answer("another adapter change is under way through this head");
+  if (!s.adapters) return adapter_answer("no node has joined yet to load it on");
+  std::vector<size_t> targets;
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    if (s.nodes[i].gateway && s.nodes[i].mode != "decode") targets.push_back(i);
+  }
+  if (targets.empty()) return adapter_answer("no node that runs whole requests is up");
+  if (!change->load) {
+    auto it = std::find_if(s.adapters->begin(), s.adapters->end(), [&](const auto& a) { return a.id == change->id; });
+    if (it == s.adapters->end()) return adapter_answer("no adapter #" + std::to_string(change->id) + " on the nodes");
+    if (adapter_in_use(s, change->id)) return adapter_answer("the adapter is in use by a request");
+    change->name = it->name;
+    s.adapters->erase(it);
+    s.adapter_list = adapter_text(*s.adapters);
+  }
+  s.adapter_change = true;
+  auto g = std::make_shared<AdapterGather>();
+  g->promise = self->make_response_promise<WireMessage>();
+  g->change = *change;
+  g->pending = targets.size();
+  for (size_t i : targets) {
+    NodeLink& n = s.nodes[i];
+    const std::string where = n.address.str();
+    self->request(n.gateway, adapter_timeout, adapter_atom::value, WireMessage{n.session.seal(RequestKind::adapter, msg::pack(*change))})
+        .then(
+            [self, g, i, where](const WireMessage& m) {
+              std::string why;
+              auto r = msg::unpack<fb::AdapterReply>(m.bytes, &why);
+              if (!r) {
+                g->errors.push_back(where + ": unreadable answer: " + why);
+              } else if (!r->error.empty()) {
+                g->errors.push_back(r->error);
+              } else {
+                g->done.push_back(i);
+                if (g->change.load) g->fingerprints.insert(r->fingerprint);
+                if (g->done.size() == 1) g->first = std::move(*r);
+              }
+              if (--g->pending == 0) finish_adapter(self, g);
+            },
+            [self, g, where](const caf::error& e) {
+              g->errors.push_back(where + ": " + self->system().render(e));
+              if (--g->pending == 0) finish_adapter(self, g);
+            });
+  }
+  return g->promise;
+}
+
 caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name,
                      uint64_t stop_token) {
   auto& s = self->state;
@@ -1339,14 +1483,19 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
           schedule_dial(self, i);
         }
       },
+      [self](adapter_atom, const WireMessage& in) -> caf::result<WireMessage> {
+        // From the head's engine only (its load_adapter / unload_adapter).
+        if (!from_this_process(self)) return caf::sec::unexpected_message;
+        return on_adapter(self, in);
+      },
       [self](adapters_atom) {
         // The adapters requests may name, once a node has said (start_head).
         std::vector<std::string> names;
         std::vector<int32_t> ids;
         if (!from_this_process(self)) return caf::make_message(names, ids);
-        for (const auto& [name, id] : self->state.adapters.value_or(decltype(self->state.adapters)::value_type{})) {
-          names.push_back(name);
-          ids.push_back(id);
+        for (const auto& a : self->state.adapters.value_or(decltype(self->state.adapters)::value_type{})) {
+          names.push_back(a.name);
+          ids.push_back(a.id);
         }
         return caf::make_message(names, ids);
       },

@@ -39,6 +39,7 @@ enum class RequestKind : uint8_t {
   kv_freeze = 10,
   kv_move = 11,
   kv_thaw = 12,
+  adapter = 13,
 };
 
 class RequestSession {

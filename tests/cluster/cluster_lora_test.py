@@ -6,19 +6,25 @@
     other node gives the same answer;
   - a node whose adapters differ (another set, or the same name over another file) is refused at
     its join with the reason in /nodes, and the head goes on serving;
-  - loading or unloading an adapter through the head is refused with the reason (the nodes have
-    no HTTP port; their adapters are fixed at start);
+  - an adapter loaded through the head (POST /v1/load_lora_adapter) is loaded on both nodes, each
+    from its own --lora-dir, and answers as the same file does at start; a file one node lacks, or
+    one name over different files, is refused and the nodes that had loaded it drop it again; an
+    adapter in use cannot be unloaded (409), and once unloaded no request can name it;
   - with prefill/decode disaggregation, an adapter's request runs whole on the prefill node (its
     KV never moves) and a decode node without adapters joins: both answers as one process;
   - a head driving a worker node (--role worker --lora ...) serves the worker's adapters, every
-    answer as one process's.
+    answer as one process's; changing them through that head is refused with the reason.
 
 Usage: python3 tests/cluster/cluster_lora_test.py path/to/actorlm
 """
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -61,20 +67,84 @@ def listed(port):
         return [m["id"] for m in json.loads(r.read())["data"]]
 
 
+def logged(node, line):
+    return any(line in x for x in node.lines)
+
+
+def check_loads_through_head(port, first, second, reference):
+    """Loads and unloads through a head over `first` and `second` (each with its own --lora-dir)."""
+    load = "/v1/load_lora_adapter"
+    code, r = post(port, load, {"lora_name": "c", "lora_path": "shared.gguf"})
+    check(code == 200 and r.get("status") == "loaded", (code, r))
+    check(listed(port)[1:] == ["a", "b", "c"], f"after a load: {listed(port)}")
+    for n in (first, second):
+        wait_for(f"{n.address} to say it loaded c", lambda n=n: logged(n, "LoRA adapter c #3 loaded by a head"), 10)
+    for p in PROMPTS:
+        code, r = post(port, "/v1/completions", {"prompt": p, "max_tokens": 16, "temperature": 0, "model": "c"})
+        check(code == 200 and r["choices"][0]["text"] == reference[("a", p)], ("c is a's file", p, code, r))
+    print("ok: an adapter loaded through the head is loaded on both nodes, each from its own --lora-dir, "
+          "and answers as the same file loaded at start")
+
+    # Only the first node has the file: refused, and the first drops it again.
+    code, r = post(port, load, {"lora_name": "d", "lora_path": "only_first.gguf"})
+    check(code == 400 and "no adapter file by that name" in json.dumps(r), (code, r))
+    wait_for("the first node to drop d again", lambda: logged(first, "LoRA adapter d #4 dropped by a head"), 10)
+    # One name over different files: refused, dropped again on both.
+    code, r = post(port, load, {"lora_name": "x", "lora_path": "x.gguf"})
+    check(code == 400 and "differ" in json.dumps(r), (code, r))
+    for n in (first, second):
+        wait_for(f"{n.address} to drop x again", lambda n=n: logged(n, "LoRA adapter x #5 dropped by a head"), 10)
+    check(listed(port)[1:] == ["a", "b", "c"], f"a refused load changed the list: {listed(port)}")
+    # What the first node dropped again can be loaded again (it kept no trace).
+    code, r = post(port, load, {"lora_name": "d", "lora_path": "shared.gguf"})
+    check(code == 200, (code, r))
+    print("ok: a file one node lacks, or one name over different files, is refused with the reason, "
+          "and the nodes that had loaded it drop it again")
+
+    # In use: refused; once the request ends, unloaded, and no request names it.
+    result = {}
+    body = {"prompt": "Tell me a long story.", "max_tokens": 400, "temperature": 0, "model": "c", "ignore_eos": True}
+    running = threading.Thread(target=lambda: result.update(answer=post(port, "/v1/completions", body)))
+    running.start()
+    time.sleep(1.0)
+    code, r = post(port, "/v1/unload_lora_adapter", {"lora_name": "c"})
+    check(running.is_alive(), "the request ended before the unload: the check proves nothing")
+    check(code == 409 and "in use" in json.dumps(r), (code, r))
+    running.join()
+    check(result["answer"][0] == 200, result)
+    for name in ("c", "d"):
+        code, r = post(port, "/v1/unload_lora_adapter", {"lora_name": name})
+        check(code == 200, (name, code, r))
+    check(listed(port)[1:] == ["a", "b"], f"after the unloads: {listed(port)}")
+    code, r = post(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "model": "c"})
+    check(code == 404, ("an unloaded adapter", code, r))
+    for n in (first, second):
+        wait_for(f"{n.address} to drop c", lambda n=n: logged(n, "LoRA adapter c #3 dropped by a head"), 10)
+    print("ok: an adapter in use is not unloaded through the head (409); unloaded, it is gone from both nodes")
+
+
 def main():
     with ServerProcess(BIN, LORA, threads=1) as one:
         reference = answers(one.port)
     check(reference[("a", PROMPTS[0])] != reference[(None, PROMPTS[0])], "the adapter changes nothing: a useless check")
 
-    first = NodeProcess(["--secret-file", SECRET, *LORA]).start()
-    second = NodeProcess(["--secret-file", SECRET, *LORA]).start()
+    # Each node's own --lora-dir: the same file under one name in both, a
+    # file only the first has, and one name over different files.
+    dirs = [tempfile.mkdtemp(prefix="actorlm-lora-dir-") for _ in range(2)]
+    for d in dirs:
+        shutil.copy(A, os.path.join(d, "shared.gguf"))
+    shutil.copy(B, os.path.join(dirs[0], "only_first.gguf"))
+    shutil.copy(A, os.path.join(dirs[0], "x.gguf"))
+    shutil.copy(B, os.path.join(dirs[1], "x.gguf"))
+    first = NodeProcess(["--secret-file", SECRET, *LORA, "--lora-dir", dirs[0]]).start()
+    second = NodeProcess(["--secret-file", SECRET, *LORA, "--lora-dir", dirs[1]]).start()
     # Started once the head serves the other two (the first node to join
     # sets the adapters the others must have): the same names over each
     # other's files.
     other = NodeProcess(["--secret-file", SECRET, "--lora", f"a={B}", "--lora", f"b={A}"], port=free_port())
     other.port = int(other.args[other.args.index("--port") + 1])
     try:
-        with head([first, second, other], ["--connect-timeout", "3", "--lora-dir", os.path.dirname(A)]) as h:
+        with head([first, second, other], ["--connect-timeout", "3"]) as h:
             ids = listed(h.port)
             check(ids[1:] == ["a", "b"], f"/v1/models through the head: {ids}")
             other.start()
@@ -85,6 +155,7 @@ def main():
             print("ok: two engine nodes with --lora serve the adapters by name through a head "
                   f"({', '.join(ids[1:])}), every answer equal to one process's; a node whose adapters "
                   f"differ is refused: {nodes(h.port)[other.address]['error'][:90]}...")
+            check_loads_through_head(h.port, first, second, reference)
             # The node that has served adapter a's prompt goes; the other answers the same.
             served = {a: n["routed"] for a, n in nodes(h.port).items()}
             busiest = first if served[first.address] >= served[second.address] else second
@@ -93,16 +164,12 @@ def main():
             again = answers(h.port)
             check(again == reference, f"after a node was lost: {again} != {reference}")
             print("ok: with one node killed the other gives every adapter's answer unchanged")
-            for path, body in (("/v1/load_lora_adapter", {"lora_name": "c", "lora_path": os.path.basename(A)}),
-                               ("/v1/unload_lora_adapter", {"lora_name": "a"})):
-                code, r = post(h.port, path, body)
-                check(400 <= code < 500 and "--lora on each node" in json.dumps(r), (path, code, r))
-            check(listed(h.port)[1:] == ["a", "b"], "a refused change changed the list")
-            print("ok: loading or unloading an adapter through the head is refused with the reason")
     finally:
         for n in (first, second, other):
             if getattr(n, "proc", None):
                 n.stop()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
     prefill = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", "prefill", *LORA]).start()
     decode = NodeProcess(["--secret-file", SECRET, "--disaggregation-mode", "decode"]).start()
@@ -125,8 +192,10 @@ def main():
             check(listed(h.port)[1:] == ["a", "b"], f"/v1/models through a remote-worker head: {listed(h.port)}")
             got = answers(h.port)
             check(got == reference, f"through a head driving a worker node: {got} != {reference}")
-            code, r = post(h.port, "/v1/unload_lora_adapter", {"lora_name": "a"})
-            check(code == 400 and "--lora on each node" in json.dumps(r), (code, r))
+            for path, body in (("/v1/load_lora_adapter", {"lora_name": "c", "lora_path": "shared.gguf"}),
+                               ("/v1/unload_lora_adapter", {"lora_name": "a"})):
+                code, r = post(h.port, path, body)
+                check(code == 400 and "--lora on the node" in json.dumps(r), (path, code, r))
             print("ok: a head driving a worker node that loaded the adapters serves them, every answer as one "
                   "process's; unloading through it is refused")
     finally:

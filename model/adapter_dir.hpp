@@ -1,8 +1,9 @@
 #pragma once
-// The folder POST /v1/load_lora_adapter may read adapters from
-// (--lora-dir). A client names a file in it; nothing outside it is opened,
-// whatever the name holds ("..", an absolute path elsewhere, a symbolic link
-// leading out). No folder: loading at run time is off.
+// The folder adapters may be loaded from at run time (--lora-dir): by POST
+// /v1/load_lora_adapter on a server, and on a cluster node by its heads. A
+// client names a file in it; nothing outside it is opened, whatever the
+// name holds ("..", an absolute path elsewhere, a symbolic link leading
+// out). No folder: loading at run time is off.
 
 #include <optional>
 #include <string>

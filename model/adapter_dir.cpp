@@ -1,4 +1,4 @@
-#include "server/adapter_dir.hpp"
+#include "model/adapter_dir.hpp"
 
 #include <filesystem>
 #include <stdexcept>
@@ -17,7 +17,7 @@ AdapterDir::AdapterDir(const std::string& dir) {
 
 std::optional<std::string> AdapterDir::resolve(const std::string& name, std::string* why) const {
   if (!enabled()) {
-    *why = "loading adapters at run time is off (start the server with --lora-dir DIR)";
+    *why = "loading adapters at run time is off here (start it with --lora-dir DIR)";
     return std::nullopt;
   }
   if (name.find('\0') != std::string::npos) {
@@ -30,7 +30,7 @@ std::optional<std::string> AdapterDir::resolve(const std::string& name, std::str
   const fs::path real = fs::canonical(fs::path(root_) / name, ec);
   const std::string s = real.string();
   if (ec || s.size() <= root_.size() || s.compare(0, root_.size(), root_) != 0 || s[root_.size()] != '/') {
-    *why = "no adapter file by that name in the server's --lora-dir";
+    *why = "no adapter file by that name in --lora-dir";
     return std::nullopt;
   }
   if (!fs::is_regular_file(real, ec)) {
