@@ -152,6 +152,9 @@ struct RouterState {
   std::optional<std::vector<NodeAdapter>> adapters;  // (bytes unknown here: 0)
   std::string adapter_list;
   bool adapter_change = false;  // one load or drop at a time
+  // The loads made through this head and not dropped since, by id, as sent:
+  // a node that joins without them (it restarted since) gets them then.
+  std::map<int32_t, fb::AdapterChangeT> loaded_here;
   static inline const char* name = "actorlm.router";
 };
 
@@ -225,6 +228,76 @@ uint64_t watch(Self* self, int i, const caf::actor& gateway) {
   return token;
 }
 
+// adapter_list()'s text of the head's set.
+std::string adapter_text(const std::vector<NodeAdapter>& adapters) {
+  fb::NodeWelcomeT w;
+  describe_adapters(adapters, w);
+  return adapter_list(w);
+}
+
+// The loads made through this head that a joining node lacks, when that is
+// all that differs (it restarted, or was down, since): its list is the
+// head's without them. In the head's order.
+std::optional<std::vector<fb::AdapterChangeT>> missed_loads(const RouterState& s, const fb::NodeWelcomeT& w) {
+  std::set<int32_t> theirs;
+  for (const auto& a : w.adapters) theirs.insert(a->id);
+  std::vector<NodeAdapter> kept;
+  std::vector<fb::AdapterChangeT> missing;
+  for (const NodeAdapter& a : *s.adapters) {
+    auto load = s.loaded_here.find(a.id);
+    if (load != s.loaded_here.end() && theirs.count(a.id) == 0) {
+      missing.push_back(load->second);
+    } else {
+      kept.push_back(a);
+    }
+  }
+  if (missing.empty() || adapter_text(kept) != adapter_list(w)) return std::nullopt;
+  return missing;
+}
+
+// Node i stays out: its gateway is watched, and it is dialled again once
+// that connection goes (the node restarted, perhaps set right).
+void refuse(Self* self, int i, const caf::actor& gateway, const std::string& why) {
+  NodeLink& n = self->state.nodes[static_cast<size_t>(i)];
+  n.dialling = false;
+  if (why != n.error) log_node(self, i, "cannot join: " + why);
+  n.error = why;
+  n.refused = gateway;
+  n.gone_token = watch(self, i, gateway);
+}
+
+void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session);
+
+// Loads `missing[k...]` on joining node i one after another, then joins it
+// as if its welcome had listed them (joined() checks the whole list again);
+// a load it cannot make keeps it out with the reason.
+void catch_up(Self* self, int i, const caf::actor& gateway, std::shared_ptr<fb::NodeWelcomeT> w,
+              std::shared_ptr<RequestSession> session, std::shared_ptr<std::vector<fb::AdapterChangeT>> missing, size_t k) {
+  if (k == missing->size()) return joined(self, i, gateway, *w, std::move(*session));
+  if (k == 0) {
+    log_node(self, i, "loads the " + std::to_string(missing->size()) + " LoRA adapter(s) loaded through this head that it lacks");
+  }
+  const fb::AdapterChangeT& c = (*missing)[k];
+  auto failed = [self, i, gateway, name = c.name](const std::string& why) {
+    refuse(self, i, gateway, "it lacks LoRA adapter " + name + ", loaded through this head, and could not load it: " + why);
+  };
+  self->request(gateway, adapter_timeout, adapter_atom::value, WireMessage{session->seal(RequestKind::adapter, msg::pack(c))})
+      .then(
+          [self, i, gateway, w, session, missing, k, failed](const WireMessage& m) {
+            std::string why;
+            auto r = msg::unpack<fb::AdapterReply>(m.bytes, &why);
+            if (!r) return failed("an unreadable answer: " + why);
+            if (!r->error.empty()) return failed(r->error);
+            auto na = std::make_unique<fb::NodeAdapterT>();
+            na->name = (*missing)[k].name;
+            na->id = (*missing)[k].id;
+            na->fingerprint = r->fingerprint;
+            w->adapters.push_back(std::move(na));
+            catch_up(self, i, gateway, w, session, missing, k + 1);
+          },
+          [self, failed](const caf::error& e) { failed(self->system().render(e)); });
+}
+
 void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session) {
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
@@ -241,18 +314,17 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
       for (const auto& a : w.adapters) s.adapters->push_back({a->name, a->id, a->fingerprint, 0});
       s.adapter_list = theirs_list;
     } else if (theirs_list != s.adapter_list) {
-      // (A node that restarted lacks what was loaded through a head since.)
+      auto missing = missed_loads(s, w);
+      auto copy = missing ? msg::unpack<fb::NodeWelcome>(msg::pack(w), nullptr) : std::nullopt;
+      if (copy) {
+        return catch_up(self, i, gateway, std::make_shared<fb::NodeWelcomeT>(std::move(*copy)),
+                        std::make_shared<RequestSession>(std::move(session)),
+                        std::make_shared<std::vector<fb::AdapterChangeT>>(std::move(*missing)), 0);
+      }
       bad = "its LoRA adapters [" + theirs_list + "] are not the other nodes' [" + s.adapter_list + "]";
     }
   }
-  if (!bad.empty()) {
-    n.dialling = false;
-    if (bad != n.error) log_node(self, i, "cannot join: " + bad);
-    n.error = bad;
-    n.refused = gateway;
-    n.gone_token = watch(self, i, gateway);
-    return;
-  }
+  if (!bad.empty()) return refuse(self, i, gateway, bad);
   n.dialling = false;
   n.error.clear();
   n.gateway = gateway;
@@ -1262,13 +1334,6 @@ caf::result<int64_t> on_flush(Self* self) {
   return promise;
 }
 
-// adapter_list()'s text of the head's set.
-std::string adapter_text(const std::vector<NodeAdapter>& adapters) {
-  fb::NodeWelcomeT w;
-  describe_adapters(adapters, w);
-  return adapter_list(w);
-}
-
 // Whether a request this head has in flight (placed, or waiting for a
 // node) runs with adapter `id`. Adapter requests are never split over a
 // prefill and a decode node, nor moved, so these are all of them.
@@ -1333,6 +1398,7 @@ void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
     return;
   }
   s.adapters->push_back({c.name, c.id, *g->fingerprints.begin(), 0});
+  s.loaded_here[c.id] = c;
   s.adapter_list = adapter_text(*s.adapters);
   std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d loaded on %zu nodes\n", c.name.c_str(), c.id, g->done.size());
   g->first.error.clear();
@@ -1366,6 +1432,7 @@ caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
     if (adapter_in_use(s, change->id)) return adapter_answer("the adapter is in use by a request");
     change->name = it->name;
     s.adapters->erase(it);
+    s.loaded_here.erase(change->id);
     s.adapter_list = adapter_text(*s.adapters);
   }
   s.adapter_change = true;

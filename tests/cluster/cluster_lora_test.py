@@ -8,7 +8,8 @@
     its join with the reason in /nodes, and the head goes on serving;
   - an adapter loaded through the head (POST /v1/load_lora_adapter) is loaded on both nodes, each
     from its own --lora-dir, and answers as the same file does at start; a file one node lacks, or
-    one name over different files, is refused and the nodes that had loaded it drop it again; an
+    one name over different files, is refused and the nodes that had loaded it drop it again; a
+    node that restarts is given what was loaded through the head since, and joins again; an
     adapter in use cannot be unloaded (409), and once unloaded no request can name it;
   - with prefill/decode disaggregation, an adapter's request runs whole on the prefill node (its
     KV never moves) and a decode node without adapters joins: both answers as one process;
@@ -101,6 +102,18 @@ def check_loads_through_head(port, first, second, reference):
     print("ok: a file one node lacks, or one name over different files, is refused with the reason, "
           "and the nodes that had loaded it drop it again")
 
+    # A node that restarts comes back with its --lora only: the head loads
+    # what was loaded through it since (c, then d), then takes it back.
+    second.kill()
+    wait_for("the head to notice", lambda: not nodes(port)[second.address]["alive"], 30)
+    # The same flags (after NodeProcess's own eight) on the same port.
+    second = NodeProcess(second.args[8:], port=second.port).start()
+    wait_for("the restarted node to join", lambda: nodes(port)[second.address]["alive"], 60)
+    for line in ("LoRA adapter c #3 loaded by a head", "LoRA adapter d #6 loaded by a head"):
+        check(logged(second, line), (line, second.lines[-8:]))
+    check(listed(port)[1:] == ["a", "b", "c", "d"], f"after a node came back: {listed(port)}")
+    print("ok: a node that restarts gets the adapters loaded through the head since, and joins again")
+
     # In use: refused; once the request ends, unloaded, and no request names it.
     result = {}
     body = {"prompt": "Tell me a long story.", "max_tokens": 400, "temperature": 0, "model": "c", "ignore_eos": True}
@@ -121,6 +134,7 @@ def check_loads_through_head(port, first, second, reference):
     for n in (first, second):
         wait_for(f"{n.address} to drop c", lambda n=n: logged(n, "LoRA adapter c #3 dropped by a head"), 10)
     print("ok: an adapter in use is not unloaded through the head (409); unloaded, it is gone from both nodes")
+    return second
 
 
 def main():
@@ -155,7 +169,7 @@ def main():
             print("ok: two engine nodes with --lora serve the adapters by name through a head "
                   f"({', '.join(ids[1:])}), every answer equal to one process's; a node whose adapters "
                   f"differ is refused: {nodes(h.port)[other.address]['error'][:90]}...")
-            check_loads_through_head(h.port, first, second, reference)
+            second = check_loads_through_head(h.port, first, second, reference)
             # The node that has served adapter a's prompt goes; the other answers the same.
             served = {a: n["routed"] for a, n in nodes(h.port).items()}
             busiest = first if served[first.address] >= served[second.address] else second
