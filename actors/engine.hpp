@@ -246,17 +246,17 @@ class Engine {
   ToolFormat tool_format() const;
   // The LoRA adapters requests may name (GenerateOptions::adapter).
   std::vector<AdapterInfo> adapters() const;
-  // LoRA adapters at run time (vLLM's /v1/load_lora_adapter and
-  // /v1/unload_lora_adapter): the worker reads the file between two steps,
-  // then requests may name it; an adapter a request still uses stays.
-  // Each load takes a new id (ids are never reused: see scheduler/request.hpp),
-  // so a process loads at most kMaxAdapterId adapters in its life.
   // Where a loaded adapter's file is read: here (`path` is the file's
   // path), on each node of a head (`path` names a file in each node's own
   // --lora-dir, which the nodes resolve), or nowhere (a remote worker's
   // adapters are fixed: loads and unloads are refused).
   enum class AdapterFiles { here, on_the_nodes, fixed };
   AdapterFiles adapter_files() const;
+  // LoRA adapters at run time (vLLM's /v1/load_lora_adapter and
+  // /v1/unload_lora_adapter): the worker reads the file between two steps,
+  // then requests may name it; an adapter a request still uses stays.
+  // Each load takes a new id (ids are never reused: see scheduler/request.hpp),
+  // so a process loads at most kMaxAdapterId adapters in its life.
   std::optional<AdapterRefusal> load_adapter(const std::string& name, const std::string& path, float scale = 1.0f);
   std::optional<AdapterRefusal> unload_adapter(const std::string& name);
   // The model's tokenizer, as a request's text is tokenized (add_special:
