@@ -97,7 +97,7 @@ std::vector<Span> pieces(PoolT& pool, const std::vector<int32_t>& rows, int firs
   return out;
 }
 
-// The receiving end of a transfer: every frame of `plan`, scattered into
+// The receiving end of a transfer: its `frame_count` frames, scattered into
 // `dst_rows`.
 void receive_all(DataLink& link, DataProtection protection, const DataKeys& keys, Pool& dst,
                  const std::vector<int32_t>& dst_rows, size_t frame_count) {
@@ -126,23 +126,22 @@ uint64_t rows_hash(Pool& pool, const std::vector<int32_t>& rows) {
   return h;
 }
 
+// To and from the other process, over the socket pair (data_link.hpp's).
 void write_all(int fd, const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, b, n);
-    if (w <= 0) throw std::runtime_error("kv_wire_bench: the other process is gone");
-    b += w;
-    n -= static_cast<size_t>(w);
-  }
+  send_all(fd, static_cast<const uint8_t*>(p), n, "kv_wire_bench: to the other process");
 }
 
 void read_all(int fd, void* p, size_t n) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t r = ::read(fd, b, n);
-    if (r <= 0) throw std::runtime_error("kv_wire_bench: the other process is gone");
-    b += r;
-    n -= static_cast<size_t>(r);
+  recv_all(fd, static_cast<uint8_t*>(p), n, "kv_wire_bench: from the other process");
+}
+
+// Every frame of a transfer of `src_rows`, as a prefill node sends them.
+void send_frames(DataLink& link, DataProtection protection, const DataKeys& keys, Pool& src,
+                 const std::vector<int32_t>& src_rows) {
+  DataSender s(link, protection, keys.dialer_to_acceptor);
+  for (const auto& [first, last] : frames(src_rows.size())) {
+    const uint8_t header[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last)};
+    s.send(header, pieces<std::span<const uint8_t>>(src, src_rows, first, last));
   }
 }
 
@@ -216,13 +215,8 @@ double run_wire_to_process(DataProtection protection, DataTransport transport, i
   }
   uint8_t ready = 0;
   read_all(xchg, &ready, 1);
-  const DataKeys keys = bench_keys();
   const auto t0 = Clock::now();
-  DataSender s(ucx ? static_cast<DataLink&>(*ucx) : socket, protection, keys.dialer_to_acceptor);
-  for (const auto& [first, last] : frames(src_rows.size())) {
-    const uint8_t header[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last)};
-    s.send(header, pieces<std::span<const uint8_t>>(src, src_rows, first, last));
-  }
+  send_frames(ucx ? static_cast<DataLink&>(*ucx) : socket, protection, bench_keys(), src, src_rows);
   uint64_t h = 0;
   read_all(xchg, &h, sizeof h);
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -264,14 +258,7 @@ double run_wire(DataProtection protection, DataTransport transport, Pool& src, P
   DataLink& out_link = out_ucx ? static_cast<DataLink&>(*out_ucx) : out_socket;
   DataLink& in_link = in_ucx ? static_cast<DataLink&>(*in_ucx) : in_socket;
   const auto t0 = Clock::now();
-  std::thread sender([&] {
-    DataSender s(out_link, protection, keys.dialer_to_acceptor);
-    for (const auto& [first, last] : plan) {
-      const uint8_t header[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last)};
-      const auto p = pieces<std::span<const uint8_t>>(src, src_rows, first, last);
-      s.send(header, p);
-    }
-  });
+  std::thread sender([&] { send_frames(out_link, protection, keys, src, src_rows); });
   receive_all(in_link, protection, keys, dst, dst_rows, plan.size());
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   sender.join();

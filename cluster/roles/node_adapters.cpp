@@ -9,9 +9,6 @@
 
 namespace actorlm {
 
-NodeAdapters::NodeAdapters(AdapterDir dir, int64_t max_bytes, std::vector<NodeAdapter> loaded)
-    : dir_(std::move(dir)), max_bytes_(max_bytes), loaded_(std::move(loaded)) {}
-
 std::string NodeAdapters::admit(fb::AdapterChangeT& change) {
   if (busy_) return "another adapter change is still under way on this node";
   auto named = std::find_if(loaded_.begin(), loaded_.end(), [&](const NodeAdapter& a) { return a.name == change.name; });

@@ -32,8 +32,9 @@ void describe_adapters(const std::vector<NodeAdapter>& adapters, fb::NodeWelcome
 class NodeAdapters {
  public:
   NodeAdapters() = default;
-  // `loaded`: the adapters the node started with (--lora).
-  NodeAdapters(AdapterDir dir, int64_t max_bytes, std::vector<NodeAdapter> loaded);
+  NodeAdapters(AdapterDir dir, int64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
+  // The adapters the node started with (--lora), once they are loaded.
+  void started_with(std::vector<NodeAdapter> loaded) { loaded_ = std::move(loaded); }
 
   // Checks a head's change and readies it for the scheduler: a load's name
   // valid and new here, its id free, its file in --lora-dir (`path` becomes

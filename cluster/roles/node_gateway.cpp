@@ -93,8 +93,6 @@ struct GatewayState {
   std::vector<uint8_t> welcome;  // NodeWelcome, accepted
   // An engine node's LoRA adapters as heads change them (welcome follows).
   NodeAdapters adapters;
-  AdapterDir lora_dir;        // the spawn's; becomes `adapters`' at attach
-  int64_t max_lora_bytes = 0;
   // Nonces handed out by hello and not yet used by a join. Keyed by the
   // nonce, not by the sender a peer claims, so no one can replace another
   // head's challenge.
@@ -759,8 +757,7 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
                       AdapterDir lora_dir, int64_t max_lora_bytes) {
   self->state.secret = std::move(secret);
   self->state.decode = std::move(decode);
-  self->state.lora_dir = std::move(lora_dir);
-  self->state.max_lora_bytes = max_lora_bytes;
+  self->state.adapters = NodeAdapters(std::move(lora_dir), max_lora_bytes);
   self->state.label = "node";
   return {
       [self, stop_token](shutdown_atom, uint64_t token) {
@@ -785,7 +782,7 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
           const auto& a = *w->adapters[k];
           loaded.push_back({a.name, a.id, a.fingerprint, k < adapter_bytes.size() ? adapter_bytes[k] : 0});
         }
-        s.adapters = NodeAdapters(s.lora_dir, s.max_lora_bytes, std::move(loaded));
+        s.adapters.started_with(std::move(loaded));
         if (s.scheduler && w->kv_token_bytes > 0) {
           // Every engine node takes KV: a decode node from prefill nodes,
           // any node a running request migrating to it.

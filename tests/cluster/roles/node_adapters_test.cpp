@@ -50,7 +50,8 @@ std::string listed(const NodeAdapters& a) {
 }  // namespace
 
 TEST_CASE("A node takes a head's adapter change only for a file of its own folder, under a new name and id, within its budget", "[node_adapters]") {
-  NodeAdapters adapters(AdapterDir(kFixtures), 10'000'000, {{"a", 1, "f00d", 4'000'000}});
+  NodeAdapters adapters(AdapterDir(kFixtures), 10'000'000);
+  adapters.started_with({{"a", 1, "f00d", 4'000'000}});
   const std::string fingerprint_b = model_fingerprint(kFixtures + "/smollm2_b.gguf");
 
   // Refused, the change untouched: the name or id taken, a bad name or id,
@@ -104,7 +105,7 @@ TEST_CASE("A node takes a head's adapter change only for a file of its own folde
 }
 
 TEST_CASE("A node without a folder takes no adapter from a head", "[node_adapters]") {
-  NodeAdapters adapters(AdapterDir(), 10'000'000, {});
+  NodeAdapters adapters(AdapterDir(), 10'000'000);
   fb::AdapterChangeT c = load("b", 2, "smollm2_b.gguf");
   CHECK(adapters.admit(c).find("--lora-dir") != std::string::npos);
   CHECK(listed(adapters) == "none");
