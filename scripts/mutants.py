@@ -413,25 +413,42 @@ MUTANTS = [
            "            if (false) {\n",
            ["actorlm"], [ctest_run("server:slow_step")], ci=False),
     # LoRA adapters on cluster nodes: an adapter's KV never moves. In CI
-    # (cluster:lora takes ~15 s; actorlm relinks from ccache).
+    # (cluster:lora takes ~25 s; actorlm relinks from ccache).
     Mutant("pd-splits-adapter-requests",
            "the head splits a request with a LoRA adapter across a prefill and a decode node",
            "cluster/roles/router_actor.cpp",
            " && req.message->adapter() == 0;\n",
            ";\n",
            ["actorlm"], [ctest_run("cluster:lora")]),
+    # The head's adapter changes against stand-in nodes (router_actor_test's
+    # [lora] case, seconds; these ran cluster:lora, ~50 s a mutant in CI): a
+    # node that joins while a change goes out, or comes back having missed a
+    # drop, is caught up; one whose set differs otherwise is refused; a load
+    # one node fails is dropped again on the others.
     Mutant("node-adapters-unchecked",
            "a node whose adapters differ from the others' joins a head",
            "cluster/roles/router_actor.cpp",
            "    } else if (theirs_list != s.adapter_list) {\n",
            "    } else if (false) {\n",
-           ["actorlm"], [ctest_run("cluster:lora")]),
+           ["cluster_roles_router_actor_test"], catch_runs(["cluster_roles_router_actor_test"], "[lora]")),
+    Mutant("join-during-adapter-change",
+           "a node that joins while an adapter change goes out joins at once, and misses the change",
+           "cluster/roles/router_actor.cpp",
+           '  if (s.adapter_change && w.disaggregation_mode != "decode") {\n',
+           "  if (false) {\n",
+           ["cluster_roles_router_actor_test"], catch_runs(["cluster_roles_router_actor_test"], "[lora]")),
+    Mutant("adapter-drop-not-replayed",
+           "a node that comes back with an adapter dropped through the head since is refused, not caught up",
+           "cluster/roles/router_actor.cpp",
+           "drop != s.dropped_here.end() && drop->second == a->name) {",
+           "drop != s.dropped_here.end() && drop->second != a->name) {",
+           ["cluster_roles_router_actor_test"], catch_runs(["cluster_roles_router_actor_test"], "[lora]")),
     Mutant("adapter-load-kept-on-some-nodes",
            "a load through a head that fails on one node stays loaded on the others (the nodes' sets part)",
            "cluster/roles/router_actor.cpp",
            "    for (size_t i : g->done) {\n",
            "    for (size_t i : std::vector<size_t>{}) {\n",
-           ["actorlm"], [ctest_run("cluster:lora")]),
+           ["cluster_roles_router_actor_test"], catch_runs(["cluster_roles_router_actor_test"], "[lora]")),
 ]
 
 

@@ -152,9 +152,20 @@ struct RouterState {
   std::optional<std::vector<NodeAdapter>> adapters;  // (bytes unknown here: 0)
   std::string adapter_list;
   bool adapter_change = false;  // one load or drop at a time
-  // The loads made through this head and not dropped since, by id, as sent:
-  // a node that joins without them (it restarted since) gets them then.
+  // The loads made through this head and not dropped since, by id, as sent,
+  // and the drops made through it (id -> name): a node that joins having
+  // missed some of them (it restarted, or was down, since) gets them then.
   std::map<int32_t, fb::AdapterChangeT> loaded_here;
+  std::map<int32_t, std::string> dropped_here;
+  // Nodes whose join came while an adapter change was going out: they join
+  // once it has settled, against the set it left.
+  struct WaitingJoin {
+    int node = 0;
+    caf::actor gateway;
+    std::shared_ptr<fb::NodeWelcomeT> welcome;
+    std::shared_ptr<RequestSession> session;
+  };
+  std::vector<WaitingJoin> joins_waiting;
   static inline const char* name = "actorlm.router";
 };
 
@@ -235,24 +246,40 @@ std::string adapter_text(const std::vector<NodeAdapter>& adapters) {
   return adapter_list(w);
 }
 
-// The loads made through this head that a joining node lacks, when that is
-// all that differs (it restarted, or was down, since): its list is the
-// head's without them. In the head's order.
-std::optional<std::vector<fb::AdapterChangeT>> missed_loads(const RouterState& s, const fb::NodeWelcomeT& w) {
+// The changes made through this head that a joining node missed (it
+// restarted, or was down, since), when they are all that differs: drops of
+// adapters it still has (e.g. named by its own --lora), then loads it
+// lacks, in the head's order. Without them its list is the head's.
+std::optional<std::vector<fb::AdapterChangeT>> missed_changes(const RouterState& s, const fb::NodeWelcomeT& w) {
+  std::set<int32_t> ours;
+  for (const NodeAdapter& a : *s.adapters) ours.insert(a.id);
+  std::vector<fb::AdapterChangeT> missed;
+  std::vector<NodeAdapter> theirs_kept;
   std::set<int32_t> theirs;
-  for (const auto& a : w.adapters) theirs.insert(a->id);
-  std::vector<NodeAdapter> kept;
-  std::vector<fb::AdapterChangeT> missing;
+  for (const auto& a : w.adapters) {
+    auto drop = s.dropped_here.find(a->id);
+    if (ours.count(a->id) == 0 && drop != s.dropped_here.end() && drop->second == a->name) {
+      fb::AdapterChangeT c;
+      c.load = false;
+      c.id = a->id;
+      c.name = a->name;
+      missed.push_back(std::move(c));
+    } else {
+      theirs_kept.push_back({a->name, a->id, a->fingerprint, 0});
+      theirs.insert(a->id);
+    }
+  }
+  std::vector<NodeAdapter> ours_kept;
   for (const NodeAdapter& a : *s.adapters) {
     auto load = s.loaded_here.find(a.id);
     if (load != s.loaded_here.end() && theirs.count(a.id) == 0) {
-      missing.push_back(load->second);
+      missed.push_back(load->second);
     } else {
-      kept.push_back(a);
+      ours_kept.push_back(a);
     }
   }
-  if (missing.empty() || adapter_text(kept) != adapter_list(w)) return std::nullopt;
-  return missing;
+  if (missed.empty() || adapter_text(ours_kept) != adapter_text(theirs_kept)) return std::nullopt;
+  return missed;
 }
 
 // Node i stays out: its gateway is watched, and it is dialled again once
@@ -268,18 +295,21 @@ void refuse(Self* self, int i, const caf::actor& gateway, const std::string& why
 
 void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT& w, RequestSession session);
 
-// Loads `missing[k...]` on joining node i one after another, then joins it
-// as if its welcome had listed them (joined() checks the whole list again);
-// a load it cannot make keeps it out with the reason.
+// Makes the changes `missing[k...]` on joining node i one after another,
+// then joins it as if its welcome had said what they did (joined() checks
+// the whole list again); a change it cannot make keeps it out with the
+// reason.
 void catch_up(Self* self, int i, const caf::actor& gateway, std::shared_ptr<fb::NodeWelcomeT> w,
               std::shared_ptr<RequestSession> session, std::shared_ptr<std::vector<fb::AdapterChangeT>> missing, size_t k) {
   if (k == missing->size()) return joined(self, i, gateway, *w, std::move(*session));
   if (k == 0) {
-    log_node(self, i, "loads the " + std::to_string(missing->size()) + " LoRA adapter(s) loaded through this head that it lacks");
+    log_node(self, i, "makes the " + std::to_string(missing->size()) + " LoRA adapter change(s) made through this head that it missed");
   }
   const fb::AdapterChangeT& c = (*missing)[k];
-  auto failed = [self, i, gateway, name = c.name](const std::string& why) {
-    refuse(self, i, gateway, "it lacks LoRA adapter " + name + ", loaded through this head, and could not load it: " + why);
+  auto failed = [self, i, gateway, name = c.name, load = c.load](const std::string& why) {
+    refuse(self, i, gateway,
+           load ? "it lacks LoRA adapter " + name + ", loaded through this head, and could not load it: " + why
+                : "it has LoRA adapter " + name + ", dropped through this head, and could not drop it: " + why);
   };
   self->request(gateway, adapter_timeout, adapter_atom::value, WireMessage{session->seal(RequestKind::adapter, msg::pack(c))})
       .then(
@@ -288,11 +318,16 @@ void catch_up(Self* self, int i, const caf::actor& gateway, std::shared_ptr<fb::
             auto r = msg::unpack<fb::AdapterReply>(m.bytes, &why);
             if (!r) return failed("an unreadable answer: " + why);
             if (!r->error.empty()) return failed(r->error);
-            auto na = std::make_unique<fb::NodeAdapterT>();
-            na->name = (*missing)[k].name;
-            na->id = (*missing)[k].id;
-            na->fingerprint = r->fingerprint;
-            w->adapters.push_back(std::move(na));
+            const fb::AdapterChangeT& done = (*missing)[k];
+            if (done.load) {
+              auto na = std::make_unique<fb::NodeAdapterT>();
+              na->name = done.name;
+              na->id = done.id;
+              na->fingerprint = r->fingerprint;
+              w->adapters.push_back(std::move(na));
+            } else {
+              std::erase_if(w->adapters, [&](const auto& a) { return a->id == done.id; });
+            }
             catch_up(self, i, gateway, w, session, missing, k + 1);
           },
           [self, failed](const caf::error& e) { failed(self->system().render(e)); });
@@ -302,6 +337,16 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   auto& s = self->state;
   NodeLink& n = s.nodes[static_cast<size_t>(i)];
   if (w.role == "worker") return dial_failed(self, i, "a worker node (--role worker) takes a --remote-worker head, not --node");
+  // An adapter change going out now was sent only to the nodes joined
+  // before it: this one would miss it. It joins once the change settles.
+  if (s.adapter_change && w.disaggregation_mode != "decode") {
+    auto copy = msg::unpack<fb::NodeWelcome>(msg::pack(w), nullptr);
+    if (!copy) return dial_failed(self, i, "its welcome could not be kept");
+    log_node(self, i, "waits for the LoRA adapter change under way before it joins");
+    s.joins_waiting.push_back({i, gateway, std::make_shared<fb::NodeWelcomeT>(std::move(*copy)),
+                               std::make_shared<RequestSession>(std::move(session))});
+    return;
+  }
   NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
   std::string bad = model_mismatch(s.model, theirs);
   // A request names its adapter by the id the head gave it: a node that
@@ -314,7 +359,7 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
       for (const auto& a : w.adapters) s.adapters->push_back({a->name, a->id, a->fingerprint, 0});
       s.adapter_list = theirs_list;
     } else if (theirs_list != s.adapter_list) {
-      auto missing = missed_loads(s, w);
+      auto missing = missed_changes(s, w);
       auto copy = missing ? msg::unpack<fb::NodeWelcome>(msg::pack(w), nullptr) : std::nullopt;
       if (copy) {
         return catch_up(self, i, gateway, std::make_shared<fb::NodeWelcomeT>(std::move(*copy)),
@@ -1366,7 +1411,7 @@ struct AdapterGather {
   fb::AdapterReplyT first;      // a node's answer: bytes and matrices
 };
 
-void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
+void settle_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
   auto& s = self->state;
   s.adapter_change = false;
   const fb::AdapterChangeT& c = g->change;
@@ -1399,10 +1444,20 @@ void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
   }
   s.adapters->push_back({c.name, c.id, *g->fingerprints.begin(), 0});
   s.loaded_here[c.id] = c;
+  s.dropped_here.erase(c.id);
   s.adapter_list = adapter_text(*s.adapters);
   std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d loaded on %zu nodes\n", c.name.c_str(), c.id, g->done.size());
   g->first.error.clear();
   g->promise.deliver(WireMessage{msg::pack(g->first)});
+}
+
+// The change has settled: the nodes that came to join meanwhile join now
+// (catching up on it where they must).
+void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
+  settle_adapter(self, g);
+  for (auto& j : std::exchange(self->state.joins_waiting, {})) {
+    joined(self, j.node, j.gateway, *j.welcome, std::move(*j.session));
+  }
 }
 
 // A LoRA adapter loaded or dropped through this head (its engine's
@@ -1412,8 +1467,8 @@ void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
 // file: their fingerprints agree); where one fails, those that loaded it
 // drop it again, so the nodes keep one set. A drop is refused while a
 // request of this head uses the adapter, and leaves this head's set before
-// the nodes are asked. A node that is down meanwhile misses the change and
-// is refused at its next join, its set differing (the reason in /nodes).
+// the nodes are asked. A node that is down meanwhile, or comes to join
+// while the change goes out, makes it when it joins (missed_changes).
 caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
   auto& s = self->state;
   std::string error;
@@ -1433,6 +1488,7 @@ caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
     change->name = it->name;
     s.adapters->erase(it);
     s.loaded_here.erase(change->id);
+    s.dropped_here[change->id] = change->name;
     s.adapter_list = adapter_text(*s.adapters);
   }
   s.adapter_change = true;

@@ -20,6 +20,7 @@ Usage: python3 tests/cluster/cluster_lora_test.py path/to/actorlm
 """
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -134,6 +135,27 @@ def check_loads_through_head(port, first, second, reference):
     for n in (first, second):
         wait_for(f"{n.address} to drop c", lambda n=n: logged(n, "LoRA adapter c #3 dropped by a head"), 10)
     print("ok: an adapter in use is not unloaded through the head (409); unloaded, it is gone from both nodes")
+
+    # An adapter of the nodes' own --lora dropped through the head: a node
+    # that restarts still loads it at start, and the head drops it there (and
+    # loads e, loaded while that node was down) before taking it back.
+    code, r = post(port, "/v1/unload_lora_adapter", {"lora_name": "b"})
+    check(code == 200, ("unload b", code, r))
+    second.kill()
+    wait_for("the head to notice", lambda: not nodes(port)[second.address]["alive"], 30)
+    code, r = post(port, load, {"lora_name": "e", "lora_path": "shared.gguf"})
+    check(code == 200, ("load e with one node down", code, r))
+    second = NodeProcess(second.args[8:], port=second.port).start()
+    wait_for("the restarted node to join", lambda: nodes(port)[second.address]["alive"], 60)
+    check(logged(second, "LoRA adapter b #2 dropped by a head"), second.lines[-8:])
+    check(any(re.search(r"LoRA adapter e #\d+ loaded by a head", x) for x in second.lines), second.lines[-8:])
+    check(listed(port)[1:] == ["a", "e"], f"after a node came back: {listed(port)}")
+    # b back under its name (the same file as at start, in each --lora-dir).
+    code, r = post(port, load, {"lora_name": "b", "lora_path": "b_again.gguf"})
+    check(code == 200, ("load b again", code, r))
+    check(listed(port)[1:] == ["a", "e", "b"], f"after b came back: {listed(port)}")
+    print("ok: a node that restarts with an adapter dropped through the head since has it dropped, "
+          "and gets what was loaded meanwhile, before it joins")
     return second
 
 
@@ -147,6 +169,7 @@ def main():
     dirs = [tempfile.mkdtemp(prefix="actorlm-lora-dir-") for _ in range(2)]
     for d in dirs:
         shutil.copy(A, os.path.join(d, "shared.gguf"))
+        shutil.copy(B, os.path.join(d, "b_again.gguf"))
     shutil.copy(B, os.path.join(dirs[0], "only_first.gguf"))
     shutil.copy(A, os.path.join(dirs[0], "x.gguf"))
     shutil.copy(B, os.path.join(dirs[1], "x.gguf"))

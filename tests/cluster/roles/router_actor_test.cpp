@@ -12,7 +12,10 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "actors/engine_core.hpp"
 #include "actors/wire.hpp"
@@ -38,21 +41,29 @@ constexpr auto reply_timeout = std::chrono::seconds(10);
 // (abort_atom, node, WireMessage{Abort}). From `probe` it takes
 // (stream_atom, bytes) to send to the router as its own token stream, and
 // (status_atom) -> the router's handle. Stats are answered with `stats_reply`.
+// An adapter change is told to `probe` as (adapter_atom, node, load, id,
+// name) and answered (fingerprint "fp-" + name; a load of a name
+// "fail-<this node>" fails) only when `probe` sends (adapter_atom). A gateway made `closed` answers no join (the router dials
+// it again) until `probe` sends (join_atom), and then tells `probe` of each
+// join it answers: (join_atom, node).
 struct FakeGatewayState {
   int32_t index = 0;
   caf::actor probe, router;
   std::vector<uint8_t> welcome, stats_reply, nonce;
   RequestSession session;
+  bool closed = false, tell_joins = false;
+  std::vector<std::pair<caf::typed_response_promise<WireMessage>, std::string>> held;
   static inline const char* name = "test.fake_gateway";
 };
 
 caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t index, caf::actor probe,
-                           std::vector<uint8_t> welcome, std::vector<uint8_t> stats_reply) {
+                           std::vector<uint8_t> welcome, std::vector<uint8_t> stats_reply, bool closed) {
   auto& s = self->state;
   s.index = index;
   s.probe = std::move(probe);
   s.welcome = std::move(welcome);
   s.stats_reply = std::move(stats_reply);
+  s.closed = s.tell_joins = closed;
   return {
       [self](hello_atom, const WireMessage&) {
         fb::NodeChallengeT c;
@@ -64,10 +75,31 @@ caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t 
       [self](join_atom, const WireMessage& in) {
         // No Catch2 assertions in here: this runs on a CAF worker thread.
         auto j = msg::unpack<fb::NodeJoin>(in.bytes, nullptr);
-        if (!j) return WireMessage{};
+        if (!j || self->state.closed) return WireMessage{};
         self->state.session = RequestSession(session_key("", self->state.nonce, j->head_nonce));
         self->state.router = caf::actor_cast<caf::actor>(self->current_sender());
+        if (self->state.tell_joins) self->send(self->state.probe, join_atom::value, self->state.index);
         return WireMessage{self->state.welcome};
+      },
+      [self](join_atom) { self->state.closed = false; },
+      [self](adapter_atom, const WireMessage& sealed) -> caf::result<WireMessage> {
+        auto opened = self->state.session.open(RequestKind::adapter, sealed.bytes);
+        std::optional<fb::AdapterChangeT> c;
+        if (opened) c = msg::unpack<fb::AdapterChange>(*opened, nullptr);
+        if (!c) return WireMessage{};
+        self->send(self->state.probe, adapter_atom::value, self->state.index, c->load, c->id, c->name);
+        auto answer = self->make_response_promise<WireMessage>();
+        const bool fails = c->load && c->name == "fail-" + std::to_string(self->state.index);
+        self->state.held.emplace_back(answer, fails ? "" : c->name);
+        return answer;
+      },
+      [self](adapter_atom) {
+        for (auto& [answer, name] : std::exchange(self->state.held, {})) {
+          fb::AdapterReplyT r;
+          r.fingerprint = "fp-" + name;
+          if (name.empty()) r.error = "no adapter file by that name";
+          answer.deliver(WireMessage{msg::pack(r)});
+        }
       },
       [self](generate_atom, const WireMessage& sealed) {
         auto opened = self->state.session.open(RequestKind::generate, sealed.bytes);
@@ -143,12 +175,15 @@ void receive_streams(caf::scoped_actor& detok, Seen& seen, const std::function<b
   }
 }
 
-}  // namespace
-
-TEST_CASE("A head's router keeps a misbehaving node to its own requests and survives its forgeries", "[actors][cluster]") {
+NodeModel default_node_model() {
   const std::string model_path = default_model_path();
   auto tok = load_tokenizer(model_path);
-  const NodeModel model = describe_model(model_path, config_from_gguf(GgufFile::open(model_path)), *tok);
+  return describe_model(model_path, config_from_gguf(GgufFile::open(model_path)), *tok);
+}
+
+// An engine node's welcome for `model`, with these LoRA adapters (name, id).
+std::vector<uint8_t> engine_welcome(const NodeModel& model,
+                                    const std::vector<std::pair<std::string, int32_t>>& adapters = {}) {
   fb::NodeWelcomeT w;
   w.accepted = true;
   w.role = "engine";
@@ -158,7 +193,28 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
   w.hidden = model.hidden;
   w.tokenizer_digest = model.tokenizer_digest;
   w.kv_tokens = 1024;
-  const std::vector<uint8_t> welcome = msg::pack(w);
+  for (const auto& [name, id] : adapters) {
+    auto a = std::make_unique<fb::NodeAdapterT>();
+    a->name = name;
+    a->id = id;
+    a->fingerprint = "fp-" + name;
+    w.adapters.push_back(std::move(a));
+  }
+  return msg::pack(w);
+}
+
+void wait_joined(caf::scoped_actor& self, const caf::actor& router, int32_t n) {
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (router_status(self, router).first < n && std::chrono::steady_clock::now() < by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("A head's router keeps a misbehaving node to its own requests and survives its forgeries", "[actors][cluster]") {
+  const NodeModel model = default_node_model();
+  const std::vector<uint8_t> welcome = engine_welcome(model);
 
   // The nodes' process.
   caf::actor_system_config peer_cfg;
@@ -169,7 +225,8 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
   std::vector<caf::actor> fakes;
   std::vector<uint16_t> ports;
   for (int32_t i = 0; i < 2; ++i) {
-    fakes.push_back(peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), welcome, std::vector<uint8_t>{1, 2, 3, 4}));
+    fakes.push_back(
+        peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), welcome, std::vector<uint8_t>{1, 2, 3, 4}, false));
     ports.push_back(publish_actor(peers, fakes.back(), "127.0.0.1", 0));
   }
 
@@ -196,10 +253,7 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
     }
   } stopper{router, stop_token, fakes};
 
-  const auto joined_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (router_status(detok, router).first < 2 && std::chrono::steady_clock::now() < joined_by) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  wait_joined(detok, router, 2);
   REQUIRE(router_status(detok, router) == std::make_pair(2, 2));
 
   // Two requests: the second goes to the other node (load first).
@@ -309,4 +363,124 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
     CHECK(seen[1][1].finish_reason == fb::FinishReason::Length);
     CHECK(seen[1][1].error.empty());
   }
+}
+
+TEST_CASE("A node that comes to join while a LoRA adapter change goes out joins after it with the change made, one that missed a load and a drop gets both, and a load one node fails is dropped again on the others", "[actors][cluster][lora]") {
+  const NodeModel model = default_node_model();
+  caf::actor_system_config peer_cfg;
+  RemoteSecurity security;
+  configure_remote(peer_cfg, security);
+  caf::actor_system peers{peer_cfg};
+  caf::scoped_actor probe{peers};
+  // Node 0 is up; node 1 comes to join during a load; node 2, started with
+  // a (its --lora) as 0 and 1 were, comes back after a load of c and a drop
+  // of a, both made through the head while it was away.
+  std::vector<caf::actor> fakes;
+  std::vector<uint16_t> ports;
+  for (int32_t i = 0; i < 3; ++i) {
+    fakes.push_back(peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), engine_welcome(model, {{"a", 1}}),
+                                std::vector<uint8_t>{}, i > 0));
+    ports.push_back(publish_actor(peers, fakes.back(), "127.0.0.1", 0));
+  }
+  caf::actor_system_config head_cfg;
+  configure_remote(head_cfg, security);
+  caf::actor_system head{head_cfg};
+  caf::scoped_actor engine{head};
+  ClusterConfig cc;
+  cc.security = security;
+  cc.retry_interval_s = 0.2;
+  for (uint16_t p : ports) cc.nodes.push_back(NodeAddress{"127.0.0.1", p});
+  const uint64_t stop_token = random_token();
+  caf::actor router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(engine), "test head", stop_token);
+  struct Stopper {
+    caf::actor router;
+    uint64_t token;
+    std::vector<caf::actor> fakes;
+    ~Stopper() {
+      caf::anon_send(router, shutdown_atom::value, token);
+      for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
+    }
+  } stopper{router, stop_token, fakes};
+  wait_joined(engine, router, 1);
+  REQUIRE(router_status(engine, router).first == 1);
+
+  // The changes a node is asked to make, in order: (node, load, id, name).
+  using Change = std::tuple<int32_t, bool, int32_t, std::string>;
+  auto next_change = [&]() {
+    Change got{-1, false, 0, ""};
+    probe->receive([&](adapter_atom, int32_t node, bool load, int32_t id, const std::string& name) { got = {node, load, id, name}; },
+                   caf::after(reply_timeout) >> [] {});
+    return got;
+  };
+  auto change = [](bool load, int32_t id, const std::string& name) {
+    fb::AdapterChangeT c;
+    c.load = load;
+    c.id = id;
+    c.name = name;
+    c.path = name + ".gguf";
+    return WireMessage{msg::pack(c)};
+  };
+  auto answer = [&]() {
+    std::string error = "no answer";
+    engine->receive(
+        [&](const WireMessage& m) {
+          auto r = msg::unpack<fb::AdapterReply>(m.bytes, nullptr);
+          error = r ? r->error : "unreadable";
+        },
+        caf::after(reply_timeout) >> [] {});
+    return error;
+  };
+
+  // A load of c reaches node 0, which holds its answer; node 1 comes to join
+  // meanwhile and is kept waiting, not joined with a set that lacks c.
+  engine->send(router, adapter_atom::value, change(true, 3, "c"));
+  REQUIRE(next_change() == Change{0, true, 3, "c"});
+  probe->send(fakes[1], join_atom::value);
+  bool asked = false;
+  probe->receive([&](join_atom, int32_t node) { asked = node == 1; }, caf::after(reply_timeout) >> [] {});
+  REQUIRE(asked);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(router_status(engine, router).first == 1);
+  // Node 0 answers: the load is made, and node 1 is given c before it joins.
+  probe->send(fakes[0], adapter_atom::value);
+  CHECK(answer().empty());
+  REQUIRE(next_change() == Change{1, true, 3, "c"});
+  CHECK(router_status(engine, router).first == 1);
+  probe->send(fakes[1], adapter_atom::value);
+  wait_joined(engine, router, 2);
+  CHECK(router_status(engine, router).first == 2);
+
+  // a is dropped on the two joined nodes.
+  engine->send(router, adapter_atom::value, change(false, 1, "a"));
+  std::set<int32_t> dropped_on;
+  for (int k = 0; k < 2; ++k) {
+    const Change c = next_change();
+    CHECK(std::get<1>(c) == false);
+    CHECK(std::get<2>(c) == 1);
+    dropped_on.insert(std::get<0>(c));
+  }
+  CHECK(dropped_on == std::set<int32_t>{0, 1});
+  probe->send(fakes[0], adapter_atom::value);
+  probe->send(fakes[1], adapter_atom::value);
+  CHECK(answer().empty());
+
+  // A load that fails on node 1 is dropped again on node 0, which made it:
+  // the nodes keep one set.
+  engine->send(router, adapter_atom::value, change(true, 4, "fail-1"));
+  for (int k = 0; k < 2; ++k) CHECK(std::get<1>(next_change()) == true);
+  probe->send(fakes[0], adapter_atom::value);
+  probe->send(fakes[1], adapter_atom::value);
+  CHECK(answer() == "no adapter file by that name");
+  CHECK(next_change() == Change{0, false, 4, "fail-1"});
+  probe->send(fakes[0], adapter_atom::value);
+
+  // Node 2 comes back with a and without c: a is dropped there, c loaded,
+  // and then it joins.
+  probe->send(fakes[2], join_atom::value);
+  REQUIRE(next_change() == Change{2, false, 1, "a"});
+  probe->send(fakes[2], adapter_atom::value);
+  REQUIRE(next_change() == Change{2, true, 3, "c"});
+  probe->send(fakes[2], adapter_atom::value);
+  wait_joined(engine, router, 3);
+  CHECK(router_status(engine, router) == std::make_pair(3, 3));
 }
