@@ -203,6 +203,43 @@ std::vector<uint8_t> engine_welcome(const NodeModel& model,
   return msg::pack(w);
 }
 
+// A head's router over stand-in gateways, one per welcome (node i is
+// fake_gateway i, closed where `closed` says), each side in an actor system
+// of its own (two processes, as it were: loopback, no secret, so no gate and
+// the middleman alone). The router's client is `client`; the gateways tell
+// `probe`. Every actor is stopped on the way out, also after a failed
+// REQUIRE: the systems' destructors wait for them.
+struct HeadOverFakes {
+  static caf::actor_system_config& remote(caf::actor_system_config& cfg) {
+    configure_remote(cfg, RemoteSecurity{});
+    return cfg;
+  }
+  caf::actor_system_config peer_cfg, head_cfg;
+  caf::actor_system peers{remote(peer_cfg)};
+  caf::scoped_actor probe{peers};
+  std::vector<caf::actor> fakes;
+  caf::actor_system head{remote(head_cfg)};
+  caf::scoped_actor client{head};
+  uint64_t stop_token = random_token();
+  caf::actor router;
+
+  HeadOverFakes(const NodeModel& model, const std::vector<std::vector<uint8_t>>& welcomes,
+                const std::vector<uint8_t>& stats_reply, const std::function<bool(int32_t)>& closed) {
+    ClusterConfig cc;
+    cc.retry_interval_s = 0.2;
+    for (int32_t i = 0; i < static_cast<int32_t>(welcomes.size()); ++i) {
+      fakes.push_back(peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), welcomes[static_cast<size_t>(i)],
+                                  stats_reply, closed(i)));
+      cc.nodes.push_back(NodeAddress{"127.0.0.1", publish_actor(peers, fakes.back(), "127.0.0.1", 0)});
+    }
+    router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(client), "test head", stop_token);
+  }
+  ~HeadOverFakes() {
+    caf::anon_send(router, shutdown_atom::value, stop_token);
+    for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
+  }
+};
+
 void wait_joined(caf::scoped_actor& self, const caf::actor& router, int32_t n) {
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (router_status(self, router).first < n && std::chrono::steady_clock::now() < by) {
@@ -214,45 +251,11 @@ void wait_joined(caf::scoped_actor& self, const caf::actor& router, int32_t n) {
 
 TEST_CASE("A head's router keeps a misbehaving node to its own requests and survives its forgeries", "[actors][cluster]") {
   const NodeModel model = default_node_model();
-  const std::vector<uint8_t> welcome = engine_welcome(model);
-
-  // The nodes' process.
-  caf::actor_system_config peer_cfg;
-  RemoteSecurity security;  // loopback, no secret: no gate, the middleman alone
-  configure_remote(peer_cfg, security);
-  caf::actor_system peers{peer_cfg};
-  caf::scoped_actor probe{peers};
-  std::vector<caf::actor> fakes;
-  std::vector<uint16_t> ports;
-  for (int32_t i = 0; i < 2; ++i) {
-    fakes.push_back(
-        peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), welcome, std::vector<uint8_t>{1, 2, 3, 4}, false));
-    ports.push_back(publish_actor(peers, fakes.back(), "127.0.0.1", 0));
-  }
-
-  // The head's process.
-  caf::actor_system_config head_cfg;
-  configure_remote(head_cfg, security);
-  caf::actor_system head{head_cfg};
-  caf::scoped_actor detok{head};
-  ClusterConfig cc;
-  cc.security = security;
-  cc.retry_interval_s = 0.2;
-  for (uint16_t p : ports) cc.nodes.push_back(NodeAddress{"127.0.0.1", p});
-  const uint64_t stop_token = random_token();
-  caf::actor router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(detok), "test head", stop_token);
-  // Stops every actor on the way out, also after a failed REQUIRE: the actor
-  // systems' destructors wait for them.
-  struct Stopper {
-    caf::actor router;
-    uint64_t token;
-    std::vector<caf::actor> fakes;
-    ~Stopper() {
-      caf::anon_send(router, shutdown_atom::value, token);
-      for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
-    }
-  } stopper{router, stop_token, fakes};
-
+  HeadOverFakes h(model, {engine_welcome(model), engine_welcome(model)}, {1, 2, 3, 4}, [](int32_t) { return false; });
+  caf::scoped_actor& probe = h.probe;
+  caf::scoped_actor& detok = h.client;
+  const std::vector<caf::actor>& fakes = h.fakes;
+  const caf::actor& router = h.router;
   wait_joined(detok, router, 2);
   REQUIRE(router_status(detok, router) == std::make_pair(2, 2));
 
@@ -367,40 +370,15 @@ TEST_CASE("A head's router keeps a misbehaving node to its own requests and surv
 
 TEST_CASE("A node that comes to join while a LoRA adapter change goes out joins after it with the change made, one that missed a load and a drop gets both, and a load one node fails is dropped again on the others", "[actors][cluster][lora]") {
   const NodeModel model = default_node_model();
-  caf::actor_system_config peer_cfg;
-  RemoteSecurity security;
-  configure_remote(peer_cfg, security);
-  caf::actor_system peers{peer_cfg};
-  caf::scoped_actor probe{peers};
   // Node 0 is up; node 1 comes to join during a load; node 2, started with
   // a (its --lora) as 0 and 1 were, comes back after a load of c and a drop
   // of a, both made through the head while it was away.
-  std::vector<caf::actor> fakes;
-  std::vector<uint16_t> ports;
-  for (int32_t i = 0; i < 3; ++i) {
-    fakes.push_back(peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), engine_welcome(model, {{"a", 1}}),
-                                std::vector<uint8_t>{}, i > 0));
-    ports.push_back(publish_actor(peers, fakes.back(), "127.0.0.1", 0));
-  }
-  caf::actor_system_config head_cfg;
-  configure_remote(head_cfg, security);
-  caf::actor_system head{head_cfg};
-  caf::scoped_actor engine{head};
-  ClusterConfig cc;
-  cc.security = security;
-  cc.retry_interval_s = 0.2;
-  for (uint16_t p : ports) cc.nodes.push_back(NodeAddress{"127.0.0.1", p});
-  const uint64_t stop_token = random_token();
-  caf::actor router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(engine), "test head", stop_token);
-  struct Stopper {
-    caf::actor router;
-    uint64_t token;
-    std::vector<caf::actor> fakes;
-    ~Stopper() {
-      caf::anon_send(router, shutdown_atom::value, token);
-      for (const auto& f : fakes) caf::anon_send_exit(f, caf::exit_reason::user_shutdown);
-    }
-  } stopper{router, stop_token, fakes};
+  const std::vector<uint8_t> with_a = engine_welcome(model, {{"a", 1}});
+  HeadOverFakes h(model, {with_a, with_a, with_a}, {}, [](int32_t i) { return i > 0; });
+  caf::scoped_actor& probe = h.probe;
+  caf::scoped_actor& engine = h.client;
+  const std::vector<caf::actor>& fakes = h.fakes;
+  const caf::actor& router = h.router;
   wait_joined(engine, router, 1);
   REQUIRE(router_status(engine, router).first == 1);
 
