@@ -412,19 +412,18 @@ MUTANTS = [
            "            if (steps != steps_seen) {\n",
            "            if (false) {\n",
            ["actorlm"], [ctest_run("server:slow_step")], ci=False),
-    # LoRA adapters on cluster nodes: an adapter's KV never moves. In CI
-    # (cluster:lora takes ~25 s; actorlm relinks from ccache).
+    # LoRA adapters on cluster nodes, against stand-in nodes (router_actor_test's
+    # [lora] cases, seconds; these ran cluster:lora, ~50 s a mutant in CI): an
+    # adapter's KV never moves; a node that joins while a change goes out, or
+    # comes back having missed a drop, is caught up; one whose set differs
+    # otherwise is refused; a load one node fails is dropped again on the
+    # others. (cluster:lora checks the same with real nodes.)
     Mutant("pd-splits-adapter-requests",
            "the head splits a request with a LoRA adapter across a prefill and a decode node",
            "cluster/roles/router_actor.cpp",
            " && req.message->adapter() == 0;\n",
            ";\n",
-           ["actorlm"], [ctest_run("cluster:lora")]),
-    # The head's adapter changes against stand-in nodes (router_actor_test's
-    # [lora] case, seconds; these ran cluster:lora, ~50 s a mutant in CI): a
-    # node that joins while a change goes out, or comes back having missed a
-    # drop, is caught up; one whose set differs otherwise is refused; a load
-    # one node fails is dropped again on the others.
+           ["cluster_roles_router_actor_test"], catch_runs(["cluster_roles_router_actor_test"], "[lora]")),
     Mutant("node-adapters-unchecked",
            "a node whose adapters differ from the others' joins a head",
            "cluster/roles/router_actor.cpp",

@@ -40,7 +40,8 @@ constexpr auto reply_timeout = std::chrono::seconds(10);
 // resume_output, seed or 0) and
 // (abort_atom, node, WireMessage{Abort}). From `probe` it takes
 // (stream_atom, bytes) to send to the router as its own token stream, and
-// (status_atom) -> the router's handle. Stats are answered with `stats_reply`.
+// (status_atom) -> the router's handle. A KV reservation (a decode node's
+// part of a split request) is told as (kv_reserve_atom, node) and refused. Stats are answered with `stats_reply`.
 // An adapter change is told to `probe` as (adapter_atom, node, load, id,
 // name) and answered (fingerprint "fp-" + name; a load of a name
 // "fail-<this node>" fails) only when `probe` sends (adapter_atom). A gateway made `closed` answers no join (the router dials
@@ -115,14 +116,19 @@ caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t 
         self->send(self->state.probe, abort_atom::value, self->state.index, WireMessage{*opened});
       },
       [self](stats_atom, const WireMessage&) { return WireMessage{self->state.stats_reply}; },
+      [self](kv_reserve_atom, const WireMessage&) {
+        self->send(self->state.probe, kv_reserve_atom::value, self->state.index);
+        return WireMessage{};  // unreadable: the head tries again later
+      },
       [self](stream_atom, const WireMessage& bytes) { self->send(self->state.router, stream_atom::value, bytes); },
       [self](status_atom) { return self->state.router; },
   };
 }
 
-WireMessage tokenized(uint64_t id) {
+WireMessage tokenized(uint64_t id, int32_t adapter = 0) {
   fb::TokenizedRequestT t;
   t.request_id = id;
+  t.adapter = adapter;
   // A prompt of its own, so no request has a cached prefix on a node.
   t.input_ids = {static_cast<int32_t>(500 + id), 3458, 282};
   t.sampling = std::make_unique<fb::SamplingParamsT>();
@@ -181,9 +187,11 @@ NodeModel default_node_model() {
   return describe_model(model_path, config_from_gguf(GgufFile::open(model_path)), *tok);
 }
 
-// An engine node's welcome for `model`, with these LoRA adapters (name, id).
+// An engine node's welcome for `model`, with these LoRA adapters (name, id),
+// in disaggregation mode `mode` ("" runs whole requests).
 std::vector<uint8_t> engine_welcome(const NodeModel& model,
-                                    const std::vector<std::pair<std::string, int32_t>>& adapters = {}) {
+                                    const std::vector<std::pair<std::string, int32_t>>& adapters = {},
+                                    const std::string& mode = "") {
   fb::NodeWelcomeT w;
   w.accepted = true;
   w.role = "engine";
@@ -193,6 +201,7 @@ std::vector<uint8_t> engine_welcome(const NodeModel& model,
   w.hidden = model.hidden;
   w.tokenizer_digest = model.tokenizer_digest;
   w.kv_tokens = 1024;
+  w.disaggregation_mode = mode;
   for (const auto& [name, id] : adapters) {
     auto a = std::make_unique<fb::NodeAdapterT>();
     a->name = name;
@@ -461,4 +470,33 @@ TEST_CASE("A node that comes to join while a LoRA adapter change goes out joins 
   probe->send(fakes[2], adapter_atom::value);
   wait_joined(engine, router, 3);
   CHECK(router_status(engine, router) == std::make_pair(3, 3));
+}
+
+TEST_CASE("A request with a LoRA adapter runs whole on a prefill node, where one without is split with a decode node", "[actors][cluster][lora]") {
+  const NodeModel model = default_node_model();
+  HeadOverFakes h(model, {engine_welcome(model, {{"a", 1}}, "prefill"), engine_welcome(model, {}, "decode")}, {},
+                  [](int32_t) { return false; });
+  wait_joined(h.client, h.router, 2);
+  REQUIRE(router_status(h.client, h.router) == std::make_pair(2, 2));
+  // What reaches the nodes first for request `id`: (reservations on the
+  // decode node, the node its prompt went to or -1).
+  auto first_steps = [&](uint64_t id, int32_t adapter) {
+    h.client->send(h.router, generate_atom::value, tokenized(id, adapter), caf::actor_cast<caf::actor>(h.client));
+    std::pair<int, int32_t> seen{0, -1};
+    const auto by = std::chrono::steady_clock::now() + reply_timeout;
+    while (seen.first == 0 && seen.second < 0 && std::chrono::steady_clock::now() < by) {
+      h.probe->receive([&](kv_reserve_atom, int32_t) { ++seen.first; },
+                       [&](generate_atom, int32_t node, uint64_t got, const std::vector<int32_t>&, uint64_t) {
+                         if (got == id) seen.second = node;
+                       },
+                       caf::after(std::chrono::milliseconds(100)) >> [] {});
+    }
+    return seen;
+  };
+  // The adapter's request goes whole to the prefill node: its KV never moves.
+  CHECK(first_steps(1, 1) == std::make_pair(0, 0));
+  // The base model's request is split: the decode node is asked to reserve
+  // its KV first (and refuses, so the head tries again later: this comes
+  // last, so that no retry of it is counted above).
+  CHECK(first_steps(2, 0).first > 0);
 }
