@@ -162,8 +162,8 @@ struct RouterState {
   struct WaitingJoin {
     int node = 0;
     caf::actor gateway;
-    std::shared_ptr<fb::NodeWelcomeT> welcome;
-    std::shared_ptr<RequestSession> session;
+    fb::NodeWelcomeT welcome;
+    RequestSession session;
   };
   std::vector<WaitingJoin> joins_waiting;
   static inline const char* name = "actorlm.router";
@@ -340,11 +340,10 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   // An adapter change going out now was sent only to the nodes joined
   // before it: this one would miss it. It joins once the change settles.
   if (s.adapter_change && w.disaggregation_mode != "decode") {
-    auto copy = msg::unpack<fb::NodeWelcome>(msg::pack(w), nullptr);
+    auto copy = msg::unpack<fb::NodeWelcome>(msg::pack(w), nullptr);  // w is the caller's
     if (!copy) return dial_failed(self, i, "its welcome could not be kept");
     log_node(self, i, "waits for the LoRA adapter change under way before it joins");
-    s.joins_waiting.push_back({i, gateway, std::make_shared<fb::NodeWelcomeT>(std::move(*copy)),
-                               std::make_shared<RequestSession>(std::move(session))});
+    s.joins_waiting.push_back({i, gateway, std::move(*copy), std::move(session)});
     return;
   }
   NodeModel theirs{w.model_name, w.vocab_size, w.n_layers, w.hidden, w.tokenizer_digest};
@@ -1456,7 +1455,7 @@ void settle_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
 void finish_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
   settle_adapter(self, g);
   for (auto& j : std::exchange(self->state.joins_waiting, {})) {
-    joined(self, j.node, j.gateway, *j.welcome, std::move(*j.session));
+    joined(self, j.node, j.gateway, j.welcome, std::move(j.session));
   }
 }
 

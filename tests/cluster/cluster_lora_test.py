@@ -10,7 +10,9 @@
     from its own --lora-dir, and answers as the same file does at start; a file one node lacks, or
     one name over different files, is refused and the nodes that had loaded it drop it again; a
     node that restarts is given what was loaded through the head since, and joins again; an
-    adapter in use cannot be unloaded (409), and once unloaded no request can name it;
+    adapter in use cannot be unloaded (409), and once unloaded no request can name it; a node that
+    restarts with one of its --lora adapters dropped through the head since has it dropped, and
+    gets what was loaded while it was down, before it joins;
   - with prefill/decode disaggregation, an adapter's request runs whole on the prefill node (its
     KV never moves) and a decode node without adapters joins: both answers as one process;
   - a head driving a worker node (--role worker --lora ...) serves the worker's adapters, every
@@ -73,6 +75,17 @@ def logged(node, line):
     return any(line in x for x in node.lines)
 
 
+def restart(port, node, while_down=lambda: None):
+    """`node` killed, `while_down()` run once the head has noticed, then the node started again
+    with the same flags (after NodeProcess's own eight) on the same port, and joined."""
+    node.kill()
+    wait_for("the head to notice", lambda: not nodes(port)[node.address]["alive"], 30)
+    while_down()
+    node = NodeProcess(node.args[8:], port=node.port).start()
+    wait_for("the restarted node to join", lambda: nodes(port)[node.address]["alive"], 60)
+    return node
+
+
 def check_loads_through_head(port, first, second, reference):
     """Loads and unloads through a head over `first` and `second` (each with its own --lora-dir)."""
     load = "/v1/load_lora_adapter"
@@ -105,11 +118,7 @@ def check_loads_through_head(port, first, second, reference):
 
     # A node that restarts comes back with its --lora only: the head loads
     # what was loaded through it since (c, then d), then takes it back.
-    second.kill()
-    wait_for("the head to notice", lambda: not nodes(port)[second.address]["alive"], 30)
-    # The same flags (after NodeProcess's own eight) on the same port.
-    second = NodeProcess(second.args[8:], port=second.port).start()
-    wait_for("the restarted node to join", lambda: nodes(port)[second.address]["alive"], 60)
+    second = restart(port, second)
     for line in ("LoRA adapter c #3 loaded by a head", "LoRA adapter d #6 loaded by a head"):
         check(logged(second, line), (line, second.lines[-8:]))
     check(listed(port)[1:] == ["a", "b", "c", "d"], f"after a node came back: {listed(port)}")
@@ -141,12 +150,11 @@ def check_loads_through_head(port, first, second, reference):
     # loads e, loaded while that node was down) before taking it back.
     code, r = post(port, "/v1/unload_lora_adapter", {"lora_name": "b"})
     check(code == 200, ("unload b", code, r))
-    second.kill()
-    wait_for("the head to notice", lambda: not nodes(port)[second.address]["alive"], 30)
-    code, r = post(port, load, {"lora_name": "e", "lora_path": "shared.gguf"})
-    check(code == 200, ("load e with one node down", code, r))
-    second = NodeProcess(second.args[8:], port=second.port).start()
-    wait_for("the restarted node to join", lambda: nodes(port)[second.address]["alive"], 60)
+    def load_e():
+        code, r = post(port, load, {"lora_name": "e", "lora_path": "shared.gguf"})
+        check(code == 200, ("load e with one node down", code, r))
+
+    second = restart(port, second, load_e)
     check(logged(second, "LoRA adapter b #2 dropped by a head"), second.lines[-8:])
     check(any(re.search(r"LoRA adapter e #\d+ loaded by a head", x) for x in second.lines), second.lines[-8:])
     check(listed(port)[1:] == ["a", "e"], f"after a node came back: {listed(port)}")
