@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "actors/forward_codec.hpp"
+#include "actors/silence.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 
@@ -119,13 +120,17 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
   } else {
     self_->send(relay_, forward_atom::value, id, std::move(bytes), me);
   }
-  // caf::after needs a finite wait: without beats, a day at a time.
-  const caf::duration wait = beats ? caf::duration(liveness_.silence) : caf::duration(std::chrono::minutes(24 * 60));
+  // Measured on the steady clock (actors/silence.hpp): caf::after here runs
+  // on the wall clock, so its firing only means "look again".
+  Silence quiet(liveness_.silence);
   std::optional<WireMessage> out;
   std::optional<caf::error> failure;
   const int restarts_before = restarts_;
   while (!out && !failure && lost_.empty() && restarts_ == restarts_before) {
-    bool silent = false;
+    bool looked = false;
+    // caf::after needs a finite wait: without beats, a day at a time.
+    const caf::duration wait =
+        beats ? caf::duration(quiet.left()) : caf::duration(std::chrono::minutes(24 * 60));
     self_->receive(
         [&](step_done_atom, uint64_t got, WireMessage& m) {
           if (got == id) out = std::move(m);  // else a step given up on earlier: dropped
@@ -135,8 +140,12 @@ std::vector<SampleResult> ActorWorker::run(const ForwardBatch& batch, std::span<
         },
         [&](heartbeat_atom, uint64_t) {},  // alive: wait on
         [&](caf::down_msg& down) { on_down(down); },
-        caf::after(wait) >> [&] { silent = beats; });
-    if (silent) lose("no heartbeat or result from the worker for " + seconds_text(liveness_.silence));
+        caf::after(wait) >> [&] { looked = true; });
+    if (!looked) {
+      quiet.heard();
+    } else if (beats && quiet.over()) {
+      lose("no heartbeat or result from the worker for " + seconds_text(liveness_.silence));
+    }
   }
   // The worker's actor gone with the request in its mailbox: as lost as a
   // down message says (which may come after this).

@@ -12,6 +12,7 @@
 #include "actors/actor_kv_service.hpp"
 #include "actors/detokenizer_actor.hpp"
 #include "actors/engine_core.hpp"
+#include "actors/silence.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/tokenizer_actor.hpp"
 #include "actors/wire.hpp"
@@ -320,7 +321,11 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   bool done = false;
   // Steps the scheduler has published (see the wait below).
   int64_t steps_seen = impl_->board ? impl_->board->read().publications : -1;
+  // On the steady clock (actors/silence.hpp): caf::after runs on the wall
+  // clock, so its firing only means "look again".
+  Silence quiet(impl_->stall_timeout);
   while (!done) {
+    bool looked = false;
     self->receive(
         [&](const WireMessage& in) {
           std::string err;
@@ -371,32 +376,37 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
             done = true;
           }
         },
-        caf::after(impl_->stall_timeout) >> [&] {
-          // Waiting is not failing: a request may queue behind others for
-          // longer than this while the engine works (issue 32: 4 of 32 long
-          // prompts on a 3B model were cut off here after a fixed 10 minutes
-          // in the queue). It fails only if the scheduler published no step
-          // at all in the whole wait. (A lost worker fails requests by itself.)
-          if (impl_->board) {
-            const int64_t steps = impl_->board->read().publications;
-            if (steps != steps_seen) {
-              steps_seen = steps;
-              return;
-            }
-          }
-          abort(g.request_id);
-          last.finish = FinishReason::error;
-          char why[96];
-          std::snprintf(why, sizeof why, "the engine made no progress for %g s (--stall-timeout)",
-                        double(impl_->stall_timeout.count()) / 1000.0);
-          last.error = why;
-          // 503: the server cannot serve now; another may (a client retries).
-          last.error_kind = ErrorKind::unavailable;
-          // Streamed like any other failure (a stream otherwise ended with
-          // [DONE] and no sign of the error).
-          if (on_delta) on_delta(last);
-          done = true;
-        });
+        caf::after(quiet.left()) >> [&] { looked = true; });
+    if (!looked) {
+      quiet.heard();
+      continue;
+    }
+    // Waiting is not failing: a request may queue behind others for
+    // longer than this while the engine works (issue 32: 4 of 32 long
+    // prompts on a 3B model were cut off here after a fixed 10 minutes
+    // in the queue). It fails only if the scheduler published no step
+    // at all in the whole wait. (A lost worker fails requests by itself.)
+    if (impl_->board) {
+      const int64_t steps = impl_->board->read().publications;
+      if (steps != steps_seen) {
+        steps_seen = steps;
+        quiet.heard();
+        continue;
+      }
+    }
+    if (!quiet.over()) continue;
+    abort(g.request_id);
+    last.finish = FinishReason::error;
+    char why[96];
+    std::snprintf(why, sizeof why, "the engine made no progress for %g s (--stall-timeout)",
+                  double(impl_->stall_timeout.count()) / 1000.0);
+    last.error = why;
+    // 503: the server cannot serve now; another may (a client retries).
+    last.error_kind = ErrorKind::unavailable;
+    // Streamed like any other failure (a stream otherwise ended with
+    // [DONE] and no sign of the error).
+    if (on_delta) on_delta(last);
+    done = true;
   }
   return last;
 }

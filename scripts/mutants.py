@@ -409,9 +409,24 @@ MUTANTS = [
     Mutant("stall-ignores-steps",
            "Engine::generate fails a request after --stall-timeout even while steps complete",
            "actors/engine.cpp",
-           "            if (steps != steps_seen) {\n",
-           "            if (false) {\n",
+           "      if (steps != steps_seen) {\n",
+           "      if (false) {\n",
            ["actorlm"], [ctest_run("server:slow_step")], ci=False),
+    # A wall clock stepped forward is not silence (a CI run lost two workers
+    # that way): the worker's deadline and the stall timeout are read from
+    # the steady clock, caf::after only says when to look again.
+    Mutant("liveness-on-wall-clock",
+           "a worker is lost whenever a caf::after fires, which the wall clock can cut short",
+           "actors/actor_worker.cpp",
+           "    } else if (beats && quiet.over()) {\n",
+           "    } else if (beats) {\n",
+           ["actorlm"], [ctest_run("server:wall_clock")]),
+    Mutant("stall-on-wall-clock",
+           "a request stalls whenever a caf::after fires with no new step, which the wall clock can cut short",
+           "actors/engine.cpp",
+           "    if (!quiet.over()) continue;\n",
+           "",
+           ["actorlm"], [ctest_run("server:wall_clock")]),
     # LoRA adapters on cluster nodes, against stand-in nodes (router_actor_test's
     # [lora] cases, seconds; these ran cluster:lora, ~50 s a mutant in CI): an
     # adapter's KV never moves; a node that joins while a change goes out, or

@@ -8,11 +8,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # clang and libclang-rt-14-dev: the libFuzzer targets (scripts/fuzz.sh); the
 # fuzzer and sanitizer runtimes are only a recommendation of clang, which
 # --no-install-recommends skips.
+# faketime: server:wall_clock runs a server whose wall clock races ahead.
 packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libcaf-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev nlohmann-json3-dev catch2
   libopenblas-dev libutf8proc-dev libboost-dev libedit-dev libssl-dev libxxhash-dev libucx-dev
-  python3 python3-pip tmux chromium curl openssl clang libclang-rt-14-dev
+  python3 python3-pip tmux chromium curl openssl clang libclang-rt-14-dev faketime
 )
 
 missing=()
