@@ -80,7 +80,7 @@ def clients(port, deadline, done):
     """CLIENTS threads, each sending requests back to back until `deadline`."""
     def client(c):
         rnd = 0
-        while time.time() < deadline:
+        while time.monotonic() < deadline:
             body = request_body(c, rnd)
             done[(c, rnd)] = (body, c % 3 != 0, run_one(port, body, c % 3 != 0))
             rnd += 1
@@ -95,17 +95,17 @@ def chaos(h, node_list, deadline, log):
     """Until `deadline`: every 3-6 s one random node killed and restarted, or (every third
     time) hung and resumed."""
     rng = random.Random(7)
-    while time.time() < deadline:
+    while time.monotonic() < deadline:
         time.sleep(rng.uniform(3, 6))
         n = rng.choice(node_list)
         if len(log) % 3 != 2:
-            log.append(("kill", n.address, time.time()))
+            log.append(("kill", n.address, time.monotonic()))
             n.kill()
             time.sleep(1)
             n.args[n.args.index("--port") + 1] = str(n.port)
             n.start()
         else:
-            log.append(("stop", n.address, time.time()))
+            log.append(("stop", n.address, time.monotonic()))
             n.proc.send_signal(signal.SIGSTOP)
             time.sleep(HEARTBEAT_TIMEOUT_S + 2)
             n.proc.send_signal(signal.SIGCONT)
@@ -121,13 +121,13 @@ def run_chaos(what, node_list):
         # (the guard against a request that kills every node it lands on) would fail it.
         with head(node_list, ["--failover-attempts", "50"]) as h:
             wait_for("every node joined", lambda: all(n["alive"] for n in nodes(h.port).values()), 30)
-            t0 = time.time()
+            t0 = time.monotonic()
             deadline = t0 + CHAOS_S
             threads = clients(h.port, deadline, done)
             chaos(h, node_list, deadline, log)
             for t in threads:
                 t.join(600)
-            took = time.time() - t0
+            took = time.monotonic() - t0
             check(not any(t.is_alive() for t in threads), "a client never finished")
             failed = {k: v[2][:2] for k, v in done.items() if v[2][0] != 200}
             check(not failed, f"{len(failed)} of {len(done)} requests failed: {list(failed.items())[:5]}")

@@ -256,10 +256,10 @@ def check_rolling_restart():
                 t.start()
             time.sleep(3)
             for n in node_list:
-                t0 = time.time()
+                t0 = time.monotonic()
                 n.proc.send_signal(signal.SIGTERM)
                 n.proc.wait(180)
-                left = time.time() - t0
+                left = time.monotonic() - t0
                 check(any("actorlm node: drained" in line for line in n.lines), f"{n.address} left undrained: {n.lines[-5:]}")
                 n.args[n.args.index("--port") + 1] = str(n.port)
                 n.start()

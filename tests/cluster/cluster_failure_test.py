@@ -129,7 +129,7 @@ def check_hung_node(node_a, node_b):
 
         def run(i):
             code, body = complete(h.port, f"Tale {i}: long ago, beyond the mountains,", max_tokens=600, ignore_eos=True)
-            results[i] = (code, body, time.time())
+            results[i] = (code, body, time.monotonic())
 
         threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
         for t in threads:
@@ -137,7 +137,7 @@ def check_hung_node(node_a, node_b):
         poll("requests on both nodes", lambda: all(n["in_flight"] >= 1 for n in nodes(h.port).values()), 60)
         on_b = nodes(h.port)[node_b.address]["in_flight"]
         mark = len(h.lines)
-        stopped_at = time.time()
+        stopped_at = time.monotonic()
         node_b.proc.send_signal(signal.SIGSTOP)
         try:
             moved = lambda: [t for t, line in h.lines[mark:] if "going on at node" in line]
@@ -216,9 +216,9 @@ def check_all_nodes_dead(node_a, node_b):
         node_a.kill()
         node_b.kill()
         poll("the head to see both nodes gone", lambda: not any(n["alive"] for n in nodes(h.port).values()), 10)
-        t0 = time.time()
+        t0 = time.monotonic()
         code, body = complete(h.port, "Anyone there?", max_tokens=4)
-        took = time.time() - t0
+        took = time.monotonic() - t0
         check(code == 503, (code, body))
         check("no worker node is available" in body["error"]["message"], body)
         check(took < 2, f"a request with every node dead took {took:.1f} s to fail")

@@ -325,7 +325,7 @@ def check_ucx(reference):
 def run_concurrently(port, prompts, max_tokens, results, **extra):
     def run(i, p):
         code, body = complete(port, p, max_tokens=max_tokens, **extra)
-        results[i] = (code, body, time.time())
+        results[i] = (code, body, time.monotonic())
 
     threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(prompts)]
     for t in threads:
@@ -348,7 +348,7 @@ def check_prefill_death(reference):
                 view = nodes(h.port)  # one view: a /nodes call can take a while mid-step
                 return all(view[p.address]["in_flight"] >= 1 for p in (p1, p2))
             wait_for("a prompt on each prefill node", busy_both, 60)
-            killed_at = time.time()
+            killed_at = time.monotonic()
             p2.kill()
             for t in threads:
                 t.join(300)
@@ -415,7 +415,7 @@ def check_death_mid_transfer(reference):
                 else:
                     victims = [p for p in prefills if p in alive and pauses(p) > before[p.address]]
                 check(len(victims) == 1, f"cannot tell which {side} node has the transfer: {view}")
-                killed_at = time.time()
+                killed_at = time.monotonic()
                 victims[0].kill()
                 threads[0].join(300)
                 code, body, _ = results[0]
@@ -470,12 +470,12 @@ def check_decode_death():
 
 
 def main():
-    started = time.time()
+    started = time.monotonic()
 
     def phase(name, fn, *args):
-        t = time.time()
+        t = time.monotonic()
         fn(*args)
-        print(f"   ({name}: {time.time() - t:.0f} s)", flush=True)
+        print(f"   ({name}: {time.monotonic() - t:.0f} s)", flush=True)
 
     reference = {}
 
@@ -495,7 +495,7 @@ def main():
     phase("a prefill node's death", check_prefill_death, reference)
     phase("deaths mid-transfer", check_death_mid_transfer, reference)
     phase("a decode node's death", check_decode_death)
-    print(f"cluster pd: all checks passed in {time.time() - started:.0f} s")
+    print(f"cluster pd: all checks passed in {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

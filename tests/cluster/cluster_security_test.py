@@ -59,9 +59,9 @@ def recv_exact(s, n):
 def closed_within(s, seconds):
     """True when the peer closes `s` within `seconds` (whatever it sent before)."""
     s.settimeout(seconds)
-    deadline = time.time() + seconds
+    deadline = time.monotonic() + seconds
     try:
-        while time.time() < deadline:
+        while time.monotonic() < deadline:
             if not s.recv(4096):
                 return True
     except socket.timeout:
@@ -138,8 +138,8 @@ def replay(port, data, listen_s=4):
         except OSError:
             return bytes(back)  # refused while sending
         s.settimeout(0.5)
-        deadline = time.time() + listen_s
-        while time.time() < deadline:
+        deadline = time.monotonic() + listen_s
+        while time.monotonic() < deadline:
             try:
                 chunk = s.recv(65536)
             except socket.timeout:
@@ -204,9 +204,9 @@ def check_basp_bomb(node):
     time.sleep(2)
     grown = rss_mb(node.proc.pid) - base
     check(grown < 50, f"node RSS grew {grown:.0f} MB after 20 BASP bombs")
-    t0 = time.time()
+    t0 = time.monotonic()
     check(all(closed_within(s, 10) for s in socks), "the node kept an unauthenticated connection past its deadline")
-    waited = time.time() - t0 + 2
+    waited = time.monotonic() - t0 + 2
     for s in socks:
         s.close()
     # After a valid gate handshake, the frame bound still holds.

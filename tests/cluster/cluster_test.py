@@ -70,9 +70,9 @@ class NodeProcess:
     def start(self):
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
         stop_at_exit(self.proc)
-        deadline = time.time() + 120
+        deadline = time.monotonic() + 120
         self.port = None
-        while time.time() < deadline and self.port is None:
+        while time.monotonic() < deadline and self.port is None:
             line = self.proc.stderr.readline()
             if not line and self.proc.poll() is not None:
                 raise AssertionError(f"node exited early: {self.args}")
@@ -121,8 +121,8 @@ def nodes(port):
 
 
 def wait_for(what, predicate, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.2)
@@ -210,7 +210,7 @@ def stream_completion(port, body, progress, timeout=300, stamps=None):
                 text.append(c["text"])
                 progress[0] += 1
                 if stamps is not None:
-                    stamps.append(time.time())
+                    stamps.append(time.monotonic())
             finish = c.get("finish_reason") or finish
     conn.close()
     return 200, "".join(text), finish, usage
@@ -322,14 +322,14 @@ def check_no_failover(node_a, node_b):
         def run(i):
             code, body = complete(h.port, f"Saga {i}: in the north, where the rivers freeze,", max_tokens=400,
                                   ignore_eos=True)
-            results[i] = (code, body, time.time())
+            results[i] = (code, body, time.monotonic())
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
         for t in threads:
             t.start()
         wait_for("requests on both nodes", lambda: all(n["in_flight"] >= 1 for n in nodes(h.port).values()), 60)
         on_b = nodes(h.port)[node_b.address]["in_flight"]
-        killed_at = time.time()
+        killed_at = time.monotonic()
         node_b.kill()
         for t in threads:
             t.join(300)
@@ -355,11 +355,11 @@ def check_head_death(node_a, node_b):
         wait_for("the doomed head's request to run", lambda: nodes(observer.port)[node_a.address]["running"] == 1, 60)
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait()
-        t0 = time.time()
+        t0 = time.monotonic()
         wait_for("the node to drop the dead head's request",
                  lambda: (lambda n: n["running"] == 0 and n["kv_locked_tokens"] == 0)(nodes(observer.port)[node_a.address]),
                  15)
-        print(f"ok: a killed head's request was aborted on its node after {time.time() - t0:.1f} s (no locked KV left)")
+        print(f"ok: a killed head's request was aborted on its node after {time.monotonic() - t0:.1f} s (no locked KV left)")
 
 
 def head_refused(node_list, extra):
@@ -456,12 +456,12 @@ def check_remote_worker():
 
             def endless():
                 result["r"] = complete(third.port, "An endless essay:", max_tokens=3000, ignore_eos=True)
-                result["at"] = time.time()
+                result["at"] = time.monotonic()
 
             t = threading.Thread(target=endless)
             t.start()
             time.sleep(1.5)
-            killed_at = time.time()
+            killed_at = time.monotonic()
             worker.kill()
             t.join(60)
             code, body = result["r"]

@@ -61,9 +61,9 @@ class Browser:
         return r["result"].get("value")
 
     def wait(self, expression, timeout=120):
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         guarded = f"(() => {{ try {{ return !!({expression}); }} catch (e) {{ return false; }} }})()"
-        while time.time() < deadline:  # the page may still be loading
+        while time.monotonic() < deadline:  # the page may still be loading
             if self.eval(guarded):
                 return
             time.sleep(0.1)

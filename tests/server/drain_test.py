@@ -33,9 +33,9 @@ def disconnecting_clients(server, n=8):
         s.sendall(post_bytes("/v1/completions", body, port))
         socks.append(s)
     # Wait until all are generating, then leave without a word.
-    t0 = time.time()
+    t0 = time.monotonic()
     while server.metrics()["actorlm_running_requests"] < n:
-        check(time.time() - t0 < 60, "requests never started")
+        check(time.monotonic() - t0 < 60, "requests never started")
         time.sleep(0.1)
     slots_before = server.metrics()["actorlm_request_slots_free"]
     for s in socks:
@@ -77,9 +77,9 @@ def sigterm_drains(binary, streams=8):
     threads = [threading.Thread(target=open_stream, args=(port, results, i)) for i in range(streams)]
     for t in threads:
         t.start()
-    t0 = time.time()
+    t0 = time.monotonic()
     while server.metrics()["actorlm_running_requests"] < streams:
-        check(time.time() - t0 < 60, "streams never started")
+        check(time.monotonic() - t0 < 60, "streams never started")
         time.sleep(0.1)
     # A client trickling a header, and one that sends a request and never reads.
     slow = connect(port)
@@ -88,7 +88,7 @@ def sigterm_drains(binary, streams=8):
     deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     deaf.sendall(post_bytes("/v1/completions", json.dumps(dict(LONG, stream=True)).encode(), port))
     time.sleep(0.5)
-    t_signal = time.time()
+    t_signal = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     try:
@@ -98,7 +98,7 @@ def sigterm_drains(binary, streams=8):
         refused = True
     check(refused, "new connections still accepted after SIGTERM")
     code = proc.wait(timeout=30)
-    took = time.time() - t_signal
+    took = time.monotonic() - t_signal
     for t in threads:
         t.join(timeout=30)
     slow.close()
@@ -118,19 +118,19 @@ def second_signal(binary):
     results = [None]
     t = threading.Thread(target=open_stream, args=(server.port, results, 0))
     t.start()
-    t0 = time.time()
+    t0 = time.monotonic()
     while server.metrics()["actorlm_running_requests"] < 1:
-        check(time.time() - t0 < 60, "stream never started")
+        check(time.monotonic() - t0 < 60, "stream never started")
         time.sleep(0.1)
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     check(server.proc.poll() is None, "exited before the drain deadline with a request running")
-    t1 = time.time()
+    t1 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     code = server.proc.wait(timeout=10)
-    check(time.time() - t1 < 2, f"second signal took {time.time() - t1:.1f} s")
+    check(time.monotonic() - t1 < 2, f"second signal took {time.monotonic() - t1:.1f} s")
     t.join(timeout=30)
-    print(f"  second SIGTERM: exit {code} after {time.time() - t1:.2f} s")
+    print(f"  second SIGTERM: exit {code} after {time.monotonic() - t1:.2f} s")
 
 
 def main():

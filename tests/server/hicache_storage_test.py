@@ -56,10 +56,10 @@ def complete(port, prompt=PROMPT):
 def settled(s, key, at_least):
     """/metrics once `key` reaches `at_least` (10 s at most): the tiers store on a thread of
     their own, so a block may still be on its way when the answer is out."""
-    deadline = time.time() + 10
+    deadline = time.monotonic() + 10
     while True:
         m = s.metrics()
-        if m[key] >= at_least or time.time() > deadline:
+        if m[key] >= at_least or time.monotonic() > deadline:
             return m
         time.sleep(0.05)
 

@@ -106,10 +106,10 @@ def healthy(server, key=None, prompt="Say hi."):
     """/health answers at once, a short chat completion works, and /metrics
     is back to idle (nothing running or waiting, no KV row locked)."""
     port = server.port
-    t0 = time.time()
+    t0 = time.monotonic()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
         check(r.status == 200, f"/health answered {r.status}")
-    check(time.time() - t0 < 1.0, f"/health took {time.time() - t0:.2f} s")
+    check(time.monotonic() - t0 < 1.0, f"/health took {time.monotonic() - t0:.2f} s")
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
@@ -124,13 +124,13 @@ def healthy(server, key=None, prompt="Say hi."):
 def idle(server, key=None, within=5.0):
     """Waits up to `within` seconds for /metrics to show nothing running,
     waiting or locked; returns the seconds it took."""
-    t0 = time.time()
+    t0 = time.monotonic()
     while True:
         m = server.metrics(key)
         if (m["actorlm_running_requests"] == 0 and m["actorlm_waiting_requests"] == 0
                 and m["actorlm_kv_pool_locked_tokens"] == 0):
-            return time.time() - t0
-        if time.time() - t0 > within:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > within:
             raise AssertionError(f"not idle after {within} s: running {m['actorlm_running_requests']}, "
                                  f"waiting {m['actorlm_waiting_requests']}, locked {m['actorlm_kv_pool_locked_tokens']}")
         time.sleep(0.05)

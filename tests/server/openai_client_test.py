@@ -24,9 +24,9 @@ KEY = "test-key-123"
 def start_server(*extra):
     proc = subprocess.Popen([BIN, "serve", "--port", "0", "--threads", "2", "--kv-tokens", "8192",
                              "--api-key", KEY, *extra], stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
+    deadline = time.monotonic() + 120
     port = None
-    while time.time() < deadline and port is None:
+    while time.monotonic() < deadline and port is None:
         line = proc.stderr.readline()
         if not line and proc.poll() is not None:
             raise SystemExit("server exited early")

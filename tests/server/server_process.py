@@ -20,19 +20,19 @@ class ServerProcess:
     def __enter__(self):
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True, env=self.env)
         stop_at_exit(self.proc)
-        deadline = time.time() + 120
-        while time.time() < deadline and self.port is None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and self.port is None:
             line = self.proc.stderr.readline()
             if not line and self.proc.poll() is not None:
                 raise SystemExit(f"server exited early: {self.args}")
-            self.lines.append((time.time(), line))
+            self.lines.append((time.monotonic(), line))
             m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
             if m and int(m.group(1)) > 0:
                 self.port = int(m.group(1))
         if not self.port:  # explicit: python -O drops asserts
             raise SystemExit(f"server did not announce its port: {self.args}")
         # Keep reading stderr so a chatty server never blocks on a full pipe.
-        threading.Thread(target=lambda: [self.lines.append((time.time(), x)) for x in self.proc.stderr],
+        threading.Thread(target=lambda: [self.lines.append((time.monotonic(), x)) for x in self.proc.stderr],
                          daemon=True).start()
         for _ in range(100):
             try:

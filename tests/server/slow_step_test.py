@@ -53,12 +53,12 @@ def complete(port, prompt, max_tokens, timeout=600):
 
 def get(port, path, timeout=10):
     """(status, body text, seconds taken)."""
-    t0 = time.time()
+    t0 = time.monotonic()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
-            return r.status, r.read().decode(), time.time() - t0
+            return r.status, r.read().decode(), time.monotonic() - t0
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(), time.time() - t0
+        return e.code, e.read().decode(), time.monotonic() - t0
 
 
 def concurrently(fn, args_list):
@@ -96,11 +96,11 @@ def slow_steps(binary):
 
     def once(n):
         with ServerProcess(binary, args, threads=1) as server:
-            t0 = time.time()
+            t0 = time.monotonic()
             threads, results = concurrently(complete, [(server.port, long_prompt(k, 100), 8) for k in range(n)])
             for t in threads:
                 t.join()
-            took = time.time() - t0
+            took = time.monotonic() - t0
             for k, (status, body) in enumerate(results):
                 check(status == 200, f"request {k}: {status} {body}")
                 check(body["usage"]["completion_tokens"] == 8, f"request {k}: {body['usage']}")
@@ -160,9 +160,9 @@ def dead_worker(binary, fault, deadline_s):
     args = ["--worker-timeout", str(deadline_s), "--shutdown-timeout", "1"]
     server = ServerProcess(binary, args, threads=1, env=env)
     with server:
-        t0 = time.time()
+        t0 = time.monotonic()
         status, body = complete(server.port, "Count to fifty.", 30, timeout=120)
-        took = time.time() - t0
+        took = time.monotonic() - t0
         check(status == 503, f"{fault}: the request got {status} {body}")
         check("worker lost" in json.dumps(body), f"{fault}: {body}")
         # Silence is noticed a deadline later; an ended actor at once (its
@@ -172,15 +172,15 @@ def dead_worker(binary, fault, deadline_s):
         status, text, _ = get(server.port, "/health")
         check(status == 503 and "worker lost" in text, f"{fault}: /health {status} {text}")
         check(server.metrics()["actorlm_worker_up"] == 0, f"{fault}: /metrics says the worker is up")
-        t1 = time.time()
+        t1 = time.monotonic()
         status, body = complete(server.port, "Hello again.", 4, timeout=60)
         check(status == 503, f"{fault}: a later request got {status} {body}")
-        check(time.time() - t1 < 5, f"{fault}: a later request took {time.time() - t1:.1f} s to fail")
+        check(time.monotonic() - t1 < 5, f"{fault}: a later request took {time.monotonic() - t1:.1f} s to fail")
         # The hung worker never returns; SIGTERM must end the process anyway.
-        t2 = time.time()
+        t2 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(timeout=60)
-        stopped = time.time() - t2
+        stopped = time.monotonic() - t2
         check(server.proc.returncode == 0, f"{fault}: exit status {server.proc.returncode}")
         check(stopped < 1 + 10 + 10, f"{fault}: SIGTERM took {stopped:.1f} s")
         print(f"  worker fault {fault}: 503 after {took:.1f} s, /health 503, next request 503, "
@@ -193,9 +193,9 @@ def stalled_engine(binary):
     env = dict(os.environ, ACTORLM_TEST_ONLY_WORKER_FAULT="hang@3")
     args = ["--worker-timeout", "120", "--stall-timeout", "2", "--shutdown-timeout", "1"]
     with ServerProcess(binary, args, threads=1, env=env) as server:
-        t0 = time.time()
+        t0 = time.monotonic()
         status, body = complete(server.port, "Count to fifty.", 30, timeout=120)
-        took = time.time() - t0
+        took = time.monotonic() - t0
         check(status == 503, f"the request got {status} {body}")
         check("no progress for 2 s" in json.dumps(body), f"{body}")
         # The first wait may see the steps before the hang; the second cannot.

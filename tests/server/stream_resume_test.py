@@ -149,8 +149,8 @@ def main():
         events, _ = read_events(resp, stop_after=3)
         conn.sock.shutdown(2)
         conn.close()
-        deadline = time.time() + 30
-        while time.time() < deadline and metrics(server)["actorlm_streams_kept"] > 0:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and metrics(server)["actorlm_streams_kept"] > 0:
             time.sleep(0.5)
         m = metrics(server)
         check(m["actorlm_streams_kept"] == 0, f"a stream nobody came back to is still kept: {m}")
