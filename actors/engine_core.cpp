@@ -10,6 +10,7 @@
 #include "actors/scheduler_actor.hpp"
 #include "actors/wire.hpp"
 #include "actors/worker_actor.hpp"
+#include "kvstore/kv_block.hpp"
 #include "model/draft_model.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_fingerprint.hpp"
@@ -89,6 +90,7 @@ WorkerCore spawn_worker_core(caf::actor_system& system, const EngineConfig& conf
     }
     runner->add_adapter(id, adapter);
     core.adapters.push_back({spec.name, id, spec.path, adapter.bytes()});
+    core.adapter_lineages[id] = kv_adapter_lineage(model_fingerprint(spec.path), spec.scale);
     std::fprintf(stderr, "actorlm: LoRA adapter %s: %s, %lld matrices, %.1f MB\n", spec.name.c_str(),
                  spec.path.c_str(), static_cast<long long>(adapter.matrices()), double(adapter.bytes()) / 1e6);
   }
@@ -162,6 +164,7 @@ EngineCore spawn_engine_core(caf::actor_system& system, const EngineConfig& conf
   WorkerCore w = spawn_worker_core(system, config, tok);
   SchedulerConfig sc = scheduler_config(config, w.model, tok);
   for (const AdapterInfo& a : w.adapters) sc.adapters.push_back(a.id);
+  sc.adapter_lineages = w.adapter_lineages;
   sc.constraints = make_constraint_compiler(tok, w.model.vocab_size, kConstraintThreads);
   if (!config.hicache_storage_dir.empty() || config.hicache_host_bytes > 0) {
     try {

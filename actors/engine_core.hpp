@@ -7,6 +7,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,8 @@ struct WorkerCore {
   KvRowSpans kv_spans;  // see EngineCore
   std::shared_ptr<KvLayerClock> kv_clock;  // see EngineCore
   std::vector<AdapterInfo> adapters;  // EngineConfig::lora, loaded (ids 1, 2, ...)
+  // Their KV's lineages in the KV tiers, by id (SchedulerConfig::adapter_lineages).
+  std::map<int32_t, uint64_t> adapter_lineages;
   // A new worker actor over the same model runner: how an ended one is
   // started again (WorkerLiveness::restart).
   std::function<caf::actor()> respawn;

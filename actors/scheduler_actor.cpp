@@ -11,6 +11,7 @@
 #include "actors/engine_stats.hpp"
 #include "actors/stream_messages.hpp"
 #include "actors/wire.hpp"
+#include "kvstore/kv_block.hpp"
 #include "messages/sampling_conversion.hpp"
 
 namespace actorlm {
@@ -207,9 +208,17 @@ void scheduler_actor(caf::blocking_actor* self, SchedulerConfig cfg, caf::actor 
       reply.error = "adapter id " + std::to_string(change.message->id()) + " out of range";
     } else if (change.message->load()) {
       const int32_t id = change.message->id();
+      const float scale = change.message->scale();  // read before its bytes move on
       std::vector<uint8_t> answer = w.change_adapter(std::move(in.bytes));
       auto r = msg::open<fb::AdapterReply>(answer);
-      if (r && (!r.message->error() || r.message->error()->size() == 0)) sched.add_adapter(id);
+      if (r && (!r.message->error() || r.message->error()->size() == 0)) {
+        // Its KV goes to the tiers under its file's lineage (none without a
+        // fingerprint: it stays in the pool).
+        const auto* fingerprint = r.message->fingerprint();
+        sched.add_adapter(id, fingerprint && fingerprint->size() > 0
+                                  ? kv_adapter_lineage(fingerprint->string_view(), scale)
+                                  : 0);
+      }
       return WireMessage{std::move(answer)};
     } else if (!sched.remove_adapter(change.message->id())) {
       reply.error = "the adapter is in use by a request";

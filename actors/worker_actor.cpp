@@ -14,6 +14,7 @@
 #include "actors/local_sender.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
+#include "model/model_fingerprint.hpp"
 
 namespace actorlm {
 namespace {
@@ -121,6 +122,11 @@ WireMessage change_adapter(ModelRunner& runner, const WireMessage& in) {
                       std::to_string(q.max_bytes() / 1000000) + " MB left of --max-lora-memory-mb";
         return {msg::pack(reply)};
       }
+      // What the scheduler names the adapter's KV by in the tiers below the
+      // pool (kv_adapter_lineage), which outlive this process and its ids.
+      // Before the adapter is added: a file that cannot be read is an error
+      // with nothing loaded.
+      reply.fingerprint = model_fingerprint(q.path() ? q.path()->str() : "");
       runner.add_adapter(q.id(), adapter);
       reply.bytes = adapter.bytes();
       reply.matrices = adapter.matrices();

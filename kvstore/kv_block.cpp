@@ -1,5 +1,7 @@
 #include "kvstore/kv_block.hpp"
 
+#include <cstring>
+
 namespace actorlm {
 namespace {
 
@@ -13,11 +15,23 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 }  // namespace
 
-uint64_t kv_block_root(const KvBlockLayout& l) {
+uint64_t kv_adapter_lineage(std::string_view fingerprint, float scale) {
+  uint64_t h = 0x6c6f7261ull;
+  for (unsigned char c : fingerprint) h = mix(h, c);
+  uint32_t bits = 0;
+  std::memcpy(&bits, &scale, sizeof bits);
+  h = mix(h, bits);
+  return h == 0 ? 1 : h;
+}
+
+uint64_t kv_block_root(const KvBlockLayout& l, uint64_t lineage) {
   uint64_t h = 0x6163746f726c6dull;
   for (unsigned char c : l.model_digest + "|" + l.dtype) h = mix(h, c);
   h = mix(mix(mix(h, static_cast<uint64_t>(l.n_layers)), static_cast<uint64_t>(l.token_bytes)),
           static_cast<uint64_t>(l.block_tokens));
+  // The base model's root is what it was before lineages: its files on disk
+  // stay valid.
+  if (lineage != 0) h = mix(h, lineage);
   return h == 0 ? 1 : h;
 }
 
@@ -27,9 +41,9 @@ uint64_t kv_block_chain(uint64_t parent, std::span<const int32_t> tokens) {
   return h == 0 ? 1 : h;
 }
 
-uint64_t kv_block_key(const KvBlockLayout& layout, std::span<const int32_t> prompt, int32_t block) {
+uint64_t kv_block_key(const KvBlockLayout& layout, std::span<const int32_t> prompt, int32_t block, uint64_t lineage) {
   const auto b = static_cast<size_t>(layout.block_tokens);
-  uint64_t k = kv_block_root(layout);
+  uint64_t k = kv_block_root(layout, lineage);
   for (int32_t i = 0; i <= block; ++i) k = kv_block_chain(k, prompt.subspan(static_cast<size_t>(i) * b, b));
   return k;
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace actorlm {
@@ -29,13 +30,24 @@ struct KvBlockLayout {
   bool operator==(const KvBlockLayout&) const = default;
 };
 
-// The key of the chain's start: the layout, so two models' blocks never share
-// a key. Never 0 (0 means "no parent").
-uint64_t kv_block_root(const KvBlockLayout& layout);
+// Whose KV a prompt's blocks hold, beyond the layout: 0 for the base model,
+// else the lineage of the LoRA adapter it ran with (kv_adapter_lineage).
+// The same tokens under two lineages have different KV, so the lineage is
+// chained in at the root: their keys never meet, in this process or the
+// next (the disk tier outlives it; an adapter's id does not).
+//
+// The lineage of an adapter file loaded at `scale`: its model_fingerprint()
+// and the scale, hashed. Never 0.
+uint64_t kv_adapter_lineage(std::string_view fingerprint, float scale);
+
+// The key of the chain's start: the layout and the lineage, so two models'
+// (or adapters') blocks never share a key. Never 0 (0 means "no parent").
+uint64_t kv_block_root(const KvBlockLayout& layout, uint64_t lineage = 0);
 // The key of a block whose parent's key is `parent` (the root for block 0).
 uint64_t kv_block_chain(uint64_t parent, std::span<const int32_t> tokens);
 // The key of block `block` of `prompt`, which must hold it whole.
-uint64_t kv_block_key(const KvBlockLayout& layout, std::span<const int32_t> prompt, int32_t block);
+uint64_t kv_block_key(const KvBlockLayout& layout, std::span<const int32_t> prompt, int32_t block,
+                      uint64_t lineage = 0);
 
 // Tokens [first, first + count) of a block's data, in the same layout.
 std::vector<uint8_t> kv_block_slice(std::span<const uint8_t> block, const KvBlockLayout& layout, size_t first,

@@ -166,9 +166,11 @@ void KvDiskStore::index_file(const std::string& path) {
   }
   std::error_code ec;
   const auto size = static_cast<int64_t>(fs::file_size(path, ec));
-  const uint64_t parent = h.depth == 0 ? kv_block_root(layout_) : h.parent;
+  // A first block's parent field is its lineage (any; 0 for the base
+  // model), a later block's the key it chains from (never 0).
+  const uint64_t parent = h.depth == 0 ? kv_block_root(layout_, h.parent) : h.parent;
   if (ec || h.data_bytes != layout_.block_bytes() || size != 12 + static_cast<int64_t>(header_bytes) + h.data_bytes ||
-      h.key != kv_block_chain(parent, h.tokens) || path != path_of(h.key) || (h.depth == 0) != (h.parent == 0)) {
+      h.key != kv_block_chain(parent, h.tokens) || path != path_of(h.key) || (h.depth > 0 && h.parent == 0)) {
     return reject();
   }
   index_[h.key] = Entry{h.parent, h.depth, std::move(h.tokens), size, 0};
@@ -182,9 +184,9 @@ std::string KvDiskStore::path_of(uint64_t key) const {
   return (fs::path(dir_) / (std::string(name) + extension)).string();
 }
 
-int32_t KvDiskStore::match(std::span<const int32_t> prompt) {
+int32_t KvDiskStore::match(std::span<const int32_t> prompt, uint64_t lineage) {
   const auto b = static_cast<size_t>(layout_.block_tokens);
-  uint64_t k = kv_block_root(layout_), parent = 0;
+  uint64_t k = kv_block_root(layout_, lineage), parent = lineage;
   const uint64_t now = ++clock_;
   int32_t blocks = 0;
   for (size_t at = 0; at + b <= prompt.size(); at += b) {
@@ -201,7 +203,8 @@ int32_t KvDiskStore::match(std::span<const int32_t> prompt) {
   return blocks * layout_.block_tokens;
 }
 
-std::optional<std::vector<uint8_t>> KvDiskStore::load(std::span<const int32_t> prompt, int32_t block, std::string* error) {
+std::optional<std::vector<uint8_t>> KvDiskStore::load(std::span<const int32_t> prompt, int32_t block, std::string* error,
+                                                      uint64_t lineage) {
   const auto b = static_cast<size_t>(layout_.block_tokens);
   auto fail = [&](uint64_t k, const std::string& why) -> std::optional<std::vector<uint8_t>> {
     if (error) *error = why;
@@ -212,7 +215,7 @@ std::optional<std::vector<uint8_t>> KvDiskStore::load(std::span<const int32_t> p
     return std::nullopt;
   };
   if (block < 0 || (static_cast<size_t>(block) + 1) * b > prompt.size()) return fail(0, "block outside the prompt");
-  const uint64_t k = key(prompt, block);
+  const uint64_t k = key(prompt, block, lineage);
   if (!index_.count(k)) return fail(0, "block not stored");
   std::ifstream in(path_of(k), std::ios::binary);
   std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -225,7 +228,8 @@ std::optional<std::vector<uint8_t>> KvDiskStore::load(std::span<const int32_t> p
   Header h;
   if (std::string why = decode_header(file.data() + 12, header_bytes, h); !why.empty()) return fail(k, why);
   auto tokens = prompt.subspan(static_cast<size_t>(block) * b, b);
-  if (h.layout != layout_ || h.key != k || !std::equal(tokens.begin(), tokens.end(), h.tokens.begin())) {
+  if (h.layout != layout_ || h.key != k || (block == 0 && h.parent != lineage) ||
+      !std::equal(tokens.begin(), tokens.end(), h.tokens.begin())) {
     return fail(k, "the block's header does not match its prompt");
   }
   const size_t at = 12 + header_bytes;
@@ -238,16 +242,17 @@ std::optional<std::vector<uint8_t>> KvDiskStore::load(std::span<const int32_t> p
   return std::vector<uint8_t>(file.begin() + static_cast<std::ptrdiff_t>(at), file.end());
 }
 
-bool KvDiskStore::store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data) {
+bool KvDiskStore::store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data, uint64_t lineage) {
   const auto b = static_cast<size_t>(layout_.block_tokens);
   if (block < 0 || (static_cast<size_t>(block) + 1) * b > prompt.size() ||
       static_cast<int64_t>(data.size()) != layout_.block_bytes()) {
     return false;
   }
   auto tokens = prompt.subspan(static_cast<size_t>(block) * b, b);
-  const uint64_t parent = block == 0 ? 0 : key(prompt, block - 1);
-  const uint64_t k = kv_block_chain(block == 0 ? kv_block_root(layout_) : parent, tokens);
-  if (index_.count(k) || (parent != 0 && !index_.count(parent))) return false;
+  // A first block records its lineage where later ones record their parent.
+  const uint64_t parent = block == 0 ? lineage : key(prompt, block - 1, lineage);
+  const uint64_t k = kv_block_chain(block == 0 ? kv_block_root(layout_, lineage) : parent, tokens);
+  if (index_.count(k) || (block > 0 && !index_.count(parent))) return false;
   Header h;
   h.key = k;
   h.parent = parent;
@@ -262,7 +267,7 @@ bool KvDiskStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
   pre.put(format_version);
   pre.put(static_cast<uint32_t>(header.size()));
   const int64_t size = static_cast<int64_t>(pre.out.size() + header.size() + data.size());
-  if (parent != 0) index_[parent].last_use = ++clock_;  // not the one to make room with
+  if (block > 0) index_[parent].last_use = ++clock_;  // not the one to make room with
   make_room(size);
   const std::string path = path_of(k), tmp = path + ".tmp";
   {

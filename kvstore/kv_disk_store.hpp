@@ -12,7 +12,9 @@
 //   0       4     magic "AKVB"
 //   4       4     format version (1), little-endian
 //   8       4     header bytes (what follows up to the data), little-endian
-//   12      ...   header: key, parent key, layout (model digest, dtype,
+//   12      ...   header: key, parent key (for a prompt's first block: the
+//                 lineage of its KV, kvstore/kv_block.hpp, 0 for the base
+//                 model), layout (model digest, dtype,
 //                 n_layers, token_bytes, block_tokens), the block's tokens,
 //                 data bytes, data CRC-32, and a CRC-32 of the header itself
 //   ...     n     data: per layer, every token's K, then every token's V (the
@@ -60,20 +62,25 @@ class KvDiskStore {
   const KvBlockLayout& layout() const { return layout_; }
   const KvDiskStats& stats() const { return stats_; }
 
+  // Every call names a prompt's blocks with the lineage of their KV
+  // (kvstore/kv_block.hpp: 0 for the base model); blocks of two lineages
+  // are two blocks, whatever their tokens.
+
   // How many leading tokens of `prompt` (a multiple of block_tokens) have all
   // their blocks here. Looks at the index only; marks those blocks used.
-  int32_t match(std::span<const int32_t> prompt);
+  int32_t match(std::span<const int32_t> prompt, uint64_t lineage = 0);
 
   // Block `block` of `prompt` (its tokens must be in the prompt), read and
   // verified: block_bytes() of data. nullopt (and the file gone, and
   // rejected counted) when it is missing or fails a check; *error says why.
-  std::optional<std::vector<uint8_t>> load(std::span<const int32_t> prompt, int32_t block, std::string* error);
+  std::optional<std::vector<uint8_t>> load(std::span<const int32_t> prompt, int32_t block, std::string* error,
+                                           uint64_t lineage = 0);
 
   // Writes block `block` of `prompt` with `data` (block_bytes()); false when
   // it is there already, when its parent block is not (a block is only
   // reachable through its parents), or when writing failed (counted).
   // Evicts least recently used blocks to stay within capacity.
-  bool store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data);
+  bool store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data, uint64_t lineage = 0);
 
   // The tier's own invariant, for the engine's self-check: the counted
   // blocks and bytes are the index's, and within capacity. Empty when it
@@ -81,14 +88,18 @@ class KvDiskStore {
   std::string check() const;
 
   // Whether block `block` of `prompt` is indexed (not whether it is sound).
-  bool contains(std::span<const int32_t> prompt, int32_t block) const { return index_.count(key(prompt, block)) > 0; }
+  bool contains(std::span<const int32_t> prompt, int32_t block, uint64_t lineage = 0) const {
+    return index_.count(key(prompt, block, lineage)) > 0;
+  }
 
   // The key of block `block` of `prompt` (kv_block_key).
-  uint64_t key(std::span<const int32_t> prompt, int32_t block) const { return kv_block_key(layout_, prompt, block); }
+  uint64_t key(std::span<const int32_t> prompt, int32_t block, uint64_t lineage = 0) const {
+    return kv_block_key(layout_, prompt, block, lineage);
+  }
 
  private:
   struct Entry {
-    uint64_t parent = 0;
+    uint64_t parent = 0;              // block 0: its lineage
     int32_t depth = 0;                // block index within its prompt
     std::vector<int32_t> tokens;      // the block's own
     int64_t bytes = 0;                // file size

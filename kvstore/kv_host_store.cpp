@@ -161,13 +161,13 @@ std::vector<uint8_t> KvHostStore::decode(std::span<const uint8_t> data) const {
   return out;
 }
 
-std::optional<uint64_t> KvHostStore::held(std::span<const int32_t> prompt, int32_t block) const {
+std::optional<uint64_t> KvHostStore::held(std::span<const int32_t> prompt, int32_t block, uint64_t lineage) const {
   const auto end = (static_cast<size_t>(block) + 1) * static_cast<size_t>(layout_.block_tokens);
   if (block < 0 || end > prompt.size()) return std::nullopt;
-  const uint64_t key = kv_block_key(layout_, prompt, block);
+  const uint64_t key = kv_block_key(layout_, prompt, block, lineage);
   auto it = index_.find(key);
-  // Every token, lengths included: a colliding key is a miss.
-  if (it == index_.end() || !std::equal(it->second.prompt.begin(), it->second.prompt.end(), prompt.begin(),
+  // Every token, lengths included, and the lineage: a colliding key is a miss.
+  if (it == index_.end() || it->second.lineage != lineage || !std::equal(it->second.prompt.begin(), it->second.prompt.end(), prompt.begin(),
                                         prompt.begin() + static_cast<std::ptrdiff_t>(end))) {
     return std::nullopt;
   }
@@ -180,14 +180,15 @@ void KvHostStore::touch(uint64_t key, Entry& e) {
   lru_.insert({e.last_use, -e.depth, key});
 }
 
-std::optional<std::vector<uint8_t>> KvHostStore::peek(std::span<const int32_t> prompt, int32_t block) const {
-  const auto key = held(prompt, block);
+std::optional<std::vector<uint8_t>> KvHostStore::peek(std::span<const int32_t> prompt, int32_t block,
+                                                      uint64_t lineage) const {
+  const auto key = held(prompt, block, lineage);
   if (!key) return std::nullopt;
   return decode(index_.at(*key).data);
 }
 
-std::optional<std::vector<uint8_t>> KvHostStore::load(std::span<const int32_t> prompt, int32_t block) {
-  const auto key = held(prompt, block);
+std::optional<std::vector<uint8_t>> KvHostStore::load(std::span<const int32_t> prompt, int32_t block, uint64_t lineage) {
+  const auto key = held(prompt, block, lineage);
   if (!key) return std::nullopt;
   Entry& e = index_.at(*key);
   touch(*key, e);
@@ -208,19 +209,20 @@ void KvHostStore::let_go(std::map<uint64_t, Entry>::iterator it, std::vector<KvD
       ghost_order_.pop_front();
     }
   }
-  if (demoted) demoted->push_back({std::move(e.prompt), e.depth, decode(e.data)});
+  if (demoted) demoted->push_back({std::move(e.prompt), e.depth, decode(e.data), e.lineage});
   index_.erase(it);
   stats_.blocks = static_cast<int64_t>(index_.size());
 }
 
 bool KvHostStore::store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data,
-                        std::vector<KvDemotedBlock>* demoted) {
+                        std::vector<KvDemotedBlock>* demoted, uint64_t lineage) {
   const auto end = (static_cast<size_t>(block) + 1) * static_cast<size_t>(layout_.block_tokens);
   if (block < 0 || end > prompt.size() || static_cast<int64_t>(data.size()) != layout_.block_bytes()) return false;
-  const uint64_t key = kv_block_key(layout_, prompt, block);
+  const uint64_t key = kv_block_key(layout_, prompt, block, lineage);
   if (index_.count(key)) return false;  // here already (or a colliding prompt holds the key: keep it)
   Entry e;
   e.prompt.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(end));
+  e.lineage = lineage;
   e.depth = block;
   e.data = encode(data);
   e.bytes = static_cast<int64_t>(e.data.size() + e.prompt.size() * sizeof(int32_t));
@@ -231,7 +233,7 @@ bool KvHostStore::store(std::span<const int32_t> prompt, int32_t block, std::spa
     // Back after it was let go, into a full tier whose next block out has
     // proven itself: a cycle longer than the tier. Keep what is here.
     ++stats_.refused;
-    if (demoted) demoted->push_back({std::move(e.prompt), block, std::vector<uint8_t>(data.begin(), data.end())});
+    if (demoted) demoted->push_back({std::move(e.prompt), block, std::vector<uint8_t>(data.begin(), data.end()), lineage});
     return false;
   }
   while (stats_.bytes + e.bytes > stats_.capacity_bytes) {

@@ -75,6 +75,7 @@ struct KvDemotedBlock {
   std::vector<int32_t> prompt;  // the prompt from its start to the block's end
   int32_t block = 0;
   std::vector<uint8_t> data;    // decoded: the pool's layout and element type
+  uint64_t lineage = 0;         // kvstore/kv_block.hpp
 };
 
 class KvHostStore {
@@ -90,14 +91,20 @@ class KvHostStore {
   // 4 * block_tokens * (d + 1) bytes of its prompt).
   int64_t encoded_block_bytes() const { return encoded_bytes_; }
 
+  // Every call names a block by its prompt, its index and the lineage of
+  // its KV (kvstore/kv_block.hpp: 0 for the base model); blocks of two
+  // lineages are two blocks, whatever their tokens.
+
   // Whether block `block` of `prompt` is here (every token up to its end
-  // compared).
-  bool contains(std::span<const int32_t> prompt, int32_t block) const { return held(prompt, block).has_value(); }
+  // compared, and the lineage).
+  bool contains(std::span<const int32_t> prompt, int32_t block, uint64_t lineage = 0) const {
+    return held(prompt, block, lineage).has_value();
+  }
 
   // Block `block` of `prompt`, decoded to layout().block_bytes(); nullopt
   // when it is not here. load() marks it used; peek() changes nothing.
-  std::optional<std::vector<uint8_t>> load(std::span<const int32_t> prompt, int32_t block);
-  std::optional<std::vector<uint8_t>> peek(std::span<const int32_t> prompt, int32_t block) const;
+  std::optional<std::vector<uint8_t>> load(std::span<const int32_t> prompt, int32_t block, uint64_t lineage = 0);
+  std::optional<std::vector<uint8_t>> peek(std::span<const int32_t> prompt, int32_t block, uint64_t lineage = 0) const;
 
   // Stores block `block` of `prompt` (data: layout().block_bytes(), the
   // pool's layout). false when it is here already, the sizes are wrong or
@@ -105,7 +112,7 @@ class KvHostStore {
   // block, are appended, decoded, to *demoted when it is given (write-back
   // hands them to the disk tier), else dropped.
   bool store(std::span<const int32_t> prompt, int32_t block, std::span<const uint8_t> data,
-             std::vector<KvDemotedBlock>* demoted = nullptr);
+             std::vector<KvDemotedBlock>* demoted = nullptr, uint64_t lineage = 0);
 
   // Lets every block go (counted as evicted); returns how many.
   int64_t clear();
@@ -119,6 +126,7 @@ class KvHostStore {
  private:
   struct Entry {
     std::vector<int32_t> prompt;  // tokens from the start to the block's end
+    uint64_t lineage = 0;
     int32_t depth = 0;
     std::vector<uint8_t> data;    // encoded
     int64_t bytes = 0;            // counted against capacity
@@ -130,7 +138,7 @@ class KvHostStore {
 
   // The key of block `block` of `prompt` when it is held under that very
   // prompt.
-  std::optional<uint64_t> held(std::span<const int32_t> prompt, int32_t block) const;
+  std::optional<uint64_t> held(std::span<const int32_t> prompt, int32_t block, uint64_t lineage) const;
   std::vector<uint8_t> encode(std::span<const uint8_t> data) const;
   std::vector<uint8_t> decode(std::span<const uint8_t> data) const;
   void touch(uint64_t key, Entry& e);

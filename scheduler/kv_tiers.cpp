@@ -119,34 +119,37 @@ static std::span<const int32_t> prefetch_key(std::span<const int32_t> prompt, si
   return prompt.first((prompt.size() - 1) / block_tokens * block_tokens);
 }
 
-void KvTiers::prefetch(std::span<const int32_t> prompt, int32_t from_block) {
+void KvTiers::prefetch(std::span<const int32_t> prompt, int32_t from_block, uint64_t lineage) {
   const auto b = static_cast<size_t>(block_tokens());
   const std::span<const int32_t> key = prefetch_key(prompt, b);
-  Job job{JobKind::prefetch, true, std::vector<int32_t>(key.begin(), key.end()), {}, {}, {}, false};
+  Job job{JobKind::prefetch, true, std::vector<int32_t>(key.begin(), key.end()), lineage, {}, {}, {}, false};
   for (auto k = static_cast<size_t>(std::max(0, from_block)); k < key.size() / b; ++k) job.blocks.push_back(static_cast<int32_t>(k));
   queue(std::move(job));
 }
 
-bool KvTiers::prefetching(std::span<const int32_t> prompt) const {
+bool KvTiers::prefetching(std::span<const int32_t> prompt, uint64_t lineage) const {
   const std::span<const int32_t> key = prefetch_key(prompt, static_cast<size_t>(block_tokens()));
   Turn turn(*this);
   return std::any_of(jobs_.begin(), jobs_.end(), [&](const Job& j) {
-    return j.kind == JobKind::prefetch && !j.dropped && std::equal(j.prompt.begin(), j.prompt.end(), key.begin(), key.end());
+    return j.kind == JobKind::prefetch && !j.dropped && j.lineage == lineage &&
+           std::equal(j.prompt.begin(), j.prompt.end(), key.begin(), key.end());
   });
 }
 
-void KvTiers::drop_prefetch(std::span<const int32_t> prompt) {
+void KvTiers::drop_prefetch(std::span<const int32_t> prompt, uint64_t lineage) {
   const auto b = static_cast<size_t>(block_tokens());
   const std::span<const int32_t> key = prefetch_key(prompt, b);
   Turn turn(*this);
   // Marked, not erased: the I/O thread may be inside the job (between two
   // of its blocks, with the lock given up).
   for (Job& j : jobs_) {
-    if (j.kind == JobKind::prefetch && std::equal(j.prompt.begin(), j.prompt.end(), key.begin(), key.end())) j.dropped = true;
+    if (j.kind == JobKind::prefetch && j.lineage == lineage && std::equal(j.prompt.begin(), j.prompt.end(), key.begin(), key.end())) {
+      j.dropped = true;
+    }
   }
   if (staged_.empty()) return;
   for (size_t end = b; end <= key.size(); end += b) {
-    auto it = staged_.find(std::vector<int32_t>(key.begin(), key.begin() + static_cast<long>(end)));
+    auto it = staged_.find({lineage, std::vector<int32_t>(key.begin(), key.begin() + static_cast<long>(end))});
     if (it == staged_.end()) continue;
     staged_bytes_ -= static_cast<int64_t>(it->second.data.size());
     std::erase(staged_order_, it->first);
@@ -207,11 +210,11 @@ void KvTiers::io_loop() {
   }
 }
 
-const KvTiers::Job* KvTiers::queued(std::span<const int32_t> prompt, int32_t block, size_t* at) const {
+const KvTiers::Job* KvTiers::queued(std::span<const int32_t> prompt, int32_t block, uint64_t lineage, size_t* at) const {
   const size_t end = static_cast<size_t>(block + 1) * static_cast<size_t>(block_tokens());
   if (prompt.size() < end) return nullptr;
   for (auto job = jobs_.rbegin(); job != jobs_.rend(); ++job) {
-    if (job->kind == JobKind::prefetch || job->prompt.size() < end || !std::equal(prompt.begin(), prompt.begin() + static_cast<long>(end), job->prompt.begin())) {
+    if (job->kind == JobKind::prefetch || job->lineage != lineage || job->prompt.size() < end || !std::equal(prompt.begin(), prompt.begin() + static_cast<long>(end), job->prompt.begin())) {
       continue;
     }
     for (size_t i = 0; i < job->blocks.size(); ++i) {
@@ -224,16 +227,16 @@ const KvTiers::Job* KvTiers::queued(std::span<const int32_t> prompt, int32_t blo
   return nullptr;
 }
 
-std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, int32_t block) {
+std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, int32_t block, uint64_t lineage) {
   Turn turn(*this);
   size_t at = 0;
-  if (const Job* job = queued(prompt, block, &at)) {
+  if (const Job* job = queued(prompt, block, lineage, &at)) {
     const bool host = job->kind == JobKind::write_back ? host_ != nullptr : job->to[at].first;
     return Loaded{job->data[at], host ? KvTier::host : KvTier::disk};
   }
   const auto b = static_cast<size_t>(block_tokens());
   if (!staged_.empty() && prompt.size() >= static_cast<size_t>(block + 1) * b) {
-    auto it = staged_.find(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(static_cast<size_t>(block + 1) * b)));
+    auto it = staged_.find({lineage, std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(static_cast<size_t>(block + 1) * b))});
     if (it != staged_.end()) {
       // Taken: the pool holds it from now on.
       Loaded out{std::move(it->second.data), it->second.tier};
@@ -245,11 +248,11 @@ std::optional<KvTiers::Loaded> KvTiers::load(std::span<const int32_t> prompt, in
   }
   std::optional<Loaded> out;
   if (host_) {
-    if (auto d = host_->load(prompt, block)) out = Loaded{std::move(*d), KvTier::host};
+    if (auto d = host_->load(prompt, block, lineage)) out = Loaded{std::move(*d), KvTier::host};
   }
   if (!out && disk_) {
     // Not there, or refused and counted by the disk tier: nullopt.
-    if (auto d = disk_->load(prompt, block, nullptr)) out = Loaded{std::move(*d), KvTier::disk};
+    if (auto d = disk_->load(prompt, block, nullptr, lineage)) out = Loaded{std::move(*d), KvTier::disk};
   }
   if (out) read_threads_.insert(std::this_thread::get_id());
   refresh_stats();
@@ -265,23 +268,24 @@ std::vector<std::vector<uint8_t>> KvTiers::read_blocks(Worker& worker, std::span
   return out;
 }
 
-void KvTiers::after_prefill(Worker& worker, std::span<const int32_t> prompt, std::span<const int32_t> rows) {
+void KvTiers::after_prefill(Worker& worker, std::span<const int32_t> prompt, std::span<const int32_t> rows,
+                            uint64_t lineage) {
   const auto b = static_cast<size_t>(block_tokens());
   const auto blocks = static_cast<int32_t>(std::min(prompt.size(), rows.size()) / b);
   if (blocks == 0) return;
   prompt = prompt.first(static_cast<size_t>(blocks) * b);
-  Job job{JobKind::write_through, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}, false};
+  Job job{JobKind::write_through, true, std::vector<int32_t>(prompt.begin(), prompt.end()), lineage, {}, {}, {}, false};
   {
     Turn turn(*this);
     // The disk takes a block only after its parent: from the first block it
     // cannot serve, skipping those it still holds (stranded behind a damaged
     // one, reachable again once that is rewritten).
-    const int32_t disk_from = disk_ ? disk_->match(prompt) / block_tokens() : blocks;
+    const int32_t disk_from = disk_ ? disk_->match(prompt, lineage) / block_tokens() : blocks;
     size_t at = 0;
     for (int32_t k = 0; k < blocks; ++k) {
-      if (queued(prompt, k, &at)) continue;  // on its way already
-      const bool to_host = host_ && !host_->contains(prompt, k);
-      const bool to_disk = disk_ && k >= disk_from && !disk_->contains(prompt, k);
+      if (queued(prompt, k, lineage, &at)) continue;  // on its way already
+      const bool to_host = host_ && !host_->contains(prompt, k, lineage);
+      const bool to_disk = disk_ && k >= disk_from && !disk_->contains(prompt, k, lineage);
       if (!to_host && !to_disk) continue;
       job.blocks.push_back(k);
       job.to.emplace_back(to_host, to_disk);
@@ -291,12 +295,15 @@ void KvTiers::after_prefill(Worker& worker, std::span<const int32_t> prompt, std
   queue(std::move(job));
 }
 
-void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::EvictedPath> paths) {
+void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::EvictedPath> paths,
+                             std::span<const uint64_t> lineages) {
   const auto b = static_cast<size_t>(block_tokens());
-  for (const auto& p : paths) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const RadixCache::EvictedPath& p = paths[i];
+    const uint64_t lineage = i < lineages.size() ? lineages[i] : 0;
     const auto end = static_cast<int32_t>(p.tokens.size() / b);
     std::span<const int32_t> prompt = std::span(p.tokens).first(static_cast<size_t>(end) * b);
-    Job job{JobKind::write_back, true, std::vector<int32_t>(prompt.begin(), prompt.end()), {}, {}, {}, false};
+    Job job{JobKind::write_back, true, std::vector<int32_t>(prompt.begin(), prompt.end()), lineage, {}, {}, {}, false};
     {
       Turn turn(*this);
       size_t at = 0;
@@ -304,13 +311,13 @@ void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::Evicted
         // The blocks that end inside the evicted node; the first may begin
         // in its parent, whose rows are still intact.
         for (auto k = static_cast<int32_t>(static_cast<size_t>(p.start) / b); k < end; ++k) {
-          if (!host_->contains(prompt, k) && !queued(prompt, k, &at)) job.blocks.push_back(k);
+          if (!host_->contains(prompt, k, lineage) && !queued(prompt, k, lineage, &at)) job.blocks.push_back(k);
         }
       } else {
         // Straight to disk, which takes a block only after its parent: the
         // parents' blocks too (children are evicted first).
-        for (int32_t k = disk_->match(prompt) / block_tokens(); k < end; ++k) {
-          if (!disk_->contains(prompt, k) && !queued(prompt, k, &at)) job.blocks.push_back(k);
+        for (int32_t k = disk_->match(prompt, lineage) / block_tokens(); k < end; ++k) {
+          if (!disk_->contains(prompt, k, lineage) && !queued(prompt, k, lineage, &at)) job.blocks.push_back(k);
         }
       }
     }
@@ -321,36 +328,39 @@ void KvTiers::after_eviction(Worker& worker, std::span<const RadixCache::Evicted
 
 bool KvTiers::run_block(Job& job, size_t i) {
   const std::span<const int32_t> prompt(job.prompt);
+  const uint64_t lineage = job.lineage;
   const int32_t k = job.blocks[i];
   switch (job.kind) {
     case JobKind::write_through:
-      if (job.to[i].first) host_->store(prompt, k, job.data[i]);
-      if (job.to[i].second && job.disk_ok && !disk_->contains(prompt, k)) job.disk_ok = disk_->store(prompt, k, job.data[i]);
+      if (job.to[i].first) host_->store(prompt, k, job.data[i], nullptr, lineage);
+      if (job.to[i].second && job.disk_ok && !disk_->contains(prompt, k, lineage)) {
+        job.disk_ok = disk_->store(prompt, k, job.data[i], lineage);
+      }
       return true;
     case JobKind::write_back:
       if (host_) {
         std::vector<KvDemotedBlock> down;
-        host_->store(prompt, k, job.data[i], disk_ ? &down : nullptr);
+        host_->store(prompt, k, job.data[i], disk_ ? &down : nullptr, lineage);
         demote(std::move(down));
         return true;
       }
-      return disk_->contains(prompt, k) || disk_->store(prompt, k, job.data[i]);
+      return disk_->contains(prompt, k, lineage) || disk_->store(prompt, k, job.data[i], lineage);
     case JobKind::prefetch: {
       if (job.dropped) return false;
       const auto b = static_cast<size_t>(block_tokens());
       const std::span<const int32_t> through = prompt.first(static_cast<size_t>(k + 1) * b);
-      std::vector<int32_t> key(through.begin(), through.end());
+      StagedKey key{lineage, std::vector<int32_t>(through.begin(), through.end())};
       size_t at = 0;
-      if (staged_.count(key) || queued(prompt, k, &at)) return true;
+      if (staged_.count(key) || queued(prompt, k, lineage, &at)) return true;
       // As load(): the host tier first. A load stops where no tier has the
       // block, and so does this.
       Staged s{{}, KvTier::host};
       if (host_) {
-        if (auto d = host_->load(prompt, k)) s.data = std::move(*d);
+        if (auto d = host_->load(prompt, k, lineage)) s.data = std::move(*d);
       }
       if (s.data.empty()) {
-        if (!disk_ || !disk_->contains(prompt, k)) return false;
-        auto d = disk_->load(prompt, k, nullptr);
+        if (!disk_ || !disk_->contains(prompt, k, lineage)) return false;
+        auto d = disk_->load(prompt, k, nullptr, lineage);
         if (!d) return false;  // damaged: refused and counted by the disk tier
         s = Staged{std::move(*d), KvTier::disk};
       }
@@ -377,22 +387,23 @@ void KvTiers::demote(std::vector<KvDemotedBlock> blocks) {
   const auto b = static_cast<size_t>(block_tokens());
   std::sort(blocks.begin(), blocks.end(),
             [](const KvDemotedBlock& x, const KvDemotedBlock& y) { return x.prompt.size() < y.prompt.size(); });
-  auto from_batch = [&](std::span<const int32_t> prefix) -> const std::vector<uint8_t>* {
+  auto from_batch = [&](std::span<const int32_t> prefix, uint64_t lineage) -> const std::vector<uint8_t>* {
     for (const auto& x : blocks) {
-      if (std::equal(x.prompt.begin(), x.prompt.end(), prefix.begin(), prefix.end())) return &x.data;
+      if (x.lineage == lineage && std::equal(x.prompt.begin(), x.prompt.end(), prefix.begin(), prefix.end())) return &x.data;
     }
     return nullptr;
   };
   for (const auto& d : blocks) {
-    if (disk_->contains(d.prompt, d.block)) continue;
+    if (disk_->contains(d.prompt, d.block, d.lineage)) continue;
     bool chained = true;
-    for (int32_t k = disk_->match(d.prompt) / block_tokens(); chained && k < d.block; ++k) {
-      if (disk_->contains(d.prompt, k)) continue;
-      std::optional<std::vector<uint8_t>> parent = host_->peek(d.prompt, k);
-      const std::vector<uint8_t>* bytes = parent ? &*parent : from_batch(std::span(d.prompt).first(static_cast<size_t>(k + 1) * b));
-      chained = bytes && disk_->store(d.prompt, k, *bytes);
+    for (int32_t k = disk_->match(d.prompt, d.lineage) / block_tokens(); chained && k < d.block; ++k) {
+      if (disk_->contains(d.prompt, k, d.lineage)) continue;
+      std::optional<std::vector<uint8_t>> parent = host_->peek(d.prompt, k, d.lineage);
+      const std::vector<uint8_t>* bytes =
+          parent ? &*parent : from_batch(std::span(d.prompt).first(static_cast<size_t>(k + 1) * b), d.lineage);
+      chained = bytes && disk_->store(d.prompt, k, *bytes, d.lineage);
     }
-    if (chained) disk_->store(d.prompt, d.block, d.data);
+    if (chained) disk_->store(d.prompt, d.block, d.data, d.lineage);
   }
 }
 

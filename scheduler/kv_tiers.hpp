@@ -44,6 +44,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kvstore/kv_disk_store.hpp"
@@ -105,11 +106,15 @@ class KvTiers {
     std::vector<uint8_t> data;  // the whole block, the pool's layout
     KvTier tier;
   };
+  // Every call names a prompt with the lineage of its KV (kvstore/kv_block.hpp:
+  // 0 for the base model, else the LoRA adapter's): a prompt's blocks under
+  // one lineage are never served to another.
+
   // Block `block` of `prompt` from the store queue, the prefetched blocks or
   // the fastest tier that has it (a damaged disk block is refused and
   // counted there); nullopt when none does. A queued block counts as its
   // first tier's, a prefetched one as the disk's.
-  std::optional<Loaded> load(std::span<const int32_t> prompt, int32_t block);
+  std::optional<Loaded> load(std::span<const int32_t> prompt, int32_t block, uint64_t lineage = 0);
 
   // A request that waits for admission: the I/O thread reads the blocks of
   // `prompt` from `from_block` on (up to the one before its last token, as a
@@ -119,16 +124,16 @@ class KvTiers {
   // arrived by then is loaded as before. Blocks the store queue has are
   // skipped. Prefetched blocks wait, up to prefetch_capacity bytes (the
   // oldest go first), until a load takes them.
-  void prefetch(std::span<const int32_t> prompt, int32_t from_block);
+  void prefetch(std::span<const int32_t> prompt, int32_t from_block, uint64_t lineage = 0);
   static constexpr int64_t prefetch_capacity = int64_t{256} << 20;
   // Prefetched blocks waiting for their load.
   size_t prefetched_blocks() const;
   // A prefetch of `prompt` is queued or under way.
-  bool prefetching(std::span<const int32_t> prompt) const;
+  bool prefetching(std::span<const int32_t> prompt, uint64_t lineage = 0) const;
   // `prompt` was admitted and has loaded what it could: its prefetch stops
   // and the blocks read for it that it did not take are let go (the pool
   // has them by now, or had no room for them).
-  void drop_prefetch(std::span<const int32_t> prompt);
+  void drop_prefetch(std::span<const int32_t> prompt, uint64_t lineage = 0);
   // Returns once a prefetch ends, or after `at_most`: a caller with nothing
   // else to do than wait for one sleeps here instead of spinning.
   void wait_prefetch(std::chrono::milliseconds at_most) const;
@@ -139,10 +144,13 @@ class KvTiers {
   // write_through: the whole blocks of `prompt` (rows: its KV, one per
   // token, at least the blocks' length) that a tier lacks are read now and
   // queued for it.
-  void after_prefill(Worker& worker, std::span<const int32_t> prompt, std::span<const int32_t> rows);
+  void after_prefill(Worker& worker, std::span<const int32_t> prompt, std::span<const int32_t> rows,
+                     uint64_t lineage = 0);
   // write_back: the whole blocks the evicted nodes end in, read now and
   // queued to go down. Call before the worker writes to any freed row.
-  void after_eviction(Worker& worker, std::span<const RadixCache::EvictedPath> paths);
+  // lineages: each path's (empty: all the base model's).
+  void after_eviction(Worker& worker, std::span<const RadixCache::EvictedPath> paths,
+                      std::span<const uint64_t> lineages = {});
 
   // Each tier's invariant (KvHostStore::check, KvDiskStore::check), once
   // the queue is drained; empty when both hold.
@@ -156,6 +164,7 @@ class KvTiers {
     JobKind kind;
     bool disk_ok = true;  // write_through: a failed disk write stops its children
     std::vector<int32_t> prompt;  // whole blocks
+    uint64_t lineage;
     std::vector<int32_t> blocks;               // prefetch: from its first on
     std::vector<std::vector<uint8_t>> data;    // per block (none for prefetch)
     std::vector<std::pair<bool, bool>> to;     // write_through, per block: (host tier, disk tier)
@@ -182,7 +191,7 @@ class KvTiers {
     std::unique_lock<std::mutex> lock_;
   };
   // A queued copy of block `block` of `prompt`; under mu_.
-  const Job* queued(std::span<const int32_t> prompt, int32_t block, size_t* at) const;
+  const Job* queued(std::span<const int32_t> prompt, int32_t block, uint64_t lineage, size_t* at) const;
 
   // Reads the rows of whole blocks, one block per worker call: the answer
   // is then the block as the tiers keep it, with no copy to cut it out of a
@@ -217,14 +226,15 @@ class KvTiers {
   bool paused_ = false, stopping_ = false;
   std::set<std::thread::id> store_threads_;
   mutable std::set<std::thread::id> read_threads_;
-  // Prefetched blocks by the prompt up to their end, oldest first in
-  // staged_order_.
+  // Prefetched blocks by lineage and the prompt up to their end, oldest
+  // first in staged_order_.
   struct Staged {
     std::vector<uint8_t> data;
     KvTier tier;
   };
-  std::map<std::vector<int32_t>, Staged> staged_;
-  std::deque<std::vector<int32_t>> staged_order_;
+  using StagedKey = std::pair<uint64_t, std::vector<int32_t>>;
+  std::map<StagedKey, Staged> staged_;
+  std::deque<StagedKey> staged_order_;
   int64_t staged_bytes_ = 0;
   std::thread io_;  // last: started once everything above exists
 };

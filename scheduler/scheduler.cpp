@@ -38,6 +38,22 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvService& kv, Worker& worke
   }
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) kv_.record_evictions(true);
   adapters_.insert(config_.adapters.begin(), config_.adapters.end());
+  for (const auto& [id, lineage] : config_.adapter_lineages) {
+    if (lineage != 0) adapter_lineages_[id] = lineage;
+  }
+}
+
+void Scheduler::add_adapter(int32_t id, uint64_t lineage) {
+  adapters_.insert(id);
+  if (lineage != 0) adapter_lineages_[id] = lineage;
+}
+
+std::optional<uint64_t> Scheduler::tier_lineage(const Request& q) const {
+  if (q.adapter == 0) return 0;
+  if (!q.shares_kv()) return std::nullopt;
+  auto it = adapter_lineages_.find(q.adapter);
+  if (it == adapter_lineages_.end()) return std::nullopt;
+  return it->second;
 }
 
 double Scheduler::now() const {
@@ -50,9 +66,24 @@ bool Scheduler::extend(std::span<RequestKv* const> kvs, std::span<const std::vec
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_back) {
     // Even a refused extend may have evicted. The freed rows are only
     // written once the worker runs, after this copy.
-    auto paths = kv_.take_evicted();
-    std::erase_if(paths, [](const RadixCache::EvictedPath& p) { return !p.tokens.empty() && adapter_key(p.tokens[0]); });
-    if (!paths.empty()) config_.tiers->after_eviction(worker_, paths);
+    // An adapter's path goes down under its lineage, its keys back to
+    // tokens (the tiers key lineages their own way); one with no lineage
+    // (or its own scale: never cached) does not go.
+    auto evicted = kv_.take_evicted();
+    std::vector<RadixCache::EvictedPath> paths;
+    std::vector<uint64_t> lineages;
+    for (auto& p : evicted) {
+      uint64_t lineage = 0;
+      if (!p.tokens.empty() && adapter_key(p.tokens[0])) {
+        auto it = adapter_lineages_.find(p.tokens[0] >> kAdapterKeyShift);
+        if (it == adapter_lineages_.end()) continue;
+        lineage = it->second;
+        for (int32_t& t : p.tokens) t &= kAdapterVocabLimit - 1;
+      }
+      paths.push_back(std::move(p));
+      lineages.push_back(lineage);
+    }
+    if (!paths.empty()) config_.tiers->after_eviction(worker_, paths, lineages);
   }
   return ok;
 }
@@ -688,7 +719,8 @@ void Scheduler::load_from_tiers(Running& r) {
   KvTiers& tiers = *config_.tiers;
   Request& q = r.req;
   r.loading = false;
-  if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2 || q.adapter != 0) return;
+  const std::optional<uint64_t> lineage = tier_lineage(q);
+  if (q.scores_prompt() || q.retractions > 0 || q.prompt.size() < 2 || !lineage) return;
   const auto b = static_cast<size_t>(tiers.block_tokens());
   // The last prompt token is always computed: its logits give the first token.
   const size_t limit = q.prompt.size() - 1;
@@ -702,10 +734,10 @@ void Scheduler::load_from_tiers(Running& r) {
       break;
     }
     const size_t block = at / b, first = at - block * b, count = b - first;
-    auto got = tiers.load(q.prompt, static_cast<int32_t>(block));
+    auto got = tiers.load(q.prompt, static_cast<int32_t>(block), *lineage);
     if (!got) break;  // no tier has it (or the disk refused it, counted there): compute the rest
-    std::vector<int32_t> tokens(q.prompt.begin() + static_cast<ptrdiff_t>(at),
-                                q.prompt.begin() + static_cast<ptrdiff_t>(at + count));
+    // Keyed as the radix cache keys this request's KV (its adapter's id).
+    std::vector<int32_t> tokens = kv_keys(std::span(q.prompt).subspan(at, count), q.adapter);
     RequestKv* kv[] = {&q.kv};
     if (!extend(kv, std::span(&tokens, 1))) break;  // no room now: compute it later instead
     const double started = now();
@@ -720,7 +752,7 @@ void Scheduler::load_from_tiers(Running& r) {
   r.loading = more;
   // Loaded what it will: what its read-ahead staged and it did not take is
   // let go.
-  if (!more && q.prefetched) tiers.drop_prefetch(q.prompt);
+  if (!more && q.prefetched) tiers.drop_prefetch(q.prompt, *lineage);
   if (at == r.prefilled) return;
   r.prefilled = at;
   q.cached_tokens = static_cast<int32_t>(at);
@@ -734,19 +766,23 @@ bool Scheduler::awaits_prefetch(const Request& q) const {
   if (config_.prefetch_policy == HiCachePrefetchPolicy::timeout && now() - q.prefetch_at >= config_.prefetch_timeout_seconds) {
     return false;
   }
-  return config_.tiers->prefetching(q.prompt);
+  const std::optional<uint64_t> lineage = tier_lineage(q);
+  return lineage && config_.tiers->prefetching(q.prompt, *lineage);
 }
 
 void Scheduler::prefetch_waiting() {
   std::vector<Request*> fresh;
+  std::vector<uint64_t> lineages;
   std::vector<std::vector<int32_t>> keys;
   const auto b = static_cast<size_t>(config_.tiers->block_tokens());
   for (auto& q : waiting_) {
-    if (q.prefetched || q.scores_prompt() || q.retractions > 0 || q.prompt.size() <= b || q.adapter != 0) continue;
+    const std::optional<uint64_t> lineage = tier_lineage(q);
+    if (q.prefetched || q.scores_prompt() || q.retractions > 0 || q.prompt.size() <= b || !lineage) continue;
     q.prefetched = true;
     q.prefetch_at = now();
     fresh.push_back(&q);
-    keys.push_back(q.prompt);
+    lineages.push_back(*lineage);
+    keys.push_back(kv_keys(q.prompt, q.adapter));
   }
   if (fresh.empty()) return;
   // From the block the pool's own cache ends in: what the pool holds
@@ -754,7 +790,7 @@ void Scheduler::prefetch_waiting() {
   const std::vector<int32_t> cached = kv_.match_lengths(keys);
   for (size_t i = 0; i < fresh.size(); ++i) {
     const auto from = static_cast<int32_t>(static_cast<size_t>(i < cached.size() ? cached[i] : 0) / b);
-    config_.tiers->prefetch(fresh[i]->prompt, from);
+    config_.tiers->prefetch(fresh[i]->prompt, from, lineages[i]);
   }
 }
 
@@ -1413,8 +1449,8 @@ TokenEvent Scheduler::take_token(Running& r, const SampleResult& s) {
     e.finish = stop_reason(q, constraint_done);
   }
   if (config_.tiers && config_.tiers->policy() == HiCacheWritePolicy::write_through && !r.decoding &&
-      q.retractions == 0 && q.adapter == 0) {
-    config_.tiers->after_prefill(worker_, q.prompt, q.kv.kv);
+      q.retractions == 0) {
+    if (const std::optional<uint64_t> lineage = tier_lineage(q)) config_.tiers->after_prefill(worker_, q.prompt, q.kv.kv, *lineage);
   }
   e.held = e.finish == FinishReason::none && !r.decoding && q.hold_after_prefill;
   return e;

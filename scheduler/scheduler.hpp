@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -84,6 +85,10 @@ struct SchedulerConfig {
   SpeculativeConfig speculative;
   // LoRA adapters loaded before the first request (their worker ids).
   std::vector<int32_t> adapters;
+  // Their KV's lineages in the tiers below the pool (kv_adapter_lineage of
+  // each file's fingerprint and scale), by id; an adapter without one keeps
+  // its KV in the pool only.
+  std::map<int32_t, uint64_t> adapter_lineages;
   // Priorities, lpm's starvation bound, the queue's bound and timeout.
   QueuePolicy queue;
   // Seconds on a monotonic clock, for timing steps; null: steady_clock.
@@ -177,7 +182,9 @@ class Scheduler {
   // request naming any other id is refused at submission. remove_adapter
   // refuses (false) while a request waiting, running or held uses it, so
   // an adapter never leaves mid-request.
-  void add_adapter(int32_t id) { adapters_.insert(id); }
+  // `lineage`: its KV's in the tiers (SchedulerConfig::adapter_lineages;
+  // 0: none, its KV stays out of them).
+  void add_adapter(int32_t id, uint64_t lineage = 0);
   bool remove_adapter(int32_t id);
   bool adapter_in_use(int32_t id) const;
   // Takes effect at the start of the next step; unknown ids are ignored.
@@ -394,6 +401,11 @@ class Scheduler {
   void prefetch_waiting();
   // The prefetch policy keeps `q` waiting for its read-ahead.
   bool awaits_prefetch(const Request& q) const;
+  // The lineage of q's KV in the tiers (kvstore/kv_block.hpp): 0 for the
+  // base model, else its adapter's; nullopt when its KV stays out of them
+  // (its own scale or stacked adapters: private KV; an adapter with no
+  // lineage).
+  std::optional<uint64_t> tier_lineage(const Request& q) const;
   void finish(Running& r, FinishReason reason, std::vector<TokenEvent>& events, const std::string& error = {},
               ErrorKind kind = ErrorKind::none);
   TokenEvent event_for(const Request& r) const;
@@ -425,6 +437,9 @@ class Scheduler {
   StepBudget budget_;
   std::deque<Request> waiting_;
   std::set<int32_t> adapters_;
+  // Kept after an adapter is dropped: ids are never reused, and its KV may
+  // still be cached (and evicted to the tiers) after it goes.
+  std::map<int32_t, uint64_t> adapter_lineages_;
   std::deque<Running> running_;  // stable addresses for Planned pointers within a step
   std::deque<Running> held_, reserved_;  // disaggregation: KV kept for a transfer, or awaiting one
   std::vector<TokenEvent> pending_;      // events of activate(), sent with the next step

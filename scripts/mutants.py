@@ -261,7 +261,7 @@ MUTANTS = [
     Mutant("tier-load-skips-queue",
            "a load does not look in the tiers' store queue (a block written through but not yet stored is missed)",
            "scheduler/kv_tiers.cpp",
-           "  if (const Job* job = queued(prompt, block, &at)) {\n",
+           "  if (const Job* job = queued(prompt, block, lineage, &at)) {\n",
            "  if (const Job* job = nullptr) {\n",
            HOST_TIER_TESTS[2:], catch_runs(HOST_TIER_TESTS[2:])),
     # HiCache loads beside running streams: each step copies a budget of
@@ -405,6 +405,15 @@ MUTANTS = [
            "        slices.push_back({id, seg.row_begin + (seg.row_begin + seg.rows < x.rows ? 1 : 0), seg.rows, seg.scale});",
            ["model_lora_adapter_test"],
            catch_runs(["model_lora_adapter_test"], "[lora]")),
+    # An adapter's KV in the tiers is keyed by its file's lineage: never
+    # served to the base model (or the base model's to it).
+    Mutant("adapter-tiers-unlineaged",
+           "an adapter's prompt goes to (and comes from) the KV tiers as the base model's",
+           "scheduler/scheduler.cpp",
+           "  if (q.adapter == 0) return 0;\n",
+           "  if (true) return 0;\n",
+           ["scheduler_scheduler_test"],
+           catch_runs(["scheduler_scheduler_test"], "[lora]")),
     # Issue 32: a request queued behind long steps is not stalled.
     Mutant("stall-ignores-steps",
            "Engine::generate fails a request after --stall-timeout even while steps complete",

@@ -249,3 +249,39 @@ TEST_CASE("10,000 random operations keep the disk tier's accounting exact and ne
   CHECK(restarts > 200);
   CHECK(evicted + store->stats().evicted > 100);
 }
+
+TEST_CASE("An adapter's blocks are found only under its lineage, also after a restart", "[kvstore][lora]") {
+  TempDir dir;
+  const auto prompt = prompt_of(12, 100);
+  const uint64_t a = kv_adapter_lineage("0123456789abcdef", 1.0f);
+  {
+    KvDiskStore store(dir.path.string(), kLayout, 1 << 20);
+    for (int32_t b = 0; b < 3; ++b) REQUIRE(store.store(prompt, b, data_of(b, 1), a));
+    CHECK(store.match(prompt) == 0);
+    CHECK(store.match(prompt, a) == 12);
+    CHECK_FALSE(store.contains(prompt, 0));
+    CHECK_FALSE(store.load(prompt, 0, nullptr));
+    // The base model's blocks of the same prompt sit beside them.
+    for (int32_t b = 0; b < 2; ++b) REQUIRE(store.store(prompt, b, data_of(b, 0)));
+    CHECK(store.match(prompt) == 8);
+    CHECK(store.stats().blocks == 5);
+  }
+  // A restart indexes both; each lineage gets its own bytes back.
+  KvDiskStore again(dir.path.string(), kLayout, 1 << 20);
+  CHECK(again.stats().blocks == 5);
+  CHECK(again.stats().rejected == 0);
+  CHECK(again.match(prompt, a) == 12);
+  CHECK(again.match(prompt) == 8);
+  CHECK(again.match(prompt, kv_adapter_lineage("0123456789abcdef", 2.0f)) == 0);
+  for (int32_t b = 0; b < 3; ++b) {
+    std::string error;
+    auto got = again.load(prompt, b, &error, a);
+    INFO(error);
+    REQUIRE(got);
+    CHECK(*got == data_of(b, 1));
+  }
+  auto base = again.load(prompt, 0, nullptr);
+  REQUIRE(base);
+  CHECK(*base == data_of(0, 0));
+  CHECK(again.check().empty());
+}

@@ -322,3 +322,34 @@ TEST_CASE("Prompts coming back in a cycle longer than the host tier still hit fo
     for (int32_t b = 0; b < 4; ++b) CHECK(!s.contains(p, b));
   }
 }
+
+TEST_CASE("Blocks of two lineages are two blocks, whatever their tokens", "[kvstore][lora]") {
+  // The base model's KV and a LoRA adapter's for the same prompt differ;
+  // each is found only under its own lineage, and goes down with it.
+  KvHostStore s(kF32, 3 * (kF32.block_bytes() + 64), KvHostDtype::same);
+  const auto p = prompt_of(8, 100);
+  const uint64_t a = kv_adapter_lineage("0123456789abcdef", 1.0f);
+  const auto base0 = floats_of(kF32, 1), a0 = floats_of(kF32, 2);
+  CHECK(a != 0);
+  CHECK(a != kv_adapter_lineage("0123456789abcdef", 0.5f));  // the scale it was loaded at counts
+  CHECK(a != kv_adapter_lineage("0123456789abcdee", 1.0f));
+  CHECK(kv_block_key(kF32, p, 0, a) != kv_block_key(kF32, p, 0));
+  REQUIRE(s.store(p, 0, base0));
+  CHECK_FALSE(s.contains(p, 0, a));
+  CHECK_FALSE(s.load(p, 0, a));
+  REQUIRE(s.store(p, 0, a0, nullptr, a));
+  CHECK(s.load(p, 0) == base0);
+  CHECK(s.load(p, 0, a) == a0);
+  CHECK(s.peek(p, 0, a) == a0);
+  // A full tier hands the adapter's block down with its lineage.
+  std::vector<KvDemotedBlock> down;
+  REQUIRE(s.store(p, 1, floats_of(kF32, 3), &down, a));
+  REQUIRE(s.store(prompt_of(8, 300), 0, floats_of(kF32, 4), &down));
+  REQUIRE(s.store(prompt_of(8, 500), 0, floats_of(kF32, 5), &down));
+  REQUIRE(down.size() >= 2);
+  CHECK(down[0].lineage == 0);  // base0, the least recently used
+  CHECK(down[0].data == base0);
+  CHECK(down[1].lineage == a);
+  CHECK(down[1].data == a0);
+  CHECK(s.check().empty());
+}

@@ -21,6 +21,7 @@
 #include "model/default_model.hpp"
 #include "model/draft_model.hpp"
 #include "model/gguf_file.hpp"
+#include "model/model_fingerprint.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tests/model/lora_file.hpp"
 #include "tests/model/tiny_llama_gguf.hpp"
@@ -2021,6 +2022,111 @@ TEST_CASE("Requests with LoRA adapters share prefixes only with their own adapte
   gone.adapter = 1;
   CHECK(all.scheduler.submit(gone));
   require_no_leak(all);
+  std::filesystem::remove(pa);
+  std::filesystem::remove(pb);
+}
+
+TEST_CASE("An adapter's prompt goes to the KV tiers under its file's lineage and comes back for that adapter only, also in a fresh engine under another id", "[scheduler][lora]") {
+  // The tiers below the pool key an adapter's blocks by its file's
+  // fingerprint and the scale it was loaded at (kv_adapter_lineage), not by
+  // its id, which a restart or a reload changes: the same file at the same
+  // scale finds them, in this engine or the next; the base model, another
+  // adapter or the same file at another scale never does.
+  SchedulerConfig sc = config();
+  sc.vocab_size = weights().config.vocab_size;
+  const ModelConfig& mc = weights().config;
+  const auto tmp = std::filesystem::temp_directory_path();
+  const auto dir = tmp / ("actorlm-sched-lora-tiers-" + std::to_string(std::random_device{}()));
+  const std::string pa = (tmp / "actorlm_sched_tier_lora_a.gguf").string(), pb = (tmp / "actorlm_sched_tier_lora_b.gguf").string();
+  test::write_adapter(pa, mc, {0, 2, 6}, 8, 16.0f, 31, false, 0.3f);
+  test::write_adapter(pb, mc, {1, 3, 4}, 4, 0.0f, 32, false, 0.1f);
+  const uint64_t la = kv_adapter_lineage(model_fingerprint(pa), 1.0f), lb = kv_adapter_lineage(model_fingerprint(pb), 1.0f);
+  const Ids prompt = tier_prompt(), other = other_prompt();
+  const int32_t loadable = static_cast<int32_t>((prompt.size() - 1) / 16 * 16);
+  // Two of the four pairings (each runs the real model a dozen times).
+  auto [page, policy] = GENERATE(std::pair{16, HiCacheWritePolicy::write_through}, std::pair{1, HiCacheWritePolicy::write_back});
+  INFO("page " << page << ", " << write_policy_name(policy));
+  uint64_t next = 1;
+  auto run = [&](Engine& e, const Ids& p, int32_t adapter) {
+    Request r = make(next++, p, 6);
+    r.stop.ignore_eos = true;
+    r.adapter = adapter;
+    const uint64_t id = r.id;
+    REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
+    Outcome out;
+    while (!e.scheduler.idle()) {
+      for (const auto& ev : e.scheduler.step()) {
+        if (ev.id != id || ev.token < 0) continue;
+        if (out.tokens.empty()) out.first_logprob = ev.logprob;
+        out.tokens.push_back(ev.token);
+        out.cached = ev.cached_tokens;
+      }
+    }
+    if (e.tiers) e.tiers->drain();
+    return out;
+  };
+  // What each computes in a pool big enough to keep everything.
+  Engine plain(4096, page, sc);
+  plain.runner.add_adapter(1, load_lora_adapter(pa, mc));
+  plain.runner.add_adapter(2, load_lora_adapter(pb, mc));
+  plain.scheduler.add_adapter(1);
+  plain.scheduler.add_adapter(2);
+  const Outcome base = run(plain, prompt, 0), with_a = run(plain, prompt, 1), with_b = run(plain, prompt, 2);
+  REQUIRE(with_a.tokens != base.tokens);
+  {
+    // A pool of 160 tokens: each prompt pushes the one before out.
+    Engine e(160, page, sc, 40, {.disk_dir = dir.string(), .host_bytes = int64_t{1} << 28, .policy = policy});
+    e.runner.add_adapter(1, load_lora_adapter(pa, mc));
+    e.runner.add_adapter(2, load_lora_adapter(pb, mc));
+    e.scheduler.add_adapter(1, la);
+    e.scheduler.add_adapter(2, lb);
+    CHECK(run(e, prompt, 1).tokens == with_a.tokens);
+    run(e, other, 0);
+    CHECK(e.host->stats().stored > 0);  // the adapter's blocks, after its prefill or as the pool let them go
+    auto tier_hits = [&] { return e.scheduler.stats().host_hit_tokens + e.scheduler.stats().disk_hit_tokens; };
+    const Outcome b_model = run(e, prompt, 0);
+    CHECK(tier_hits() == 0);  // not the adapter's blocks (at most the pool's match with `other`'s first token)
+    CHECK(b_model.tokens == base.tokens);
+    const Outcome b_adapter = run(e, prompt, 2);
+    CHECK(tier_hits() == 0);
+    CHECK(b_adapter.cached == 0);
+    CHECK(b_adapter.tokens == with_b.tokens);
+    run(e, other, 0);
+    const int64_t hits = e.scheduler.stats().host_hit_tokens;
+    const Outcome again = run(e, prompt, 1);
+    CHECK(again.cached == loadable);
+    CHECK(again.tokens == with_a.tokens);
+    CHECK(again.first_logprob == with_a.first_logprob);  // bit for bit
+    CHECK(e.scheduler.stats().host_hit_tokens > hits);
+    CHECK(e.tiers->check().empty());
+    require_no_leak(e);
+  }
+  if (policy == HiCacheWritePolicy::write_through) {
+    // Everything was written through to disk. A fresh engine loads a under
+    // another id, from its file's lineage; at another scale a's KV is
+    // another's; an adapter with no lineage keeps out of the tiers.
+    Engine f(4096, page, sc, 40, {.disk_dir = dir.string()});
+    f.runner.add_adapter(7, load_lora_adapter(pa, mc));
+    f.runner.add_adapter(8, load_lora_adapter(pa, mc, 0.5f));
+    f.runner.add_adapter(9, load_lora_adapter(pb, mc));
+    f.scheduler.add_adapter(7, la);
+    f.scheduler.add_adapter(8, kv_adapter_lineage(model_fingerprint(pa), 0.5f));
+    f.scheduler.add_adapter(9);
+    const Outcome half = run(f, prompt, 8);
+    CHECK(half.cached == 0);
+    const int64_t stored = f.disk->stats().stored;
+    const Outcome unnamed = run(f, prompt, 9);
+    CHECK(unnamed.cached == 0);
+    CHECK(unnamed.tokens == with_b.tokens);
+    CHECK(f.disk->stats().stored == stored);  // nothing of it written
+    const Outcome loaded = run(f, prompt, 7);
+    CHECK(loaded.cached == loadable);
+    CHECK(loaded.tokens == with_a.tokens);
+    CHECK(loaded.first_logprob == with_a.first_logprob);
+    CHECK(f.scheduler.stats().disk_hit_tokens == loadable);
+    require_no_leak(f);
+  }
+  std::filesystem::remove_all(dir);
   std::filesystem::remove(pa);
   std::filesystem::remove(pb);
 }

@@ -19,6 +19,11 @@ the default model, scripts/reference/lora_fixture.py):
   load nothing; unloading an adapter a request still uses is a 409, and
   after its request it unloads and its name is a 404; without --lora-dir
   loading is a 403;
+- the disk tier (--hicache-storage-dir) keeps an adapter's prompt under
+  its file, not its id: after a restart the adapter loaded again (at run
+  time under another id, or at start) finds it there and answers the same,
+  while the base model, and another adapter under the id it had, find
+  nothing of it;
 - a bad --lora at start (a model file, a missing file, a bad name) exits 2
   with the reason; the server stays healthy and leaks no KV row throughout.
 
@@ -248,14 +253,50 @@ def bad_start(folder):
     print("bad --lora flags refused at start")
 
 
+def adapters_in_the_disk_tier(folder):
+    # Under their own names: a file's fingerprint includes its name.
+    for f in (A, B):
+        shutil.copy(f, folder)
+    disk = os.path.join(folder, "kv")
+    flags = ["--kv-tokens", "4096", "--lora-dir", folder, "--hicache-storage-dir", disk]
+    long_prompt = " ".join(f"Harbour log entry {i}: the tide turned at {i % 12} and the boats came home." for i in range(30))
+
+    def load(port, name, path):
+        status, r = call(port, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        check(status == 200, f"load {name}: {status} {r}")
+
+    with ServerProcess(BIN, flags) as server:
+        load(server.port, "a", os.path.basename(A))  # id 1 here
+        with_a, cached, _ = text_of(server.port, model="a", prompt=long_prompt, max_tokens=12)
+        check(cached == 0, f"a fresh disk tier served {cached} tokens")
+    with ServerProcess(BIN, flags) as server:
+        load(server.port, "b", os.path.basename(B))  # id 1 now: a's old id
+        load(server.port, "a", os.path.basename(A))  # id 2
+        _, cached_b, _ = text_of(server.port, model="b", prompt=long_prompt, max_tokens=12)
+        check(cached_b == 0, f"adapter b, under the id a had, was served {cached_b} of a's tokens")
+        _, cached_base, _ = text_of(server.port, prompt=long_prompt, max_tokens=12)
+        check(cached_base == 0, f"the base model was served {cached_base} of an adapter's tokens")
+        again, cached_a, _ = text_of(server.port, model="a", prompt=long_prompt, max_tokens=12)
+        check(cached_a >= 256, f"adapter a loaded again found {cached_a} of its tokens on disk")
+        check(again == with_a, f"adapter a from the disk tier answered {again!r}, computed {with_a!r}")
+    with ServerProcess(BIN, ["--kv-tokens", "4096", "--hicache-storage-dir", disk, "--lora", f"a={os.path.join(folder, os.path.basename(A))}"]) as server:
+        at_start, cached_a, _ = text_of(server.port, model="a", prompt=long_prompt, max_tokens=12)
+        check(cached_a >= 256 and at_start == with_a, f"a at start: {cached_a} cached, {at_start!r}")
+    print(f"  disk tier: a's {cached_a} tokens found again after restarts (at run time under another id, and at "
+          "start); none served to b under a's old id or to the base model")
+
+
 def main():
     start_time_adapters()
     folder = tempfile.mkdtemp(prefix="actorlm_lora_")
+    tiers = tempfile.mkdtemp(prefix="actorlm_lora_tiers_")
     try:
         run_time_adapters(folder)
         bad_start(folder)
+        adapters_in_the_disk_tier(tiers)
     finally:
         shutil.rmtree(folder)
+        shutil.rmtree(tiers)
     print("lora: all checks passed")
 
 
