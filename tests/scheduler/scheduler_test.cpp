@@ -786,9 +786,10 @@ struct Outcome {
   int32_t cached = 0;
 };
 
-Outcome run_one(Engine& e, uint64_t id, const Ids& prompt, int max_new = 6) {
+Outcome run_one(Engine& e, uint64_t id, const Ids& prompt, int max_new = 6, int32_t adapter = 0) {
   Request r = make(id, prompt, max_new);
   r.stop.ignore_eos = true;
+  r.adapter = adapter;
   REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
   Outcome out;
   while (!e.scheduler.idle()) {
@@ -2048,21 +2049,8 @@ TEST_CASE("An adapter's prompt goes to the KV tiers under its file's lineage and
   INFO("page " << page << ", " << write_policy_name(policy));
   uint64_t next = 1;
   auto run = [&](Engine& e, const Ids& p, int32_t adapter) {
-    Request r = make(next++, p, 6);
-    r.stop.ignore_eos = true;
-    r.adapter = adapter;
-    const uint64_t id = r.id;
-    REQUIRE_FALSE(e.scheduler.submit(std::move(r)));
-    Outcome out;
-    while (!e.scheduler.idle()) {
-      for (const auto& ev : e.scheduler.step()) {
-        if (ev.id != id || ev.token < 0) continue;
-        if (out.tokens.empty()) out.first_logprob = ev.logprob;
-        out.tokens.push_back(ev.token);
-        out.cached = ev.cached_tokens;
-      }
-    }
-    if (e.tiers) e.tiers->drain();
+    Outcome out = run_one(e, next++, p, 6, adapter);
+    if (e.tiers) e.tiers->drain();  // its stores, done on the tiers' thread
     return out;
   };
   // What each computes in a pool big enough to keep everything.
