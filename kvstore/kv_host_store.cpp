@@ -167,8 +167,9 @@ std::optional<uint64_t> KvHostStore::held(std::span<const int32_t> prompt, int32
   const uint64_t key = kv_block_key(layout_, prompt, block, lineage);
   auto it = index_.find(key);
   // Every token, lengths included, and the lineage: a colliding key is a miss.
-  if (it == index_.end() || it->second.lineage != lineage || !std::equal(it->second.prompt.begin(), it->second.prompt.end(), prompt.begin(),
-                                        prompt.begin() + static_cast<std::ptrdiff_t>(end))) {
+  if (it == index_.end() || it->second.lineage != lineage ||
+      !std::equal(it->second.prompt.begin(), it->second.prompt.end(), prompt.begin(),
+                  prompt.begin() + static_cast<std::ptrdiff_t>(end))) {
     return std::nullopt;
   }
   return key;
