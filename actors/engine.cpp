@@ -305,6 +305,7 @@ TextDeltaEvent Engine::generate(const GenerateOptions& o, const std::function<vo
   g.priority = o.priority;
   g.tenant = o.tenant;
   g.tenant_weight = o.tenant_weight;
+  g.tenant_kv_quota = o.tenant_kv_quota;
   g.adapter_scale = o.adapter_scale;
   g.max_draft_tokens = o.max_draft_tokens;
   g.prediction = o.prediction;

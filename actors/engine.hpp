@@ -158,6 +158,8 @@ struct GenerateOptions {
   // 0: the engine's own table.
   int32_t tenant = 0;
   double tenant_weight = 0;
+  // The same for its KV quota in tokens (QueuePolicy::tenant_kv_quotas).
+  int64_t tenant_kv_quota = 0;
   // Speculative decoding: the most tokens drafted per step (llama-server's
   // speculative.n_max; -1: the engine's, 0: none, never more than the
   // engine's), and OpenAI's predicted output: text the output is expected

@@ -50,6 +50,8 @@ fb::EngineStatsT to_message(const EngineStatsSnapshot& s) {
   m.spec_table_drafted_tokens_total = x.spec_table_drafted;
   m.preemptions_total = x.preemptions;
   m.share_preemptions_total = x.share_preemptions;
+  m.kv_quota_retractions_total = x.kv_quota_retractions;
+  m.kv_quota_finishes_total = x.kv_quota_finishes;
   m.queue_rejections_total = x.queue_rejections;
   m.queue_timeouts_total = x.queue_timeouts;
   m.spec_accepted_tokens_total = x.spec_accepted;
@@ -114,6 +116,8 @@ EngineStatsSnapshot from_message(const fb::EngineStatsT& m) {
   x.spec_table_drafted = m.spec_table_drafted_tokens_total;
   x.preemptions = m.preemptions_total;
   x.share_preemptions = m.share_preemptions_total;
+  x.kv_quota_retractions = m.kv_quota_retractions_total;
+  x.kv_quota_finishes = m.kv_quota_finishes_total;
   x.queue_rejections = m.queue_rejections_total;
   x.queue_timeouts = m.queue_timeouts_total;
   x.spec_accepted = m.spec_accepted_tokens_total;
@@ -145,7 +149,8 @@ void add_node(EngineStatsSnapshot& t, NodeStatsSnapshot& row, const EngineStatsS
                      &SchedulerStats::worker_resets, &SchedulerStats::reset_requests,
                      &SchedulerStats::spec_drafted, &SchedulerStats::spec_accepted,
                      &SchedulerStats::spec_table_drafted, &SchedulerStats::preemptions, &SchedulerStats::share_preemptions,
-                     &SchedulerStats::queue_rejections, &SchedulerStats::queue_timeouts}) {
+                     &SchedulerStats::queue_rejections, &SchedulerStats::queue_timeouts,
+                     &SchedulerStats::kv_quota_retractions, &SchedulerStats::kv_quota_finishes}) {
     a.*field += b.*field;
   }
   for (size_t i = 0; i < a.spec_accept_lengths.size(); ++i) a.spec_accept_lengths[i] += b.spec_accept_lengths[i];

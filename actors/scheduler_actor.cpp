@@ -56,6 +56,7 @@ Request request_from(const fb::TokenizedRequest& m, std::optional<std::string>& 
   r.adapter = m.adapter();
   r.tenant = m.tenant();
   r.tenant_weight = m.tenant_weight();
+  r.tenant_kv_quota = m.tenant_kv_quota();
   r.adapter_scale = m.adapter_scale();
   const size_t n_stacked = m.stacked_adapters() ? m.stacked_adapters()->size() : 0;
   if (n_stacked != (m.stacked_scales() ? m.stacked_scales()->size() : 0)) {

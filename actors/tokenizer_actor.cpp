@@ -144,6 +144,7 @@ caf::behavior tokenizer_actor(caf::stateful_actor<TokenizerState>* self, std::sh
     t.adapter = g.adapter();
     t.tenant = g.tenant();
     t.tenant_weight = g.tenant_weight();
+    t.tenant_kv_quota = g.tenant_kv_quota();
     t.adapter_scale = g.adapter_scale();
     if (g.stacked_adapters()) t.stacked_adapters.assign(g.stacked_adapters()->begin(), g.stacked_adapters()->end());
     if (g.stacked_scales()) t.stacked_scales.assign(g.stacked_scales()->begin(), g.stacked_scales()->end());

@@ -171,7 +171,9 @@ int serve_command(int argc, char** argv, int first) {
   if (auto path = args.str("--tenants")) {
     try {
       sc.tenants = read_tenants_file(*path);
-      ec.scheduler.queue.tenant_weights = Tenants(sc.api_key, sc.tenants).weights();
+      const Tenants tenants(sc.api_key, sc.tenants);
+      ec.scheduler.queue.tenant_weights = tenants.weights();
+      ec.scheduler.queue.tenant_kv_quotas = tenants.kv_quotas();
     } catch (const std::invalid_argument& e) {
       throw cli::UsageError(std::string("--tenants: ") + e.what());
     }

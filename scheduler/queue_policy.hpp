@@ -55,6 +55,19 @@ struct QueuePolicy {
     return tenant >= 0 && static_cast<size_t>(tenant) < tenant_weights.size() ? tenant_weights[static_cast<size_t>(tenant)]
                                                                                : 1.0;
   }
+  // Tenants' KV quotas (the tenants file's max_kv_tokens): tenant t's
+  // running requests claim at most tenant_kv_quotas[t] tokens of KV
+  // between them, each claiming its prompt and output and the token it
+  // computes next (kv_claim). A prefix shared by several of them counts for
+  // each, so the rows they hold are never more than the quota. 0 or absent:
+  // no quota.
+  std::vector<int64_t> tenant_kv_quotas;
+  int64_t kv_quota(int32_t tenant) const {
+    return tenant >= 0 && static_cast<size_t>(tenant) < tenant_kv_quotas.size()
+               ? tenant_kv_quotas[static_cast<size_t>(tenant)]
+               : 0;
+  }
+  static int64_t kv_claim(const Request& r) { return static_cast<int64_t>(r.prompt.size() + r.output.size()) + 1; }
   // --tenant-preemption: with a fair share, when no place is free, a
   // tenant below its share may take a place from the one furthest above its
   // own (share_victim). Off: shares are met only as places free up.

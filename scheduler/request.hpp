@@ -68,6 +68,8 @@ inline bool adapter_key(int32_t key) { return key >= kAdapterVocabLimit; }
 // The most tenants one server has (server/tenants.hpp).
 inline constexpr int32_t kMaxTenant = 1024;
 inline constexpr double kMaxTenantWeight = 1000;
+// The largest KV quota a tenant may have, in tokens (QueuePolicy::tenant_kv_quotas).
+inline constexpr int64_t kMaxTenantKvTokens = int64_t{1} << 40;
 
 // OpenAI's limit on alternatives per token.
 inline constexpr int kMaxTopLogprobs = 20;
@@ -111,6 +113,9 @@ struct Request {
   // tenants file: the scheduler takes it into its table (0: the table's).
   // In [0, kMaxTenantWeight].
   double tenant_weight = 0;
+  // Its KV quota in tokens, sent the same way (QueuePolicy::tenant_kv_quotas;
+  // 0: the table's). In [0, kMaxTenantKvTokens].
+  int64_t tenant_kv_quota = 0;
   // The LoRA adapter it runs with (the worker's id, 1..kMaxAdapterId); 0:
   // the base model. adapter_scale multiplies the adapter's own scale for
   // this request: 0 < |s| <= kMaxAdapterScale, 1 without an adapter.

@@ -137,6 +137,15 @@ std::optional<std::string> Scheduler::refusal(const Request& r) const {
   if (!(r.tenant_weight >= 0 && r.tenant_weight <= kMaxTenantWeight)) {
     return "a tenant's weight must be in [0, " + std::to_string(static_cast<int>(kMaxTenantWeight)) + "]";
   }
+  if (r.tenant_kv_quota < 0 || r.tenant_kv_quota > kMaxTenantKvTokens) {
+    return "a tenant's KV quota must be in [0, " + std::to_string(kMaxTenantKvTokens) + "] tokens";
+  }
+  if (const int64_t quota = r.tenant_kv_quota > 0 ? r.tenant_kv_quota : config_.queue.kv_quota(r.tenant);
+      quota > 0 && QueuePolicy::kv_claim(r) > quota) {
+    return "the prompt" + std::string(r.output.empty() ? "" : " and the output to resume from") + " (" +
+           std::to_string(r.prompt.size() + r.output.size()) + " tokens) leave no room in its tenant's KV quota of " +
+           std::to_string(quota) + " tokens (max_kv_tokens) for a token more";
+  }
   if (r.max_draft_tokens < -1 || r.max_draft_tokens > kMaxDraftTokens) {
     return "the most draft tokens per step (speculative.n_max) must be in [0, " + std::to_string(kMaxDraftTokens) +
            "]";
@@ -246,6 +255,11 @@ std::optional<std::string> Scheduler::submit(Request r, ErrorKind* kind) {
     auto& w = config_.queue.tenant_weights;
     if (w.size() <= static_cast<size_t>(r.tenant)) w.resize(static_cast<size_t>(r.tenant) + 1, 1.0);
     w[static_cast<size_t>(r.tenant)] = r.tenant_weight;
+  }
+  if (r.tenant > 0 && r.tenant_kv_quota > 0) {
+    auto& quotas = config_.queue.tenant_kv_quotas;
+    if (quotas.size() <= static_cast<size_t>(r.tenant)) quotas.resize(static_cast<size_t>(r.tenant) + 1, 0);
+    quotas[static_cast<size_t>(r.tenant)] = r.tenant_kv_quota;
   }
   r.arrival = next_arrival_++;
   r.queued_at = now();
@@ -639,11 +653,15 @@ std::vector<Scheduler::Planned> Scheduler::plan_prefill() {
   }
   std::vector<size_t> chosen;
   int64_t estimate = budget;
+  std::vector<int64_t> claims = kv_claims();
   for (size_t i : order) {
     if (chosen.size() == room || estimate <= 0) break;
     if (suspects && waiting_[i].step_failures == 0) continue;
     if (awaits_prefetch(waiting_[i])) continue;
     if (waits_for_urgent(waiting_[i])) break;  // sorted by rank first: the rest are less urgent still
+    // Its tenant's KV quota full: it waits, and other tenants' requests
+    // go past it.
+    if (!claim_kv(waiting_[i], claims)) continue;
     int64_t need = static_cast<int64_t>(fills[i].size()) - cached[i];
     if (config_.chunked_prefill_size == 0 && need > estimate && !chosen.empty()) break;
     chosen.push_back(i);
@@ -824,7 +842,12 @@ void Scheduler::preempt_for_priority() {
     }
   }
   if (!urgent && static_cast<int64_t>(running_.size()) >= config_.max_running_requests) {
-    for (const auto& w : waiting_) consider(w);
+    // Not one its tenant's KV quota holds back: a place freed for it
+    // would go to nobody.
+    const std::vector<int64_t> claims = kv_claims();
+    for (const auto& w : waiting_) {
+      if (fits_kv_quota(w, claims)) consider(w);
+    }
   }
   if (!urgent) return;
   // The least urgent running request that is free to go back.
@@ -867,10 +890,89 @@ void Scheduler::preempt_for_share() {
     movable.push_back(!r.frozen && !r.loading && r.streamed == 0);
   }
   q.share(queue, places_by_tenant(), order);
+  if (!fits_kv_quota(*queue[order.front()], kv_claims())) return;  // its own quota holds it back
   const std::optional<size_t> victim = q.share_victim(*queue[order.front()], running, movable);
   if (!victim) return;
   retract(*victim);
   ++stats_.share_preemptions;
+}
+
+std::vector<int64_t> Scheduler::kv_claims() const {
+  const size_t tenants = config_.queue.tenant_kv_quotas.size();
+  std::vector<int64_t> claims(tenants, 0);
+  for (const auto& r : running_) {
+    const int32_t t = r.req.tenant;
+    if (t >= 0 && static_cast<size_t>(t) < tenants) claims[static_cast<size_t>(t)] += QueuePolicy::kv_claim(r.req);
+  }
+  return claims;
+}
+
+bool Scheduler::fits_kv_quota(const Request& q, const std::vector<int64_t>& claims) const {
+  const int64_t quota = config_.queue.kv_quota(q.tenant);
+  if (quota <= 0) return true;
+  const int64_t held = claims[static_cast<size_t>(q.tenant)];
+  return held == 0 || QueuePolicy::kv_claim(q) <= quota - held;
+}
+
+bool Scheduler::claim_kv(const Request& q, std::vector<int64_t>& claims) const {
+  const int64_t quota = config_.queue.kv_quota(q.tenant);
+  if (quota <= 0) return true;
+  int64_t& held = claims[static_cast<size_t>(q.tenant)];
+  // One that does not fit holds back its tenant's later ones too: a
+  // tenant's requests start in the queue's order, so a small newcomer never
+  // keeps a retracted one (its client part way through) waiting.
+  held = fits_kv_quota(q, claims) ? held + QueuePolicy::kv_claim(q) : std::numeric_limits<int64_t>::max();
+  return held != std::numeric_limits<int64_t>::max();
+}
+
+void Scheduler::keep_kv_quotas(std::vector<TokenEvent>& events) {
+  const QueuePolicy& policy = config_.queue;
+  if (policy.tenant_kv_quotas.empty()) return;
+  std::vector<bool> stuck(policy.tenant_kv_quotas.size(), false);
+  for (;;) {
+    // A tenant whose running requests claim more than its quota: each
+    // decode grew them by a token (drafts never take them past it:
+    // add_drafts).
+    const std::vector<int64_t> claims = kv_claims();
+    size_t t = 0;
+    while (t < claims.size() && (stuck[t] || policy.tenant_kv_quotas[t] <= 0 || claims[t] <= policy.tenant_kv_quotas[t])) ++t;
+    if (t == claims.size()) return;
+    const int64_t quota = policy.tenant_kv_quotas[t];
+    // Its least urgent, newest request free to go back, as under a short pool.
+    std::optional<size_t> victim;
+    size_t mine = 0;
+    for (size_t i = 0; i < running_.size(); ++i) {
+      const Running& r = running_[i];
+      if (static_cast<size_t>(r.req.tenant) != t || r.req.tenant < 0) continue;
+      ++mine;
+      if (r.frozen || r.loading || r.streamed > 0) continue;
+      if (!victim || policy.goes_back_before(r.req, running_[*victim].req)) victim = i;
+    }
+    if (!victim) {
+      stuck[t] = true;  // nothing of it may move now: it waits for its requests to end
+      continue;
+    }
+    Running& r = running_[*victim];
+    if (mine > 1 && QueuePolicy::kv_claim(r.req) <= quota) {
+      // Back to wait, its output kept: it goes on when the tenant's other
+      // requests have made room.
+      retract(*victim);
+      ++stats_.kv_quota_retractions;
+      continue;
+    }
+    // It could not run again within the quota even alone: the quota bounds
+    // its length as the context does.
+    if (r.decoding) {
+      finish(r, FinishReason::length, events);
+    } else {
+      finish(r, FinishReason::error, events,
+             "its " + std::to_string(r.req.prompt.size() + r.req.output.size()) +
+                 " tokens leave no room in its tenant's KV quota of " + std::to_string(quota) + " tokens",
+             ErrorKind::invalid_request);
+    }
+    running_.erase(running_.begin() + static_cast<ptrdiff_t>(*victim));
+    ++stats_.kv_quota_finishes;
+  }
 }
 
 void Scheduler::expire_waiting(std::vector<TokenEvent>& events) {
@@ -973,8 +1075,19 @@ void Scheduler::add_drafts(std::vector<Planned>& plan) {
     rate.push_back(p.run->pace.rate(prior));
   }
   const std::vector<int32_t> keep = draft_cost_.allot(available, rate, static_cast<int64_t>(plan.size()));
+  // Accepted drafts are output: no more of them than the tenant's KV quota
+  // has room for beside what its requests claim already.
+  std::vector<int64_t> room = kv_claims();
+  for (size_t t = 0; t < room.size(); ++t) room[t] = config_.queue.tenant_kv_quotas[t] - room[t];
   for (size_t i = 0; i < plan.size(); ++i) {
-    drafts[i].resize(static_cast<size_t>(keep[i]));
+    int64_t n = keep[i];
+    const int32_t t = plan[i].run->req.tenant;
+    const bool quota = config_.queue.kv_quota(t) > 0;
+    if (quota) {
+      n = std::clamp<int64_t>(room[static_cast<size_t>(t)], 0, n);
+      room[static_cast<size_t>(t)] -= n;
+    }
+    drafts[i].resize(static_cast<size_t>(n));
     if (!drafts[i].empty()) take_drafts(*plan[i].run, plan[i], std::move(drafts[i]));
   }
 }
@@ -1271,6 +1384,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule(std::vector<TokenEvent>& eve
   const bool waits = config_.tiers && config_.prefetch_policy != HiCachePrefetchPolicy::best_effort;
   if (waits) prefetch_waiting();
   if (config_.tiers) load_budget_ = load_budget();
+  keep_kv_quotas(events);
   const int64_t preempted = stats_.preemptions;
   preempt_for_priority();
   if (stats_.preemptions == preempted) preempt_for_share();  // one a step

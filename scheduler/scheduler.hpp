@@ -155,6 +155,10 @@ struct SchedulerStats {
   // Fair share (--tenant-preemption): running requests sent back so a
   // tenant below its share gets a place (counted in retractions too).
   int64_t share_preemptions = 0;
+  // Tenants' KV quotas: running requests sent back to wait because their
+  // tenant's claimed more (counted in retractions too), and requests ended
+  // because they alone filled it (length; error for one not decoding).
+  int64_t kv_quota_retractions = 0, kv_quota_finishes = 0;
   int64_t spec_verifies() const {
     int64_t n = 0;
     for (int64_t v : spec_accept_lengths) n += v;
@@ -352,6 +356,19 @@ class Scheduler {
   // Running requests by tenant as QueuePolicy::share counts them (the last
   // entry: tenants outside the weight table).
   std::vector<int64_t> places_by_tenant() const;
+  // Tenants' KV quotas (QueuePolicy::tenant_kv_quotas). kv_claims: what
+  // each tenant's running requests claim, by tenant id (the quota table's
+  // size). fits_kv_quota: whether `q` may start beside them (a tenant with
+  // nothing running always may: keep_kv_quotas holds it to the quota as it
+  // grows); claim_kv also adds its claim when it does, and when it does
+  // not closes the tenant to later ones in this pass. keep_kv_quotas,
+  // before each step's admission: a tenant past its quota sends its least
+  // urgent, newest request back to wait, or ends the one that alone fills
+  // it (finish reason length).
+  std::vector<int64_t> kv_claims() const;
+  bool fits_kv_quota(const Request& q, const std::vector<int64_t>& claims) const;
+  bool claim_kv(const Request& q, std::vector<int64_t>& claims) const;
+  void keep_kv_quotas(std::vector<TokenEvent>& events);
   // Whose text in the n-gram table a request may draft from and adds to:
   // its tenant's (NgramTable's spaces).
   static uint64_t table_space(const Request& q) { return static_cast<uint32_t>(q.tenant); }

@@ -336,6 +336,23 @@ MUTANTS = [
            "  if (false) {\n",
            ["scheduler_scheduler_policy_test"],
            catch_runs(["scheduler_scheduler_policy_test"], "[tenants]")),
+    # Issue 38: a tenant's KV quota is kept as its requests grow, not only at
+    # admission; drafts are trimmed to it (a speculating request would
+    # otherwise run past it by a verify's tokens).
+    Mutant("kv-quota-unkept",
+           "a tenant's running requests grow past its KV quota (only admission looks at it)",
+           "scheduler/scheduler.cpp",
+           "  keep_kv_quotas(events);\n  const int64_t preempted",
+           "  const int64_t preempted",
+           ["scheduler_scheduler_policy_test"],
+           catch_runs(["scheduler_scheduler_policy_test"], "[tenants]")),
+    Mutant("kv-quota-drafts-untrimmed",
+           "a speculating request's drafts take its tenant past its KV quota",
+           "scheduler/scheduler.cpp",
+           "    const bool quota = config_.queue.kv_quota(t) > 0;\n",
+           "    const bool quota = false;\n",
+           ["scheduler_scheduler_policy_test"],
+           catch_runs(["scheduler_scheduler_policy_test"], "[tenants]")),
     # Issue 36: a remote worker node that came back lost its KV; a prefix
     # cache still pointing into its rows would feed requests garbage.
     Mutant("reset-keeps-cache",

@@ -200,8 +200,11 @@ void Completions::run(const std::shared_ptr<http::Connection>& connection, Route
     GenerateOptions o = r.options;
     o.tenant = tenant;
     // Carried with the request: a cluster's engine nodes have no tenants
-    // file of their own (Request::tenant_weight).
-    if (tenants_ && tenant > 0) o.tenant_weight = tenants_->weight(tenant);
+    // file of their own (Request::tenant_weight, tenant_kv_quota).
+    if (tenants_ && tenant > 0) {
+      o.tenant_weight = tenants_->weight(tenant);
+      o.tenant_kv_quota = tenants_->kv_quota(tenant);
+    }
     const api::Prompt& prompt = prompts[static_cast<size_t>(index / r.n)];
     o.prompt = prompt.text;
     o.input_ids = prompt.ids;

@@ -52,6 +52,12 @@ std::string metrics_text(const EngineStatsSnapshot& st) {
   metric("actorlm_share_preemptions_total", "counter",
          "Running requests sent back so a tenant below its share of the batch got a place (--tenant-preemption).",
          double(st.scheduler.share_preemptions));
+  metric("actorlm_kv_quota_retractions_total", "counter",
+         "Running requests sent back to wait because their tenant's requests claimed more than its max_kv_tokens.",
+         double(st.scheduler.kv_quota_retractions));
+  metric("actorlm_kv_quota_finishes_total", "counter",
+         "Requests ended (finish reason length) because they alone filled their tenant's max_kv_tokens.",
+         double(st.scheduler.kv_quota_finishes));
   metric("actorlm_queue_rejected_requests_total", "counter",
          "Requests refused with 429 because the queue was full (--max-queued-requests).",
          double(st.scheduler.queue_rejections));

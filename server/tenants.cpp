@@ -1,5 +1,6 @@
 #include "server/tenants.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -7,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "scheduler/request.hpp"
 #include "server/http_guard.hpp"
 
 namespace actorlm {
@@ -44,10 +46,12 @@ std::vector<TenantSpec> parse_tenants(std::string_view json_text) {
         t.weight = value.get<double>();
       } else if (key == "tokens_per_minute" && value.is_number_integer()) {
         t.tokens_per_minute = value.get<int64_t>();
+      } else if (key == "max_kv_tokens" && value.is_number_integer()) {
+        t.max_kv_tokens = value.get<int64_t>();
       } else {
         throw std::invalid_argument(where + ": '" + key.substr(0, 64) +
                                     "' is not a field (name, api_key: strings; weight: a number; "
-                                    "tokens_per_minute: an integer)");
+                                    "tokens_per_minute, max_kv_tokens: integers)");
       }
     }
     if (!valid_name(t.name)) {
@@ -58,6 +62,10 @@ std::vector<TenantSpec> parse_tenants(std::string_view json_text) {
     }
     if (!(t.weight > 0 && t.weight <= 1000)) throw std::invalid_argument(where + " (" + t.name + "): weight must be in (0, 1000]");
     if (t.tokens_per_minute < 0) throw std::invalid_argument(where + " (" + t.name + "): tokens_per_minute must be >= 0");
+    if (t.max_kv_tokens < 0 || t.max_kv_tokens > kMaxTenantKvTokens) {
+      throw std::invalid_argument(where + " (" + t.name + "): max_kv_tokens must be in [0, " +
+                                  std::to_string(kMaxTenantKvTokens) + "] (0: no quota)");
+    }
     if (!names.insert(t.name).second) throw std::invalid_argument(where + ": the name " + t.name + " is taken");
     if (!keys.insert(t.api_key).second) throw std::invalid_argument(where + " (" + t.name + "): its api_key is another tenant's");
     out.push_back(std::move(t));
@@ -100,6 +108,17 @@ const std::string& Tenants::name(int32_t tenant) const {
 
 double Tenants::weight(int32_t tenant) const {
   return tenant >= 1 && tenant <= static_cast<int32_t>(specs_.size()) ? specs_[static_cast<size_t>(tenant - 1)].weight : 1.0;
+}
+
+int64_t Tenants::kv_quota(int32_t tenant) const {
+  return tenant >= 1 && tenant <= static_cast<int32_t>(specs_.size()) ? specs_[static_cast<size_t>(tenant - 1)].max_kv_tokens : 0;
+}
+
+std::vector<int64_t> Tenants::kv_quotas() const {
+  std::vector<int64_t> q{0};
+  for (const TenantSpec& t : specs_) q.push_back(t.max_kv_tokens);
+  // No quota anywhere: nothing for the scheduler to keep.
+  return std::all_of(q.begin(), q.end(), [](int64_t v) { return v == 0; }) ? std::vector<int64_t>{} : q;
 }
 
 std::vector<double> Tenants::weights() const {

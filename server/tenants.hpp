@@ -1,7 +1,8 @@
 #pragma once
 // The tenants one server answers (serve --tenants FILE): each its own API
 // key, a weight for its share of the running batch (the scheduler's
-// QueuePolicy::tenant_weights) and optionally a token rate limit. Tenant 0
+// QueuePolicy::tenant_weights), optionally a token rate limit and a KV
+// quota (QueuePolicy::tenant_kv_quotas). Tenant 0
 // is the server's own --api-key, or everyone when there is no key at all;
 // tenant i (1..) is the file's i-th entry.
 //
@@ -26,13 +27,18 @@ struct TenantSpec {
   std::string api_key;
   double weight = 1.0;             // (0, 1000]
   int64_t tokens_per_minute = 0;   // 0: no limit
+  // The KV its running requests may claim between them, in tokens (each
+  // its prompt, output and next token); 0: no quota.
+  int64_t max_kv_tokens = 0;
 };
 
-// {"tenants": [{"name", "api_key", "weight", "tokens_per_minute"}, ...]}.
+// {"tenants": [{"name", "api_key", "weight", "tokens_per_minute",
+// "max_kv_tokens"}, ...]}.
 // std::invalid_argument naming the entry and field for anything else: a
 // name that is not 1-64 of letters, digits, '.', '_', '-' (or is
 // "default"), an empty key or one with a line break, a name or key given
-// twice, a weight outside (0, 1000], a negative rate, an unknown field.
+// twice, a weight outside (0, 1000], a negative rate, a quota outside
+// [0, kMaxTenantKvTokens], an unknown field.
 std::vector<TenantSpec> parse_tenants(std::string_view json_text);
 std::vector<TenantSpec> read_tenants_file(const std::string& path);
 
@@ -56,6 +62,10 @@ class Tenants {
   std::vector<double> weights() const;
   // One tenant's weight (tenant 0 and unknown ids: 1).
   double weight(int32_t tenant) const;
+  // KV quotas by tenant (tenant 0's: none), for the scheduler; empty when
+  // no tenant has one. kv_quota: one tenant's (0: none).
+  std::vector<int64_t> kv_quotas() const;
+  int64_t kv_quota(int32_t tenant) const;
 
   // Seconds until `tenant` may start a request (its bucket is empty), or
   // nullopt when it may now; a refusal is counted.

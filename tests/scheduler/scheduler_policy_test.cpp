@@ -586,6 +586,128 @@ TEST_CASE("With tenant preemption, a tenant below its share takes places from a 
   CHECK(h.outputs[102].size() == 4);
 }
 
+namespace {
+
+// A request of `tenant`, its KV quota carried with it where `carried` (as a
+// cluster's head sends it to a node without the tenants file).
+Request tenant_request(uint64_t id, const Ids& prompt, int max_new, int32_t tenant, int64_t carried_quota) {
+  Request r;
+  r.id = id;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.stop.max_new_tokens = max_new;
+  r.tenant = tenant;
+  r.tenant_kv_quota = carried_quota;
+  return r;
+}
+
+// What the running requests' KV holds: each its rows and the one token it
+// computes next, never more than a quota they are all held to.
+int64_t rows_and_next(const Scheduler& s) {
+  int64_t n = 0;
+  for (const RequestKv* k : s.running_kv()) n += static_cast<int64_t>(k->tokens.size()) + 1;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("A tenant's KV quota bounds what its running requests hold, and other tenants pass its waiting ones", "[scheduler][policy][tenants]") {
+  const bool carried = GENERATE(false, true);
+  INFO((carried ? "quota carried by the requests" : "quota in the engine's table"));
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 8, 4096, 0);
+  if (!carried) c.queue.tenant_kv_quotas = {0, 40, 0};
+  Harness h(4096, 1, c);
+  const int64_t quota = carried ? 40 : 0;
+  // Tenant 1: six requests claiming 10 + 1 tokens each at admission (the
+  // prompt and its first token), growing a token a step to 15; tenant 2,
+  // after them, two that end at their prefill.
+  for (uint64_t i = 1; i <= 6; ++i) {
+    const Ids prompt = range(static_cast<int32_t>(50 * i), 10);
+    h.worker.id_of_prompt[prompt] = i;
+    REQUIRE_FALSE(h.scheduler.submit(tenant_request(i, prompt, 5, 1, quota)));
+  }
+  for (uint64_t i = 101; i <= 102; ++i) {
+    const Ids prompt = range(static_cast<int32_t>(50 * i), 10);
+    h.worker.id_of_prompt[prompt] = i;
+    REQUIRE_FALSE(h.scheduler.submit(tenant_request(i, prompt, 1, 2, 0)));
+  }
+  // Three of tenant 1 fit in 40 (33); the fourth would not, nor do the
+  // ones after it; tenant 2's go past them.
+  CHECK(h.step() == B{1, 2, 3, 101, 102});
+  CHECK(rows_and_next(h.scheduler) <= 40);
+  // At 14 tokens each (after the third step) the three claim 42: the
+  // newest goes back to wait, its output kept, and the fourth does not
+  // pass it.
+  std::vector<std::vector<uint64_t>> batches;
+  for (int guard = 0; guard < 60 && !h.scheduler.idle(); ++guard) {
+    batches.push_back(h.step());
+    INFO("step " << batches.size());
+    REQUIRE(rows_and_next(h.scheduler) <= 40);
+  }
+  REQUIRE(h.scheduler.idle());
+  CHECK(h.kv.check_idle() == "");
+  CHECK(batches.at(0) == B{1, 2, 3});
+  CHECK(batches.at(1) == B{1, 2, 3});
+  CHECK(batches.at(2) == B{1, 2});  // 3 went back at 42
+  CHECK(batches.at(3) == B{1, 2});  // and waits for them: 28 + 14 > 40
+  CHECK(batches.at(4) == B{3, 4, 5});
+  CHECK(h.scheduler.stats().kv_quota_retractions >= 1);
+  CHECK(h.scheduler.stats().kv_quota_finishes == 0);
+  for (uint64_t i = 1; i <= 6; ++i) {
+    INFO("request " << i);
+    CHECK(h.outputs[i] == Ids(5, kToken));
+    CHECK(h.finish[i] == FinishReason::length);
+  }
+  // Never more than three of tenant 1 at once.
+  for (const auto& b : batches) CHECK(std::count_if(b.begin(), b.end(), [](uint64_t id) { return id < 100; }) <= 3);
+}
+
+TEST_CASE("A request that alone fills its tenant's KV quota ends there as if at max_tokens, drafts included", "[scheduler][policy][tenants]") {
+  const bool speculate = GENERATE(false, true);
+  INFO((speculate ? "n-gram speculation" : "plain decoding"));
+  SchedulerConfig c = config(SchedulePolicy::fcfs, 8, 4096, 0);
+  c.queue.tenant_kv_quotas = {0, 30};
+  double clock = 0;
+  if (speculate) {
+    // Every sampled token is kToken, and so is the prompt: every draft is kept.
+    c.speculative.algorithm = SpeculativeAlgorithm::ngram;
+    c.speculative.num_draft_tokens = 5;
+    c.speculative.ngram_min = 1;
+    c.clock = [&clock] { return clock; };
+  }
+  Harness h(4096, 1, c);
+  h.worker.on_run = [&clock](const ForwardBatch&) { clock += 0.005; };
+  const Ids prompt(10, kToken);
+  h.worker.id_of_prompt[prompt] = 1;
+  REQUIRE_FALSE(h.scheduler.submit(tenant_request(1, prompt, 100, 1, 0)));
+  for (int guard = 0; guard < 60 && !h.scheduler.idle(); ++guard) {
+    h.step();
+    REQUIRE(rows_and_next(h.scheduler) <= 30);
+  }
+  REQUIRE(h.scheduler.idle());
+  CHECK(h.kv.check_idle() == "");
+  // The prompt and output fill the quota exactly.
+  CHECK(h.outputs[1].size() == 20);
+  CHECK(h.finish[1] == FinishReason::length);
+  CHECK(h.scheduler.stats().kv_quota_finishes == 1);
+  if (speculate) CHECK(h.scheduler.stats().spec_accepted > 0);
+
+  // A prompt the quota cannot hold with a token more is refused, naming it.
+  const Ids long_prompt = range(500, 30);
+  auto refused = h.scheduler.submit(tenant_request(2, long_prompt, 4, 1, 0));
+  REQUIRE(refused);
+  CHECK(refused->find("KV quota of 30 tokens") != std::string::npos);
+  // So is a quota out of range carried by a request.
+  auto bad = h.scheduler.submit(tenant_request(3, range(600, 4), 4, 3, -1));
+  REQUIRE(bad);
+  CHECK(bad->find("KV quota must be in") != std::string::npos);
+  // Tenant 0 and tenants without a quota are not held.
+  h.worker.id_of_prompt[long_prompt] = 4;
+  REQUIRE_FALSE(h.scheduler.submit(tenant_request(4, long_prompt, 4, 0, 0)));
+  h.drain();
+  CHECK(h.outputs[4].size() == 4);
+}
+
 TEST_CASE("A full queue refuses new requests as overloaded, and one that waits past the queue timeout fails as timed out", "[scheduler][policy][priority]") {
   SECTION("max_queued") {
     SchedulerConfig c = config(SchedulePolicy::fcfs, 1, 2048, 0);

@@ -12,11 +12,20 @@ using namespace std::chrono_literals;
 
 TEST_CASE("A tenants file is read whole or refused naming the fault", "[server][tenants]") {
   const auto t = parse_tenants(R"({"tenants": [{"name": "a", "api_key": "ka"},
-                                               {"name": "b.2", "api_key": "kb", "weight": 2.5, "tokens_per_minute": 60}]})");
+                                               {"name": "b.2", "api_key": "kb", "weight": 2.5, "tokens_per_minute": 60,
+                                                "max_kv_tokens": 4096}]})");
   REQUIRE(t.size() == 2);
   CHECK(t[1].name == "b.2");
   CHECK(t[1].weight == 2.5);
   CHECK(t[1].tokens_per_minute == 60);
+  CHECK(t[0].max_kv_tokens == 0);
+  CHECK(t[1].max_kv_tokens == 4096);
+  // Quotas by tenant for the scheduler: none for tenant 0; none at all when
+  // no tenant has one.
+  CHECK(Tenants("", t).kv_quotas() == std::vector<int64_t>{0, 0, 4096});
+  CHECK(Tenants("", t).kv_quota(2) == 4096);
+  CHECK(Tenants("", t).kv_quota(7) == 0);
+  CHECK(Tenants("", {t[0]}).kv_quotas().empty());
   const std::pair<const char*, const char*> bad[] = {
       {"[]", "valid JSON"},
       {R"({"tenants": [], "x": 1})", "valid JSON"},
@@ -29,6 +38,9 @@ TEST_CASE("A tenants file is read whole or refused naming the fault", "[server][
       {R"({"tenants": [{"name": "a", "api_key": "k", "tokens_per_minute": -1}]})", "tokens_per_minute"},
       {R"({"tenants": [{"name": "a", "api_key": "k", "tokens_per_minute": 1.5}]})", "is not a field"},
       {R"({"tenants": [7]})", "not an object"},
+      {R"({"tenants": [{"name": "a", "api_key": "k", "max_kv_tokens": -5}]})", "max_kv_tokens must be in"},
+      {R"({"tenants": [{"name": "a", "api_key": "k", "max_kv_tokens": 2199023255553}]})", "max_kv_tokens must be in"},
+      {R"({"tenants": [{"name": "a", "api_key": "k", "max_kv_tokens": "9"}]})", "is not a field"},
   };
   for (const auto& [text, why] : bad) {
     INFO(text);

@@ -19,9 +19,14 @@
 - --tenant-preemption: tenant a's two long streams hold both places; b's
   short request takes one at once and ends first (without the flag, last),
   a's texts unchanged by the trip back to the queue;
+- a KV quota (tenant q, max_kv_tokens 160): a prompt it cannot hold is a
+  400 through the openai client; one request alone ends with finish reason
+  length at exactly 160 prompt and completion tokens; four at once, more
+  than the quota holds as they grow, are sent back to wait in turn
+  (counted in /metrics) and answer the texts each gives alone;
 - on a cluster head (one engine node, which has no tenants file): keys
   checked at the head, and the share holds on the node, each request
-  carrying its tenant's weight.
+  carrying its tenant's weight and KV quota.
 
 Usage: python3 tests/server/tenants_test.py path/to/actorlm
 """
@@ -43,7 +48,9 @@ from server_process import ServerProcess  # noqa: E402
 
 BIN = sys.argv[1]
 TENANTS = {"tenants": [{"name": "a", "api_key": "key-a"}, {"name": "b", "api_key": "key-b", "weight": 1},
-                       {"name": "c", "api_key": "key-c", "tokens_per_minute": 100}]}
+                       {"name": "c", "api_key": "key-c", "tokens_per_minute": 100},
+                       {"name": "q", "api_key": "key-q", "max_kv_tokens": 160}]}
+QUOTA = 160
 
 
 def call(port, key, body, path="/v1/completions"):
@@ -155,6 +162,9 @@ def main():
     with open(path, "w") as f:
         json.dump(TENANTS, f)
     check_preemption(path, flags)
+    with ServerProcess(BIN, ["--kv-tokens", "4096", "--max-running-requests", "8", "--api-key", "admin-key",
+                             "--tenants", path]) as server:
+        check_kv_quota(server.port, retractions=True)
     check_on_head(path, folder)
     for name in os.listdir(folder):
         os.remove(os.path.join(folder, name))
@@ -201,6 +211,47 @@ def check_preemption(path, flags):
     print(f"tenant preemption: requests ended {order} (without it {plain_order}); texts unchanged")
 
 
+def check_kv_quota(port, retractions):
+    """Tenant q's KV quota, on a server (or head) at `port`."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="key-q", max_retries=0, timeout=300)
+    try:
+        client.completions.create(model="default", prompt="word " * 200, max_tokens=4)
+        check(False, "a prompt past q's KV quota was answered")
+    except openai.BadRequestError as e:
+        check(f"KV quota of {QUOTA} tokens" in str(e), f"the refusal does not name the quota: {e}")
+    # Alone, the quota bounds its length as the context would.
+    r = client.completions.create(model="default", prompt="Count to a thousand:", max_tokens=400, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    check(r.choices[0].finish_reason == "length" and r.usage.prompt_tokens + r.usage.completion_tokens == QUOTA,
+          f"alone: {r.choices[0].finish_reason}, usage {r.usage}")
+    # Four at once claim 4 x (prompt + 41) at the end, past the quota: some
+    # go back to wait, and every text is what it is alone.
+    prompts = [f"Story {i} of tenant q: once upon a time" for i in range(4)]
+    body = {"max_tokens": 40, "temperature": 0, "ignore_eos": True}
+    alone = [call(port, "key-q", dict(body, prompt=p))[1]["choices"][0]["text"] for p in prompts]
+    together, errors = [None] * 4, []
+
+    def one(i):
+        status, r, _ = call(port, "key-q", dict(body, prompt=prompts[i]))
+        if status != 200:
+            errors.append(f"{i}: {status} {r}")
+        else:
+            together[i] = r["choices"][0]["text"]
+
+    before = metrics(port, "admin-key").get("actorlm_kv_quota_retractions_total", 0)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(not errors, f"q's requests failed: {errors}")
+    check(together == alone, "a request sent back to wait by the quota answered differently")
+    if retractions:
+        taken = metrics(port, "admin-key")["actorlm_kv_quota_retractions_total"] - before
+        check(taken >= 1, "four requests past the quota were never sent back to wait")
+    print(f"KV quota {QUOTA}: a lone request ended at {r.usage.total_tokens} tokens; four at once unchanged")
+
+
 def check_on_head(path, folder):
     """The flood through a head whose one engine node has no tenants file: the
     node keeps the share from the weights its requests carry."""
@@ -232,6 +283,9 @@ def check_on_head(path, folder):
             m = metrics(head.port, "admin-key")
             check(m['actorlm_tenant_requests_total{tenant="b"}'] == 4, f"b's requests on the head: {m}")
             print(f"on a cluster head: requests ended in the order {order}")
+            # The node keeps q's quota from what its requests carry (its
+            # counters are the node's, so not checked here).
+            check_kv_quota(head.port, retractions=False)
     finally:
         node.terminate()
         node.wait(timeout=60)
