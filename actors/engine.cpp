@@ -34,6 +34,7 @@ struct Engine::Impl {
   bool counts_nodes = false;
   bool adapters_fixed = false;  // EngineParts::adapters_fixed
   bool adapters_on_nodes = false;  // EngineParts::adapters_on_nodes
+  std::function<std::vector<AdapterInfo>()> live_adapters;  // EngineParts::live_adapters
   ToolFormat tool_format = ToolFormat::generic;
   std::function<void()> stop;
   std::shared_ptr<StatsBoard> board;  // see EngineParts::board
@@ -86,6 +87,7 @@ Engine::Engine(caf::actor_system& system, const EngineConfig& config, EnginePart
   m.counts_nodes = parts.counts_nodes;
   m.adapters_fixed = parts.adapters_fixed;
   m.adapters_on_nodes = parts.adapters_on_nodes;
+  m.live_adapters = std::move(parts.live_adapters);
   m.stop = std::move(parts.stop);
   m.board = std::move(parts.board);
   m.pool = std::move(parts.pool);
@@ -114,6 +116,7 @@ int64_t Engine::kv_tokens() const { return impl_->kv_tokens; }
 int32_t Engine::max_context() const { return impl_->max_context; }
 ToolFormat Engine::tool_format() const { return impl_->tool_format; }
 std::vector<AdapterInfo> Engine::adapters() const {
+  if (impl_->live_adapters) return impl_->live_adapters();
   std::lock_guard lock(impl_->adapters_mutex);
   return impl_->adapters;
 }
@@ -164,20 +167,17 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
   if (m.adapters_fixed) return AdapterRefusal{K::invalid, kOnTheNodes};
   std::lock_guard changes(m.adapter_changes);
   int64_t used = 0;
-  {
-    std::lock_guard lock(m.adapters_mutex);
-    for (const AdapterInfo& a : m.adapters) {
-      if (a.name == name) return AdapterRefusal{K::exists, "an adapter named '" + name + "' is loaded already"};
-      used += a.bytes;
-    }
+  for (const AdapterInfo& a : adapters()) {
+    if (a.name == name) return AdapterRefusal{K::exists, "an adapter named '" + name + "' is loaded already"};
+    used += a.bytes;
   }
-  if (m.next_adapter > kMaxAdapterId) {
+  if (!m.live_adapters && m.next_adapter > kMaxAdapterId) {
     return AdapterRefusal{K::failed, "this process has loaded " + std::to_string(kMaxAdapterId) +
                                          " adapters, the most one process may (restart it to load more)"};
   }
   fb::AdapterChangeT change;
   change.load = true;
-  change.id = m.next_adapter++;
+  change.id = m.live_adapters ? 0 : m.next_adapter++;
   change.name = name;
   change.path = path;
   change.scale = scale;
@@ -185,7 +185,7 @@ std::optional<AdapterRefusal> Engine::load_adapter(const std::string& name, cons
   const fb::AdapterReplyT r = change_adapter(m.system, m.scheduler, change);
   if (!r.error.empty()) return AdapterRefusal{K::invalid, r.error};
   std::lock_guard lock(m.adapters_mutex);
-  m.adapters.push_back({name, change.id, path, r.bytes});
+  if (!m.live_adapters) m.adapters.push_back({name, change.id, path, r.bytes});
   std::fprintf(stderr, "actorlm: LoRA adapter %s loaded: %s, %lld matrices, %.1f MB\n", name.c_str(), path.c_str(),
                static_cast<long long>(r.matrices), double(r.bytes) / 1e6);
   return std::nullopt;
@@ -197,11 +197,8 @@ std::optional<AdapterRefusal> Engine::unload_adapter(const std::string& name) {
   if (m.adapters_fixed) return AdapterRefusal{K::invalid, kOnTheNodes};
   std::lock_guard changes(m.adapter_changes);
   int32_t id = 0;
-  {
-    std::lock_guard lock(m.adapters_mutex);
-    for (const AdapterInfo& a : m.adapters) {
-      if (a.name == name) id = a.id;
-    }
+  for (const AdapterInfo& a : adapters()) {
+    if (a.name == name) id = a.id;
   }
   if (id == 0) return AdapterRefusal{K::unknown, "no LoRA adapter named '" + name + "' is loaded"};
   fb::AdapterChangeT change;

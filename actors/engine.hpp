@@ -223,6 +223,11 @@ struct EngineParts {
   // a file in each node's own --lora-dir, and goes to every node through
   // `scheduler` (the router).
   bool adapters_on_nodes = false;
+  // Where the adapters are kept elsewhere, asked at each use instead of
+  // `adapters` (a head over nodes: the router's set, which other heads
+  // sharing the nodes change too). A load through this engine then leaves
+  // the adapter's id to `scheduler` (AdapterChange::id 0).
+  std::function<std::vector<AdapterInfo>()> live_adapters;
 };
 
 class Engine {

@@ -39,7 +39,7 @@ constexpr const char* kind_names[] = {
     "BatchResult",    "StatsRequest",    "EngineStats",      "NodeHello",      "NodeChallenge",
     "NodeJoin",       "NodeWelcome",     "KvChunk",          "KvRowsRequest",  "KvRowsReply",
     "KvReserveReply", "KvHandoff", "KvSendOrder", "KvMove", "KvFreezeReply",
-    "AdapterChange",  "AdapterReply"};
+    "AdapterChange",  "AdapterReply",    "AdapterNews"};
 static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == max_kind + 1);
 
 }  // namespace

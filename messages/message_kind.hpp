@@ -58,8 +58,9 @@ enum class Kind : uint16_t {
   KvFreezeReply,
   AdapterChange,
   AdapterReply,
+  AdapterNews,
 };
-inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::AdapterReply);
+inline constexpr uint16_t max_kind = static_cast<uint16_t>(Kind::AdapterNews);
 
 // Name of a kind, "unknown" for numbers outside the enum.
 const char* kind_name(uint16_t kind);
@@ -115,6 +116,7 @@ ACTORLM_MESSAGE_KIND(KvMove, "KVMV");
 ACTORLM_MESSAGE_KIND(KvFreezeReply, "KVFZ");
 ACTORLM_MESSAGE_KIND(AdapterChange, "ADCH");
 ACTORLM_MESSAGE_KIND(AdapterReply, "ADRP");
+ACTORLM_MESSAGE_KIND(AdapterNews, "ADNW");
 
 #undef ACTORLM_MESSAGE_KIND
 

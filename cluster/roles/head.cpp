@@ -90,6 +90,19 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
   parts.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
   parts.counts_nodes = true;
   parts.adapters_on_nodes = true;
+  // Other heads sharing the nodes change the set too: the router's is
+  // asked at each use.
+  parts.live_adapters = [&system, router] {
+    std::vector<AdapterInfo> out;
+    caf::scoped_actor self{system};
+    self->request(router, std::chrono::seconds(10), adapters_atom::value)
+        .receive(
+            [&](const std::vector<std::string>& names, const std::vector<int32_t>& ids) {
+              for (size_t k = 0; k < names.size() && k < ids.size(); ++k) out.push_back({names[k], ids[k], "(on the nodes)", 0});
+            },
+            [&](const caf::error&) {});
+    return out;
+  };
   parts.stop = [router, stop_token] { caf::anon_send(router, shutdown_atom::value, stop_token); };
   return parts;
 }

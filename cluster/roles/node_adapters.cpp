@@ -60,4 +60,15 @@ void describe_adapters(const std::vector<NodeAdapter>& adapters, fb::NodeWelcome
   }
 }
 
+fb::AdapterNewsT NodeAdapters::news(const fb::AdapterChangeT& sent, const fb::AdapterReplyT& reply) const {
+  fb::AdapterNewsT n;
+  n.change = std::make_unique<fb::AdapterChangeT>(sent);
+  n.change->max_bytes = 0;  // this node's budget, not the other heads' business
+  if (sent.load) n.fingerprint = reply.fingerprint;
+  fb::NodeWelcomeT w;
+  describe(w);
+  n.adapters = std::move(w.adapters);
+  return n;
+}
+
 }  // namespace actorlm

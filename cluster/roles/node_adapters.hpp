@@ -49,6 +49,10 @@ class NodeAdapters {
   const std::vector<NodeAdapter>& loaded() const { return loaded_; }
   // `w`'s adapter list becomes this one, in the order of the changes.
   void describe(fb::NodeWelcomeT& w) const { describe_adapters(loaded_, w); }
+  // What the node's other heads are told of a change that was done: `sent`
+  // as the head sent it (before admit() resolved its path), the file's
+  // fingerprint for a load, and the list after it.
+  fb::AdapterNewsT news(const fb::AdapterChangeT& sent, const fb::AdapterReplyT& reply) const;
 
  private:
   AdapterDir dir_;

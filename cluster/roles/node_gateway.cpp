@@ -702,8 +702,10 @@ void drop_head(Self* self, uint64_t gone_token, const std::string& why) {
 // A head loads or drops a LoRA adapter on this node (its POST
 // /v1/load_lora_adapter): checked here (NodeAdapters), done by the
 // scheduler between two steps, and the welcome then lists the node's new
-// set for heads that join later. Answered with an AdapterReply.
-caf::result<WireMessage> on_adapter_change(Self* self, const WireMessage& in) {
+// set for heads that join later. The node's other joined heads hear of it
+// (AdapterNews), so a change made through one head reaches them all.
+// Answered with an AdapterReply.
+caf::result<WireMessage> on_adapter_change(Self* self, const WireMessage& in, const caf::actor_addr& from) {
   auto& s = self->state;
   auto answer = [](std::string why) {
     fb::AdapterReplyT r;
@@ -715,9 +717,10 @@ caf::result<WireMessage> on_adapter_change(Self* self, const WireMessage& in) {
   if (!change) return answer("unreadable adapter change: " + error);
   if (!s.scheduler) return answer(s.label + " is a worker node: its head's scheduler holds its adapters");
   if (s.mode == "decode") return answer(s.label + " is a decode node, which runs no adapters");
+  auto sent = std::make_shared<fb::AdapterChangeT>(*change);
   if (std::string why = s.adapters.admit(*change); !why.empty()) return answer(s.label + ": " + why);
   auto rp = self->make_response_promise<WireMessage>();
-  auto settle = [self, rp, change = std::make_shared<fb::AdapterChangeT>(*change)](fb::AdapterReplyT reply) mutable {
+  auto settle = [self, rp, from, sent, change = std::make_shared<fb::AdapterChangeT>(*change)](fb::AdapterReplyT reply) mutable {
     auto& s = self->state;
     s.adapters.settle(*change, reply);
     if (reply.error.empty()) {
@@ -727,6 +730,10 @@ caf::result<WireMessage> on_adapter_change(Self* self, const WireMessage& in) {
       }
       std::fprintf(stderr, "actorlm %s: LoRA adapter %s #%d %s by a head\n", s.label.c_str(), change->name.c_str(),
                    change->id, change->load ? "loaded" : "dropped");
+      const WireMessage news{msg::pack(s.adapters.news(*sent, reply))};
+      for (const auto& [addr, head] : s.heads) {
+        if (addr != from) self->send(head.router, adapter_news_atom::value, news);
+      }
     } else {
       reply.error = s.label + ": " + reply.error;
     }
@@ -913,7 +920,7 @@ caf::behavior gateway(Self* self, std::string secret, uint64_t stop_token, std::
       [self](adapter_atom, const WireMessage& sealed) -> caf::result<WireMessage> {
         WireMessage in;
         if (!sealed_sender(self, RequestKind::adapter, sealed, in.bytes, "an adapter change")) return caf::sec::request_receiver_down;
-        return on_adapter_change(self, in);
+        return on_adapter_change(self, in, sender_of(self));
       },
       [self](flush_atom a, const WireMessage& sealed) -> caf::result<int64_t> {
         WireMessage empty;

@@ -18,6 +18,7 @@
 #include "actors/local_sender.hpp"
 #include "cluster/transport/remote_setup.hpp"
 #include "messages/envelope.hpp"
+#include "scheduler/request.hpp"
 
 namespace actorlm {
 namespace {
@@ -79,6 +80,10 @@ struct NodeLink {
   // KV. Cleared when it joins again (a restart).
   bool draining = false;
   bool drain_scheduled = false;  // a drain_tick_atom is on its way
+  // Its LoRA adapters as it last said: its welcome's, then its AdapterNews.
+  // (Changes made through this head are not written here: only a node's
+  // word on changes made through other heads is read from it.)
+  std::vector<NodeAdapter> adapters{};
 };
 
 // A request split over a prefill node (its prompt) and a decode node (the
@@ -157,6 +162,16 @@ struct RouterState {
   // missed some of them (it restarted, or was down, since) gets them then.
   std::map<int32_t, fb::AdapterChangeT> loaded_here;
   std::map<int32_t, std::string> dropped_here;
+  // Loads made through another head that share these nodes, by id: heard
+  // from a node (AdapterNews) but not yet from every one that runs whole
+  // requests. Each joins the set once all hold it, and from then on counts
+  // as made here too (loaded_here: a node that missed it is given it).
+  struct Learned {
+    fb::AdapterChangeT change;
+    std::string fingerprint;
+  };
+  std::map<int32_t, Learned> learning;
+  int32_t next_adapter_id = 1;  // the ids this head picks only grow
   // Nodes whose join came while an adapter change was going out: they join
   // once it has settled, against the set it left.
   struct WaitingJoin {
@@ -197,6 +212,8 @@ void moves_lost_with(Self* self, int i);
 void drop_move(Self* self, uint64_t id, const std::string& why);
 bool keep_for_move(Self* self, int node, std::unique_ptr<fb::TokenStreamItemT>& item);
 
+void adopt_learned(Self* self);
+
 // The node leaves the rotation; its requests go on elsewhere (fail_over)
 // or end with `why`.
 void lose_node(Self* self, int i, const std::string& why) {
@@ -209,6 +226,7 @@ void lose_node(Self* self, int i, const std::string& why) {
   n.gone_token = 0;
   n.error = why;
   s.policy->set_alive(i, false);
+  adopt_learned(self);  // it may have been the one node still without another head's load
   log_node(self, i, "lost (" + why + "); " + std::to_string(ids.size()) + " request(s) on it" +
                         (pairs.empty() ? "" : ", " + std::to_string(pairs.size()) + " disaggregated one(s)"));
   const std::string what = "worker node " + n.address.str() + " was lost: " + why;
@@ -239,11 +257,109 @@ uint64_t watch(Self* self, int i, const caf::actor& gateway) {
   return token;
 }
 
+// Whether `a` is a load another head is making on the nodes (its id, name
+// and file those a node reported).
+bool being_learned(const RouterState& s, const fb::NodeAdapterT& a) {
+  auto l = s.learning.find(a.id);
+  return l != s.learning.end() && l->second.change.name == a.name && l->second.fingerprint == a.fingerprint;
+}
+
 // adapter_list()'s text of the head's set.
 std::string adapter_text(const std::vector<NodeAdapter>& adapters) {
   fb::NodeWelcomeT w;
   describe_adapters(adapters, w);
   return adapter_list(w);
+}
+
+// Another head's loads that every joined node running whole requests now
+// holds (the same id, name and file) join this head's set, served here by
+// name, and are given to nodes that missed them as this head's own are.
+void adopt_learned(Self* self) {
+  auto& s = self->state;
+  if (!s.adapters) return;
+  for (auto l = s.learning.begin(); l != s.learning.end();) {
+    const fb::AdapterChangeT& c = l->second.change;
+    const std::string& fp = l->second.fingerprint;
+    bool everywhere = true, anywhere = false;
+    for (const NodeLink& n : s.nodes) {
+      if (!n.gateway || n.mode == "decode") continue;
+      anywhere = true;
+      everywhere = everywhere && std::any_of(n.adapters.begin(), n.adapters.end(), [&](const NodeAdapter& a) {
+                     return a.id == c.id && a.name == c.name && a.fingerprint == fp;
+                   });
+    }
+    if (!anywhere || !everywhere) {
+      ++l;
+      continue;
+    }
+    const bool taken = std::any_of(s.adapters->begin(), s.adapters->end(),
+                                   [&](const NodeAdapter& a) { return a.id == c.id || a.name == c.name; });
+    if (!taken) {
+      s.adapters->push_back({c.name, c.id, fp, 0});
+      s.loaded_here[c.id] = c;
+      s.dropped_here.erase(c.id);
+      s.adapter_list = adapter_text(*s.adapters);
+      std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d, loaded through another head, is on every node: served here too\n",
+                   c.name.c_str(), c.id);
+    }
+    l = s.learning.erase(l);
+  }
+}
+
+// A node's word that a head sharing it changed its adapters: its list is
+// kept, a load is learned (adopt_learned), and a drop leaves this head's set
+// at once (no request of this head is sent with it again: the other head
+// drops it on every node).
+void on_adapter_news(Self* self, const WireMessage& in) {
+  auto& s = self->state;
+  const caf::actor_addr from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto it = std::find_if(s.nodes.begin(), s.nodes.end(), [&](const NodeLink& n) { return n.gateway && n.gateway.address() == from; });
+  if (it == s.nodes.end() || it->mode == "decode") return;
+  const int i = static_cast<int>(it - s.nodes.begin());
+  std::string error;
+  auto news = msg::unpack<fb::AdapterNews>(in.bytes, &error);
+  if (!news || !news->change) {
+    log_node(self, i, "sent unreadable adapter news: " + (news ? std::string("no change") : error));
+    return;
+  }
+  it->adapters.clear();
+  for (const auto& a : news->adapters) it->adapters.push_back({a->name, a->id, a->fingerprint, 0});
+  if (!s.adapters) return;
+  const fb::AdapterChangeT& c = *news->change;
+  if (c.load) {
+    const bool ours = std::any_of(s.adapters->begin(), s.adapters->end(), [&](const NodeAdapter& a) { return a.id == c.id; });
+    if (!ours && s.learning.count(c.id) == 0) s.learning[c.id] = {c, news->fingerprint};
+    adopt_learned(self);
+    return;
+  }
+  s.learning.erase(c.id);
+  auto a = std::find_if(s.adapters->begin(), s.adapters->end(), [&](const NodeAdapter& x) { return x.id == c.id; });
+  if (a == s.adapters->end()) return;
+  std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d dropped through another head: no longer served here\n",
+               a->name.c_str(), a->id);
+  s.dropped_here[a->id] = a->name;
+  s.loaded_here.erase(a->id);
+  s.adapters->erase(a);
+  s.adapter_list = adapter_text(*s.adapters);
+}
+
+// An id for a load through this head: above every id any node, this
+// head's set or its history holds, so two heads sharing nodes do not pick
+// one id for two adapters unless they load at the same moment (then a node
+// refuses the second, and that load fails whole).
+int32_t pick_adapter_id(RouterState& s) {
+  int32_t top = s.next_adapter_id - 1;
+  if (s.adapters) {
+    for (const NodeAdapter& a : *s.adapters) top = std::max(top, a.id);
+  }
+  for (const NodeLink& n : s.nodes) {
+    for (const NodeAdapter& a : n.adapters) top = std::max(top, a.id);
+  }
+  if (!s.learning.empty()) top = std::max(top, s.learning.rbegin()->first);
+  if (!s.loaded_here.empty()) top = std::max(top, s.loaded_here.rbegin()->first);
+  if (!s.dropped_here.empty()) top = std::max(top, s.dropped_here.rbegin()->first);
+  s.next_adapter_id = top + 2;
+  return top + 1;
 }
 
 // The changes made through this head that a joining node missed (it
@@ -257,6 +373,7 @@ std::optional<std::vector<fb::AdapterChangeT>> missed_changes(const RouterState&
   std::vector<NodeAdapter> theirs_kept;
   std::set<int32_t> theirs;
   for (const auto& a : w.adapters) {
+    if (being_learned(s, *a)) continue;  // another head's load, on its way to every node
     auto drop = s.dropped_here.find(a->id);
     if (ours.count(a->id) == 0 && drop != s.dropped_here.end() && drop->second == a->name) {
       fb::AdapterChangeT c;
@@ -352,7 +469,13 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   // runs whole requests must hold the very adapters under the same ids (a
   // decode node runs none: adapter requests are not split).
   if (bad.empty() && w.disaggregation_mode != "decode") {
-    const std::string theirs_list = adapter_list(w);
+    // Another head's load on its way to every node is not yet in this
+    // head's set, and does not keep a node that has it already out.
+    fb::NodeWelcomeT served;
+    for (const auto& a : w.adapters) {
+      if (!s.adapters || !being_learned(s, *a)) served.adapters.push_back(std::make_unique<fb::NodeAdapterT>(*a));
+    }
+    const std::string theirs_list = adapter_list(served);
     if (!s.adapters) {
       s.adapters.emplace();
       for (const auto& a : w.adapters) s.adapters->push_back({a->name, a->id, a->fingerprint, 0});
@@ -379,12 +502,15 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
   n.kv_tokens = w.kv_tokens;
   n.kv_token_bytes = w.kv_token_bytes * w.n_layers;
   n.draining = false;
+  n.adapters.clear();
+  for (const auto& a : w.adapters) n.adapters.push_back({a->name, a->id, a->fingerprint, 0});
   // Decode nodes take no prompts of their own: the prefix policy never
   // picks them (pick_decode does).
   s.policy->set_alive(i, n.mode != "decode");
   if (w.kv_tokens > 0) s.policy->set_capacity(i, w.kv_tokens);
   log_node(self, i, "joined (" + w.device + ", " + std::to_string(w.kv_tokens) + " KV tokens" +
                         (n.mode.empty() ? "" : ", " + n.mode) + ")");
+  adopt_learned(self);
   if (!s.parked.empty()) place_parked(self);
 }
 
@@ -1480,6 +1606,12 @@ caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
     if (s.nodes[i].gateway && s.nodes[i].mode != "decode") targets.push_back(i);
   }
   if (targets.empty()) return adapter_answer("no node that runs whole requests is up");
+  // The head's engine leaves a load's id to the router, which knows the
+  // ids on the nodes, other heads' included.
+  if (change->load && change->id == 0) change->id = pick_adapter_id(s);
+  if (change->load && change->id > kMaxAdapterId) {
+    return adapter_answer("the nodes' adapter ids are used up (" + std::to_string(kMaxAdapterId) + "): restart the nodes to load more");
+  }
   if (!change->load) {
     auto it = std::find_if(s.adapters->begin(), s.adapters->end(), [&](const auto& a) { return a.id == change->id; });
     if (it == s.adapters->end()) return adapter_answer("no adapter #" + std::to_string(change->id) + " on the nodes");
@@ -1550,6 +1682,7 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         if (from_this_process(self)) on_cancel(self, a, in);
       },
       [self](stream_atom, const WireMessage& in) { on_stream(self, in); },
+      [self](adapter_news_atom, const WireMessage& in) { on_adapter_news(self, in); },
       [self](stats_atom, const WireMessage& in) -> caf::result<WireMessage> {
         if (!from_this_process(self)) return caf::sec::unexpected_message;
         return on_stats(self, in);

@@ -55,5 +55,9 @@ using leaving_atom = caf::atom_constant<caf::atom("leaving")>;
 // Head, in-process: the LoRA adapters of the nodes that run whole
 // requests (names and ids), for the head's engine to serve by name.
 using adapters_atom = caf::atom_constant<caf::atom("adapters")>;
+// A node's gateway to every other head joined to it, after a head changed
+// its LoRA adapters: (adapter_news_atom, WireMessage{AdapterNews}). Taken
+// only from the gateway of a node the head joined.
+using adapter_news_atom = caf::atom_constant<caf::atom("adnews")>;
 
 }  // namespace actorlm

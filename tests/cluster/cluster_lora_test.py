@@ -13,6 +13,9 @@
     adapter in use cannot be unloaded (409), and once unloaded no request can name it; a node that
     restarts with one of its --lora adapters dropped through the head since has it dropped, and
     gets what was loaded while it was down, before it joins;
+  - two heads over the same two nodes: an adapter loaded through either is served by the other
+    too once both nodes hold it (each node tells its other heads), answering as the same file;
+    their ids never collide; one unloaded through either is gone from the other (404);
   - with prefill/decode disaggregation, an adapter's request runs whole on the prefill node (its
     KV never moves) and a decode node without adapters joins: both answers as one process;
   - a head driving a worker node (--role worker --lora ...) serves the worker's adapters, every
@@ -167,6 +170,41 @@ def check_loads_through_head(port, first, second, reference):
     return second
 
 
+def check_two_heads(port, first, second, reference):
+    """A second head over the same two nodes follows the changes made through the first, and the
+    first those made through the second."""
+    load = "/v1/load_lora_adapter"
+    with head([first, second]) as other:
+        wait_for("the second head to join both nodes", lambda: all(n["alive"] for n in nodes(other.port).values()), 60)
+        check(listed(other.port) == listed(port), (listed(other.port), listed(port)))
+        code, r = post(port, load, {"lora_name": "g", "lora_path": "shared.gguf"})
+        check(code == 200, ("load g through the first head", code, r))
+        wait_for("the second head to serve g", lambda: "g" in listed(other.port), 10)
+        code, r = post(other.port, load, {"lora_name": "k", "lora_path": "b_again.gguf"})
+        check(code == 200, ("load k through the second head", code, r))
+        wait_for("the first head to serve k", lambda: "k" in listed(port), 10)
+        for p in PROMPTS:
+            for at, model, ref in ((other.port, "g", "a"), (port, "k", "b")):
+                code, r = post(at, "/v1/completions", {"prompt": p, "max_tokens": 16, "temperature": 0, "model": model})
+                check(code == 200 and r["choices"][0]["text"] == reference[(ref, p)], (model, p, code, r))
+        ids = {}
+        for n in (first, second):
+            for name in ("g", "k"):
+                found = [re.search(rf"LoRA adapter {name} #(\d+) loaded by a head", x) for x in n.lines]
+                ids.setdefault(name, set()).update(m.group(1) for m in found if m)
+        check(len(ids["g"]) == 1 and len(ids["k"]) == 1 and ids["g"] != ids["k"], f"ids on the nodes: {ids}")
+        print(f"ok: adapters loaded through either of two heads over the same nodes are served by both "
+              f"(g #{min(ids['g'])} through the first, k #{min(ids['k'])} through the second), answering as their files")
+        for at, gone, name in ((other.port, port, "g"), (port, other.port, "k")):
+            code, r = post(at, "/v1/unload_lora_adapter", {"lora_name": name})
+            check(code == 200, ("unload", name, code, r))
+            wait_for(f"{name} gone from the other head", lambda: name not in listed(gone), 10)
+            code, r = post(gone, "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "model": name})
+            check(code == 404, ("an adapter unloaded through the other head", name, code, r))
+        check(listed(other.port) == listed(port), (listed(other.port), listed(port)))
+        print("ok: one unloaded through either head is gone from the other (404)")
+
+
 def main():
     with ServerProcess(BIN, LORA, threads=1) as one:
         reference = answers(one.port)
@@ -201,6 +239,7 @@ def main():
                   f"({', '.join(ids[1:])}), every answer equal to one process's; a node whose adapters "
                   f"differ is refused: {nodes(h.port)[other.address]['error'][:90]}...")
             second = check_loads_through_head(h.port, first, second, reference)
+            check_two_heads(h.port, first, second, reference)
             # The node that has served adapter a's prompt goes; the other answers the same.
             served = {a: n["routed"] for a, n in nodes(h.port).items()}
             busiest = first if served[first.address] >= served[second.address] else second

@@ -48,7 +48,7 @@ void open_every_kind(std::span<const uint8_t> bytes) {
                PoolStatsRequest, PoolStats, ForwardBatch, BatchResult, StatsRequest, EngineStats, NodeHello,
                NodeChallenge, NodeJoin, NodeWelcome, KvChunk,
                KvRowsRequest, KvRowsReply, KvReserveReply, KvHandoff, KvSendOrder, KvMove, KvFreezeReply, AdapterChange,
-               AdapterReply>(bytes);
+               AdapterReply, AdapterNews>(bytes);
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ constexpr auto reply_timeout = std::chrono::seconds(10);
 // (in its own system) what arrives: (generate_atom, node, request id,
 // resume_output, seed or 0) and
 // (abort_atom, node, WireMessage{Abort}). From `probe` it takes
-// (stream_atom, bytes) to send to the router as its own token stream, and
+// (stream_atom, bytes) to send to the router as its own token stream,
+// (adapter_news_atom, bytes) as its own adapter news, and
 // (status_atom) -> the router's handle. A KV reservation (a decode node's
 // part of a split request) is told as (kv_reserve_atom, node) and refused. Stats are answered with `stats_reply`.
 // An adapter change is told to `probe` as (adapter_atom, node, load, id,
@@ -121,6 +122,7 @@ caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t 
         return WireMessage{};  // unreadable: the head tries again later
       },
       [self](stream_atom, const WireMessage& bytes) { self->send(self->state.router, stream_atom::value, bytes); },
+      [self](adapter_news_atom a, const WireMessage& bytes) { self->send(self->state.router, a, bytes); },
       [self](status_atom) { return self->state.router; },
   };
 }
@@ -470,6 +472,135 @@ TEST_CASE("A node that comes to join while a LoRA adapter change goes out joins 
   probe->send(fakes[2], adapter_atom::value);
   wait_joined(engine, router, 3);
   CHECK(router_status(engine, router) == std::make_pair(3, 3));
+}
+
+namespace {
+
+// A node's AdapterNews: another head's change (load or drop of name#id)
+// and the node's list after it, every file "fp-" + its name.
+WireMessage adapter_news(bool load, int32_t id, const std::string& name,
+                         const std::vector<std::pair<std::string, int32_t>>& list) {
+  fb::AdapterNewsT n;
+  n.change = std::make_unique<fb::AdapterChangeT>();
+  n.change->load = load;
+  n.change->id = id;
+  n.change->name = name;
+  n.change->path = name + ".gguf";
+  if (load) n.fingerprint = "fp-" + name;
+  for (const auto& [listed, listed_id] : list) {
+    auto a = std::make_unique<fb::NodeAdapterT>();
+    a->name = listed;
+    a->id = listed_id;
+    a->fingerprint = "fp-" + listed;
+    n.adapters.push_back(std::move(a));
+  }
+  return {msg::pack(n)};
+}
+
+// The adapters the head serves by name (its engine's live list), waiting up
+// to a few seconds for them to be `want` (messages to the router are on
+// their way).
+std::vector<std::pair<std::string, int32_t>> served(caf::scoped_actor& self, const caf::actor& router,
+                                                    const std::vector<std::pair<std::string, int32_t>>& want) {
+  std::vector<std::pair<std::string, int32_t>> got;
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    got.clear();
+    self->request(router, reply_timeout, adapters_atom::value)
+        .receive(
+            [&](const std::vector<std::string>& names, const std::vector<int32_t>& ids) {
+              for (size_t k = 0; k < names.size(); ++k) got.emplace_back(names[k], ids[k]);
+            },
+            [&](const caf::error& e) { FAIL("router did not answer: " << self->system().render(e)); });
+    if (got != want) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (got != want && std::chrono::steady_clock::now() < by);
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA adapters loaded through another head sharing the nodes are served here once every node holds them, and dropped ones at once", "[actors][cluster][lora]") {
+  const NodeModel model = default_node_model();
+  using Set = std::vector<std::pair<std::string, int32_t>>;
+  // Nodes 0 and 1 are up with a (their --lora); node 2, started with a and
+  // with f (which another head is loading meanwhile), joins later.
+  const std::vector<uint8_t> with_a = engine_welcome(model, {{"a", 1}});
+  HeadOverFakes h(model, {with_a, with_a, engine_welcome(model, {{"a", 1}, {"f", 9}})}, {},
+                  [](int32_t i) { return i == 2; });
+  caf::scoped_actor& probe = h.probe;
+  caf::scoped_actor& engine = h.client;
+  const std::vector<caf::actor>& fakes = h.fakes;
+  const caf::actor& router = h.router;
+  wait_joined(engine, router, 2);
+  REQUIRE(router_status(engine, router).first == 2);
+  REQUIRE(served(engine, router, {{"a", 1}}) == Set{{"a", 1}});
+
+  // Another head loads c as #5: node 0 has it, node 1 not yet: not served.
+  probe->send(fakes[0], adapter_news_atom::value, adapter_news(true, 5, "c", {{"a", 1}, {"c", 5}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(served(engine, router, {{"a", 1}}) == Set{{"a", 1}});
+  // Node 1 has it too: served here.
+  probe->send(fakes[1], adapter_news_atom::value, adapter_news(true, 5, "c", {{"a", 1}, {"c", 5}}));
+  CHECK(served(engine, router, {{"a", 1}, {"c", 5}}) == Set{{"a", 1}, {"c", 5}});
+
+  // A load through this head with no id takes one above every id the nodes
+  // hold, other heads' included.
+  auto next_change = [&]() {
+    std::tuple<int32_t, bool, int32_t, std::string> got{-1, false, 0, ""};
+    probe->receive([&](adapter_atom, int32_t node, bool load, int32_t id, const std::string& name) { got = {node, load, id, name}; },
+                   caf::after(reply_timeout) >> [] {});
+    return got;
+  };
+  fb::AdapterChangeT d;
+  d.load = true;
+  d.name = "d";
+  d.path = "d.gguf";
+  engine->send(router, adapter_atom::value, WireMessage{msg::pack(d)});
+  std::set<int32_t> asked;
+  for (int k = 0; k < 2; ++k) {
+    const auto c = next_change();
+    CHECK(std::get<2>(c) == 6);
+    asked.insert(std::get<0>(c));
+  }
+  CHECK(asked == std::set<int32_t>{0, 1});
+  probe->send(fakes[0], adapter_atom::value);
+  probe->send(fakes[1], adapter_atom::value);
+  std::string error = "no answer";
+  engine->receive([&](const WireMessage& m) {
+    auto r = msg::unpack<fb::AdapterReply>(m.bytes, nullptr);
+    error = r ? r->error : "unreadable";
+  }, caf::after(reply_timeout) >> [] {});
+  CHECK(error.empty());
+  CHECK(served(engine, router, {{"a", 1}, {"c", 5}, {"d", 6}}) == Set{{"a", 1}, {"c", 5}, {"d", 6}});
+
+  // The other head drops c: gone here at the first node's word.
+  probe->send(fakes[1], adapter_news_atom::value, adapter_news(false, 5, "c", {{"a", 1}, {"d", 6}}));
+  CHECK(served(engine, router, {{"a", 1}, {"d", 6}}) == Set{{"a", 1}, {"d", 6}});
+  // Unreadable news changes nothing.
+  probe->send(fakes[0], adapter_news_atom::value, WireMessage{{1, 2, 3}});
+  // The other head loads e (#7) on both nodes, and starts on f (#9).
+  for (int32_t i = 0; i < 2; ++i) {
+    probe->send(fakes[static_cast<size_t>(i)], adapter_news_atom::value,
+                adapter_news(true, 7, "e", {{"a", 1}, {"d", 6}, {"e", 7}}));
+  }
+  CHECK(served(engine, router, {{"a", 1}, {"d", 6}, {"e", 7}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}});
+  probe->send(fakes[0], adapter_news_atom::value, adapter_news(true, 9, "f", {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  // Node 2 comes with a and f: it is given d (loaded here) and e (learned
+  // here: counted as made here) and joins; f, on its way, keeps it out of
+  // nothing.
+  probe->send(fakes[2], join_atom::value);
+  REQUIRE(next_change() == std::make_tuple(int32_t{2}, true, int32_t{6}, std::string("d")));
+  probe->send(fakes[2], adapter_atom::value);
+  REQUIRE(next_change() == std::make_tuple(int32_t{2}, true, int32_t{7}, std::string("e")));
+  probe->send(fakes[2], adapter_atom::value);
+  wait_joined(engine, router, 3);
+  CHECK(router_status(engine, router) == std::make_pair(3, 3));
+  CHECK(served(engine, router, {{"a", 1}, {"d", 6}, {"e", 7}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}});
+  // Node 1 has f as well: now every node holds it.
+  probe->send(fakes[1], adapter_news_atom::value, adapter_news(true, 9, "f", {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}));
+  CHECK(served(engine, router, {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}});
 }
 
 TEST_CASE("A request with a LoRA adapter runs whole on a prefill node, where one without is split with a decode node", "[actors][cluster][lora]") {
