@@ -75,7 +75,7 @@ struct Harness {
     REQUIRE_FALSE(try_submit(id, prompt, max_new, priority));
   }
   std::optional<std::string> try_submit(uint64_t id, const Ids& prompt, int max_new, int32_t priority = 0,
-                                        int32_t tenant = 0, double tenant_weight = 0) {
+                                        int32_t tenant = 0, double tenant_weight = 0, int64_t tenant_kv_quota = 0) {
     Request r;
     r.id = id;
     r.prompt = prompt;
@@ -84,6 +84,7 @@ struct Harness {
     r.priority = priority;
     r.tenant = tenant;
     r.tenant_weight = tenant_weight;
+    r.tenant_kv_quota = tenant_kv_quota;
     worker.id_of_prompt[prompt] = id;
     return scheduler.submit(std::move(r));
   }
@@ -588,19 +589,6 @@ TEST_CASE("With tenant preemption, a tenant below its share takes places from a 
 
 namespace {
 
-// A request of `tenant`, its KV quota carried with it where `carried` (as a
-// cluster's head sends it to a node without the tenants file).
-Request tenant_request(uint64_t id, const Ids& prompt, int max_new, int32_t tenant, int64_t carried_quota) {
-  Request r;
-  r.id = id;
-  r.prompt = prompt;
-  r.sampling.temperature = 0;
-  r.stop.max_new_tokens = max_new;
-  r.tenant = tenant;
-  r.tenant_kv_quota = carried_quota;
-  return r;
-}
-
 // What the running requests' KV holds: each its rows and the one token it
 // computes next, never more than a quota they are all held to.
 int64_t rows_and_next(const Scheduler& s) {
@@ -622,14 +610,10 @@ TEST_CASE("A tenant's KV quota bounds what its running requests hold, and other 
   // prompt and its first token), growing a token a step to 15; tenant 2,
   // after them, two that end at their prefill.
   for (uint64_t i = 1; i <= 6; ++i) {
-    const Ids prompt = range(static_cast<int32_t>(50 * i), 10);
-    h.worker.id_of_prompt[prompt] = i;
-    REQUIRE_FALSE(h.scheduler.submit(tenant_request(i, prompt, 5, 1, quota)));
+    REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 10), 5, 0, 1, 0, quota));
   }
   for (uint64_t i = 101; i <= 102; ++i) {
-    const Ids prompt = range(static_cast<int32_t>(50 * i), 10);
-    h.worker.id_of_prompt[prompt] = i;
-    REQUIRE_FALSE(h.scheduler.submit(tenant_request(i, prompt, 1, 2, 0)));
+    REQUIRE_FALSE(h.try_submit(i, range(static_cast<int32_t>(50 * i), 10), 1, 0, 2, 0, 0));
   }
   // Three of tenant 1 fit in 40 (33); the fourth would not, nor do the
   // ones after it; tenant 2's go past them.
@@ -677,9 +661,7 @@ TEST_CASE("A request that alone fills its tenant's KV quota ends there as if at 
   }
   Harness h(4096, 1, c);
   h.worker.on_run = [&clock](const ForwardBatch&) { clock += 0.005; };
-  const Ids prompt(10, kToken);
-  h.worker.id_of_prompt[prompt] = 1;
-  REQUIRE_FALSE(h.scheduler.submit(tenant_request(1, prompt, 100, 1, 0)));
+  REQUIRE_FALSE(h.try_submit(1, Ids(10, kToken), 100, 0, 1));
   for (int guard = 0; guard < 60 && !h.scheduler.idle(); ++guard) {
     h.step();
     REQUIRE(rows_and_next(h.scheduler) <= 30);
@@ -694,16 +676,15 @@ TEST_CASE("A request that alone fills its tenant's KV quota ends there as if at 
 
   // A prompt the quota cannot hold with a token more is refused, naming it.
   const Ids long_prompt = range(500, 30);
-  auto refused = h.scheduler.submit(tenant_request(2, long_prompt, 4, 1, 0));
+  auto refused = h.try_submit(2, long_prompt, 4, 0, 1);
   REQUIRE(refused);
   CHECK(refused->find("KV quota of 30 tokens") != std::string::npos);
   // So is a quota out of range carried by a request.
-  auto bad = h.scheduler.submit(tenant_request(3, range(600, 4), 4, 3, -1));
+  auto bad = h.try_submit(3, range(600, 4), 4, 0, 3, 0, -1);
   REQUIRE(bad);
   CHECK(bad->find("KV quota must be in") != std::string::npos);
   // Tenant 0 and tenants without a quota are not held.
-  h.worker.id_of_prompt[long_prompt] = 4;
-  REQUIRE_FALSE(h.scheduler.submit(tenant_request(4, long_prompt, 4, 0, 0)));
+  REQUIRE_FALSE(h.try_submit(4, long_prompt, 4));
   h.drain();
   CHECK(h.outputs[4].size() == 4);
 }

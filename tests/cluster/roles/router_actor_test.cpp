@@ -189,6 +189,19 @@ NodeModel default_node_model() {
   return describe_model(model_path, config_from_gguf(GgufFile::open(model_path)), *tok);
 }
 
+// LoRA adapters (name, id) as a node lists them, each file "fp-" + its name.
+std::vector<std::unique_ptr<fb::NodeAdapterT>> node_adapters(const std::vector<std::pair<std::string, int32_t>>& list) {
+  std::vector<std::unique_ptr<fb::NodeAdapterT>> out;
+  for (const auto& [name, id] : list) {
+    auto a = std::make_unique<fb::NodeAdapterT>();
+    a->name = name;
+    a->id = id;
+    a->fingerprint = "fp-" + name;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 // An engine node's welcome for `model`, with these LoRA adapters (name, id),
 // in disaggregation mode `mode` ("" runs whole requests).
 std::vector<uint8_t> engine_welcome(const NodeModel& model,
@@ -204,13 +217,7 @@ std::vector<uint8_t> engine_welcome(const NodeModel& model,
   w.tokenizer_digest = model.tokenizer_digest;
   w.kv_tokens = 1024;
   w.disaggregation_mode = mode;
-  for (const auto& [name, id] : adapters) {
-    auto a = std::make_unique<fb::NodeAdapterT>();
-    a->name = name;
-    a->id = id;
-    a->fingerprint = "fp-" + name;
-    w.adapters.push_back(std::move(a));
-  }
+  w.adapters = node_adapters(adapters);
   return msg::pack(w);
 }
 
@@ -487,13 +494,7 @@ WireMessage adapter_news(bool load, int32_t id, const std::string& name,
   n.change->name = name;
   n.change->path = name + ".gguf";
   if (load) n.fingerprint = "fp-" + name;
-  for (const auto& [listed, listed_id] : list) {
-    auto a = std::make_unique<fb::NodeAdapterT>();
-    a->name = listed;
-    a->id = listed_id;
-    a->fingerprint = "fp-" + listed;
-    n.adapters.push_back(std::move(a));
-  }
+  n.adapters = node_adapters(list);
   return {msg::pack(n)};
 }
 
