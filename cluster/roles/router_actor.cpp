@@ -654,10 +654,21 @@ void send_plain(Self* self, uint64_t id, int node, Placement p) {
 void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m);
 
 // Asks a decode node for rows for the request; its prefill node is chosen.
+// With no decode node up (all lost, or not joined again yet), the prefill
+// node, an engine like any other, runs the request whole: a client is not
+// failed for a decode tier that is back a second later.
 void reserve(Self* self, uint64_t id) {
   auto& s = self->state;
   PdRequest& r = s.pd.at(id);
   const int d = pick_decode(self);
+  if (d < 0 && r.prefill >= 0 && s.nodes[static_cast<size_t>(r.prefill)].gateway) {
+    std::fprintf(stderr, "actorlm head: request %llu: no decode node is up; it runs whole on prefill node %s\n",
+                 static_cast<unsigned long long>(id), s.nodes[static_cast<size_t>(r.prefill)].address.str().c_str());
+    const int prefill = r.prefill;
+    Placement p{-1, std::move(r.bytes), {}, r.moves};
+    s.pd.erase(id);
+    return send_plain(self, id, prefill, std::move(p));
+  }
   if (d < 0) return fail_pd(self, id, ErrorKind::unavailable, "no decode node is available");
   NodeLink& n = s.nodes[static_cast<size_t>(d)];
   r.wire = s.next_wire++;

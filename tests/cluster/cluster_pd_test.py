@@ -431,7 +431,7 @@ def check_death_mid_transfer(reference):
             n.stop()
 
 
-def check_decode_death():
+def check_decode_death(reference):
     prefill, d1, d2 = pd_node("prefill"), pd_node("decode"), pd_node("decode")
     try:
         with head([prefill, d1, d2]) as h:
@@ -464,6 +464,17 @@ def check_decode_death():
             check(code == 200, body)
             print(f"ok: killing a decode node moved its {on_d2} decoding request(s) to the prefill node, which "
                   "finished them with exactly the text of a run without the failure; later requests succeed")
+            # With no decode node left, the prefill node answers whole (the
+            # same text), instead of a 503.
+            d1.kill()
+            wait_for("the head to notice", lambda: not nodes(h.port)[d1.address]["alive"], 30)
+            mark = len(h.lines)
+            code, body = complete(h.port, SHORT[3])
+            check(code == 200 and body["choices"][0]["text"] == reference[SHORT[3]], (code, body))
+            check(any("no decode node is up; it runs whole on prefill node" in line for _, line in h.lines[mark:]),
+                  [line for _, line in h.lines[mark:]])
+            check_pools(h.port, "after running whole on the prefill node")
+            print("ok: with every decode node gone, a request runs whole on the prefill node, same text")
     finally:
         for n in (prefill, d1, d2):
             n.stop()
@@ -494,7 +505,7 @@ def main():
     phase("UCX", check_ucx, reference)
     phase("a prefill node's death", check_prefill_death, reference)
     phase("deaths mid-transfer", check_death_mid_transfer, reference)
-    phase("a decode node's death", check_decode_death)
+    phase("a decode node's death", check_decode_death, reference)
     print(f"cluster pd: all checks passed in {time.monotonic() - started:.0f} s")
 
 
