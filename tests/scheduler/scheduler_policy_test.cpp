@@ -40,7 +40,9 @@ struct FixedTokenWorker final : Worker {
     for (size_t i = 0; i < sampling.size(); ++i) {
       Ids prompt(sampling[i].prompt.begin(), sampling[i].prompt.end());
       ids.push_back(id_of_prompt.at(prompt));
-      lens.push_back(batch.reqs[i].extend_len);
+      // A verify step (speculative decoding) samples more rows than the
+      // batch has requests; lens are per request, read without speculation.
+      lens.push_back(i < batch.reqs.size() ? batch.reqs[i].extend_len : 0);
     }
     batches.push_back(ids);
     extend_lens.push_back(lens);
