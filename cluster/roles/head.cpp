@@ -58,8 +58,9 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
   // Stops the router; nodes hold its handle, so a plain shutdown or exit
   // message from a peer must not be able to.
   const uint64_t stop_token = random_token();
+  auto served = std::make_shared<ServedAdapters>();
   caf::actor router = spawn_router(system, cluster, describe_model(config.model_path, parts.model, *parts.tok),
-                                   parts.detokenizer, head_name, stop_token);
+                                   parts.detokenizer, head_name, stop_token, served);
   caf::scoped_actor self{system};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cluster.connect_timeout_s);
   int32_t up = 0, total = 0;
@@ -90,17 +91,11 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
   parts.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
   parts.counts_nodes = true;
   parts.adapters_on_nodes = true;
-  // Other heads sharing the nodes change the set too: the router's is
-  // asked at each use.
-  parts.live_adapters = [&system, router] {
+  // Other heads sharing the nodes change the set too: the router's copy is
+  // read at each use.
+  parts.live_adapters = [served] {
     std::vector<AdapterInfo> out;
-    caf::scoped_actor self{system};
-    self->request(router, std::chrono::seconds(10), adapters_atom::value)
-        .receive(
-            [&](const std::vector<std::string>& names, const std::vector<int32_t>& ids) {
-              for (size_t k = 0; k < names.size() && k < ids.size(); ++k) out.push_back({names[k], ids[k], "(on the nodes)", 0});
-            },
-            [&](const caf::error&) {});
+    for (auto& [name, id] : served->get()) out.push_back({std::move(name), id, "(on the nodes)", 0});
     return out;
   };
   parts.stop = [router, stop_token] { caf::anon_send(router, shutdown_atom::value, stop_token); };

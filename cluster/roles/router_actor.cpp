@@ -156,6 +156,7 @@ struct RouterState {
   // of them: every other such node must have the same.
   std::optional<std::vector<NodeAdapter>> adapters;  // (bytes unknown here: 0)
   std::string adapter_list;
+  std::shared_ptr<ServedAdapters> served;  // the head's engine's copy of `adapters`
   bool adapter_change = false;  // one load or drop at a time
   // The loads made through this head and not dropped since, by id, as sent,
   // and the drops made through it (id -> name): a node that joins having
@@ -271,6 +272,15 @@ std::string adapter_text(const std::vector<NodeAdapter>& adapters) {
   return adapter_list(w);
 }
 
+// After every change to the head's set: its text, and the engine's copy.
+void adapters_changed(RouterState& s) {
+  s.adapter_list = adapter_text(*s.adapters);
+  if (!s.served) return;
+  ServedAdapters::List list;
+  for (const NodeAdapter& a : *s.adapters) list.emplace_back(a.name, a.id);
+  s.served->set(std::move(list));
+}
+
 // Another head's loads that every joined node running whole requests now
 // holds (the same id, name and file) join this head's set, served here by
 // name, and are given to nodes that missed them as this head's own are.
@@ -298,7 +308,7 @@ void adopt_learned(Self* self) {
       s.adapters->push_back({c.name, c.id, fp, 0});
       s.loaded_here[c.id] = c;
       s.dropped_here.erase(c.id);
-      s.adapter_list = adapter_text(*s.adapters);
+      adapters_changed(s);
       std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d, loaded through another head, is on every node: served here too\n",
                    c.name.c_str(), c.id);
     }
@@ -340,7 +350,7 @@ void on_adapter_news(Self* self, const WireMessage& in) {
   s.dropped_here[a->id] = a->name;
   s.loaded_here.erase(a->id);
   s.adapters->erase(a);
-  s.adapter_list = adapter_text(*s.adapters);
+  adapters_changed(s);
 }
 
 // An id for a load through this head: above every id any node, this
@@ -479,7 +489,7 @@ void joined(Self* self, int i, const caf::actor& gateway, const fb::NodeWelcomeT
     if (!s.adapters) {
       s.adapters.emplace();
       for (const auto& a : w.adapters) s.adapters->push_back({a->name, a->id, a->fingerprint, 0});
-      s.adapter_list = theirs_list;
+      adapters_changed(s);
     } else if (theirs_list != s.adapter_list) {
       auto missing = missed_changes(s, w);
       auto copy = missing ? msg::unpack<fb::NodeWelcome>(msg::pack(w), nullptr) : std::nullopt;
@@ -1581,7 +1591,7 @@ void settle_adapter(Self* self, const std::shared_ptr<AdapterGather>& g) {
   s.adapters->push_back({c.name, c.id, *g->fingerprints.begin(), 0});
   s.loaded_here[c.id] = c;
   s.dropped_here.erase(c.id);
-  s.adapter_list = adapter_text(*s.adapters);
+  adapters_changed(s);
   std::fprintf(stderr, "actorlm head: LoRA adapter %s #%d loaded on %zu nodes\n", c.name.c_str(), c.id, g->done.size());
   g->first.error.clear();
   g->promise.deliver(WireMessage{msg::pack(g->first)});
@@ -1631,7 +1641,7 @@ caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
     s.adapters->erase(it);
     s.loaded_here.erase(change->id);
     s.dropped_here[change->id] = change->name;
-    s.adapter_list = adapter_text(*s.adapters);
+    adapters_changed(s);
   }
   s.adapter_change = true;
   auto g = std::make_shared<AdapterGather>();
@@ -1666,8 +1676,9 @@ caf::result<WireMessage> on_adapter(Self* self, const WireMessage& in) {
 }
 
 caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::actor detokenizer, std::string head_name,
-                     uint64_t stop_token) {
+                     uint64_t stop_token, std::shared_ptr<ServedAdapters> served) {
   auto& s = self->state;
+  s.served = std::move(served);
   s.config = std::move(config);
   s.model = std::move(model);
   s.detokenizer = std::move(detokenizer);
@@ -1786,9 +1797,11 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
 }  // namespace
 
 caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
-                        std::string head_name, uint64_t stop_token) {
-  return system.spawn<ExitProofActor<RouterState, ClusterConfig, NodeModel, caf::actor, std::string, uint64_t>>(
-      router, std::move(config), std::move(model), std::move(detokenizer), std::move(head_name), stop_token);
+                        std::string head_name, uint64_t stop_token, std::shared_ptr<ServedAdapters> served) {
+  return system.spawn<ExitProofActor<RouterState, ClusterConfig, NodeModel, caf::actor, std::string, uint64_t,
+                                     std::shared_ptr<ServedAdapters>>>(
+      router, std::move(config), std::move(model), std::move(detokenizer), std::move(head_name), stop_token,
+      std::move(served));
 }
 
 }  // namespace actorlm

@@ -20,14 +20,40 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cluster/roles/cluster_config.hpp"
 #include "cluster/transport/cluster_handshake.hpp"
 
 namespace actorlm {
 
+// The LoRA adapters a head serves (name, id), as its router last set them:
+// the head's engine reads them for every request that names one, without
+// a message to the router (which relays every token).
+class ServedAdapters {
+ public:
+  using List = std::vector<std::pair<std::string, int32_t>>;
+  List get() const {
+    std::lock_guard lock(mu_);
+    return list_;
+  }
+  void set(List list) {
+    std::lock_guard lock(mu_);
+    list_ = std::move(list);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  List list_;
+};
+
+// `served`, when given, follows the router's adapter set.
 caf::actor spawn_router(caf::actor_system& system, ClusterConfig config, NodeModel model, caf::actor detokenizer,
-                        std::string head_name, uint64_t stop_token);
+                        std::string head_name, uint64_t stop_token, std::shared_ptr<ServedAdapters> served = nullptr);
 
 }  // namespace actorlm

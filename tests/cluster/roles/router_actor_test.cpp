@@ -239,6 +239,7 @@ struct HeadOverFakes {
   caf::actor_system head{remote(head_cfg)};
   caf::scoped_actor client{head};
   uint64_t stop_token = random_token();
+  std::shared_ptr<ServedAdapters> served = std::make_shared<ServedAdapters>();  // what the head's engine reads
   caf::actor router;
 
   HeadOverFakes(const NodeModel& model, const std::vector<std::vector<uint8_t>>& welcomes,
@@ -250,7 +251,7 @@ struct HeadOverFakes {
                                   stats_reply, closed(i)));
       cc.nodes.push_back(NodeAddress{"127.0.0.1", publish_actor(peers, fakes.back(), "127.0.0.1", 0)});
     }
-    router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(client), "test head", stop_token);
+    router = spawn_router(head, cc, model, caf::actor_cast<caf::actor>(client), "test head", stop_token, served);
   }
   ~HeadOverFakes() {
     caf::anon_send(router, shutdown_atom::value, stop_token);
@@ -498,23 +499,16 @@ WireMessage adapter_news(bool load, int32_t id, const std::string& name,
   return {msg::pack(n)};
 }
 
-// The adapters the head serves by name (its engine's live list), waiting up
-// to a few seconds for them to be `want` (messages to the router are on
+// The adapters the head serves by name (the list its engine reads), waiting
+// up to a few seconds for them to be `want` (messages to the router are on
 // their way).
-std::vector<std::pair<std::string, int32_t>> served(caf::scoped_actor& self, const caf::actor& router,
-                                                    const std::vector<std::pair<std::string, int32_t>>& want) {
-  std::vector<std::pair<std::string, int32_t>> got;
+ServedAdapters::List served(const ServedAdapters& by_head, const ServedAdapters::List& want) {
+  ServedAdapters::List got = by_head.get();
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  do {
-    got.clear();
-    self->request(router, reply_timeout, adapters_atom::value)
-        .receive(
-            [&](const std::vector<std::string>& names, const std::vector<int32_t>& ids) {
-              for (size_t k = 0; k < names.size(); ++k) got.emplace_back(names[k], ids[k]);
-            },
-            [&](const caf::error& e) { FAIL("router did not answer: " << self->system().render(e)); });
-    if (got != want) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (got != want && std::chrono::steady_clock::now() < by);
+  while (got != want && std::chrono::steady_clock::now() < by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    got = by_head.get();
+  }
   return got;
 }
 
@@ -534,15 +528,15 @@ TEST_CASE("LoRA adapters loaded through another head sharing the nodes are serve
   const caf::actor& router = h.router;
   wait_joined(engine, router, 2);
   REQUIRE(router_status(engine, router).first == 2);
-  REQUIRE(served(engine, router, {{"a", 1}}) == Set{{"a", 1}});
+  REQUIRE(served(*h.served, {{"a", 1}}) == Set{{"a", 1}});
 
   // Another head loads c as #5: node 0 has it, node 1 not yet: not served.
   probe->send(fakes[0], adapter_news_atom::value, adapter_news(true, 5, "c", {{"a", 1}, {"c", 5}}));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  CHECK(served(engine, router, {{"a", 1}}) == Set{{"a", 1}});
+  CHECK(served(*h.served, {{"a", 1}}) == Set{{"a", 1}});
   // Node 1 has it too: served here.
   probe->send(fakes[1], adapter_news_atom::value, adapter_news(true, 5, "c", {{"a", 1}, {"c", 5}}));
-  CHECK(served(engine, router, {{"a", 1}, {"c", 5}}) == Set{{"a", 1}, {"c", 5}});
+  CHECK(served(*h.served, {{"a", 1}, {"c", 5}}) == Set{{"a", 1}, {"c", 5}});
 
   // A load through this head with no id takes one above every id the nodes
   // hold, other heads' included.
@@ -572,11 +566,11 @@ TEST_CASE("LoRA adapters loaded through another head sharing the nodes are serve
     error = r ? r->error : "unreadable";
   }, caf::after(reply_timeout) >> [] {});
   CHECK(error.empty());
-  CHECK(served(engine, router, {{"a", 1}, {"c", 5}, {"d", 6}}) == Set{{"a", 1}, {"c", 5}, {"d", 6}});
+  CHECK(served(*h.served, {{"a", 1}, {"c", 5}, {"d", 6}}) == Set{{"a", 1}, {"c", 5}, {"d", 6}});
 
   // The other head drops c: gone here at the first node's word.
   probe->send(fakes[1], adapter_news_atom::value, adapter_news(false, 5, "c", {{"a", 1}, {"d", 6}}));
-  CHECK(served(engine, router, {{"a", 1}, {"d", 6}}) == Set{{"a", 1}, {"d", 6}});
+  CHECK(served(*h.served, {{"a", 1}, {"d", 6}}) == Set{{"a", 1}, {"d", 6}});
   // Unreadable news changes nothing.
   probe->send(fakes[0], adapter_news_atom::value, WireMessage{{1, 2, 3}});
   // The other head loads e (#7) on both nodes, and starts on f (#9).
@@ -584,7 +578,7 @@ TEST_CASE("LoRA adapters loaded through another head sharing the nodes are serve
     probe->send(fakes[static_cast<size_t>(i)], adapter_news_atom::value,
                 adapter_news(true, 7, "e", {{"a", 1}, {"d", 6}, {"e", 7}}));
   }
-  CHECK(served(engine, router, {{"a", 1}, {"d", 6}, {"e", 7}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}});
+  CHECK(served(*h.served, {{"a", 1}, {"d", 6}, {"e", 7}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}});
   probe->send(fakes[0], adapter_news_atom::value, adapter_news(true, 9, "f", {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
 
@@ -598,10 +592,10 @@ TEST_CASE("LoRA adapters loaded through another head sharing the nodes are serve
   probe->send(fakes[2], adapter_atom::value);
   wait_joined(engine, router, 3);
   CHECK(router_status(engine, router) == std::make_pair(3, 3));
-  CHECK(served(engine, router, {{"a", 1}, {"d", 6}, {"e", 7}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}});
+  CHECK(served(*h.served, {{"a", 1}, {"d", 6}, {"e", 7}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}});
   // Node 1 has f as well: now every node holds it.
   probe->send(fakes[1], adapter_news_atom::value, adapter_news(true, 9, "f", {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}));
-  CHECK(served(engine, router, {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}});
+  CHECK(served(*h.served, {{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}}) == Set{{"a", 1}, {"d", 6}, {"e", 7}, {"f", 9}});
 }
 
 TEST_CASE("A request with a LoRA adapter runs whole on a prefill node, where one without is split with a decode node", "[actors][cluster][lora]") {
