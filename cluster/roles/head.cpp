@@ -78,15 +78,6 @@ EngineParts start_head(caf::actor_system& system, const EngineConfig& config, co
     throw std::runtime_error("no worker node could be joined within " + std::to_string(cluster.connect_timeout_s) +
                              " s" + (errors.empty() ? std::string() : ": " + errors));
   }
-  // The adapters the nodes loaded (--lora on each), served here by name.
-  self->request(router, std::chrono::seconds(10), adapters_atom::value)
-      .receive(
-          [&](const std::vector<std::string>& names, const std::vector<int32_t>& ids) {
-            for (size_t k = 0; k < names.size() && k < ids.size(); ++k) {
-              parts.adapters.push_back({names[k], ids[k], "(on the nodes)", 0});
-            }
-          },
-          [&](const caf::error&) {});
   parts.scheduler = router;
   parts.device = "cluster: " + std::to_string(up) + " of " + std::to_string(total) + " nodes joined";
   parts.counts_nodes = true;

@@ -1765,17 +1765,6 @@ caf::behavior router(Self* self, ClusterConfig config, NodeModel model, caf::act
         if (!from_this_process(self)) return caf::sec::unexpected_message;
         return on_adapter(self, in);
       },
-      [self](adapters_atom) {
-        // The adapters requests may name, once a node has said (start_head).
-        std::vector<std::string> names;
-        std::vector<int32_t> ids;
-        if (!from_this_process(self)) return caf::make_message(names, ids);
-        for (const auto& a : self->state.adapters.value_or(decltype(self->state.adapters)::value_type{})) {
-          names.push_back(a.name);
-          ids.push_back(a.id);
-        }
-        return caf::make_message(names, ids);
-      },
       [self](status_atom) {
         int32_t up = 0;
         std::string errors;

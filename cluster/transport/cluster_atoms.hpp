@@ -52,9 +52,6 @@ using kv_move_atom = caf::atom_constant<caf::atom("kvmove")>;
 // operator asked it to drain): move its requests elsewhere and route nothing
 // more to it. Taken only from the gateway of a node the head dialled.
 using leaving_atom = caf::atom_constant<caf::atom("leaving")>;
-// Head, in-process: the LoRA adapters of the nodes that run whole
-// requests (names and ids), for the head's engine to serve by name.
-using adapters_atom = caf::atom_constant<caf::atom("adapters")>;
 // A node's gateway to every other head joined to it, after a head changed
 // its LoRA adapters: (adapter_news_atom, WireMessage{AdapterNews}). Taken
 // only from the gateway of a node the head joined.
