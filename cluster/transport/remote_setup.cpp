@@ -4,12 +4,14 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 
 #include "actors/wire.hpp"
 #include "cluster/transport/cluster_atoms.hpp"
 #include "cluster/transport/cluster_handshake.hpp"
+#include "cluster/transport/tls_error_queue.hpp"
 
 namespace actorlm {
 
@@ -20,6 +22,12 @@ void configure_remote(caf::actor_system_config& cfg, const RemoteSecurity& secur
     cfg.openssl_certificate = security.tls_cert;
     cfg.openssl_key = security.tls_key;
     cfg.openssl_cafile = security.tls_ca;
+    if (!tls_error_queue_cleared()) {
+      std::fprintf(stderr,
+                   "actorlm: warning: OpenSSL's error queue is not cleared before CAF's TLS calls in this process "
+                   "(its executable does not export actorlm's SSL_read and friends), so one failed TLS handshake "
+                   "can close every TLS link (cluster/transport/tls_error_queue.hpp)\n");
+    }
   }
   cfg.add_message_type<WireMessage>("actorlm.WireMessage");
   // CAF only notices a closed connection by default; heartbeats also catch a
