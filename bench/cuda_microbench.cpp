@@ -71,20 +71,14 @@ KernelTiming time_decode_attention(int batch, int context, int n_heads, int n_kv
   DeviceBuffer<float> q(static_cast<size_t>(batch * qd)), ws(std::max<size_t>(sched.workspace_floats(), 1));
   fill_random_f32(q.get(), batch * qd, 1.0f, 0.0f, 3, nullptr);
   DeviceBuffer<bf16> out(static_cast<size_t>(batch * qd));
-  PagedAttentionArgs a;
+  PagedAttentionArgs a = paged_attention_args(
+      {.req_to_token = d_table.get(), .table_ld = context, .reqs = d_reqs.get(), .items = d_items.get(),
+       .workspace = ws.get()},
+      n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim)));
   a.q = q.get();
   a.q_ld = qd;
   a.k_cache = k.get();
   a.v_cache = v.get();
-  a.req_to_token = d_table.get();
-  a.table_ld = context;
-  a.reqs = d_reqs.get();
-  a.items = d_items.get();
-  a.n_heads = n_heads;
-  a.n_kv_heads = n_kv_heads;
-  a.head_dim = head_dim;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  a.workspace = ws.get();
   a.out = out.get();
   KernelTiming t;
   t.ms = median_ms(reps, [&] { paged_attention(a, sched, nullptr); });

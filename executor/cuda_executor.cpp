@@ -352,16 +352,12 @@ ForwardOutput CudaExecutor::forward(const ForwardBatch& b, const StepPlan& plan)
 
   scatter_table(m.table.get(), m.max_context, st.device<int32_t>(o_wr), static_cast<int32_t>(b.writes.size()),
                 st.device<int32_t>(o_val), max_write, s);
-  PagedAttentionArgs attn;
-  attn.req_to_token = m.table.get();
-  attn.table_ld = m.max_context;
-  attn.reqs = st.device<AttnRequest>(o_req);
-  attn.items = st.device<AttnWorkItem>(o_items);
-  attn.n_heads = c.n_heads;
-  attn.n_kv_heads = c.n_kv_heads;
-  attn.head_dim = c.head_dim;
-  attn.scale = plan.attention.scale;
-  attn.workspace = m.attn_ws.get();
+  const PagedAttentionArgs attn = paged_attention_args({.req_to_token = m.table.get(),
+                                                        .table_ld = m.max_context,
+                                                        .reqs = st.device<AttnRequest>(o_req),
+                                                        .items = st.device<AttnWorkItem>(o_items),
+                                                        .workspace = m.attn_ws.get()},
+                                                       c.n_heads, c.n_kv_heads, c.head_dim, plan.attention.scale);
   CudaTensorOps& ops = *m.ops;
   ops.set_attention(attn, sched);
   auto span_at = [&](size_t at, size_t n) { return std::span<const int32_t>(st.device<int32_t>(at), n); };

@@ -67,6 +67,35 @@ struct PagedAttentionArgs {
   bf16* out = nullptr;         // [tokens][n_heads * head_dim]
 };
 
+// A batch's device copies that every launch over it reads: the block table,
+// the requests and the schedule's work items, and the workspace the
+// schedule sized.
+struct AttnBatch {
+  const int32_t* req_to_token = nullptr;  // [slots][table_ld]
+  int64_t table_ld = 0;
+  const AttnRequest* reqs = nullptr;
+  const AttnWorkItem* items = nullptr;
+  float* workspace = nullptr;
+};
+
+// The arguments shared by every layer's launch over `batch` (the model
+// executor, the kernel test and the microbenchmark all start here); each
+// launch then names its query, caches, output and the layer's own options.
+inline PagedAttentionArgs paged_attention_args(const AttnBatch& batch, int32_t n_heads, int32_t n_kv_heads,
+                                               int32_t head_dim, float scale) {
+  PagedAttentionArgs a;
+  a.req_to_token = batch.req_to_token;
+  a.table_ld = batch.table_ld;
+  a.reqs = batch.reqs;
+  a.items = batch.items;
+  a.workspace = batch.workspace;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.head_dim = head_dim;
+  a.scale = scale;
+  return a;
+}
+
 // head_dim must be 8, 16, 32, 64, 128 or 256 (throws otherwise).
 void paged_attention(const PagedAttentionArgs& args, const AttnSchedule& schedule, cudaStream_t s);
 

@@ -173,22 +173,15 @@ void CudaBackend::attention(const float* q, KvLayerView cache, const AttentionPl
   auto di = to_device(sched.items.data(), sched.items.size());
   DeviceBuffer<float> ws(std::max<size_t>(sched.workspace_floats(), 1));
   DeviceBuffer<bf16> o(static_cast<size_t>(T * qd));
-  PagedAttentionArgs a;
+  PagedAttentionArgs a = paged_attention_args(
+      {.req_to_token = dt.get(), .table_ld = ld, .reqs = dr.get(), .items = di.get(), .workspace = ws.get()},
+      plan.n_heads, plan.n_kv_heads, hd, plan.scale);
   a.q = dq.get();
   a.q_ld = qd;
   a.k_cache = kc.get();
   a.v_cache = vc.get();
-  a.req_to_token = dt.get();
-  a.table_ld = ld;
-  a.reqs = dr.get();
-  a.items = di.get();
-  a.n_heads = plan.n_heads;
-  a.n_kv_heads = plan.n_kv_heads;
-  a.head_dim = hd;
-  a.scale = plan.scale;
   a.sliding_window = layer.sliding_window;
   a.softcap = layer.softcap;
-  a.workspace = ws.get();
   a.out = o.get();
   paged_attention(a, sched, nullptr);
   bf16_to_host(o, out, static_cast<size_t>(T * qd));
