@@ -55,6 +55,9 @@ export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppres
 export UCX_MEM_MMAP_HOOK_MODE="${UCX_MEM_MMAP_HOOK_MODE:-none}"
 cd "$build"
 status=0
-ctest -L catch2 -R "^(actors|cluster|scheduler)_" --output-on-failure --timeout 1800 "${select[@]}" "$@" || status=$?
+# Two at a time on CI's 2 cores, as the ASan stage runs them (stop 63, Zen 3: 138 tests in 313 s
+# against ~490 s one at a time, all passing).
+ctest -L catch2 -R "^(actors|cluster|scheduler)_" --parallel "$(nproc)" --output-on-failure --timeout 1800 \
+  "${select[@]}" "$@" || status=$?
 echo "tsan: tests took $(( $(date +%s) - built )) s (exit $status)"
 exit $status
