@@ -97,7 +97,8 @@ struct PdRequest {
   bool streamed = false;          // the decode node has sent tokens: past retrying as a pair
   std::vector<int32_t> tokens;    // what it sent, to go on from if it is lost
   int attempts = 0;
-  int moves = 0;                  // failovers before this pair
+  int refused = 0;                // attempts that failed with their nodes still up
+  int moves = 0;                  // failovers, this pair's lost nodes included
   bool ending = false;            // the client aborted or stopped it while it decoded
 };
 
@@ -704,15 +705,22 @@ void start_pd(Self* self, uint64_t id, int prefill) {
 }
 
 // The current attempt failed before the client saw a token: the request
-// starts again on another pair (or the same, if it is the only one), or,
-// after max_pd_attempts or when the request itself is at fault, fails.
-void retry_pd(Self* self, uint64_t id, ErrorKind kind, const std::string& why) {
+// starts again on another pair (or the same, if it is the only one), or
+// fails: when the request itself is at fault, after max_pd_attempts
+// attempts refused by nodes that are still up, or, when the attempt lost a
+// node, once it has moved --failover-attempts times. A lost node is a move,
+// as for a request on one node, and counts against the same budget
+// afterwards; under a node killed every few seconds a prompt queued for
+// long met three losses and failed while --failover-attempts was 50.
+void retry_pd(Self* self, uint64_t id, ErrorKind kind, const std::string& why, bool node_lost = false) {
   auto& s = self->state;
   auto it = s.pd.find(id);
   if (it == s.pd.end()) return;
   PdRequest& r = it->second;
   abandon_attempt(self, r, why);
-  if (kind != ErrorKind::invalid_request && r.attempts < max_pd_attempts) {
+  const bool again = node_lost ? r.moves < s.config.failover_attempts : ++r.refused < max_pd_attempts;
+  if (kind != ErrorKind::invalid_request && again) {
+    if (node_lost) ++r.moves;
     RouteDecision d = s.policy->route(prompt_of(r.bytes));
     if (d.node >= 0) {
       std::fprintf(stderr, "actorlm head: request %llu: %s; trying again (attempt %d)\n",
@@ -751,7 +759,7 @@ void on_reserved(Self* self, uint64_t wire, int decode, const WireMessage& m) {
     return fail_pd(self, id, ErrorKind::invalid_request, "decode node " + d.address.str() + ": " + reply.error);
   }
   NodeLink& p = s.nodes[static_cast<size_t>(r.prefill)];
-  if (!p.gateway) return retry_pd(self, id, ErrorKind::unavailable, "prefill node " + p.address.str() + " was lost");
+  if (!p.gateway) return retry_pd(self, id, ErrorKind::unavailable, "prefill node " + p.address.str() + " was lost", true);
   p.requests.insert(wire);
   self->send(p.gateway, generate_atom::value,
              WireMessage{p.session.seal(RequestKind::generate, for_node(r.bytes, wire, d.address.str(), reply.ticket, reply.cached_tokens))});
@@ -766,7 +774,7 @@ void pd_node_failed(Self* self, int i, uint64_t wire, const std::string& why) {
   PdRequest& r = s.pd.at(id);
   if (r.prefill == i) r.prefill = -1;  // its node forgets it
   if (r.decode == i) r.decode = -1;
-  if (!r.streamed) return retry_pd(self, id, ErrorKind::unavailable, why);
+  if (!r.streamed) return retry_pd(self, id, ErrorKind::unavailable, why, true);
   // Past its first token the pair is done with: it goes on as a plain
   // request on a node that takes prompts.
   Placement p{-1, r.bytes, r.tokens, r.moves, r.ending};

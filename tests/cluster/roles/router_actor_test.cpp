@@ -42,7 +42,8 @@ constexpr auto reply_timeout = std::chrono::seconds(10);
 // (stream_atom, bytes) to send to the router as its own token stream,
 // (adapter_news_atom, bytes) as its own adapter news, and
 // (status_atom) -> the router's handle. A KV reservation (a decode node's
-// part of a split request) is told as (kv_reserve_atom, node) and refused. Stats are answered with `stats_reply`.
+// part of a split request) is told as (kv_reserve_atom, node) and refused, or, once
+// `probe` has sent (kv_reserve_atom), granted with a ticket. Stats are answered with `stats_reply`.
 // An adapter change is told to `probe` as (adapter_atom, node, load, id,
 // name) and answered (fingerprint "fp-" + name; a load of a name
 // "fail-<this node>" fails) only when `probe` sends (adapter_atom). A gateway made `closed` answers no join (the router dials
@@ -53,7 +54,8 @@ struct FakeGatewayState {
   caf::actor probe, router;
   std::vector<uint8_t> welcome, stats_reply, nonce;
   RequestSession session;
-  bool closed = false, tell_joins = false;
+  bool closed = false, tell_joins = false, grant_reservations = false;
+  uint64_t next_ticket = 1;
   std::vector<std::pair<caf::typed_response_promise<WireMessage>, std::string>> held;
   static inline const char* name = "test.fake_gateway";
 };
@@ -119,8 +121,12 @@ caf::behavior fake_gateway(caf::stateful_actor<FakeGatewayState>* self, int32_t 
       [self](stats_atom, const WireMessage&) { return WireMessage{self->state.stats_reply}; },
       [self](kv_reserve_atom, const WireMessage&) {
         self->send(self->state.probe, kv_reserve_atom::value, self->state.index);
-        return WireMessage{};  // unreadable: the head tries again later
+        if (!self->state.grant_reservations) return WireMessage{};  // unreadable: refused
+        fb::KvReserveReplyT r;
+        r.ticket = self->state.next_ticket++;
+        return WireMessage{msg::pack(r)};
       },
+      [self](kv_reserve_atom) { self->state.grant_reservations = true; },
       [self](stream_atom, const WireMessage& bytes) { self->send(self->state.router, stream_atom::value, bytes); },
       [self](adapter_news_atom a, const WireMessage& bytes) { self->send(self->state.router, a, bytes); },
       [self](status_atom) { return self->state.router; },
@@ -243,9 +249,11 @@ struct HeadOverFakes {
   caf::actor router;
 
   HeadOverFakes(const NodeModel& model, const std::vector<std::vector<uint8_t>>& welcomes,
-                const std::vector<uint8_t>& stats_reply, const std::function<bool(int32_t)>& closed) {
+                const std::vector<uint8_t>& stats_reply, const std::function<bool(int32_t)>& closed,
+                int32_t failover_attempts = ClusterConfig{}.failover_attempts) {
     ClusterConfig cc;
     cc.retry_interval_s = 0.2;
+    cc.failover_attempts = failover_attempts;
     for (int32_t i = 0; i < static_cast<int32_t>(welcomes.size()); ++i) {
       fakes.push_back(peers.spawn(fake_gateway, i, caf::actor_cast<caf::actor>(probe), welcomes[static_cast<size_t>(i)],
                                   stats_reply, closed(i)));
@@ -625,4 +633,53 @@ TEST_CASE("A request with a LoRA adapter runs whole on a prefill node, where one
   // its KV first (and refuses, so the head tries again later: this comes
   // last, so that no retry of it is counted above).
   CHECK(first_steps(2, 0).first > 0);
+}
+
+TEST_CASE("A split request that loses its prefill node before its first token starts again as often as --failover-attempts allows, then fails", "[actors][cluster][pd]") {
+  const NodeModel model = default_node_model();
+  // Six prefill nodes (one still up at the end: the budget fails it, not a
+  // lack of nodes) and a decode node that grants every reservation.
+  std::vector<std::vector<uint8_t>> welcomes(6, engine_welcome(model, {}, "prefill"));
+  welcomes.push_back(engine_welcome(model, {}, "decode"));
+  HeadOverFakes h(model, welcomes, {}, [](int32_t) { return false; }, 4);
+  wait_joined(h.client, h.router, 7);
+  REQUIRE(router_status(h.client, h.router) == std::make_pair(7, 7));
+  h.probe->send(h.fakes[6], kv_reserve_atom::value);
+  h.client->send(h.router, generate_atom::value, tokenized(1), caf::actor_cast<caf::actor>(h.client));
+  // The prefill node the request's prompt reaches next, or -1.
+  auto prompt_at = [&](std::chrono::milliseconds wait = reply_timeout) {
+    int32_t at = -1;
+    const auto by = std::chrono::steady_clock::now() + wait;
+    while (at < 0 && std::chrono::steady_clock::now() < by) {
+      h.probe->receive([&](kv_reserve_atom, int32_t) {},
+                       [&](generate_atom, int32_t node, uint64_t, const std::vector<int32_t>&, uint64_t) { at = node; },
+                       [&](abort_atom, int32_t, const WireMessage&) {},
+                       caf::after(std::chrono::milliseconds(100)) >> [] {});
+    }
+    return at;
+  };
+  Seen seen;
+  std::set<int32_t> lost;
+  // Four losses are four moves: each time it starts again on a prefill
+  // node still up (three attempts in all was the limit whatever the flag said).
+  for (int move = 0; move <= 4; ++move) {
+    INFO("move " << move);
+    const int32_t at = prompt_at();
+    REQUIRE(at >= 0);
+    REQUIRE(at < 6);
+    CHECK(lost.count(at) == 0);
+    caf::anon_send_exit(h.fakes[static_cast<size_t>(at)], caf::exit_reason::user_shutdown);
+    lost.insert(at);
+    if (move < 4) {
+      receive_streams(h.client, seen, [] { return false; }, std::chrono::milliseconds(200));
+      CHECK(seen[1].empty());  // the client has heard nothing of it
+    }
+  }
+  // The fifth loss is past the budget: the client is told, and the node
+  // still up is not tried.
+  receive_streams(h.client, seen, [&] { return !seen[1].empty(); });
+  REQUIRE(seen[1].size() == 1);
+  CHECK(seen[1][0].finish_reason == fb::FinishReason::Error);
+  CHECK(seen[1][0].error.find("was lost") != std::string::npos);
+  CHECK(prompt_at(std::chrono::seconds(1)) == -1);
 }
