@@ -31,8 +31,9 @@ constexpr auto adapter_timeout = std::chrono::minutes(10);
 constexpr auto reserve_timeout = std::chrono::seconds(30);
 // A decode node with no room now is asked again after this long.
 constexpr auto reserve_retry = std::chrono::milliseconds(20);
-// Attempts of a disaggregated request before it fails (a lost node, a
-// refused transfer).
+// Attempts of a disaggregated request that nodes still up refuse (a
+// transfer refused) before it fails; a lost node is a move instead, within
+// --failover-attempts (retry_pd).
 constexpr int max_pd_attempts = 3;
 // Disaggregated attempts' ids on the nodes, far above the tokenizer's.
 constexpr uint64_t first_wire_id = 1ull << 62;
