@@ -35,7 +35,7 @@ void HostTensorOps::count_bytes(const MatrixView& m) {
 WeightId HostTensorOps::add_weights(std::span<const MatrixView> parts) {
   std::vector<MatrixView> views;
   for (const MatrixView& p : parts) {
-    PreparedMatrix prepared = backend_.prepare_weights(p);
+    PreparedMatrix prepared = shared_ ? shared_->prepare(backend_, p) : backend_.prepare_weights(p);
     if (prepared.storage) storage_.push_back(std::move(prepared.storage));
     views.push_back(prepared.view);
     count_bytes(p);

@@ -9,13 +9,17 @@
 #include <unordered_set>
 #include <vector>
 
+#include "kernels/prepared_weights.hpp"
 #include "kernels/tensor_ops.hpp"
 
 namespace actorlm {
 
 class HostTensorOps final : public TensorOps {
  public:
-  explicit HostTensorOps(Backend& backend) : backend_(backend) {}
+  // shared: the loaded model's prepared matrices, when other runners may
+  // hold the same weights (PreparedWeights); null prepares them here.
+  explicit HostTensorOps(Backend& backend, std::shared_ptr<PreparedWeights> shared = nullptr)
+      : backend_(backend), shared_(std::move(shared)) {}
 
   WeightId add_weights(std::span<const MatrixView> parts) override;
   WeightId add_table(MatrixView table) override;
@@ -69,6 +73,7 @@ class HostTensorOps final : public TensorOps {
   void count_bytes(const MatrixView& m);
 
   Backend& backend_;
+  std::shared_ptr<PreparedWeights> shared_;
   std::vector<std::vector<MatrixView>> weights_;
   std::vector<std::shared_ptr<const void>> storage_;  // prepared copies, random weights
   std::vector<std::vector<float>> vectors_;

@@ -4,10 +4,22 @@
 
 namespace actorlm {
 
+namespace {
+
+// The weights with every matrix's bytes kept by their shared prepared
+// copies, so that each is packed once whichever runner comes first.
+LlamaWeights shared_preparation(LlamaWeights w) {
+  if (!w.prepared) w.prepared = std::make_shared<PreparedWeights>();
+  w.each_matrix([&](const WeightMatrix& m) { w.prepared->keep(m.bytes); });
+  return w;
+}
+
+}  // namespace
+
 HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend, bool f16_kv)
     : backend_(std::move(backend)),
-      weights_(std::move(weights)),
-      ops_(*backend_),
+      weights_(shared_preparation(std::move(weights))),
+      ops_(*backend_, weights_.prepared),
       model_(weights_, ops_),
       f16_kv_(f16_kv) {}
 

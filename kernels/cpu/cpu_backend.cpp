@@ -191,6 +191,12 @@ void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const Matri
   });
 }
 
+// One tile layout for every ISA that packs (packed_matrix.hpp); none where
+// the portable kernels read the file's blocks as they are.
+std::string_view CpuBackend::prepared_layout() const {
+  return best_isa() == Isa::portable ? std::string_view{} : std::string_view{"cpu 8-row tiles"};
+}
+
 PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {
   if (!packs(w)) return {w, nullptr};
   // On every thread (an 8B model is ~5 GB to repack); the file's pages are
