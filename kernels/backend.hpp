@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "kernels/ggml_type.hpp"
@@ -138,10 +137,6 @@ class Backend {
   // a backend may copy it into a layout its kernels read faster. The default
   // keeps the view as it is.
   virtual PreparedMatrix prepare_weights(MatrixView w) { return {w, nullptr}; }
-  // Names the layout prepare_weights makes, so that a copy made by one
-  // backend is handed to another only when it would make the same one
-  // (PreparedWeights); empty when it makes none.
-  virtual std::string_view prepared_layout() const { return {}; }
   // out[rows][w.rows] = x[rows][w.cols] · wᵀ  (+ out when accumulate). Any
   // view works; one from prepare_weights may be faster.
   virtual void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) = 0;

@@ -1,5 +1,7 @@
 #include "kernels/prepared_weights.hpp"
 
+#include <typeinfo>
+
 namespace actorlm {
 
 void PreparedWeights::keep(std::shared_ptr<const void> bytes) {
@@ -9,14 +11,13 @@ void PreparedWeights::keep(std::shared_ptr<const void> bytes) {
 }
 
 PreparedMatrix PreparedWeights::prepare(Backend& backend, const MatrixView& w) {
-  std::string layout(backend.prepared_layout());
   std::lock_guard lock(mutex_);
-  if (layout.empty() || !kept_.count(w.data)) return backend.prepare_weights(w);
+  if (!kept_.count(w.data)) return backend.prepare_weights(w);
   // Under the lock: a second runner loading at the same time waits for the
   // first one's copy rather than making its own.
-  Key key{w.data, w.rows, w.cols, w.type, std::move(layout)};
+  Key key{w.data, w.rows, w.cols, w.type, std::type_index(typeid(backend))};
   auto it = prepared_.find(key);
-  if (it == prepared_.end()) it = prepared_.emplace(std::move(key), backend.prepare_weights(w)).first;
+  if (it == prepared_.end()) it = prepared_.emplace(key, backend.prepare_weights(w)).first;
   return it->second;
 }
 

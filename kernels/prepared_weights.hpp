@@ -1,11 +1,11 @@
 #pragma once
 // A model's prepared weight matrices (Backend::prepare_weights: the CPU
-// backend's 8-row tiles), shared by every runner built over the same loaded
-// weights. A second runner over one model (a draft model that is the
-// target's own file, several engines in one process, the engines of a test)
-// then takes the first one's copy: the weights are held once, and the file
-// is not packed again, which on the CPU also meant reading it from disk
-// again, since packing pages the file's copy out.
+// backend's 8-row tiles), shared by the runners that hold the same loaded
+// weights at once. A second runner over one model (a draft model that is
+// the target's own file, several engines in one process, the engines of a
+// test) then takes the first one's copy: the weights are held once, and the
+// file is not packed again, which on the CPU also meant reading it from
+// disk again, since packing pages the file's copy out.
 //
 // Entries are keyed by the address of the source bytes, so only bytes this
 // object keeps alive itself are cached (keep()): while an entry exists, its
@@ -14,9 +14,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <tuple>
-#include <vector>
+#include <typeindex>
 
 #include "kernels/backend.hpp"
 
@@ -29,15 +28,15 @@ class PreparedWeights {
   void keep(std::shared_ptr<const void> bytes);
 
   // backend.prepare_weights(w), prepared once per kept address, shape and
-  // backend layout (Backend::prepared_layout); bytes not kept, and backends
-  // that prepare nothing, go straight to the backend every time.
+  // kind of backend (a layout is the backend class's own); bytes not kept
+  // go straight to the backend every time.
   PreparedMatrix prepare(Backend& backend, const MatrixView& w);
 
-  // How many prepared copies are held (for tests and reports).
+  // How many prepared matrices are held (for tests and reports).
   size_t size() const;
 
  private:
-  using Key = std::tuple<const void*, int64_t, int64_t, GgmlType, std::string>;
+  using Key = std::tuple<const void*, int64_t, int64_t, GgmlType, std::type_index>;
   mutable std::mutex mutex_;
   std::map<const void*, std::shared_ptr<const void>> kept_;
   std::map<Key, PreparedMatrix> prepared_;

@@ -1,25 +1,77 @@
 #include "model/host_executor.hpp"
 
 #include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
 
 namespace actorlm {
 
 namespace {
 
-// The weights with every matrix's bytes kept by their shared prepared
-// copies, so that each is packed once whichever runner comes first.
-LlamaWeights shared_preparation(LlamaWeights w) {
-  if (!w.prepared) w.prepared = std::make_shared<PreparedWeights>();
-  w.each_matrix([&](const WeightMatrix& m) { w.prepared->keep(m.bytes); });
-  return w;
+// One PreparedWeights per mapped file while any runner over it is alive
+// (the map holds neither: a file, or its packed copies, go with their last
+// runner). owner_less compares control blocks, so a file mapped after
+// another one went, at the same address, is a new key.
+struct Registry {
+  std::mutex mutex;
+  std::map<std::weak_ptr<const MappedFile>, std::weak_ptr<PreparedWeights>, std::owner_less<>> by_file;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+void each_matrix(const LlamaWeights& w, const std::function<void(const WeightMatrix&)>& f) {
+  auto visit = [&](const WeightMatrix& m) {
+    if (!m.empty()) f(m);
+  };
+  visit(w.token_embedding);
+  visit(w.lm_head);
+  for (const LayerWeights& L : w.layers) {
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) visit(*m);
+    for (const LayerWeights::Expert& e : L.experts) {
+      visit(e.gate);
+      visit(e.up);
+      visit(e.down);
+    }
+  }
+}
+
+// The prepared copies this runner shares (its file's, or its own for
+// weights that are not a mapped file), keeping every matrix's bytes, so
+// that each is packed once whichever runner comes first.
+std::shared_ptr<PreparedWeights> shared_preparation(const LlamaWeights& w) {
+  std::shared_ptr<PreparedWeights> shared;
+  if (w.file) {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    std::erase_if(r.by_file, [](const auto& e) { return e.first.expired() || e.second.expired(); });
+    std::weak_ptr<PreparedWeights>& slot = r.by_file[w.file];
+    shared = slot.lock();
+    if (!shared) slot = shared = std::make_shared<PreparedWeights>();
+  } else {
+    shared = std::make_shared<PreparedWeights>();
+  }
+  each_matrix(w, [&](const WeightMatrix& m) { shared->keep(m.bytes); });
+  return shared;
 }
 
 }  // namespace
 
+std::shared_ptr<PreparedWeights> prepared_weights_of(const LlamaWeights& w) {
+  if (!w.file) return nullptr;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.by_file.find(w.file);
+  return it == r.by_file.end() ? nullptr : it->second.lock();
+}
+
 HostExecutor::HostExecutor(LlamaWeights weights, std::unique_ptr<Backend> backend, bool f16_kv)
     : backend_(std::move(backend)),
-      weights_(shared_preparation(std::move(weights))),
-      ops_(*backend_, weights_.prepared),
+      weights_(std::move(weights)),
+      ops_(*backend_, shared_preparation(weights_)),
       model_(weights_, ops_),
       f16_kv_(f16_kv) {}
 

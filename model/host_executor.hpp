@@ -50,4 +50,9 @@ class HostExecutor final : public ModelExecutor {
   int64_t row_at(int32_t layer, int32_t row) const;
 };
 
+// The prepared matrices the runners over w's file share while any of them
+// lives (kernels/prepared_weights.hpp); null when none does, or when w is
+// not a mapped file (each runner then prepares its own).
+std::shared_ptr<PreparedWeights> prepared_weights_of(const LlamaWeights& w);
+
 }  // namespace actorlm

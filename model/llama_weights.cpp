@@ -396,22 +396,6 @@ class HfLoader {
 
 }  // namespace
 
-void LlamaWeights::each_matrix(const std::function<void(const WeightMatrix&)>& f) const {
-  auto visit = [&](const WeightMatrix& m) {
-    if (!m.empty()) f(m);
-  };
-  visit(token_embedding);
-  visit(lm_head);
-  for (const LayerWeights& L : layers) {
-    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) visit(*m);
-    for (const LayerWeights::Expert& e : L.experts) {
-      visit(e.gate);
-      visit(e.up);
-      visit(e.down);
-    }
-  }
-}
-
 LlamaWeights load_llama_weights(const std::string& path, const LoadProgress& progress) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return HfLoader(path, progress).load();

@@ -39,7 +39,6 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/ggml_type.hpp"
-#include "kernels/prepared_weights.hpp"
 #include "model/mapped_file.hpp"
 #include "model/model_config.hpp"
 
@@ -98,14 +97,8 @@ struct LlamaWeights {
   std::vector<float> rope_freq_factors;   // optional per-pair divisors (Llama 3 GGUF)
   // The GGUF map the matrices point into (null for a safetensors folder).
   std::shared_ptr<const MappedFile> file;
-  // The backends' prepared copies of these matrices, shared by the copies
-  // of this object, so that every runner over them packs them once
-  // (HostExecutor keeps the bytes it hands in).
-  std::shared_ptr<PreparedWeights> prepared = std::make_shared<PreparedWeights>();
 
   const WeightMatrix& output() const { return lm_head.empty() ? token_embedding : lm_head; }
-  // Every matrix: embedding, lm_head, each layer's projections, router and experts.
-  void each_matrix(const std::function<void(const WeightMatrix&)>& f) const;
 };
 
 // (tensors loaded, total tensors): for a progress display.

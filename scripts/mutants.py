@@ -527,6 +527,21 @@ MUTANTS = [
            "    for (size_t i : g->done) {\n",
            "    for (size_t i : std::vector<size_t>{}) {\n",
            ["cluster_roles_router_actor_test"], catch_runs(["cluster_roles_router_actor_test"], "[lora]")),
+    # Shared packed weights: a runner that packs its own copy passes every
+    # output check (the copies are equal), so only the count of copies tells;
+    # one keyed by address alone would hand a shorter view a longer one's tiles.
+    Mutant("prepared-weights-unshared",
+           "every runner packs its own copy of the model's matrices",
+           "model/host_executor.cpp",
+           "      ops_(*backend_, shared_preparation(weights_)),",
+           "      ops_(*backend_, nullptr),",
+           ["model_model_runner_test"], catch_runs(["model_model_runner_test"], "Runners over copies*")),
+    Mutant("prepared-weights-shape-blind",
+           "a prepared copy is found by its bytes' address alone, whatever the view's shape",
+           "kernels/prepared_weights.cpp",
+           "  Key key{w.data, w.rows, w.cols, w.type, std::type_index(typeid(backend))};",
+           "  Key key{w.data, 0, 0, GgmlType::F32, std::type_index(typeid(backend))};",
+           ["kernels_prepared_weights_test"], catch_runs(["kernels_prepared_weights_test"])),
 ]
 
 

@@ -3,6 +3,7 @@
 #include "kernels/low_rank.hpp"
 
 #include "kernels/cpu/activation_math.hpp"
+#include "kernels/cpu/float_rows.hpp"
 #include "kernels/cpu/packed_matrix.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/quantized_matmul.hpp"
@@ -117,11 +118,15 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
   if (rows <= 0) return;
   if (w.type == GgmlType::F32) {
     const auto* data = static_cast<const float*>(w.data);
-    if (rows == 1) {
-      // One row (single-sequence decode): sgemm would first copy ("pack")
-      // the whole weight matrix; sgemv streams it once.
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(w.rows), static_cast<blasint>(w.cols), 1.0f,
-                  data, static_cast<blasint>(w.cols), x, 1, accumulate ? 1.0f : 0.0f, out, 1);
+    if (rows <= few_rows) {
+      // Decode and verify row counts: each weight row read once for every
+      // x row (float_rows.hpp), and a row's result whatever the count.
+      const int64_t pieces = (w.rows + split_rows - 1) / split_rows;
+      pool_.parallel_for(pieces, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin * split_rows; r < std::min(w.rows, end * split_rows); ++r) {
+          dot_rows(data + r * w.cols, x, rows, w.cols, out + r, w.rows, accumulate);
+        }
+      });
       return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(w.rows),
@@ -189,12 +194,6 @@ void CpuBackend::matmul_many(const float* x, int64_t rows, std::span<const Matri
       matmul_rows(w[i], shared_[slot(w[i].type)], out[i], b * split_rows, std::min(w[i].rows, e * split_rows), false);
     }
   });
-}
-
-// One tile layout for every ISA that packs (packed_matrix.hpp); none where
-// the portable kernels read the file's blocks as they are.
-std::string_view CpuBackend::prepared_layout() const {
-  return best_isa() == Isa::portable ? std::string_view{} : std::string_view{"cpu 8-row tiles"};
 }
 
 PreparedMatrix CpuBackend::prepare_weights(MatrixView w) {

@@ -27,7 +27,6 @@ class CpuBackend final : public Backend {
   // Block-quantized matrices are repacked into 8-row tiles
   // (packed_matrix.hpp) when the CPU has the AVX2 or AVX-512 VNNI kernels.
   PreparedMatrix prepare_weights(MatrixView w) override;
-  std::string_view prepared_layout() const override;
   void matmul(const float* x, int64_t rows, MatrixView w, float* out, bool accumulate) override;
   // Quantizes x once per activation scheme and runs every matrix's tiles as
   // one parallel loop (one wait instead of one per matrix).

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "kernels/cpu/float_rows.hpp"
 #include "kernels/cpu/quantize_block.hpp"
 #include "kernels/cpu/quantized_matmul_isa.hpp"
 #include "kernels/half.hpp"
@@ -62,34 +63,33 @@ void portable_rows(const MatrixView& w, const Activations& x, float* out, int64_
   for (int64_t r = begin; r < end; ++r) {
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes, row.data(),
                    w.cols);
+    if (!integer) {  // f16, bf16: the widened row against every x row at once
+      dot_rows(row.data(), x.x, x.rows, w.cols, out + r, w.rows, accumulate);
+      continue;
+    }
     for (int64_t t = 0; t < x.rows; ++t) {
       float y = 0.0f;
-      if (integer) {
-        const int8_t* q = x.q.data() + t * x.cols;
-        const float* d = x.d.data() + t * n_blocks;
-        const float* s = x.s.data() + t * n_blocks;
-        for (int64_t b = 0; b < n_blocks; ++b) {
-          float block = 0.0f;
-          int32_t q_sum = 0;
-          for (int64_t j = 0; j < block_values; ++j) {
-            block += row[static_cast<size_t>(b * block_values + j)] * static_cast<float>(q[b * block_values + j]);
-            q_sum += q[b * block_values + j];
-          }
-          y += d[b] * block;
-          if (x.scheme == ActivationScheme::q8_1) {
-            // q8_1's f16 block sum is not exactly d * sum q; the SIMD
-            // kernels multiply the block's min (the f16 after its scale in
-            // Q4_1 and Q5_1) by s itself, and so does this.
-            const uint8_t* block_bytes = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes +
-                                         static_cast<size_t>(b) * ggml_block_bytes(w.type);
-            uint16_t min;
-            std::memcpy(&min, block_bytes + 2, sizeof min);
-            y += f16_to_f32(min) * (s[b] - d[b] * static_cast<float>(q_sum));
-          }
+      const int8_t* q = x.q.data() + t * x.cols;
+      const float* d = x.d.data() + t * n_blocks;
+      const float* s = x.s.data() + t * n_blocks;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        float block = 0.0f;
+        int32_t q_sum = 0;
+        for (int64_t j = 0; j < block_values; ++j) {
+          block += row[static_cast<size_t>(b * block_values + j)] * static_cast<float>(q[b * block_values + j]);
+          q_sum += q[b * block_values + j];
         }
-      } else {
-        const float* xr = x.x + t * x.cols;
-        for (int64_t j = 0; j < w.cols; ++j) y += row[static_cast<size_t>(j)] * xr[j];
+        y += d[b] * block;
+        if (x.scheme == ActivationScheme::q8_1) {
+          // q8_1's f16 block sum is not exactly d * sum q; the SIMD
+          // kernels multiply the block's min (the f16 after its scale in
+          // Q4_1 and Q5_1) by s itself, and so does this.
+          const uint8_t* block_bytes = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes +
+                                       static_cast<size_t>(b) * ggml_block_bytes(w.type);
+          uint16_t min;
+          std::memcpy(&min, block_bytes + 2, sizeof min);
+          y += f16_to_f32(min) * (s[b] - d[b] * static_cast<float>(q_sum));
+        }
       }
       float& o = out[t * w.rows + r];
       o = accumulate ? o + y : y;

@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/default_model.hpp"
 #include "model/draft_model.hpp"
+#include "model/host_executor.hpp"
 #include "tests/model/model_test_support.hpp"
 #include "tests/model/tiny_llama_gguf.hpp"
 
@@ -182,28 +183,35 @@ TEST_CASE("A draft model must share the target's vocabulary, context and pool ro
 TEST_CASE("Runners over copies of one loaded model pack its matrices once and compute alike, and a matrix a copy replaced is its own", "[model]") {
   const LlamaWeights w = load_llama_weights(default_model_path());
   const ModelRunnerConfig small{.kv_pool_rows = 64, .max_requests = 2, .max_context = 64};
-  if (cpu::CpuBackend(1).prepared_layout().empty()) {
-    WARN("this CPU's kernels read the file's blocks as they are: nothing is prepared");
-    return;
-  }
-  ModelRunner a(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(2), small);
-  const size_t packed = w.prepared->size();
-  // q/k/v, o, gate/up and down of 30 layers, and the tied output matrix.
-  CHECK(packed == 30 * 7 + 1);
-  ModelRunner b(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(1), small);
-  CHECK(w.prepared->size() == packed);
-  const std::vector<float> logits = a.forward(good_batch()).logits;
-  REQUIRE_FALSE(logits.empty());
-  CHECK(b.forward(good_batch()).logits == logits);
+  std::vector<float> logits;
+  {
+    ModelRunner a(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(2), small);
+    std::shared_ptr<PreparedWeights> shared = prepared_weights_of(w);
+    REQUIRE(shared);
+    // q/k/v, o, gate/up and down of 30 layers, and the tied output matrix.
+    const size_t packed = shared->size();
+    CHECK(packed == 30 * 7 + 1);
+    ModelRunner b(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(1), small);
+    CHECK(shared->size() == packed);
+    logits = a.forward(good_batch()).logits;
+    REQUIRE_FALSE(logits.empty());
+    CHECK(b.forward(good_batch()).logits == logits);
 
-  // Layer 0's q projection given layer 1's values in bytes of its own: that
-  // matrix is packed for this runner, and the model computes with it.
-  LlamaWeights changed = w;
-  const WeightMatrix& src = w.layers[1].wq;
-  auto copy = std::make_shared<std::vector<uint8_t>>(src.bytes.get(), src.bytes.get() + src.row_bytes() * static_cast<size_t>(src.rows));
-  changed.layers[0].wq.bytes = std::shared_ptr<const uint8_t>(copy, copy->data());
-  ModelRunner c(std::move(changed), std::make_unique<cpu::CpuBackend>(2), small);
-  CHECK(w.prepared->size() == packed + 1);
-  CHECK(c.forward(good_batch()).logits != logits);
-  CHECK(a.forward(good_batch()).logits == logits);
+    // Layer 0's q projection given layer 1's values in bytes of its own:
+    // that matrix is packed for this runner, and the model computes with it.
+    LlamaWeights changed = w;
+    const WeightMatrix& src = w.layers[1].wq;
+    auto copy = std::make_shared<std::vector<uint8_t>>(src.bytes.get(),
+                                                       src.bytes.get() + src.row_bytes() * static_cast<size_t>(src.rows));
+    changed.layers[0].wq.bytes = std::shared_ptr<const uint8_t>(copy, copy->data());
+    ModelRunner c(std::move(changed), std::make_unique<cpu::CpuBackend>(2), small);
+    CHECK(shared->size() == packed + 1);
+    CHECK(c.forward(good_batch()).logits != logits);
+    CHECK(a.forward(good_batch()).logits == logits);
+  }
+  // With its last runner gone the packed copies go too; a new runner packs
+  // again and computes the same.
+  CHECK_FALSE(prepared_weights_of(w));
+  ModelRunner d(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(2), small);
+  CHECK(d.forward(good_batch()).logits == logits);
 }

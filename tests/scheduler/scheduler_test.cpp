@@ -21,6 +21,7 @@
 #include "model/default_model.hpp"
 #include "model/draft_model.hpp"
 #include "model/gguf_file.hpp"
+#include "model/host_executor.hpp"
 #include "model/model_fingerprint.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tests/model/lora_file.hpp"
@@ -73,6 +74,10 @@ struct Engine {
       runner.attach_draft(std::make_unique<DraftModel>(std::make_unique<ModelRunner>(
           LlamaWeights(*draft), std::make_unique<cpu::CpuBackend>(2), runner_config(max_requests, sc))));
     }
+    // The default model's packed matrices, kept for the engines after this
+    // one (a runner packs them once for all the runners alive beside it):
+    // most cases make several engines, one after another.
+    static const std::shared_ptr<PreparedWeights> packed = prepared_weights_of(weights());
   }
 
   ModelRunnerConfig runner_config(int32_t max_requests, const SchedulerConfig& sc) const {
