@@ -123,9 +123,8 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
       // x row (float_rows.hpp), and a row's result whatever the count.
       const int64_t pieces = (w.rows + split_rows - 1) / split_rows;
       pool_.parallel_for(pieces, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin * split_rows; r < std::min(w.rows, end * split_rows); ++r) {
-          dot_rows(data + r * w.cols, x, rows, w.cols, out + r, w.rows, accumulate);
-        }
+        const int64_t first = begin * split_rows, last = std::min(w.rows, end * split_rows);
+        multiply_rows(data + first * w.cols, last - first, x, rows, w.cols, out + first, w.rows, accumulate);
       });
       return;
     }

@@ -1,23 +1,29 @@
 #pragma once
-// Products of a float weight row with a few activation rows: each weight row
-// is read from memory once, while it sits in L1 every activation row is
-// multiplied by it, and every dot product is summed in one fixed order (32
-// lanes, then the lanes pairwise), so a token's result does not depend on
-// how many rows share its step. Used where the product is bound by reading
-// the weights: float32 matrices at decode and speculative-verify row counts
-// (OpenBLAS's sgemm copies the whole matrix first, which made 2-16 rows cost
-// twice one row), and the rows that other formats widen to float.
+// Products of float weight rows with a few activation rows: each weight row
+// is read from memory once, and while a tile of four of them is in L1 every
+// activation row is multiplied by it, two at a time (eight accumulators, six
+// loads for eight multiply-adds). Every dot product has one accumulator of
+// eight lanes and is summed in one fixed order (k in steps of eight, then
+// the lanes pairwise, then the tail), whichever tile computes it, so a
+// token's result does not depend on how many rows share its step or which
+// weight rows a thread was given. Used where the product is bound by
+// reading the weights: float32 matrices at decode and speculative-verify
+// row counts (OpenBLAS's sgemm copies the whole matrix first, which made
+// 2-16 rows cost twice one row), and the rows f16 and bf16 widen to float.
 
 #include <cstdint>
 
 namespace actorlm::cpu {
 
-// Row counts up to this go through dot_rows instead of OpenBLAS (float32).
-inline constexpr int64_t few_rows = 16;
+// Row counts up to this go through multiply_rows instead of OpenBLAS
+// (float32): past it sgemm's compute wins over reading the weights once
+// (Zen 3, 2 threads, the default model as float32: 24 rows 118 against 109
+// tokens/s, 40 rows 124 against 148; docs/BENCHMARKS.md).
+inline constexpr int64_t few_rows = 32;
 
-// out[t * out_stride] (= or +=, by accumulate) dot(w, x + t * cols) for
-// t < x_rows.
-void dot_rows(const float* w, const float* x, int64_t x_rows, int64_t cols, float* out, int64_t out_stride,
-              bool accumulate);
+// out[t * out_stride + o] (= or +=, by accumulate) dot(w + o * cols,
+// x + t * cols) for o < w_rows, t < x_rows.
+void multiply_rows(const float* w, int64_t w_rows, const float* x, int64_t x_rows, int64_t cols, float* out,
+                   int64_t out_stride, bool accumulate);
 
 }  // namespace actorlm::cpu

@@ -64,7 +64,7 @@ void portable_rows(const MatrixView& w, const Activations& x, float* out, int64_
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * row_bytes, row.data(),
                    w.cols);
     if (!integer) {  // f16, bf16: the widened row against every x row at once
-      dot_rows(row.data(), x.x, x.rows, w.cols, out + r, w.rows, accumulate);
+      multiply_rows(row.data(), 1, x.x, x.rows, w.cols, out + r, w.rows, accumulate);
       continue;
     }
     for (int64_t t = 0; t < x.rows; ++t) {
