@@ -531,10 +531,10 @@ MUTANTS = [
     # output check (the copies are equal), so only the count of copies tells;
     # one keyed by address alone would hand a shorter view a longer one's tiles.
     Mutant("prepared-weights-unshared",
-           "every runner packs its own copy of the model's matrices",
+           "a runner never finds the packed copies of the runners alive over its file, and packs its own",
            "model/host_executor.cpp",
-           "      ops_(*backend_, shared_preparation(weights_)),",
-           "      ops_(*backend_, nullptr),",
+           "    shared = slot.lock();\n",
+           "    shared = nullptr;\n",
            ["model_model_runner_test"], catch_runs(["model_model_runner_test"], "Runners over copies*")),
     Mutant("prepared-weights-shape-blind",
            "a prepared copy is found by its bytes' address alone, whatever the view's shape",

@@ -192,6 +192,7 @@ TEST_CASE("Runners over copies of one loaded model pack its matrices once and co
     const size_t packed = shared->size();
     CHECK(packed == 30 * 7 + 1);
     ModelRunner b(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(1), small);
+    CHECK(prepared_weights_of(w) == shared);
     CHECK(shared->size() == packed);
     logits = a.forward(good_batch()).logits;
     REQUIRE_FALSE(logits.empty());
