@@ -23,22 +23,51 @@ std::vector<float> uniform(size_t n, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("dot_rows sums each product as double does to float rounding, and adds to what is there when asked", "[kernels]") {
-  // Column counts around the 32- and 8-lane steps and their tails.
-  for (int64_t cols : {1, 7, 8, 31, 32, 33, 100, 576, 1536}) {
-    INFO("cols " << cols);
-    const std::vector<float> w = uniform(static_cast<size_t>(cols), 1), x = uniform(static_cast<size_t>(3 * cols), 2);
-    std::vector<float> out(6, 0.5f);
-    cpu::dot_rows(w.data(), x.data(), 3, cols, out.data(), 2, false);
-    for (int t = 0; t < 3; ++t) {
-      double ref = 0;
-      for (int64_t j = 0; j < cols; ++j) ref += double(w[size_t(j)]) * x[size_t(t * cols + j)];
-      CHECK(std::abs(out[size_t(2 * t)] - ref) <= 1e-5 * (1 + std::sqrt(double(cols))));
-      CHECK(out[size_t(2 * t + 1)] == 0.5f);  // the stride skips it
+TEST_CASE("multiply_rows sums each product as double does to float rounding, and adds to what is there when asked", "[kernels]") {
+  // Column counts around the 8-lane step and its tail; weight and x row
+  // counts around the 4 x 2 tile.
+  for (int64_t cols : {1, 7, 8, 9, 33, 100, 576}) {
+    for (int64_t w_rows : {1, 3, 4, 5, 9}) {
+      for (int64_t x_rows : {1, 2, 3, 5}) {
+        INFO("cols " << cols << ", " << w_rows << " weight rows, " << x_rows << " x rows");
+        const std::vector<float> w = uniform(static_cast<size_t>(w_rows * cols), 1);
+        const std::vector<float> x = uniform(static_cast<size_t>(x_rows * cols), 2);
+        const int64_t stride = w_rows + 1;  // a column the product leaves alone
+        std::vector<float> out(static_cast<size_t>(x_rows * stride), 0.5f);
+        cpu::multiply_rows(w.data(), w_rows, x.data(), x_rows, cols, out.data(), stride, false);
+        for (int64_t t = 0; t < x_rows; ++t) {
+          for (int64_t o = 0; o < w_rows; ++o) {
+            double ref = 0;
+            for (int64_t j = 0; j < cols; ++j) ref += double(w[size_t(o * cols + j)]) * x[size_t(t * cols + j)];
+            CHECK(std::abs(out[size_t(t * stride + o)] - ref) <= 1e-5 * (1 + std::sqrt(double(cols))));
+          }
+          CHECK(out[size_t(t * stride + w_rows)] == 0.5f);
+        }
+        std::vector<float> again = out;
+        cpu::multiply_rows(w.data(), w_rows, x.data(), x_rows, cols, again.data(), stride, true);
+        for (int64_t t = 0; t < x_rows; ++t) {
+          for (int64_t o = 0; o < w_rows; ++o) {
+            const size_t at = size_t(t * stride + o);
+            CHECK(again[at] == out[at] + out[at]);
+          }
+        }
+      }
     }
-    std::vector<float> again = out;
-    cpu::dot_rows(w.data(), x.data(), 3, cols, again.data(), 2, true);
-    for (int t = 0; t < 3; ++t) CHECK(again[size_t(2 * t)] == out[size_t(2 * t)] + out[size_t(2 * t)]);
+  }
+}
+
+TEST_CASE("A product's every entry is the same bits whatever tile, weight rows or x rows computed it", "[kernels]") {
+  const int64_t w_rows = 11, x_rows = 7, cols = 90;
+  const std::vector<float> w = uniform(static_cast<size_t>(w_rows * cols), 5), x = uniform(static_cast<size_t>(x_rows * cols), 6);
+  std::vector<float> whole(static_cast<size_t>(x_rows * w_rows));
+  cpu::multiply_rows(w.data(), w_rows, x.data(), x_rows, cols, whole.data(), w_rows, false);
+  // One weight row and one x row at a time.
+  for (int64_t o = 0; o < w_rows; ++o) {
+    for (int64_t t = 0; t < x_rows; ++t) {
+      float one = 0;
+      cpu::multiply_rows(w.data() + o * cols, 1, x.data() + t * cols, 1, cols, &one, 1, false);
+      CHECK(one == whole[size_t(t * w_rows + o)]);
+    }
   }
 }
 
