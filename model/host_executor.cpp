@@ -39,20 +39,20 @@ void each_matrix(const LlamaWeights& w, const std::function<void(const WeightMat
   }
 }
 
-// The prepared copies this runner shares (its file's, or its own for
-// weights that are not a mapped file), keeping every matrix's bytes, so
-// that each is packed once whichever runner comes first.
+// The prepared copies this runner shares with the others over its file,
+// keeping every matrix's bytes, so that each is packed once whichever
+// runner comes first; null (nothing to share) for weights that are not a
+// mapped file.
 std::shared_ptr<PreparedWeights> shared_preparation(const LlamaWeights& w) {
+  if (!w.file) return nullptr;
   std::shared_ptr<PreparedWeights> shared;
-  if (w.file) {
+  {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     std::erase_if(r.by_file, [](const auto& e) { return e.first.expired() || e.second.expired(); });
     std::weak_ptr<PreparedWeights>& slot = r.by_file[w.file];
     shared = slot.lock();
     if (!shared) slot = shared = std::make_shared<PreparedWeights>();
-  } else {
-    shared = std::make_shared<PreparedWeights>();
   }
   each_matrix(w, [&](const WeightMatrix& m) { shared->keep(m.bytes); });
   return shared;
