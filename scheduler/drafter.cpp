@@ -1,7 +1,6 @@
 #include "scheduler/drafter.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace actorlm {
 
@@ -128,61 +127,6 @@ void DraftPace::observe(int32_t drafted, int32_t accepted) {
   constexpr double kDecay = 0.8;
   kept_ = kept_ * kDecay + accepted;
   refused_ = refused_ * kDecay + (accepted < drafted ? 1 : 0);
-}
-
-void DraftCost::observe(int64_t rows, double seconds) {
-  if (rows <= 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
-  constexpr double kDecay = 0.98;  // ~50 steps of memory
-  const auto x = static_cast<double>(rows);
-  n_ = n_ * kDecay + 1;
-  x_ = x_ * kDecay + x;
-  y_ = y_ * kDecay + seconds;
-  xx_ = xx_ * kDecay + x * x;
-  xy_ = xy_ * kDecay + x * seconds;
-}
-
-bool DraftCost::fitted() const {
-  // Steps of different sizes, or the slope means nothing.
-  const double var = n_ * xx_ - x_ * x_;
-  return n_ >= 8 && var > 0.5 * n_ * n_ && row_seconds() > 0 && fixed_seconds() >= 0;
-}
-
-double DraftCost::row_seconds() const {
-  const double var = n_ * xx_ - x_ * x_;
-  return var > 0 ? (n_ * xy_ - x_ * y_) / var : 0;
-}
-
-double DraftCost::fixed_seconds() const { return n_ > 0 ? (y_ - row_seconds() * x_) / n_ : 0; }
-
-std::vector<int32_t> DraftCost::allot(std::span<const int32_t> available, std::span<const double> rate,
-                                      int64_t rows) const {
-  std::vector<int32_t> keep(available.begin(), available.end());
-  if (!fitted()) return keep;
-  const double c = row_seconds();
-  double seconds = fixed_seconds() + c * static_cast<double>(rows);
-  double tokens = static_cast<double>(rows);
-  // Every candidate row with its chance: the j-th draft of request i is
-  // kept with about rate[i]^j. Best chances first; within a request they
-  // fall with j, so what is taken is always each request's first drafts.
-  struct Row {
-    double chance;
-    size_t request;
-  };
-  std::vector<Row> rows_by_chance;
-  for (size_t i = 0; i < available.size(); ++i) {
-    double q = 1;
-    for (int32_t j = 0; j < available[i]; ++j) rows_by_chance.push_back({q *= rate[i], i});
-  }
-  std::stable_sort(rows_by_chance.begin(), rows_by_chance.end(),
-                   [](const Row& a, const Row& b) { return a.chance > b.chance; });
-  std::fill(keep.begin(), keep.end(), 0);
-  for (const Row& r : rows_by_chance) {
-    if (r.chance <= c * tokens / seconds) break;
-    ++keep[r.request];
-    tokens += r.chance;
-    seconds += c;
-  }
-  return keep;
 }
 
 }  // namespace actorlm

@@ -116,7 +116,7 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
 // How one request's drafts fare: an estimate of the chance that its next
 // draft token is kept (drafts are kept up to the first the model does not
 // sample, so a draft of n tokens has its j-th kept with about rate^j).
-// DraftCost turns a low rate into no drafts, so a request whose drafts are
+// DraftCost (draft_cost.hpp) turns a low rate into no drafts, so a request whose drafts are
 // rejected stops paying for them; each step without a verify lets the
 // estimate drift back towards the engine's, so it tries again later (its
 // text may have changed character).
@@ -134,33 +134,6 @@ class DraftPace {
  private:
   int32_t limit_;
   double kept_ = 0, refused_ = 0;  // draft tokens kept and rejections, decayed
-};
-
-// Which draft tokens are worth their rows in a step, on this machine and
-// model: decode steps are timed and fitted as fixed + per_row * rows
-// (weighted towards recent steps). A row is worth adding while its chance
-// of being kept beats the tokens a row's time buys in the step without it:
-// q > per_row * tokens / seconds. At one stream on a CPU a row costs a
-// fraction of the step's fixed part (weights are read once per step), so
-// even unlikely drafts pay; at 8 or 16 streams every row is real work and
-// only likely ones do. Pure C++, the scheduler's thread.
-class DraftCost {
- public:
-  // A step that decoded `rows` rows (drafts included) and nothing else.
-  void observe(int64_t rows, double seconds);
-  // How many of each request's drafts to keep: available[i] drafted for a
-  // request whose next draft token is kept with chance rate[i], beside
-  // `rows` rows the step has anyway. Before the fit has measured steps of
-  // different sizes, everything (the steps it measures are how it learns).
-  std::vector<int32_t> allot(std::span<const int32_t> available, std::span<const double> rate, int64_t rows) const;
-  // The fit, once there is one.
-  bool fitted() const;
-  double fixed_seconds() const;
-  double row_seconds() const;
-
- private:
-  // Exponentially weighted sums for the least-squares line.
-  double n_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;
 };
 
 }  // namespace actorlm

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/draft_cost.hpp"
 #include "scheduler/drafter.hpp"
 #include "scheduler/ngram_table.hpp"
 #include "scheduler/kv_service.hpp"

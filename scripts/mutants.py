@@ -386,6 +386,25 @@ MUTANTS = [
            "  if (false) kv_.truncate(cut, cut_to);\n",
            ["scheduler_scheduler_policy_test"],
            catch_runs(["scheduler_scheduler_policy_test"], "Speculative sampling keeps*")),
+    # Issue 37: a step's drafts are chosen by the measured cost of each
+    # step size; a straight line missed a jump in it (float32 products past
+    # 32 rows), and at 8 streams drafting lost to plain decoding.
+    Mutant("draft-cost-straight-line",
+           "the drafts a step carries are chosen by one straight line through all step times",
+           "scheduler/draft_cost.cpp",
+           "  if (hi != p.end() && hi->first == rows) return hi->second;\n",
+           "  if (!p.empty()) return fixed_seconds() + row_seconds() * static_cast<double>(rows);\n",
+           ["scheduler_draft_cost_test"],
+           catch_runs(["scheduler_draft_cost_test"], "Drafts stop where*")),
+    # Issue 37: without probes the sizes a step does not take are never
+    # measured, so a choice made on the first steps is never revisited.
+    Mutant("draft-cost-never-probes",
+           "the step sizes speculation does not choose are never measured again",
+           "scheduler/draft_cost.cpp",
+           "  if (steps_ - last_probe_ >= kProbeEvery || p.size() == 1) {\n",
+           "  if (false) {\n",
+           ["scheduler_draft_cost_test"],
+           catch_runs(["scheduler_draft_cost_test"], "A size not seen*")),
     # Issue 38: LoRA adapters.
     Mutant("adapter-key-ignored",
            "an adapter's KV is keyed as the base model's, so a prefix is shared across adapters",

@@ -108,33 +108,3 @@ TEST_CASE("A request's draft rate follows what it kept, and drifts back to the e
   CHECK_FALSE(DraftPace().started());
   CHECK(DraftPace(1).started());
 }
-
-TEST_CASE("Draft rows are kept while their chance beats what a row's time buys", "[drafter]") {
-  DraftCost cost;
-  const std::vector<int32_t> four{4, 4};
-  // Unmeasured: everything (its steps are how it learns).
-  CHECK(cost.allot(four, std::vector<double>{0.1, 0.1}, 2) == four);
-  // Steps of 1..8 rows at 5 ms + 1 ms a row.
-  for (int rep = 0; rep < 3; ++rep) {
-    for (int64_t rows = 1; rows <= 8; ++rows) cost.observe(rows, 0.005 + 0.001 * static_cast<double>(rows));
-  }
-  REQUIRE(cost.fitted());
-  CHECK(cost.row_seconds() == Approx(0.001));
-  CHECK(cost.fixed_seconds() == Approx(0.005));
-  // One stream: a row is a sixth of the step, so drafts kept half the time
-  // pay for two rows (chances 0.5, 0.25), not a third (0.125).
-  const std::vector<int32_t> one{4};
-  CHECK(cost.allot(one, std::vector<double>{0.5}, 1) == std::vector<int32_t>{2});
-  // Sixteen streams: a row buys 0.76 tokens' time, a half-likely draft nothing.
-  CHECK(cost.allot(one, std::vector<double>{0.5}, 16) == std::vector<int32_t>{0});
-  // The likeliest drafts first: a request that keeps 90% gets four rows,
-  // one that keeps 30% none.
-  CHECK(cost.allot(four, std::vector<double>{0.9, 0.3}, 2) == std::vector<int32_t>{4, 0});
-  CHECK(cost.allot(std::vector<int32_t>{0, 3}, std::vector<double>{0.9, 0.9}, 2) == std::vector<int32_t>{0, 3});
-  // Steps all of one size say nothing about a row's cost: unfitted again.
-  DraftCost flat;
-  for (int i = 0; i < 50; ++i) flat.observe(4, 0.01);
-  CHECK_FALSE(flat.fitted());
-  flat.observe(0, 0.01);
-  flat.observe(4, -1);
-}
