@@ -20,7 +20,8 @@ actorlm's /metrics counters (drafted, kept).
 
 usage: speculative_bench.py [--actorlm build/apps/actorlm] [--llama-server PATH]
                             [--model GGUF] [--draft-model GGUF] [--threads 2] [--rounds 3]
-                            [--draft-tokens 4] [--ngram-capacity N] [--json out.json]
+                            [--draft-tokens 4] [--ngram-capacity N] [--baseline ACTORLM]
+                            [--workloads grounded,open,predicted] [--json out.json]
 """
 import argparse
 import json
@@ -182,6 +183,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--ngram-capacity", type=int, default=0,
                     help="actorlm's n-gram table across requests (--speculative-ngram-capacity)")
+    ap.add_argument("--baseline", metavar="ACTORLM",
+                    help="also run this actorlm binary with speculation (an A/B of two builds, taking turns)")
+    ap.add_argument("--workloads", default="grounded,open,predicted",
+                    help="which of grounded, open, predicted to run (comma-separated)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if not 1 <= args.rounds <= 20 or not 1 <= args.draft_tokens <= 16:
@@ -195,12 +200,18 @@ def main():
     base = ["--kv-tokens", "32768", "--max-running-requests", "16"]
     servers = [("actorlm plain", lambda: start_actorlm(args.actorlm, args.model, args.threads, base)),
                (f"actorlm {mode}", lambda: start_actorlm(args.actorlm, args.model, args.threads, base + spec_flags))]
+    if args.baseline:
+        servers += [(f"baseline {mode}", lambda: start_actorlm(args.baseline, args.model, args.threads, base + spec_flags))]
     if args.llama_server:
         servers += [("llama-server plain", lambda: start_llama_server(args.llama_server, args.model, args.threads, False)),
                     (f"llama-server {mode}",
                      lambda: start_llama_server(args.llama_server, args.model, args.threads, True, args.draft_model))]
     cells = [("grounded", GROUNDED, 1), ("grounded", GROUNDED, 8), ("open", OPEN, 1), ("open", OPEN, 8),
              ("predicted", GROUNDED, 1), ("predicted", GROUNDED, 8)]
+    wanted = set(args.workloads.split(","))
+    if not wanted <= {"grounded", "open", "predicted"} or (wanted & {"predicted"} and "grounded" not in wanted):
+        raise SystemExit("--workloads: grounded, open, predicted (predicted needs grounded)")
+    cells = [c for c in cells if c[0] in wanted]
     results = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
     decode_rates = {s: {f"{w} x{n}": [] for w, _, n in cells} for s, _ in servers}
     counters = {s: [] for s, _ in servers}
@@ -211,7 +222,7 @@ def main():
             try:
                 for w, prompts, n in cells:
                     predicted = w == "predicted"
-                    if predicted and not name.startswith("actorlm"):
+                    if predicted and name.startswith("llama-server"):
                         continue
                     # Each round's prompts differ by a prefix: no round finds another's cached.
                     # The predicted cells repeat the grounded prompts (so the same outputs):
@@ -224,7 +235,7 @@ def main():
                     texts.setdefault(name, {})[f"{w} x{n}"] = out
                     print(f"round {r + 1} {name:20s} {w:8s} x{n}: {rate:7.1f} tok/s, decode {decode:6.1f} tok/s "
                           f"a stream ({total} tokens)", flush=True)
-                if name.startswith("actorlm"):
+                if not name.startswith("llama-server"):
                     counters[name].append({k: metric(port, k) for k in (
                         "actorlm_spec_verifies_total", "actorlm_spec_draft_tokens_total",
                         "actorlm_spec_accepted_tokens_total", "actorlm_spec_table_draft_tokens_total",
@@ -233,9 +244,11 @@ def main():
                 proc.terminate()
                 proc.wait()
     # Ours must be exact: speculation and predictions change speed, never text.
-    same = all(texts["actorlm plain"][k] == texts[f"actorlm {mode}"][k] for k in texts["actorlm plain"])
-    for s in ("actorlm plain", f"actorlm {mode}"):
-        same = same and all(texts[s][f"predicted x{n}"] == texts[s][f"grounded x{n}"] for n in (1, 8))
+    ours = [s for s, _ in servers if not s.startswith("llama-server")]
+    same = all(texts["actorlm plain"][k] == texts[s][k] for s in ours for k in texts["actorlm plain"])
+    if "predicted" in wanted:
+        for s in ours:
+            same = same and all(texts[s][f"predicted x{n}"] == texts[s][f"grounded x{n}"] for n in (1, 8))
     print(f"\nactorlm outputs identical with and without speculation: {same}")
     for title, table in (("output tok/s (wall)", results), ("decode tok/s a stream", decode_rates)):
         print(f"\n{title}, medians of {args.rounds}\n\n| workload | " + " | ".join(s for s, _ in servers)
@@ -246,6 +259,8 @@ def main():
             med = {s: statistics.median(table[s][k]) if table[s][k] else float("nan") for s, _ in servers}
             row = f"| {k} | " + " | ".join(f"{med[s]:.1f}" for s, _ in servers)
             row += f" | {med[f'actorlm {mode}'] / med['actorlm plain']:.2f}x |"
+            if args.baseline:
+                row += f" {mode} / baseline {med[f'actorlm {mode}'] / med[f'baseline {mode}']:.2f}x |"
             if args.llama_server:
                 row += f" {med[f'actorlm {mode}'] / med[f'llama-server {mode}']:.2f}x |"
             if w == "predicted" and table is decode_rates:

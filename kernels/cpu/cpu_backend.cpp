@@ -121,9 +121,10 @@ void CpuBackend::matmul(const float* x, int64_t rows, MatrixView w, float* out, 
     if (rows <= few_rows) {
       // Decode and verify row counts: each weight row read once for every
       // x row (float_rows.hpp), and a row's result whatever the count.
-      const int64_t pieces = (w.rows + split_rows - 1) / split_rows;
+      constexpr int64_t piece = 2 * float_block_rows;
+      const int64_t pieces = (w.rows + piece - 1) / piece;
       pool_.parallel_for(pieces, [&](int64_t begin, int64_t end) {
-        const int64_t first = begin * split_rows, last = std::min(w.rows, end * split_rows);
+        const int64_t first = begin * piece, last = std::min(w.rows, end * piece);
         multiply_rows(data + first * w.cols, last - first, x, rows, w.cols, out + first, w.rows, accumulate);
       });
       return;

@@ -57,17 +57,25 @@ TEST_CASE("multiply_rows sums each product as double does to float rounding, and
 }
 
 TEST_CASE("A product's every entry is the same bits whatever tile, weight rows or x rows computed it", "[kernels]") {
-  const int64_t w_rows = 11, x_rows = 7, cols = 90;
-  const std::vector<float> w = uniform(static_cast<size_t>(w_rows * cols), 5), x = uniform(static_cast<size_t>(x_rows * cols), 6);
-  std::vector<float> whole(static_cast<size_t>(x_rows * w_rows));
-  cpu::multiply_rows(w.data(), w_rows, x.data(), x_rows, cols, whole.data(), w_rows, false);
+  // 53 weight rows: two whole blocks and 5 rows, so every tile width leaves
+  // rows to the one-row tiles; 90 columns: a tail after the last 8. Up to
+  // 17 x rows: every pass shape, and two or three passes over each block.
+  const int64_t w_rows = 53, cols = 90, most_x = 17;
+  const std::vector<float> w = uniform(static_cast<size_t>(w_rows * cols), 5),
+                           x = uniform(static_cast<size_t>(most_x * cols), 6);
   // One weight row and one x row at a time.
+  std::vector<float> single(static_cast<size_t>(most_x * w_rows));
   for (int64_t o = 0; o < w_rows; ++o) {
-    for (int64_t t = 0; t < x_rows; ++t) {
-      float one = 0;
-      cpu::multiply_rows(w.data() + o * cols, 1, x.data() + t * cols, 1, cols, &one, 1, false);
-      CHECK(one == whole[size_t(t * w_rows + o)]);
+    for (int64_t t = 0; t < most_x; ++t) {
+      cpu::multiply_rows(w.data() + o * cols, 1, x.data() + t * cols, 1, cols, &single[size_t(t * w_rows + o)], 1,
+                         false);
     }
+  }
+  for (int64_t x_rows = 1; x_rows <= most_x; ++x_rows) {
+    INFO("x rows " << x_rows);
+    std::vector<float> whole(static_cast<size_t>(x_rows * w_rows));
+    cpu::multiply_rows(w.data(), w_rows, x.data(), x_rows, cols, whole.data(), w_rows, false);
+    CHECK(whole == std::vector<float>(single.begin(), single.begin() + x_rows * w_rows));
   }
 }
 
