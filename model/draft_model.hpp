@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -50,7 +51,17 @@ class DraftModel {
   Proposal propose(ForwardBatch& batch, std::vector<SampleRequest>& sampling);
 
  private:
+  // The tokens a request's plain decode steps (no drafts) gave the target
+  // and not the draft model, by the request's slot: the draft model runs
+  // them in one pass before that request's next drafts instead of one pass
+  // a step, so a step that drafts nothing costs what it costs without a
+  // draft model.
+  struct Behind {
+    int32_t from = 0;             // the position of tokens[0]
+    std::vector<int32_t> tokens;  // consecutive positions from `from`
+  };
   std::unique_ptr<ModelRunner> runner_;
+  std::unordered_map<int32_t, Behind> behind_;
 };
 
 }  // namespace actorlm

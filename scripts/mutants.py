@@ -405,6 +405,15 @@ MUTANTS = [
            "  if (false) {\n",
            ["scheduler_draft_cost_test"],
            catch_runs(["scheduler_draft_cost_test"], "A size not seen*")),
+    # Issue 37: a draft model skips plain decode steps; their tokens must
+    # run before its next drafts, or it proposes from holes in its KV.
+    Mutant("draft-catch-up-skipped",
+           "a draft model drafts without running the tokens of the plain steps it skipped",
+           "model/draft_model.cpp",
+           "      if (known == 1 && joins(b->second)) {\n",
+           "      if (false) {\n",
+           ["model_model_runner_test"],
+           catch_runs(["model_model_runner_test"], "A draft model skips*")),
     # Issue 38: LoRA adapters.
     Mutant("adapter-key-ignored",
            "an adapter's KV is keyed as the base model's, so a prefix is shared across adapters",

@@ -180,6 +180,60 @@ TEST_CASE("A draft model must share the target's vocabulary, context and pool ro
   CHECK(target.draft_kv_bytes() < target.kv_bytes());  // 2 layers of width 16 beside 30 of 576
 }
 
+TEST_CASE("A draft model skips plain decode steps and runs their tokens in one pass before the next drafts: the model drafting for itself keeps them all", "[model][draft]") {
+  const ModelRunnerConfig rc{.kv_pool_rows = 128, .max_requests = 2, .max_context = 128};
+  const LlamaWeights w = load_llama_weights(default_model_path());
+  ModelRunner target(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(2), rc);
+  target.attach_draft(std::make_unique<DraftModel>(
+      std::make_unique<ModelRunner>(LlamaWeights(w), std::make_unique<cpu::CpuBackend>(2), rc)));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const auto row = [](int32_t pos) { return 100 - pos; };  // rows in descending order: not the positions
+  // One step of slot 1: `tokens` from position `at`, the last `drafts` of
+  // them placeholders for the draft model; a decode sends the token before
+  // again, as the scheduler does.
+  Ids seq;  // the tokens at positions 0, 1, ...
+  const auto step = [&](int32_t at, Ids tokens, int32_t drafts) {
+    seq.resize(static_cast<size_t>(at));
+    seq.insert(seq.end(), tokens.begin(), tokens.end() - drafts);
+    ForwardBatch b;
+    ForwardRequest r;
+    r.slot = 1;
+    r.prefix_len = at;
+    if (at > 0 && tokens.size() - static_cast<size_t>(drafts) == 1) r.draft_prev_token = seq.at(static_cast<size_t>(at - 1));
+    r.extend_len = static_cast<int32_t>(tokens.size());
+    r.logit_rows = drafts + 1;
+    r.model_drafts = drafts;
+    b.reqs = {r};
+    b.token_ids = std::move(tokens);
+    Ids rows;
+    for (int32_t i = 0; i < r.extend_len; ++i) rows.push_back(row(at + i));
+    b.out_cache_loc = rows;
+    b.writes = {{1, at, rows}};
+    return target.step(std::move(b), std::vector<SampleRequest>(static_cast<size_t>(drafts + 1), SampleRequest{greedy, {}, {}, 0, 0, {}}));
+  };
+  const Ids prompt{504, 3575, 282, 253, 1345, 30, 2365, 314};
+  auto out = step(0, prompt, 0);
+  int32_t at = static_cast<int32_t>(prompt.size());
+  // Twelve plain decode steps: the draft model runs none of them.
+  for (int i = 0; i < 12; ++i, ++at) out = step(at, Ids{out.at(0).token}, 0);
+  // Then three drafts: run over the twelve tokens first, the same weights
+  // propose exactly what the target samples.
+  out = step(at, Ids{out.at(0).token, kModelDraftPlaceholder, kModelDraftPlaceholder, kModelDraftPlaceholder}, 3);
+  REQUIRE(out.size() == 4);
+  for (size_t j = 0; j < 3; ++j) {
+    INFO("draft " << j);
+    CHECK(out[j].draft == out[j].token);
+  }
+  // A slot taken by another request (its table written from position 0)
+  // leaves the earlier request's tokens behind: a prompt and drafts at once
+  // run as ever.
+  out = step(0, Ids{504, 3575, 282}, 0);
+  out = step(3, Ids{out.at(0).token, kModelDraftPlaceholder, kModelDraftPlaceholder}, 2);
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].draft == out[0].token);
+}
+
 TEST_CASE("Runners over copies of one loaded model pack its matrices once and compute alike, and a matrix a copy replaced is its own", "[model]") {
   const LlamaWeights w = load_llama_weights(default_model_path());
   const ModelRunnerConfig small{.kv_pool_rows = 64, .max_requests = 2, .max_context = 64};
