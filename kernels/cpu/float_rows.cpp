@@ -103,31 +103,32 @@ void pass(const float* w, int64_t n, const float* x, int64_t cols, float* out, i
 // read from L1 by each multiply-add, so a 2 x T tile holds 2T accumulators
 // and its two weight vectors in registers: up to 2 x 6 in AVX2's 16, 2 x 8
 // in AVX-512's 32 (the 256-bit operations use them all with AVX512VL).
+// Without AVX (a portable build) an eight-float vector is two SSE
+// registers, so tiles stay as small as the first form's: 4 x 2.
 #if defined(__AVX512VL__)
 constexpr int64_t pass_rows = 8;
-#else
+#elif defined(__AVX__)
 constexpr int64_t pass_rows = 6;
+#else
+constexpr int64_t pass_rows = 2;
 #endif
 
-// One pass of t <= pass_rows x rows. One row: eight weight rows at a time,
-// eight independent chains of multiply-adds, enough to keep a single
-// sequence's decode bound by memory. More: the shape with the fewest loads
-// a multiply-add that still fits the registers.
+// One pass of t <= pass_rows x rows (the larger shapes are compiled
+// everywhere but reached only where pass_rows allows). One row: eight
+// weight rows at a time, eight independent chains of multiply-adds, enough
+// to keep a single sequence's decode bound by memory. More: the shape with
+// the fewest loads a multiply-add that still fits the registers.
 void pass_of(int64_t t, const float* w, int64_t n, const float* x, int64_t cols, float* out, int64_t out_stride,
              bool accumulate) {
   switch (t) {
     case 1: return pass<8, 1>(w, n, x, cols, out, out_stride, accumulate);
-    case 2: return pass<6, 2>(w, n, x, cols, out, out_stride, accumulate);
+    case 2: return pass<pass_rows == 2 ? 4 : 6, 2>(w, n, x, cols, out, out_stride, accumulate);
     case 3: return pass<4, 3>(w, n, x, cols, out, out_stride, accumulate);
     case 4: return pass<3, 4>(w, n, x, cols, out, out_stride, accumulate);
     case 5: return pass<2, 5>(w, n, x, cols, out, out_stride, accumulate);
-#if defined(__AVX512VL__)
     case 6: return pass<2, 6>(w, n, x, cols, out, out_stride, accumulate);
     case 7: return pass<2, 7>(w, n, x, cols, out, out_stride, accumulate);
     default: return pass<2, 8>(w, n, x, cols, out, out_stride, accumulate);
-#else
-    default: return pass<2, 6>(w, n, x, cols, out, out_stride, accumulate);
-#endif
   }
 }
 
